@@ -1,0 +1,1 @@
+"""malhar algo."""

@@ -1,0 +1,3 @@
+from malhar.testing.cli import main
+
+main()

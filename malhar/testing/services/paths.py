@@ -1,0 +1,28 @@
+"""Where the service managers keep downloads, data and logs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """Downloads that survive between runs (Maven jars): ``$MALHAR_CACHE_DIR`` or ~/.cache/malhar."""
+    root = os.environ.get("MALHAR_CACHE_DIR") or Path.home() / ".cache" / "malhar"
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_dir() -> Path:
+    """Data and logs of running services: ``$MALHAR_RUN_DIR`` or a per-user temp folder."""
+    root = os.environ.get("MALHAR_RUN_DIR") or Path(tempfile.gettempdir()) / f"malhar-{os.getuid()}"
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def new_service_dir(service: str) -> Path:
+    """A fresh folder for one service instance: its data and its log live here."""
+    return Path(tempfile.mkdtemp(prefix=f"{service}-", dir=run_dir()))

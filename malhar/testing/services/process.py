@@ -1,0 +1,176 @@
+"""Child-process plumbing shared by the service managers: ports, waits, logs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from malhar.testing.services.errors import ServiceError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def wait_until(
+    predicate: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.1,
+    alive: Callable[[], str | None] | None = None,
+) -> None:
+    """Poll ``predicate`` until true; raise TimeoutError naming ``what``.
+
+    ``alive`` returns None while the thing we wait for can still succeed, or a
+    reason why it cannot (a dead child process), which ends the wait at once.
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            if predicate():
+                return
+        except Exception as exc:
+            last_exc = exc
+        if alive is not None:
+            reason = alive()
+            if reason:
+                raise RuntimeError(f"{what}: {reason}")
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_exc!r})" if last_exc else ""
+            raise TimeoutError(f"{what}: not ready after {timeout:.0f}s{detail}")
+        time.sleep(interval)
+
+
+def require_java(service: str) -> str:
+    """Path of ``java``; a ServiceError that says how to get one otherwise."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise ServiceError(
+            service,
+            "no Java runtime found (JAVA_HOME unset and no `java` on PATH)",
+            hint="install OpenJDK 17 (apt-get install -y openjdk-17-jre-headless) or set JAVA_HOME",
+        )
+    return found
+
+
+@dataclass
+class ManagedProcess:
+    """A service child process with its output in a log file.
+
+    The child gets its own process group so that stopping it also stops
+    whatever it spawned, and so that Ctrl-C in a test run does not reach it
+    before the fixture's orderly shutdown.
+    """
+
+    service: str
+    command: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
+    #: the signal asking for an orderly shutdown (PostgreSQL wants SIGINT: "fast" mode).
+    stop_signal: int = signal.SIGTERM
+    popen: subprocess.Popen | None = field(default=None, repr=False)
+
+    def start(self) -> ManagedProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        try:
+            self.popen = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(self.env or {})},
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ServiceError(
+                self.service,
+                f"could not start: {exc}",
+                command=self.command,
+                log_path=self.log_path,
+            ) from exc
+        finally:
+            log.close()
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def exit_reason(self) -> str | None:
+        """None while running; otherwise why it is no longer running."""
+        if self.popen is None:
+            return "not started"
+        code = self.popen.poll()
+        return None if code is None else f"process exited with code {code} while starting"
+
+    def wait_ready(self, predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
+        try:
+            wait_until(predicate, timeout=timeout, what=what, alive=self.exit_reason)
+        except (TimeoutError, RuntimeError) as exc:
+            self.stop()
+            raise ServiceError(
+                self.service, str(exc), command=self.command, log_path=self.log_path
+            ) from exc
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        stop_process_group(self.popen.pid, timeout=timeout, sig=self.stop_signal)
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def stop_process_group(pid: int, *, timeout: float = 20.0, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig`` to the group led by ``pid``, SIGKILL it if it outlives ``timeout``."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        # Reap it if it is our child; a zombie still answers kill(0).
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
