@@ -1,0 +1,230 @@
+"""Building an application: operators, streams and attributes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from malhar import attributes as A
+from malhar.operator import InputOperator, Operator
+from malhar.ports import InputPort, OutputPort, ports_of
+
+
+@dataclass
+class PortRef:
+    operator: str
+    port: str
+
+    def __str__(self) -> str:
+        return f"{self.operator}.{self.port}"
+
+
+@dataclass
+class Stream:
+    """One writer (an output port) and one or more readers (input ports)."""
+
+    name: str
+    source: PortRef | None = None
+    sinks: list[PortRef] = field(default_factory=list)
+
+
+@dataclass
+class OperatorMeta:
+    name: str
+    operator: Operator
+    attributes: dict[str, Any] = field(default_factory=dict)
+    port_attributes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> dict[str, InputPort]:
+        return ports_of(type(self.operator))[0]
+
+    @property
+    def outputs(self) -> dict[str, OutputPort]:
+        return ports_of(type(self.operator))[1]
+
+    def attr(self, attribute: A.Attribute) -> Any:
+        return self.attributes.get(attribute.name, attribute.default)
+
+    def port_attr(self, port: str, attribute: A.Attribute) -> Any:
+        return self.port_attributes.get(port, {}).get(attribute.name, attribute.default)
+
+    @property
+    def partitions(self) -> int:
+        return int(self.attr(A.PARTITIONS))
+
+    @property
+    def is_input(self) -> bool:
+        return isinstance(self.operator, InputOperator)
+
+
+class DAG:
+    """A directed acyclic graph of operators joined by streams.
+
+    Example:
+        >>> from malhar import DAG
+        >>> from malhar.testing.operators import ListInput, Collector
+        >>> dag = DAG("example")
+        >>> src = dag.add_operator("src", ListInput(windows=[[1, 2], [3]]))
+        >>> out = dag.add_operator("out", Collector())
+        >>> _ = dag.add_stream("numbers", src.output, out.input)
+        >>> dag.validate()
+    """
+
+    def __init__(self, name: str = "app", **attributes: Any) -> None:
+        self.name = name
+        self.operators: dict[str, OperatorMeta] = {}
+        self.streams: dict[str, Stream] = {}
+        self.attributes: dict[str, Any] = {A.APPLICATION_NAME.name: name}
+        for key, value in attributes.items():
+            self.set_attribute(key, value)
+        self._problems: list[str] = []
+
+    # -- building --------------------------------------------------------------------------
+    def add_operator(self, name: str, operator: Operator, **attributes: Any) -> OperatorHandle:
+        """Add ``operator`` under a unique ``name``; keyword arguments set operator attributes."""
+        if not isinstance(operator, Operator):
+            raise TypeError(
+                f"add_operator({name!r}): expected an Operator, got {type(operator).__name__}"
+            )
+        if name in self.operators:
+            self._problems.append(
+                f"operator name {name!r} is used twice: give each operator a unique name"
+            )
+            name = f"{name}#{len(self.operators)}"
+        meta = OperatorMeta(name, operator)
+        self.operators[name] = meta
+        for key, value in attributes.items():
+            self.set_operator_attribute(name, key, value)
+        return OperatorHandle(self, meta)
+
+    def add_stream(self, name: str, source: PortHandle, *sinks: PortHandle) -> Stream:
+        """Connect one output port to one or more input ports."""
+        if name in self.streams:
+            stream = self.streams[name]
+        else:
+            stream = self.streams[name] = Stream(name)
+        if source is not None:
+            if not source.is_output:
+                self._problems.append(
+                    f"stream {name!r}: {source.ref} is an input port and cannot write a stream"
+                )
+            elif stream.source is not None and str(stream.source) != str(source.ref):
+                self._problems.append(
+                    f"stream {name!r} has two writers ({stream.source} and {source.ref}): "
+                    "a stream has exactly one output port writing it"
+                )
+            else:
+                stream.source = source.ref
+        for sink in sinks:
+            if sink.is_output:
+                self._problems.append(
+                    f"stream {name!r}: {sink.ref} is an output port and cannot read a stream"
+                )
+            else:
+                stream.sinks.append(sink.ref)
+        return stream
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if key not in A.APPLICATION:
+            raise KeyError(f"unknown application attribute {key!r}; known: {sorted(A.APPLICATION)}")
+        self.attributes[key] = value
+
+    def set_operator_attribute(self, operator: str, key: str, value: Any) -> None:
+        if key not in A.OPERATOR:
+            raise KeyError(f"unknown operator attribute {key!r}; known: {sorted(A.OPERATOR)}")
+        self.operators[operator].attributes[key] = value
+
+    def set_port_attribute(self, operator: str, port: str, key: str, value: Any) -> None:
+        if key not in A.PORT:
+            raise KeyError(f"unknown port attribute {key!r}; known: {sorted(A.PORT)}")
+        self.operators[operator].port_attributes.setdefault(port, {})[key] = value
+
+    def attr(self, attribute: A.Attribute) -> Any:
+        return self.attributes.get(attribute.name, attribute.default)
+
+    # -- queries -----------------------------------------------------------------------------
+    def stream_into(self, ref: PortRef) -> Stream | None:
+        for s in self.streams.values():
+            if any(str(k) == str(ref) for k in s.sinks):
+                return s
+        return None
+
+    def streams_from(self, operator: str) -> list[Stream]:
+        return [s for s in self.streams.values() if s.source and s.source.operator == operator]
+
+    def upstream(self, operator: str) -> list[str]:
+        ups = []
+        for s in self.streams.values():
+            if s.source and any(k.operator == operator for k in s.sinks):
+                ups.append(s.source.operator)
+        return ups
+
+    def topological_order(self) -> list[str]:
+        """Operator names, upstream first; raises ValidationError on a cycle."""
+        from malhar.validation import ValidationError
+
+        order: list[str] = []
+        state: dict[str, int] = {}
+
+        def visit(name: str, path: list[str]) -> None:
+            if state.get(name) == 2:
+                return
+            if state.get(name) == 1:
+                cycle = " -> ".join([*path[path.index(name) :], name])
+                raise ValidationError([f"the DAG has a cycle: {cycle}; streams must not loop back"])
+            state[name] = 1
+            for up in self.upstream(name):
+                if up in self.operators:
+                    visit(up, [*path, name])
+            state[name] = 2
+            order.append(name)
+
+        for name in self.operators:
+            visit(name, [])
+        return order
+
+    def validate(self) -> None:
+        """Check the DAG before anything runs; raise ValidationError listing every problem."""
+        from malhar.validation import validate
+
+        validate(self)
+
+
+@dataclass
+class PortHandle:
+    dag: DAG
+    ref: PortRef
+    is_output: bool
+
+    def set_attribute(self, key: str, value: Any) -> PortHandle:
+        self.dag.set_port_attribute(self.ref.operator, self.ref.port, key, value)
+        return self
+
+
+class OperatorHandle:
+    """What ``DAG.add_operator`` returns: ports as attributes, attributes as a method."""
+
+    def __init__(self, dag: DAG, meta: OperatorMeta) -> None:
+        self._dag = dag
+        self.meta = meta
+        self.name = meta.name
+
+    def __getattr__(self, port: str) -> PortHandle:
+        inputs, outputs = ports_of(type(self.meta.operator))
+        if port in outputs:
+            return PortHandle(self._dag, PortRef(self.name, port), True)
+        if port in inputs:
+            return PortHandle(self._dag, PortRef(self.name, port), False)
+        raise AttributeError(
+            f"operator {self.name!r} ({type(self.meta.operator).__name__}) has no port {port!r}; "
+            f"ports: {sorted([*inputs, *outputs])}"
+        )
+
+    def set_attribute(self, key: str, value: Any) -> OperatorHandle:
+        self._dag.set_operator_attribute(self.name, key, value)
+        return self
+
+    @property
+    def operator(self) -> Operator:
+        return self.meta.operator

@@ -1,0 +1,1 @@
+"""The Spark runtime: planning a DAG into fused stages and running windows as micro-batches."""

@@ -1,0 +1,206 @@
+"""Turn a validated DAG into Spark stages ("levels") of fused operator groups.
+
+- A *group* is a chain of operators that run in one Python pass in one Spark
+  task (Apex THREAD_LOCAL / CONTAINER_LOCAL): partition ``p`` of every member
+  runs in the same task.
+- A *level* is one Spark stage. Level 0 runs inside the streaming source's
+  ``read()``: input operators and what is fused to them. Each later level is
+  ``repartition(S, pkey).mapInArrow(...)`` over the envelope rows, where the
+  level's ``S`` *slots* are its groups' partitions laid end to end.
+- A *route* is a stream edge that crosses tasks; its rows carry the
+  destination slot, and the emitting task writes the one ``pkey`` that Spark's
+  hash partitioner sends to that slot (see :mod:`malhar.engine.murmur3`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from malhar import attributes as A
+from malhar.codec import StreamCodec
+from malhar.dag import DAG, PortRef
+from malhar.engine.murmur3 import partition_keys
+from malhar.operator import Operator, PassThroughUnifier
+from malhar.schema import arrow_schema
+
+
+@dataclass
+class Route:
+    id: int
+    stream: str
+    source: PortRef
+    sink: PortRef
+    dest_group: int
+    codec: StreamCodec | None
+    unifier: type | None  # None: pass-through (no unifier instance needed)
+    upstream_partitions: int
+    arrow_schema: Any  # pyarrow.Schema, or None for untyped ports
+
+
+@dataclass
+class Group:
+    id: int
+    key: str  # stable name of the group: its operators' names
+    operators: list[str]
+    partitions: int
+    level: int
+    slot_offset: int = 0
+    routes_in: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    app: str
+    dag: DAG
+    groups: list[Group]
+    routes: list[Route]
+    levels: list[int]  # slots per level
+    pkeys: list[list[int]]  # level -> slot -> pkey
+    local_edges: dict[str, list[PortRef]]  # "op.port" -> fused sinks
+    error_ports: list[str]  # "op.port", index = metric id
+    checkpoint: str | None
+    window_ms: int
+    group_of: dict[str, int]
+    id: str = ""  # set per launch; a worker's cached runtime belongs to one launch
+
+    def group_at(self, level: int, slot: int) -> tuple[Group, int]:
+        for g in self.groups:
+            if g.level == level and g.slot_offset <= slot < g.slot_offset + g.partitions:
+                return g, slot - g.slot_offset
+        raise LookupError(f"no group at level {level} slot {slot}")
+
+    def operator(self, name: str) -> Operator:
+        return self.dag.operators[name].operator
+
+    def routes_from(self, ref: str) -> list[Route]:
+        return [r for r in self.routes if str(r.source) == ref]
+
+
+def _needs_shuffle(dag: DAG, up: str, sink: PortRef, up_parts: int, down_parts: int) -> bool:
+    meta = dag.operators[sink.operator]
+    if meta.port_attr(sink.port, A.PARALLEL_PARTITION):
+        return False
+    if meta.port_attr(sink.port, A.STREAM_CODEC) is not None:
+        return True
+    if up_parts != down_parts:
+        return True
+    src_ports = dag.operators[up].outputs
+    return any(p.unifier is not None for p in src_ports.values()) and up_parts > 1
+
+
+def build_plan(dag: DAG) -> Plan:
+    """Fuse, level and route a validated DAG."""
+    dag.validate()
+    order = dag.topological_order()
+    groups: list[Group] = []
+    group_of: dict[str, int] = {}
+    partitions: dict[str, int] = {}
+    for name in order:
+        meta = dag.operators[name]
+        in_streams = [
+            (s, sink)
+            for s in dag.streams.values()
+            for sink in s.sinks
+            if sink.operator == name and s.source is not None
+        ]
+        parts = meta.partitions
+        parallel = [
+            sink for _, sink in in_streams if meta.port_attr(sink.port, A.PARALLEL_PARTITION)
+        ]
+        if parallel and A.PARTITIONS.name not in meta.attributes:
+            parts = partitions[in_streams[0][0].source.operator]
+        partitions[name] = parts
+        ups = {s.source.operator for s, _ in in_streams}
+        fuse_into = None
+        if in_streams and not meta.is_input:
+            up_groups = {group_of[u] for u in ups}
+            if len(up_groups) == 1:
+                g = groups[next(iter(up_groups))]
+                if all(
+                    not _needs_shuffle(
+                        dag, s.source.operator, sink, partitions[s.source.operator], parts
+                    )
+                    for s, sink in in_streams
+                ):
+                    fuse_into = g
+        if fuse_into is not None:
+            fuse_into.operators.append(name)
+            group_of[name] = fuse_into.id
+            continue
+        level = 0 if not in_streams else 1 + max(groups[group_of[u]].level for u in ups)
+        group = Group(len(groups), name, [name], parts, level)
+        groups.append(group)
+        group_of[name] = group.id
+    for g in groups:
+        g.key = "+".join(g.operators)
+
+    n_levels = 1 + max(g.level for g in groups)
+    levels = [0] * n_levels
+    for g in groups:
+        g.slot_offset = levels[g.level]
+        levels[g.level] += g.partitions
+
+    routes: list[Route] = []
+    local_edges: dict[str, list[PortRef]] = {}
+    for s in dag.streams.values():
+        if s.source is None:
+            continue
+        up = s.source.operator
+        src_port = dag.operators[up].outputs[s.source.port]
+        for sink in s.sinks:
+            if group_of[sink.operator] == group_of[up]:
+                local_edges.setdefault(str(s.source), []).append(sink)
+                continue
+            dest = groups[group_of[sink.operator]]
+            unifier = src_port.unifier
+            if unifier is PassThroughUnifier:
+                unifier = None
+            route = Route(
+                id=len(routes),
+                stream=s.name,
+                source=s.source,
+                sink=sink,
+                dest_group=dest.id,
+                codec=dag.operators[sink.operator].port_attr(sink.port, A.STREAM_CODEC),
+                unifier=unifier if partitions[up] > 1 else None,
+                upstream_partitions=partitions[up],
+                arrow_schema=None if src_port.schema is None else arrow_schema(src_port.schema),
+            )
+            routes.append(route)
+            dest.routes_in.append(route.id)
+
+    error_ports = [
+        f"{name}.{pname}"
+        for name in order
+        for pname, port in dag.operators[name].outputs.items()
+        if port.error
+    ]
+    return Plan(
+        app=dag.attr(A.APPLICATION_NAME),
+        dag=dag,
+        groups=groups,
+        routes=routes,
+        levels=levels,
+        pkeys=[partition_keys(n) for n in levels],
+        local_edges=local_edges,
+        error_ports=error_ports,
+        checkpoint=dag.attr(A.CHECKPOINT),
+        window_ms=dag.attr(A.STREAMING_WINDOW_MS),
+        group_of=group_of,
+    )
+
+
+def describe(plan: Plan) -> str:
+    """A human-readable summary of the physical plan (``malhar validate`` prints it)."""
+    lines = []
+    for level, slots in enumerate(plan.levels):
+        lines.append(f"level {level}: {slots} task(s)")
+        for g in plan.groups:
+            if g.level == level:
+                lines.append(f"  [{' -> '.join(g.operators)}] x{g.partitions}")
+    for r in plan.routes:
+        how = f"codec {r.codec!r}" if r.codec else "round robin"
+        uni = f", unifier {r.unifier.__name__}" if r.unifier else ""
+        lines.append(f"  route {r.source} -> {r.sink}: {how}{uni}")
+    return "\n".join(lines)

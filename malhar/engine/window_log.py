@@ -1,0 +1,52 @@
+"""The application's record of completed windows (driver side).
+
+Written when a window's last task has finished (the sink's commit), read at
+start-up: a run that finds no Spark checkpoint continues after the largest
+completed window instead of restarting at 0, so window ids never go backwards.
+Backed by the storage manager (``FSWindowDataManager``) under
+``<checkpoint>/malhar/wal/__app__``.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+APP_OPERATOR = "__app__"
+
+
+class WindowLog:
+    def __init__(self, checkpoint: str) -> None:
+        self.checkpoint = checkpoint.rstrip("/")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.checkpoint = state["checkpoint"]
+
+    @cached_property
+    def _manager(self) -> Any:
+        from malhar.util import FSWindowDataManager
+
+        manager = FSWindowDataManager(
+            f"{self.checkpoint}/malhar/wal", APP_OPERATOR, serializer="json", segment_bytes=1 << 20
+        )
+        manager.setup()
+        return manager
+
+    def largest_completed(self) -> int:
+        return self._manager.largest_completed_window()
+
+    def record(self, window: int, info: dict[str, Any]) -> bool:
+        """Record ``window`` as completed; False if it already was (a replayed commit)."""
+        if window <= self._manager.largest_completed_window():
+            return False
+        self._manager.save(info, window)
+        return True
+
+    def get(self, window: int) -> dict[str, Any] | None:
+        return self._manager.retrieve(window)
+
+    def purge(self, committed: int) -> None:
+        self._manager.committed(committed)

@@ -1,0 +1,141 @@
+"""The operator API: lifecycle, listeners, input operators and unifiers."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from malhar.ports import _PORTS_ATTR, InputPort, OutputPort
+
+
+@dataclass
+class OperatorContext:
+    """What an operator partition knows about where it runs.
+
+    Attributes:
+        name: the operator's name in the DAG.
+        partition: this partition's index, ``0 .. partitions - 1``.
+        partitions: how many partitions the operator has.
+        application: the application's stable name.
+        attributes: the operator's attributes (see :mod:`malhar.attributes`).
+        checkpoint: the application's checkpoint root (local path or ``hdfs://``).
+    """
+
+    name: str
+    partition: int = 0
+    partitions: int = 1
+    application: str = "app"
+    attributes: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None
+
+    def window_data_manager(self, **options: Any) -> Any:
+        """The operator partition's window data manager (``FSWindowDataManager``)."""
+        from malhar.util import FSWindowDataManager
+
+        if self.checkpoint is None:
+            raise RuntimeError(f"{self.name}: no checkpoint location, so no window data manager")
+        return FSWindowDataManager(
+            f"{self.checkpoint.rstrip('/')}/malhar/wal",
+            self.name,
+            partition=self.partition,
+            **options,
+        )
+
+
+class Operator:
+    """Base class of every operator.
+
+    Lifecycle per partition: ``setup`` → (``activate``) → windows of
+    ``begin_window`` / ``process…`` / ``end_window`` → (``deactivate``) → ``teardown``.
+
+    State: every instance attribute is checkpointed with its window, except
+    ports and the names listed in ``transient`` (connections, caches, clients).
+    """
+
+    #: attribute names never checkpointed (rebuilt in ``setup``)
+    transient: ClassVar[tuple[str, ...]] = ()
+
+    def setup(self, context: OperatorContext) -> None:
+        """Called once per partition instance before its first window."""
+
+    def begin_window(self, window_id: int) -> None:
+        """Called at the start of each (application) window."""
+
+    def end_window(self) -> None:
+        """Called at the end of each (application) window."""
+
+    def teardown(self) -> None:
+        """Called once when the partition instance is retired."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        skip = set(self.transient) | {_PORTS_ATTR}
+        return {k: v for k, v in self.__dict__.items() if k not in skip}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def clone(self) -> Operator:
+        """A fresh copy for another partition (ports and transient fields not shared)."""
+        return copy.deepcopy(self)
+
+    def __deepcopy__(self, memo: dict) -> Operator:
+        new = object.__new__(type(self))
+        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return new
+
+
+class ActivationListener:
+    """Mixin: ``activate`` after setup and before the first window; ``deactivate`` before teardown."""
+
+    def activate(self, context: OperatorContext) -> None:
+        """The partition is about to process windows."""
+
+    def deactivate(self) -> None:
+        """The partition has stopped processing windows."""
+
+
+class CheckpointListener:
+    """Mixin: hear when a window is checkpointed and when it is committed everywhere."""
+
+    def checkpointed(self, window_id: int) -> None:
+        """This partition's state for ``window_id`` is durable."""
+
+    def committed(self, window_id: int) -> None:
+        """``window_id`` is durable in the whole application: renames, offset commits, purges."""
+
+
+class InputOperator(Operator):
+    """An operator that brings tuples in from outside.
+
+    ``emit_tuples`` is called repeatedly inside each window; it emits what is
+    available now (up to the port's share of the window limit) and returns. A
+    window is replayed after a failure with the same window id: an input
+    operator that must replay exactly records what it emitted per window in
+    its window data manager (``context.window_data_manager()``).
+    """
+
+    def emit_tuples(self) -> None:
+        """Emit available tuples through output ports; return when none are left for now."""
+        raise NotImplementedError
+
+
+class Unifier(Operator):
+    """Merges one output port's tuples from all upstream partitions.
+
+    A unifier has one input port ``input`` and one output port ``output``; the
+    default (:class:`PassThroughUnifier`) forwards everything unchanged.
+    """
+
+    input = InputPort()
+    output = OutputPort()
+
+
+class PassThroughUnifier(Unifier):
+    """The default unifier: forwards tuples unchanged."""
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value)
+
+    def process_batch(self, batch: Any) -> None:
+        self.output.emit_batch(batch)

@@ -1,0 +1,174 @@
+"""``DAG.validate()``: every rule, each failure naming what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from malhar import attributes as A
+from malhar.properties import properties_of
+from malhar.schema import SchemaError, compatible
+
+if TYPE_CHECKING:
+    from malhar.dag import DAG
+
+
+class ValidationError(ValueError):
+    """The DAG cannot run; ``problems`` lists every reason, one sentence each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__(
+            "the application is not valid:\n" + "\n".join(f"  - {p}" for p in self.problems)
+        )
+
+
+def validate(dag: DAG) -> None:
+    problems = list(dag._problems)
+    problems += _attributes(dag)
+    problems += _streams(dag)
+    problems += _ports(dag)
+    problems += _properties(dag)
+    problems += _unifiers(dag)
+    if not problems:
+        try:
+            dag.topological_order()
+        except ValidationError as exc:
+            problems += exc.problems
+    if problems:
+        raise ValidationError(problems)
+
+
+def _attributes(dag: DAG) -> list[str]:
+    out = []
+    period = dag.attr(A.STREAMING_WINDOW_MS)
+    if not isinstance(period, int) or period < 1:
+        out.append(
+            f"application attribute STREAMING_WINDOW_MS must be a positive int, got {period!r}"
+        )
+    for meta in dag.operators.values():
+        for attr in (A.PARTITIONS, A.APPLICATION_WINDOW_COUNT, A.MAX_TUPLES_PER_WINDOW):
+            value = meta.attr(attr)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                out.append(
+                    f"operator {meta.name!r}: attribute {attr.name} must be an int >= 1, got {value!r}"
+                )
+        limit = meta.attr(A.UNIFIER_LIMIT)
+        if not isinstance(limit, int) or limit == 1 or limit < 0:
+            out.append(
+                f"operator {meta.name!r}: UNIFIER_LIMIT must be 0 (no cascade) or >= 2, got {limit!r}"
+            )
+        if not isinstance(meta.attr(A.PROCESSING_MODE), A.ProcessingMode):
+            out.append(
+                f"operator {meta.name!r}: PROCESSING_MODE must be a malhar.ProcessingMode, "
+                f"got {meta.attr(A.PROCESSING_MODE)!r}"
+            )
+    return out
+
+
+def _streams(dag: DAG) -> list[str]:
+    out = []
+    for stream in dag.streams.values():
+        if stream.source is None:
+            out.append(f"stream {stream.name!r} has no writer: connect an output port to it")
+        if not stream.sinks:
+            out.append(f"stream {stream.name!r} has no reader: connect at least one input port")
+        for ref in [stream.source, *stream.sinks]:
+            if ref is not None and ref.operator not in dag.operators:
+                out.append(f"stream {stream.name!r} names unknown operator {ref.operator!r}")
+    return out
+
+
+def _ports(dag: DAG) -> list[str]:
+    out = []
+    readers: dict[str, list[str]] = {}
+    written: set[str] = set()
+    for stream in dag.streams.values():
+        if stream.source:
+            written.add(str(stream.source))
+        for sink in stream.sinks:
+            readers.setdefault(str(sink), []).append(stream.name)
+    for meta in dag.operators.values():
+        for name, port in meta.inputs.items():
+            ref = f"{meta.name}.{name}"
+            streams = readers.get(ref, [])
+            if len(streams) > 1:
+                out.append(
+                    f"input port {ref} reads {len(streams)} streams ({', '.join(streams)}): "
+                    "an input port reads one stream"
+                )
+            if not streams and not port.optional:
+                out.append(
+                    f"input port {ref} is required but not connected: add a stream into it "
+                    "or declare it InputPort(optional=True)"
+                )
+        for name, port in meta.outputs.items():
+            ref = f"{meta.name}.{name}"
+            if not port.optional and ref not in written:
+                out.append(
+                    f"output port {ref} must be connected (declared optional=False): add a stream from it"
+                )
+        for name, port in [*meta.inputs.items(), *meta.outputs.items()]:
+            try:
+                _ = port.schema
+            except SchemaError as exc:
+                out.append(f"operator {meta.name!r}: {exc}")
+    for stream in dag.streams.values():
+        if not stream.source or stream.source.operator not in dag.operators:
+            continue
+        src_port = dag.operators[stream.source.operator].outputs.get(stream.source.port)
+        for sink in stream.sinks:
+            if sink.operator not in dag.operators:
+                continue
+            dst_port = dag.operators[sink.operator].inputs.get(sink.port)
+            if src_port is None or dst_port is None:
+                continue
+            try:
+                why = compatible(src_port.schema, dst_port.schema)
+            except SchemaError:
+                continue
+            if why:
+                out.append(
+                    f"stream {stream.name!r}: {stream.source} cannot feed {sink}: {why}; "
+                    "make the port schemas agree"
+                )
+            if dag.operators[sink.operator].port_attr(sink.port, A.PARALLEL_PARTITION):
+                up = dag.operators[stream.source.operator].partitions
+                down_meta = dag.operators[sink.operator]
+                if A.PARTITIONS.name in down_meta.attributes and down_meta.partitions != up:
+                    out.append(
+                        f"input port {sink} is PARALLEL_PARTITION but {sink.operator!r} sets "
+                        f"PARTITIONS={down_meta.partitions} while {stream.source.operator!r} has {up}: "
+                        "drop one of the two"
+                    )
+    return out
+
+
+def _properties(dag: DAG) -> list[str]:
+    out = []
+    for meta in dag.operators.values():
+        for name, prop in properties_of(type(meta.operator)).items():
+            problem = prop.problem(getattr(meta.operator, name))
+            if problem:
+                out.append(f"operator {meta.name!r}: property {name!r} {problem}")
+    return out
+
+
+def _unifiers(dag: DAG) -> list[str]:
+    from malhar.operator import Unifier
+    from malhar.ports import ports_of
+
+    out = []
+    for meta in dag.operators.values():
+        for name, port in meta.outputs.items():
+            if port.unifier is None:
+                continue
+            if not (isinstance(port.unifier, type) and issubclass(port.unifier, Unifier)):
+                out.append(f"output port {meta.name}.{name}: unifier must be a Unifier subclass")
+                continue
+            ins, outs = ports_of(port.unifier)
+            if len(outs) != 1 or len(ins) != 1:
+                out.append(
+                    f"unifier {port.unifier.__name__} of {meta.name}.{name} must have exactly one "
+                    f"input and one output port (has {len(ins)} and {len(outs)})"
+                )
+    return out
