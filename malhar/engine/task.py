@@ -602,9 +602,11 @@ def run_window(
     early: list[tuple] = []
     if window is None:  # learn the window from the first marker of any upstream task
         for batch in incoming:
-            for row in E.iter_rows(batch):
+            rows_of_batch = list(E.iter_rows(batch))
+            for i, row in enumerate(rows_of_batch):
                 if row[3] == E.MARKER and row[1] == level:
                     window, committed, shutdown = row[6], row[7], bool(row[8])
+                    early.extend(rows_of_batch[i + 1 :])
                     break
                 early.append(row)
             if window is not None:

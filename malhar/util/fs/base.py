@@ -1,0 +1,174 @@
+"""The ``FileSystem`` abstraction: the few operations the write-ahead logs need.
+
+Paths are POSIX-style strings. For :class:`~malhar.util.fs.local.LocalFileSystem`
+they are absolute OS paths; for :class:`~malhar.util.fs.hdfs.HdfsFileSystem` they
+are absolute HDFS paths (``/apps/x``). :func:`~malhar.util.fs.filesystem_for` turns
+a URL into a ``(FileSystem, path)`` pair.
+
+Durability vocabulary used by every backend (see ``docs/storage.md``):
+
+- *visible*: another process (or host) that reads the file sees the bytes;
+- *process-crash safe*: the bytes survive the death of the writing process;
+- *power-loss safe*: the bytes survive an OS crash or power loss.
+
+Each backend documents which of these an operation gives when it returns.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from malhar.util.fs.errors import StorageError
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    """One entry of a directory listing (or the status of one path)."""
+
+    name: str
+    path: str
+    size: int
+    is_dir: bool
+    mtime: float  # seconds since the epoch
+
+
+class Appender(ABC):
+    """An open file that grows at its end.
+
+    ``write`` only buffers; ``flush`` hands the buffered bytes to the backend (one
+    system call or one HDFS append) with the backend's *flush* guarantee; ``sync``
+    gives the backend's strongest guarantee. One appender per file at a time.
+    """
+
+    path: str
+
+    @property
+    @abstractmethod
+    def size(self) -> int:
+        """Bytes in the file once everything written so far is flushed."""
+
+    @abstractmethod
+    def write(self, data: bytes) -> None: ...
+
+    @abstractmethod
+    def flush(self) -> None: ...
+
+    @abstractmethod
+    def sync(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flush, then release the handle (no sync)."""
+
+    def __enter__(self) -> Appender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FileSystem(ABC):
+    """A filesystem backend. Instances are picklable (handles are re-opened lazily)."""
+
+    #: short backend name used in error messages: "local", "hdfs".
+    backend: ClassVar[str]
+
+    # -- naming ---------------------------------------------------------------------------
+    @staticmethod
+    def join(*parts: str) -> str:
+        return posixpath.join(*parts)
+
+    @staticmethod
+    def basename(path: str) -> str:
+        return posixpath.basename(path.rstrip("/"))
+
+    @staticmethod
+    def dirname(path: str) -> str:
+        return posixpath.dirname(path.rstrip("/"))
+
+    def describe(self, path: str) -> str:
+        """A URL naming ``path`` on this backend, for messages."""
+        return path
+
+    # -- metadata -------------------------------------------------------------------------
+    @abstractmethod
+    def status(self, path: str) -> FileStatus | None:
+        """Status of ``path``, or None if it does not exist."""
+
+    def exists(self, path: str) -> bool:
+        return self.status(path) is not None
+
+    @abstractmethod
+    def list(self, path: str) -> list[FileStatus]:
+        """Entries of directory ``path`` (sorted by name); StorageNotFoundError if missing."""
+
+    @abstractmethod
+    def mkdirs(self, path: str) -> None:
+        """Create ``path`` and its parents; no error if it exists."""
+
+    # -- data -----------------------------------------------------------------------------
+    @abstractmethod
+    def create(self, path: str, data: bytes = b"", *, overwrite: bool = False) -> None:
+        """Write a whole file (parents created). StorageExistsError if it exists and not
+        ``overwrite``. On return the content has the backend's *sync* guarantee."""
+
+    @abstractmethod
+    def append(self, path: str, data: bytes) -> None:
+        """Append ``data`` to an existing file with the backend's *flush* guarantee."""
+
+    @abstractmethod
+    def open_appender(self, path: str, *, create: bool = False) -> Appender:
+        """An :class:`Appender` at the end of ``path`` (created empty first if ``create``
+        and missing)."""
+
+    @abstractmethod
+    def read(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        """Bytes ``[offset, offset+length)`` (to the end if ``length`` is None); short at EOF."""
+
+    @abstractmethod
+    def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
+        """Atomically rename a file. Without ``overwrite`` it fails with
+        StorageExistsError if ``dst`` exists (a compare-and-swap on the name)."""
+
+    @abstractmethod
+    def delete(self, path: str, *, recursive: bool = False) -> bool:
+        """Delete a file (or a directory, if ``recursive``); False if it did not exist."""
+
+    @abstractmethod
+    def truncate(self, path: str, length: int) -> None:
+        """Cut ``path`` to its first ``length`` bytes (crash-safe; see the backend)."""
+
+    # -- helpers --------------------------------------------------------------------------
+    def write_atomic(self, path: str, data: bytes, *, overwrite: bool = True) -> None:
+        """Write ``data`` to a temporary sibling, then rename it onto ``path``.
+
+        Readers see the old content or the new one, never a mix. With
+        ``overwrite=False`` the rename is a compare-and-swap: StorageExistsError if
+        ``path`` appeared meanwhile (the temporary file is removed).
+        """
+        tmp = self.join(self.dirname(path), f".{self.basename(path)}.{uuid.uuid4().hex}.tmp")
+        self.create(tmp, data, overwrite=True)
+        try:
+            self.rename(tmp, path, overwrite=overwrite)
+        except BaseException:
+            try:
+                self.delete(tmp)
+            except StorageError:
+                pass
+            raise
+
+    def read_all(self, path: str) -> bytes:
+        return self.read(path, 0, None)
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections (optional)."""
+
+    def __enter__(self) -> FileSystem:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

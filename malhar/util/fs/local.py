@@ -1,0 +1,287 @@
+"""Local filesystem backend.
+
+Durability (Linux/POSIX, see ``docs/storage.md``):
+
+- ``Appender.flush()`` / ``append()``: one ``write(2)`` of the buffered bytes. On
+  return the bytes are *visible* to every reader and *process-crash safe* (they are
+  in the kernel page cache); they are *power-loss safe* only after ``sync()``.
+  With ``fsync=True`` every flush is followed by ``fdatasync`` (power-loss safe on
+  return, much slower).
+- ``Appender.sync()``: ``fdatasync(2)``; power-loss safe on return.
+- ``create()`` / ``write_atomic()`` / ``truncate()``: data fsynced before return.
+- ``rename()``: ``rename(2)`` (atomic); with ``overwrite=False`` a ``link(2)`` +
+  ``unlink(2)`` so an existing target is never replaced. The parent directory is
+  fsynced so the new name is power-loss safe on return.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+
+from malhar.util.fs.base import Appender, FileStatus, FileSystem
+from malhar.util.fs.errors import (
+    StorageError,
+    StorageExistsError,
+    StorageNotFoundError,
+    StoragePermissionError,
+)
+
+_BACKEND = "local"
+
+
+@contextlib.contextmanager
+def _mapped(operation: str, path: str) -> Iterator[None]:
+    """Translate OSError into the StorageError hierarchy, naming backend and path."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except OSError as exc:
+        where = exc.filename if isinstance(exc.filename, str) else path
+        detail = exc.strerror or str(exc)
+        kwargs = {"backend": _BACKEND, "path": where, "operation": operation}
+        if exc.errno == errno.ENOENT:
+            raise StorageNotFoundError(f"no such file or directory: {detail}", **kwargs) from exc
+        if exc.errno == errno.EEXIST:
+            raise StorageExistsError(f"already exists: {detail}", **kwargs) from exc
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise StoragePermissionError(f"permission denied: {detail}", **kwargs) from exc
+        raise StorageError(f"{operation} failed: {detail} (errno {exc.errno})", **kwargs) from exc
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _sync_fd(fd: int) -> None:
+    (getattr(os, "fdatasync", None) or os.fsync)(fd)
+
+
+class LocalAppender(Appender):
+    """Buffered writes, one ``write(2)`` per flush, ``O_APPEND`` file descriptor."""
+
+    def __init__(self, path: str, *, create: bool, fsync: bool) -> None:
+        self.path = path
+        self._fsync = fsync
+        flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        if create:
+            flags |= os.O_CREAT
+            with _mapped("mkdirs", os.path.dirname(path)):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+        with _mapped("open-append", path):
+            self._fd: int | None = os.open(path, flags, 0o644)
+            self._size = os.fstat(self._fd).st_size
+        if create:
+            _fsync_dir(os.path.dirname(path))
+        self._buffer: list[bytes] = []
+        self._pending = 0
+
+    @property
+    def size(self) -> int:
+        return self._size + self._pending
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            raise StorageError("appender is closed", backend=_BACKEND, path=self.path)
+        return self._fd
+
+    def file_size(self) -> int:
+        """The size of the file on disk now (detects other writers)."""
+        with _mapped("fstat", self.path):
+            return os.fstat(self.fd).st_size
+
+    def write(self, data: bytes) -> None:
+        self._buffer.append(data)
+        self._pending += len(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = self._buffer[0] if len(self._buffer) == 1 else b"".join(self._buffer)
+            self._buffer.clear()
+            self._pending = 0
+            view = memoryview(data)
+            fd = self.fd
+            with _mapped("append", self.path):
+                while view:
+                    n = os.write(fd, view)
+                    self._size += n
+                    view = view[n:]
+                if self._fsync:
+                    _sync_fd(fd)
+
+    def sync(self) -> None:
+        self.flush()
+        with _mapped("fsync", self.path):
+            _sync_fd(self.fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                self.flush()
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+
+class LocalFileSystem(FileSystem):
+    """The local filesystem. ``fsync=True`` makes every flush power-loss safe."""
+
+    backend = "local"
+
+    def __init__(self, *, fsync: bool = False) -> None:
+        self.fsync = bool(fsync)
+
+    def describe(self, path: str) -> str:
+        return f"file://{path}"
+
+    def status(self, path: str) -> FileStatus | None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            return None
+        except OSError:
+            with _mapped("status", path):
+                raise
+            raise  # pragma: no cover - unreachable
+        return FileStatus(
+            os.path.basename(path.rstrip("/")),
+            path,
+            st.st_size,
+            stat.S_ISDIR(st.st_mode),
+            st.st_mtime,
+        )
+
+    def list(self, path: str) -> list[FileStatus]:
+        out = []
+        with _mapped("list", path), os.scandir(path) as it:
+            for entry in it:
+                try:
+                    st = entry.stat()
+                except FileNotFoundError:  # removed while listing
+                    continue
+                out.append(
+                    FileStatus(
+                        entry.name, entry.path, st.st_size, stat.S_ISDIR(st.st_mode), st.st_mtime
+                    )
+                )
+        out.sort(key=lambda s: s.name)
+        return out
+
+    def mkdirs(self, path: str) -> None:
+        with _mapped("mkdirs", path):
+            os.makedirs(path, exist_ok=True)
+
+    def create(self, path: str, data: bytes = b"", *, overwrite: bool = False) -> None:
+        parent = os.path.dirname(path)
+        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        flags |= os.O_TRUNC if overwrite else os.O_EXCL
+        with _mapped("create", path):
+            os.makedirs(parent, exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                _sync_fd(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(parent)
+
+    def append(self, path: str, data: bytes) -> None:
+        with _mapped("append", path):
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self.fsync:
+                    _sync_fd(fd)
+            finally:
+                os.close(fd)
+
+    def open_appender(self, path: str, *, create: bool = False) -> LocalAppender:
+        return LocalAppender(path, create=create, fsync=self.fsync)
+
+    def read(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        if length is not None and length <= 0:
+            return b""
+        with _mapped("read", path), open(path, "rb", buffering=0) as f:
+            if length is None:
+                f.seek(offset)
+                return f.read()
+            return os.pread(f.fileno(), length, offset)
+
+    def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
+        with _mapped("rename", src):
+            if overwrite:
+                os.replace(src, dst)
+            else:
+                try:
+                    os.link(src, dst)
+                except FileExistsError:
+                    raise StorageExistsError(
+                        f"rename target exists: {dst}",
+                        backend=_BACKEND,
+                        path=dst,
+                        operation="rename",
+                    ) from None
+                except OSError as exc:
+                    if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                        raise
+                    # no hard links here: check-then-rename (single writer per target)
+                    if os.path.lexists(dst):
+                        raise StorageExistsError(
+                            f"rename target exists: {dst}",
+                            backend=_BACKEND,
+                            path=dst,
+                            operation="rename",
+                        ) from None
+                    os.rename(src, dst)
+                else:
+                    os.unlink(src)
+        _fsync_dir(os.path.dirname(dst))
+        if os.path.dirname(src) != os.path.dirname(dst):
+            _fsync_dir(os.path.dirname(src))
+
+    def delete(self, path: str, *, recursive: bool = False) -> bool:
+        with _mapped("delete", path):
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return False
+            if stat.S_ISDIR(st.st_mode):
+                if recursive:
+                    shutil.rmtree(path)
+                else:
+                    os.rmdir(path)
+            else:
+                os.unlink(path)
+        _fsync_dir(os.path.dirname(path.rstrip("/")))
+        return True
+
+    def truncate(self, path: str, length: int) -> None:
+        """``truncate(2)`` then ``fsync``: idempotent, so a crash midway is repaired by redoing it."""
+        with _mapped("truncate", path):
+            fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                os.ftruncate(fd, length)
+                os.fsync(fd)
+            finally:
+                os.close(fd)

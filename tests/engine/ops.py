@@ -1,0 +1,250 @@
+"""Operators used by the engine tests (importable by Spark workers as tests.engine.ops)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from malhar import (
+    ActivationListener,
+    CheckpointListener,
+    DeliveryType,
+    InputOperator,
+    InputPort,
+    Operator,
+    OperatorContext,
+    OutputPort,
+    Unifier,
+)
+
+
+def window_items(window: int, per_window: int = 20, keys: int = 5) -> list[tuple[str, int]]:
+    """The deterministic content of a window: (key, value) pairs."""
+    return [(f"k{(window * 7 + i) % keys}", window * 100 + i) for i in range(per_window)]
+
+
+class Numbers(InputOperator):
+    """Emits ``window_items(w)`` in window w, spread over its partitions; stops after ``last``."""
+
+    output = OutputPort()
+    transient = ("_done", "_p", "_n", "_w")
+
+    def __init__(self, per_window: int = 20, keys: int = 5, last: int | None = None) -> None:
+        self.per_window, self.keys, self.last = per_window, keys, last
+
+    def setup(self, context: OperatorContext) -> None:
+        self._p, self._n = context.partition, context.partitions
+
+    def begin_window(self, window_id: int) -> None:
+        self._w, self._done = window_id, False
+
+    def emit_tuples(self) -> None:
+        if self._done or (self.last is not None and self._w > self.last):
+            self._done = True
+            return
+        self._done = True
+        for i, item in enumerate(window_items(self._w, self.per_window, self.keys)):
+            if i % self._n == self._p:
+                self.output.emit(item)
+
+
+class SumUnifier(Unifier):
+    def begin_window(self, window_id: int) -> None:
+        self.acc: dict[str, int] = {}
+
+    def process(self, kv: tuple[str, int]) -> None:
+        self.acc[kv[0]] = self.acc.get(kv[0], 0) + kv[1]
+
+    def end_window(self) -> None:
+        for k in sorted(self.acc):
+            self.output.emit((k, self.acc[k]))
+
+
+class SumPerKey(Operator):
+    """Per-window sums per key (partial per partition, merged by SumUnifier)."""
+
+    input = InputPort()
+    output = OutputPort(unifier=SumUnifier)
+
+    def begin_window(self, window_id: int) -> None:
+        self.acc: dict[str, int] = {}
+
+    def process(self, kv: tuple[str, int]) -> None:
+        self.acc[kv[0]] = self.acc.get(kv[0], 0) + kv[1]
+
+    def end_window(self) -> None:
+        for k in sorted(self.acc):
+            self.output.emit((k, self.acc[k]))
+
+
+class RunningTotal(Operator):
+    """Cumulative sum of values: checkpointed state that a wrong restore would corrupt."""
+
+    input = InputPort()
+    output = OutputPort()
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def process(self, kv: tuple[str, int]) -> None:
+        self.total += kv[1]
+
+    def end_window(self) -> None:
+        self.output.emit(self.total)
+
+
+class EventLog(Operator, ActivationListener, CheckpointListener):
+    """Appends every lifecycle call to ``<checkpoint>/events/<partition>.jsonl``."""
+
+    input = InputPort()
+    output = OutputPort()
+    transient = ("_file", "_id")
+
+    def _log(self, event: str, **extra: Any) -> None:
+        line = {"e": event, "id": self._id, "pid": os.getpid(), **extra}
+        with open(self._file, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def setup(self, context: OperatorContext) -> None:
+        folder = Path(context.checkpoint) / "events"
+        folder.mkdir(parents=True, exist_ok=True)
+        self._file = folder / f"{context.partition}.jsonl"
+        self._id = os.urandom(4).hex()
+        self._log("setup")
+
+    def activate(self, context: OperatorContext) -> None:
+        self._log("activate")
+
+    def begin_window(self, window_id: int) -> None:
+        self._log("begin", w=window_id)
+
+    def process(self, value: Any) -> None:
+        self._log("process")
+        self.output.emit(value)
+
+    def end_window(self) -> None:
+        self._log("end")
+
+    def committed(self, window_id: int) -> None:
+        self._log("committed", w=window_id)
+
+    def deactivate(self) -> None:
+        self._log("deactivate")
+
+    def teardown(self) -> None:
+        self._log("teardown")
+
+
+class AppWindowSum(Operator):
+    """Sums values over an application window and emits (first window, sum) at its end."""
+
+    input = InputPort()
+    output = OutputPort()
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.acc = 0
+
+    def begin_window(self, window_id: int) -> None:
+        self.first, self.acc = window_id, 0
+
+    def process(self, kv: tuple[str, int]) -> None:
+        self.acc += kv[1]
+
+    def end_window(self) -> None:
+        self.output.emit((self.first, self.acc))
+
+
+class FailOnce(Operator):
+    """Forwards tuples; raises once in window ``fail_window`` (marker file under the checkpoint)."""
+
+    input = InputPort()
+    output = OutputPort()
+    transient = ("_marker", "_w")
+
+    def __init__(self, fail_window: int) -> None:
+        self.fail_window = fail_window
+
+    def setup(self, context: OperatorContext) -> None:
+        self._marker = Path(context.checkpoint) / f"failed-{context.name}-{context.partition}"
+
+    def begin_window(self, window_id: int) -> None:
+        self._w = window_id
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value)
+
+    def end_window(self) -> None:
+        if self._w == self.fail_window and not self._marker.exists():
+            self._marker.write_text("x")
+            raise RuntimeError(f"injected failure in window {self._w}")
+
+
+# -- control tuples ---------------------------------------------------------------------------
+class ControlSource(InputOperator):
+    """Emits one data tuple and two control tuples per window (IMMEDIATE, then END_WINDOW)."""
+
+    output = OutputPort(control_aware=True)
+    transient = ("_w", "_done", "_p")
+
+    def setup(self, context: OperatorContext) -> None:
+        self._p = context.partition
+
+    def begin_window(self, window_id: int) -> None:
+        self._w, self._done = window_id, False
+
+    def emit_tuples(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.output.emit(("data-before", self._w, self._p))
+        self.output.emit_control(("now", self._w), DeliveryType.IMMEDIATE)
+        self.output.emit_control(("at-end", self._w), DeliveryType.END_WINDOW)
+        self.output.emit(("data-after", self._w, self._p))
+
+
+class Forwarder(Operator):
+    """Not control aware: control tuples pass through it automatically."""
+
+    input = InputPort()
+    output = OutputPort()
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value)
+
+
+class Blocker(Operator):
+    """Control aware; swallows ("now", w) control tuples (opt-out), lets others through."""
+
+    input = InputPort(control_aware=True)
+    output = OutputPort(control_aware=True)
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value)
+
+    def process_control(self, payload: Any) -> bool:
+        return payload[0] == "now"
+
+
+class ControlRecorder(Operator):
+    """Records data and control arrivals in order, emitting the log at end_window."""
+
+    input = InputPort(control_aware=True)
+    output = OutputPort()
+    transient = ("_seen",)
+
+    def begin_window(self, window_id: int) -> None:
+        self._seen: list[Any] = []
+
+    def process(self, value: Any) -> None:
+        self._seen.append(("data", value[0]))
+
+    def process_control(self, payload: Any) -> bool:
+        self._seen.append(("control", payload))
+        return True
+
+    def end_window(self) -> None:
+        self._seen.append(("end_window",))
+        self.output.emit(self._seen)
