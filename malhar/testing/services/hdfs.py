@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 from xml.sax.saxutils import escape
 
 from malhar.testing.services.base import Service
@@ -68,6 +69,9 @@ _PORT_ROLES = {
     "datanode_http": "DataNode HTTP (dfs.datanode.http.address)",
     "datanode_ipc": "DataNode IPC (dfs.datanode.ipc.address)",
 }
+
+#: WebHDFS's default dfs.webhdfs.user.provider.user.pattern
+_USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]*[$]?$")
 
 _LOG4J = """\
 log4j.rootLogger=INFO,console
@@ -132,6 +136,13 @@ class HdfsService(Service):
             "datanode_ipc": datanode_ipc_port,
         }
         self.user = user or getpass.getuser()
+        if not _USER_NAME.match(self.user):
+            raise ServiceError(
+                self.name,
+                f"user name {self.user!r} is not accepted by WebHDFS "
+                f"(dfs.webhdfs.user.provider.user.pattern {_USER_NAME.pattern})",
+                hint="pass user= with letters, digits, '.', '_' or '-' only",
+            )
         self._webhdfs_url: str | None = None  # set by from_env
         self._namenode: ManagedProcess | None = None
         self._datanode: ManagedProcess | None = None
@@ -462,7 +473,7 @@ class HdfsService(Service):
         return {"url": self.url, "webhdfs_url": self.webhdfs_url, "user": self.user}
 
     def env_value(self) -> str:
-        return f"{self.url}?webhdfs={self.webhdfs_url}&user={quote(self.user, safe='')}"
+        return f"{self.url}?webhdfs={self.webhdfs_url}&user={self.user}"
 
     def ping(self) -> bool:
         try:
