@@ -1,0 +1,1 @@
+"""Word count on the malhar engine (the smoke sample until the Kafka -> PostgreSQL flagship lands)."""

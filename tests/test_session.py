@@ -1,0 +1,69 @@
+"""The session builder: defaults that work, any master URL, real executor processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from malhar import session_conf
+from malhar.session import ROCKSDB_PROVIDER
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defaults() -> None:
+    conf = session_conf()
+    assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
+    assert conf["spark.pyspark.python"] == sys.executable
+    assert conf["spark.ui.enabled"] == "false"
+    assert int(conf["spark.sql.shuffle.partitions"]) == max(2, os.cpu_count() or 2)
+    assert session_conf(conf={"spark.ui.enabled": "true"})["spark.ui.enabled"] == "true"
+    assert session_conf(jars=["/a.jar", "/b.jar"])["spark.jars"] == "/a.jar,/b.jar"
+
+
+def test_session_runs_python_workers_with_this_interpreter(spark) -> None:
+    executables = set(
+        spark.sparkContext.parallelize(range(4), 2).map(lambda _: __import__("sys").executable).collect()
+    )
+    assert executables == {sys.executable}
+    assert spark.conf.get("spark.sql.streaming.stateStore.providerClass") == ROCKSDB_PROVIDER
+
+
+@pytest.mark.integration
+def test_local_cluster_runs_on_two_executor_processes(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        import json, os
+        from malhar import build_session
+        spark = build_session("local-cluster[2,1,1024]", app_name="two-executors")
+        sc = spark.sparkContext
+        def where(_):
+            from pyspark import TaskContext
+            return (os.getppid(), TaskContext.get().partitionId())
+        rows = sc.parallelize(range(8), 8).map(where).collect()
+        executors = sc._jsc.sc().getExecutorMemoryStatus().size() - 1  # minus the driver
+        print(json.dumps({"jvms": sorted({r[0] for r in rows}), "executors": executors,
+                          "driver": os.getpid()}))
+        spark.stop()
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    assert info["executors"] == 2
+    # Python workers are forked by a daemon per executor: two distinct parent processes.
+    assert len(info["jvms"]) == 2
+    assert info["driver"] not in info["jvms"]
