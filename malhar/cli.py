@@ -1,20 +1,489 @@
-"""The ``malhar`` command line."""
+"""The ``malhar`` command line.
+
+- ``malhar list [--kind KIND] [--json]``: operators, connectors and applications
+  registered through entry points (built-ins and installed packs);
+- ``malhar info NAME``: one operator's ports, properties and constructor arguments;
+- ``malhar validate APP``: load and validate an application, print its physical plan;
+- ``malhar run APP``: run it on Spark, for ``--windows N`` or until Ctrl-C;
+- ``malhar services ...``: real Kafka, PostgreSQL and HDFS servers for a shell session.
+
+Exit codes: 0 success, 1 the application failed while running, 2 the application
+cannot be loaded or is not valid (or the command line is wrong).
+"""
 
 from __future__ import annotations
 
+import json
+import re
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
 import click
 
+from malhar import registry
+from malhar.app import ApplicationError, load_application, parse_config, settable
+from malhar.redaction import MASK, is_secret_key, redact_config
 from malhar.testing.cli import services
+
+#: exit code of an application that cannot be loaded or is not valid
+EXIT_INVALID = 2
+#: exit code of an application that failed while running
+EXIT_FAILED = 1
+#: seconds between progress lines of an unbounded ``run``
+PROGRESS_EVERY = 10.0
+
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s:/@]*:)[^\s@/]+@")
+
+
+class Scrubber:
+    """Masks secret values (from the config and operators' secret properties) in text."""
+
+    def __init__(self) -> None:
+        self.secrets: set[str] = set()
+
+    def add_config(self, config: Mapping[str, Any]) -> None:
+        for key, value in config.items():
+            if is_secret_key(str(key)) and isinstance(value, str) and value:
+                self.secrets.add(value)
+
+    def add_dag(self, dag: Any) -> None:
+        for meta in dag.operators.values():
+            for name in settable(meta.operator):
+                value = getattr(meta.operator, name, None)
+                if is_secret_key(name) and isinstance(value, str) and value:
+                    self.secrets.add(value)
+
+    def __call__(self, text: str) -> str:
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(repr(secret), repr(MASK))
+            if len(secret) >= 4:
+                text = text.replace(secret, MASK)
+        return _URL_PASSWORD.sub(rf"\1{MASK}@", text)
+
+
+def _fail(title: str, problems: list[str], scrub: Callable[[str], str], code: int) -> NoReturn:
+    click.echo(scrub(title), err=True)
+    for problem in problems:
+        click.echo(f"  - {scrub(problem)}", err=True)
+    sys.exit(code)
+
+
+def _debug() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.find_root().params.get("debug"))
 
 
 @click.group()
 @click.version_option(package_name="malhar")
-def cli() -> None:
+@click.option("--debug", is_flag=True, help="Print full tracebacks of errors.")
+def cli(debug: bool) -> None:
     """malhar: Apex Malhar connectors and operators with exactly-once delivery, on PySpark."""
 
 
 cli.add_command(services)
 
 
+# -- list / info -----------------------------------------------------------------------------
+def _ports(entry: registry.Entry) -> str:
+    parts = []
+    if entry.inputs:
+        parts.append("in: " + ", ".join(entry.inputs))
+    if entry.outputs:
+        parts.append("out: " + ", ".join(entry.outputs))
+    return "; ".join(parts)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200)
+    return console
+
+
+@cli.command("list")
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice(registry.KINDS),
+    help="Only entries of this kind (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_command(kinds: tuple[str, ...], as_json: bool) -> None:
+    """List registered operators, connectors and applications (built-ins and packs)."""
+    items = registry.entries(kinds or None)
+    if as_json:
+        click.echo(json.dumps([e.to_dict() for e in items], indent=2))
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("NAME", "KIND", "PORTS", "PACK", "DESCRIPTION"):
+        table.add_column(column, overflow="fold")
+    for e in items:
+        doc = escape(e.doc) if e.ok else "[red]cannot load (see below)[/red]"
+        table.add_row(escape(e.name), e.kind, escape(_ports(e)), escape(e.pack), doc)
+    console = _console()
+    if items:
+        with console.capture() as captured:
+            console.print(table)
+        text = "\n".join(line.rstrip() for line in captured.get().splitlines())
+        click.echo(text)
+    else:
+        click.echo("nothing registered" + (f" of kind {', '.join(kinds)}" if kinds else ""))
+    broken = [e for e in items if not e.ok]
+    if broken:
+        click.echo(f"\n{len(broken)} entry point(s) cannot be loaded:")
+        for e in broken:
+            click.echo(f"  {e.name} = {e.target} [{e.group}] from {e.pack}: {e.error}")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def info(name: str, as_json: bool) -> None:
+    """Show an operator's or connector's ports, properties and constructor arguments.
+
+    NAME is a registered name (see `malhar list`) or module:Class.
+    """
+    found = registry.available()
+    try:
+        cls = registry.load(name, found)
+    except registry.RegistryError as exc:
+        _fail(f"malhar info {name}:", [str(exc)], str, EXIT_INVALID)
+    entry = found.get(name)
+    described = registry.describe_class(cls)
+    described.update(
+        name=name,
+        kind=entry.kind if entry else registry.component_kind(cls),
+        pack=entry.pack if entry else None,
+    )
+    if as_json:
+        click.echo(json.dumps(described, indent=2, default=repr))
+        return
+    click.echo(
+        f"{name}  ({described['kind']}, {described['class']}, pack: {described['pack'] or '-'})"
+    )
+    if described["doc"]:
+        click.echo("\n" + "\n".join(f"  {line}" for line in described["doc"].splitlines()))
+    click.echo(f"\nconstructor args: {', '.join(described['args']) or '(none)'}")
+    click.echo("ports:")
+    for p in described["ports"]:
+        flags = [f"{p['direction']} port", "optional" if p["optional"] else "required"]
+        flags += ["error port"] if p.get("error") else []
+        schema = p["schema"] or "Python objects"
+        click.echo(f"  {p['name']} ({', '.join(flags)}): {schema}")
+    click.echo("properties:" + ("" if described["properties"] else " (none)"))
+    for p in described["properties"]:
+        default = MASK if is_secret_key(p["name"]) and p["default"] else repr(p["default"])
+        extra = f" ({', '.join(p['constraints'])})" if p["constraints"] else ""
+        doc = f": {p['doc']}" if p["doc"] else ""
+        click.echo(f"  {p['name']}: {p['type']} = {default}{extra}{doc}")
+
+
+# -- loading applications ----------------------------------------------------------------------
+def _app_options(fn: Callable) -> Callable:
+    fn = click.option(
+        "--name",
+        default=None,
+        help="The application's name (APPLICATION_NAME); stable across runs.",
+    )(fn)
+    fn = click.option(
+        "--config-file",
+        type=click.Path(exists=True, dir_okay=False),
+        default=None,
+        help="A JSON object of configuration (the --config pairs win over it).",
+    )(fn)
+    fn = click.option(
+        "-c",
+        "--config",
+        "pairs",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Configuration for the application (repeatable). VALUE is JSON when it parses. "
+        "dt.operator.OP.prop.NAME, dt.operator.OP.attr.NAME, dt.attr.NAME set properties and "
+        "attributes.",
+    )(fn)
+    return click.argument("app")(fn)
+
+
+def _load(
+    app: str, pairs: tuple[str, ...], config_file: str | None, name: str | None, scrub: Scrubber
+) -> tuple[Any, dict[str, Any]]:
+    config: dict[str, Any] = {}
+    if config_file:
+        try:
+            data = json.loads(Path(config_file).read_text())
+        except ValueError as exc:
+            raise click.BadParameter(f"{config_file} is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise click.BadParameter(f"{config_file} must hold a JSON object")
+        config.update(data)
+    try:
+        config.update(parse_config(pairs))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--config") from exc
+    scrub.add_config(config)
+    try:
+        dag = load_application(app, config, name=name)
+    except ApplicationError as exc:
+        if _debug():
+            traceback.print_exc()
+        _fail(f"{app}: cannot load the application:", exc.problems, scrub, EXIT_INVALID)
+    scrub.add_dag(dag)
+    return dag, config
+
+
+def _echo_config(config: Mapping[str, Any], scrub: Scrubber) -> None:
+    if config:
+        click.echo(scrub("config: " + json.dumps(redact_config(config), default=str)))
+
+
+def _check(app: str, dag: Any, scrub: Scrubber) -> Any:
+    """The physical plan of a valid ``dag``; exits 2 listing every problem otherwise."""
+    from malhar.engine.plan import build_plan
+    from malhar.validation import ValidationError
+
+    try:
+        return build_plan(dag)
+    except ValidationError as exc:
+        _fail(f"{app}: the application is not valid:", exc.problems, scrub, EXIT_INVALID)
+
+
+@cli.command()
+@_app_options
+def validate(app: str, pairs: tuple[str, ...], config_file: str | None, name: str | None) -> None:
+    """Load APP, validate it and print its physical plan.
+
+    APP is module:attr, path/to/file.py[:attr], path/to/app.json or the name of a
+    registered application. Exits with 2 and lists every problem when APP is not valid.
+    """
+    from malhar.engine.plan import describe
+
+    scrub = Scrubber()
+    dag, config = _load(app, pairs, config_file, name, scrub)
+    plan = _check(app, dag, scrub)
+    _echo_config(config, scrub)
+    click.echo(
+        f"application {dag.name!r} is valid: {len(dag.operators)} operator(s), "
+        f"{len(dag.streams)} stream(s)"
+    )
+    click.echo(scrub(describe(plan)))
+
+
+# -- run ---------------------------------------------------------------------------------------
+class StopSignals:
+    """Ctrl-C (SIGINT) or SIGTERM asks for an orderly stop; a second one stops at once.
+
+    The first signal only sets ``requested``: raising inside a blocking Spark call
+    would leave the py4j connection mid-answer (and PySpark's own SIGINT handler
+    cancels every running job). The waiting loops poll ``requested`` instead.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> StopSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: signals stay as they are
+                pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+
+def _error_summary(app: Any, first: int, last: int) -> str:
+    totals: dict[str, int] = {}
+    for window in range(max(first, 0), last + 1):
+        for port, count in app.error_counts(window).items():
+            totals[port] = totals.get(port, 0) + int(count)
+    shown = [f"{port}={count}" for port, count in sorted(totals.items()) if count]
+    return f"; tuples on error ports: {', '.join(shown)}" if shown else ""
+
+
+def _runtime_failure(app_name: str, exc: BaseException, scrub: Scrubber) -> NoReturn:
+    if _debug():
+        traceback.print_exception(exc)
+        lines = str(exc).splitlines()
+    else:
+        lines = str(exc).splitlines()[:20]
+        lines.append("(malhar --debug run ... prints the whole error)")
+    _fail(f"{app_name}: the application failed:", [scrub("\n    ".join(lines))], scrub, EXIT_FAILED)
+
+
+@cli.command()
+@_app_options
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--checkpoint",
+    default=None,
+    help="Checkpoint root (path or hdfs:// URL); reuse it to recover. A temporary folder by default.",
+)
+@click.option(
+    "--windows",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop after N windows (default: run until Ctrl-C or SIGTERM).",
+)
+@click.option(
+    "--window-ms",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Streaming window period in ms (default: the STREAMING_WINDOW_MS attribute).",
+)
+@click.option(
+    "--spark-conf",
+    "spark_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting for the session (repeatable).",
+)
+def run(
+    app: str,
+    pairs: tuple[str, ...],
+    config_file: str | None,
+    name: str | None,
+    master: str,
+    checkpoint: str | None,
+    windows: int | None,
+    window_ms: int | None,
+    spark_pairs: tuple[str, ...],
+) -> None:
+    """Run APP on Spark: for --windows N, or until Ctrl-C / SIGTERM (then it stops
+    after the current window, tearing every operator down).
+
+    APP is module:attr, path/to/file.py[:attr], path/to/app.json or the name of a
+    registered application.
+    """
+    spark_conf = {}
+    for pair in spark_pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--spark-conf")
+        spark_conf[key] = value
+    scrub = Scrubber()
+    scrub.add_config(spark_conf)
+    dag, config = _load(app, pairs, config_file, name, scrub)
+    _check(app, dag, scrub)
+    _echo_config(config, scrub)
+
+    import malhar
+
+    spark = malhar.build_session(master, app_name=f"malhar-{dag.name}", conf=spark_conf)
+    try:
+        with StopSignals() as stop:
+            _run(dag, spark, checkpoint, windows, window_ms, master, scrub, stop)
+    finally:
+        try:
+            spark.stop()
+        except Exception:  # the JVM may already be gone after a failure
+            pass
+
+
+def _run(
+    dag: Any,
+    spark: Any,
+    checkpoint: str | None,
+    windows: int | None,
+    window_ms: int | None,
+    master: str,
+    scrub: Scrubber,
+    stop: StopSignals,
+) -> None:
+    import malhar
+
+    started = time.monotonic()
+    try:
+        app = malhar.launch(
+            dag, spark=spark, checkpoint=checkpoint, windows=windows, window_ms=window_ms
+        )
+    except Exception as exc:
+        _runtime_failure(dag.name, exc, scrub)
+    how = f"{windows} window(s)" if windows else "until Ctrl-C"
+    click.echo(f"{dag.name}: running {how} on {master}; checkpoint {scrub(app.checkpoint)}")
+    first = app.last_window + 1
+    try:
+        finished = _wait(app, windows is not None, stop, dag.name)
+    except KeyboardInterrupt:
+        finished = False
+    except Exception as exc:
+        _runtime_failure(dag.name, exc, scrub)
+    if not finished:
+        click.echo(f"{dag.name}: stopping after the current window ...")
+        try:
+            app.stop()
+        except KeyboardInterrupt:
+            click.echo(f"{dag.name}: interrupted again; stopping now")
+            app.query.stop()
+        except Exception as exc:
+            _runtime_failure(dag.name, exc, scrub)
+    last = app.last_window
+    verb = "done" if finished else "stopped"
+    click.echo(
+        f"{dag.name}: {verb} in {time.monotonic() - started:.1f}s; last window {last}"
+        f"{_error_summary(app, first, last)}"
+    )
+
+
+def _wait(app: Any, bounded: bool, stop: StopSignals, name: str) -> bool:
+    """Wait for the end of a bounded run (True) or a stop request (False)."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def drain() -> None:  # a bounded run ends when its source has nothing more
+        try:
+            app.query.processAllAvailable()
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            done.set()
+
+    if bounded:
+        threading.Thread(target=drain, name="malhar-run-drain", daemon=True).start()
+    shown, shown_at = app.last_window, time.monotonic()
+    while not stop.requested:
+        if bounded and done.wait(0.25):
+            if failure:
+                raise failure[0]
+            exc = app.query.exception()
+            if exc is not None:
+                raise exc
+            app.query.stop()
+            return True
+        if not bounded and app.query.awaitTermination(0.5):
+            exc = app.query.exception()
+            if exc is not None:
+                raise exc
+            return True
+        now = time.monotonic()
+        if now - shown_at >= PROGRESS_EVERY and app.last_window != shown:
+            shown, shown_at = app.last_window, now
+            click.echo(f"{name}: window {shown} complete")
+    return False
+
+
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":
+    main()

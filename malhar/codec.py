@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,9 +48,9 @@ class KeyCodec(StreamCodec):
         return (hashed >> np.uint64(1)).astype(np.int64)
 
     def partition(self, value: Any) -> int:
-        row = {c: [value[c]] for c in self.columns}
-        frame = pd.DataFrame(row)
-        return int(pd.util.hash_pandas_object(frame, index=False).to_numpy()[0] >> np.uint64(1))
+        # Untyped streams only (typed ones use partition_batch); stable across processes.
+        key = repr(tuple(value[c] for c in self.columns)).encode()
+        return zlib.crc32(key)
 
     def __repr__(self) -> str:
         return f"KeyCodec{tuple(self.columns)!r}"

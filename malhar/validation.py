@@ -107,7 +107,7 @@ def _ports(dag: DAG) -> list[str]:
                 out.append(
                     f"output port {ref} must be connected (declared optional=False): add a stream from it"
                 )
-        for name, port in [*meta.inputs.items(), *meta.outputs.items()]:
+        for port in [*meta.inputs.values(), *meta.outputs.values()]:
             try:
                 _ = port.schema
             except SchemaError as exc:

@@ -21,7 +21,9 @@ def main() -> int:
     spark = build_session("local[2]", app_name="malhar-sample", shuffle_partitions=2)
     checkpoint = tempfile.mkdtemp(prefix="malhar-sample-")
     started = time.monotonic()
-    app = run(build(windows, lines), windows=windows, spark=spark, checkpoint=checkpoint, window_ms=200)
+    app = run(
+        build(windows, lines), windows=windows, spark=spark, checkpoint=checkpoint, window_ms=200
+    )
     elapsed = time.monotonic() - started
     got: Counter = Counter()
     for pairs in collected(checkpoint, "out").values():
@@ -32,8 +34,10 @@ def main() -> int:
     for word, n in got.most_common(5):
         print(f"  {word:<10} {n}")
     exact = got == truth
-    print(f"\nexactness check against the ground truth: {'EXACT' if exact else 'MISMATCH'}"
-          f" ({sum(got.values())} words counted, {sum(truth.values())} in the input)")
+    print(
+        f"\nexactness check against the ground truth: {'EXACT' if exact else 'MISMATCH'}"
+        f" ({sum(got.values())} words counted, {sum(truth.values())} in the input)"
+    )
     spark.stop()
     return 0 if exact else 1
 

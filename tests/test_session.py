@@ -29,7 +29,9 @@ def test_defaults() -> None:
 
 def test_session_runs_python_workers_with_this_interpreter(spark) -> None:
     executables = set(
-        spark.sparkContext.parallelize(range(4), 2).map(lambda _: __import__("sys").executable).collect()
+        spark.sparkContext.parallelize(range(4), 2)
+        .map(lambda _: __import__("sys").executable)
+        .collect()
     )
     assert executables == {sys.executable}
     assert spark.conf.get("spark.sql.streaming.stateStore.providerClass") == ROCKSDB_PROVIDER

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import cloudpickle
 
 from malhar import attributes as A
@@ -91,8 +90,15 @@ class RouteBuffer(Emitter):
         self.batches: dict[int, list[pa.RecordBatch]] = defaultdict(list)
         self.rows: dict[int, int] = defaultdict(int)
         self.rr = rt.partition  # round robin starts at our own index: spreads partitions
+        self.pending: list[Any] = []
 
     def tuple(self, value: Any) -> None:
+        if self.route.arrow_schema is not None and self.n > 1:
+            # Typed tuples are partitioned later, a whole Arrow batch at a time.
+            self.pending.append(value)
+            if len(self.pending) >= CHUNK_ROWS:
+                self._drain_pending()
+            return
         if self.n == 1:
             d = 0
         elif self.route.codec is not None:
@@ -102,6 +108,11 @@ class RouteBuffer(Emitter):
             self.rr += 1
         self.tuples[d].append(value)
         self._count(d, 1)
+
+    def _drain_pending(self) -> None:
+        if self.pending:
+            rows, self.pending = self.pending, []
+            self.batch(pa.RecordBatch.from_pylist(rows, schema=self.route.arrow_schema))
 
     def batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -127,6 +138,7 @@ class RouteBuffer(Emitter):
         self.rr += 1
 
     def control(self, ctl: ControlTuple) -> None:
+        self._drain_pending()
         payload = pickle.dumps(ctl, protocol=pickle.HIGHEST_PROTOCOL)
         for d in range(self.n):
             self.flush_one(d)  # keep control in stream order after earlier data
@@ -158,6 +170,7 @@ class RouteBuffer(Emitter):
         self.rt.emit_row(self.dest, d, E.DATA, self.route.id, count=rows, payload=payload)
 
     def flush(self) -> None:
+        self._drain_pending()
         for d in sorted(set(self.tuples) | set(self.batches)):
             self.flush_one(d)
 

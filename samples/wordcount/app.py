@@ -15,7 +15,21 @@ from typing import Any
 from malhar import DAG, InputPort, KeyCodec, Operator, OutputPort, Unifier
 from malhar.testing.operators import Collector, ListInput
 
-WORDS = "apex malhar spark stream window operator partition unifier kafka postgres hdfs exactly once".split()
+WORDS = [
+    "apex",
+    "malhar",
+    "spark",
+    "stream",
+    "window",
+    "operator",
+    "partition",
+    "unifier",
+    "kafka",
+    "postgres",
+    "hdfs",
+    "exactly",
+    "once",
+]
 
 
 def corpus(windows: int, lines: int, seed: int = 11) -> list[list[str]]:

@@ -55,7 +55,9 @@ def main() -> None:
     checkpoint, master, windows = sys.argv[1], sys.argv[2], int(sys.argv[3])
     os.environ["CRASH_RUN_ID"] = f"{os.getpid()}"  # inherited by the JVM and its Python workers
     spark = build_session(master, app_name="malhar-crash", shuffle_partitions=2)
-    app = launch(build(), spark=spark, checkpoint=checkpoint, windows=windows or None, window_ms=100)
+    app = launch(
+        build(), spark=spark, checkpoint=checkpoint, windows=windows or None, window_ms=100
+    )
     if windows:
         app.await_completion()
     else:

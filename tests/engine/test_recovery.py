@@ -7,6 +7,7 @@ workers included).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -85,7 +86,7 @@ def test_sigkill_restart_and_lost_spark_checkpoint(tmp_path: Path) -> None:
     assert len(order) == 4
     for ws in order:
         assert ws == list(range(ws[0], ws[0] + len(ws))), ws  # consecutive within a run
-    for before, after in zip(order, order[1:], strict=False):
+    for before, after in itertools.pairwise(order):
         assert after[0] in (before[-1], before[-1] + 1), (before[-3:], after[:3])  # never backwards
     assert order[-1][0] > 0  # continued, not restarted at 0, after losing the Spark checkpoint
     final = collected(str(checkpoint), "out")

@@ -74,10 +74,18 @@ def test_single_partition_sums(spark, tmp_path: Path) -> None:
     sum_parts=st.integers(1, 3),
     keyed=st.booleans(),
 )
-def test_partitioned_equals_unpartitioned(spark, tmp_path_factory, src_parts, sum_parts, keyed) -> None:
+def test_partitioned_equals_unpartitioned(
+    spark, tmp_path_factory, src_parts, sum_parts, keyed
+) -> None:
     ckpt = tmp_path_factory.mktemp("p")
     codec = KeyCodec("k") if False else (FirstItem() if keyed else None)
-    run(sum_dag(src_parts, sum_parts, codec), windows=3, spark=spark, checkpoint=str(ckpt), window_ms=50)
+    run(
+        sum_dag(src_parts, sum_parts, codec),
+        windows=3,
+        spark=spark,
+        checkpoint=str(ckpt),
+        window_ms=50,
+    )
     got = collected(str(ckpt), "out")
     # The unifier in front of the single collector merges partial sums of every partition.
     merged = {}
@@ -103,7 +111,11 @@ def test_mxn_unifier_per_downstream_partition(spark, tmp_path: Path) -> None:
     # With one unifier per downstream partition every key arrives once per window, fully merged.
     assert got == expected_sums(range(3))
     per_partition = {
-        p.name: [k for w in sorted(p.glob("*.pkl")) for k, _ in __import__("pickle").loads(w.read_bytes())]
+        p.name: [
+            k
+            for w in sorted(p.glob("*.pkl"))
+            for k, _ in __import__("pickle").loads(w.read_bytes())
+        ]
         for p in (tmp_path / "malhar" / "collect" / "out").iterdir()
     }
     assert len(per_partition) == 2
@@ -135,7 +147,11 @@ def test_application_window_of_three(spark, tmp_path: Path) -> None:
     run(dag, windows=9, spark=spark, checkpoint=str(tmp_path), window_ms=50)
     got = {w: v for w, v in collected(str(tmp_path), "out").items() if v}
     total = lambda ws: sum(v for w in ws for _, v in window_items(w))  # noqa: E731
-    assert got == {2: [(0, total(range(3)))], 5: [(3, total(range(3, 6)))], 8: [(6, total(range(6, 9))) ]}
+    assert got == {
+        2: [(0, total(range(3)))],
+        5: [(3, total(range(3, 6)))],
+        8: [(6, total(range(6, 9)))],
+    }
 
 
 def test_lifecycle_order_per_partition(spark, tmp_path: Path) -> None:
@@ -146,7 +162,9 @@ def test_lifecycle_order_per_partition(spark, tmp_path: Path) -> None:
     log.input.set_attribute("STREAM_CODEC", FirstItem())
     run(dag, windows=4, spark=spark, checkpoint=str(tmp_path), window_ms=50)
     for part in ("0", "1"):
-        events = [json.loads(x) for x in (tmp_path / "events" / f"{part}.jsonl").read_text().splitlines()]
+        events = [
+            json.loads(x) for x in (tmp_path / "events" / f"{part}.jsonl").read_text().splitlines()
+        ]
         by_instance = defaultdict(list)
         for e in events:
             by_instance[e["id"]].append(e)
@@ -160,7 +178,7 @@ def test_lifecycle_order_per_partition(spark, tmp_path: Path) -> None:
             assert body == ["begin", "end"] * (len(body) // 2), names
             windows_seen += [e["w"] for e in evs if e["e"] == "begin"]
         assert sorted(windows_seen) == [0, 1, 2, 3]
-        last = [evs for evs in by_instance.values() if any(e.get("w") == 3 for e in evs)][0]
+        last = next(evs for evs in by_instance.values() if any(e.get("w") == 3 for e in evs))
         assert [e["e"] for e in last][-2:] == ["deactivate", "teardown"]
 
 

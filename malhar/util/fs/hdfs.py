@@ -264,7 +264,9 @@ class HdfsFileSystem(FileSystem):
                 return _Transient(f"{name}: {message}", connection=name.startswith("Connect"))
             if any(marker in message for marker in _CONNECTION_MARKERS):
                 return _Transient(f"{name or 'error'}: {message}", connection=True)
-            return StorageError(f"{operation} failed: {name + ': ' if name else ''}{message}", **where)
+            return StorageError(
+                f"{operation} failed: {name + ': ' if name else ''}{message}", **where
+            )
         return exc
 
     def _retry(self, operation: str, path: str, fn: Callable[[], T]) -> T:
@@ -276,7 +278,7 @@ class HdfsFileSystem(FileSystem):
             attempt += 1
             try:
                 return fn()
-            except BaseException as exc:  # noqa: BLE001 - classified below
+            except BaseException as exc:
                 mapped = self._classify(exc, operation, path)
                 if not isinstance(mapped, _Transient):
                     if mapped is exc:
@@ -338,9 +340,7 @@ class HdfsFileSystem(FileSystem):
             raise StorageError(
                 "not a directory", backend=_BACKEND, path=self.describe(path), operation="list"
             )
-        out = [
-            self._to_status(self.join(path, s["pathSuffix"]), s["pathSuffix"], s) for s in raw
-        ]
+        out = [self._to_status(self.join(path, s["pathSuffix"]), s["pathSuffix"], s) for s in raw]
         out.sort(key=lambda s: s.name)
         return out
 
@@ -359,7 +359,7 @@ class HdfsFileSystem(FileSystem):
             try:
                 self._data_request("PUT", location, data)
                 return
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 mapped = self._classify(exc, "create", path)
                 if not isinstance(mapped, _Transient):
                     if mapped is exc:
@@ -405,7 +405,7 @@ class HdfsFileSystem(FileSystem):
             try:
                 self._data_request("POST", location, data)
                 return
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 mapped = self._classify(exc, "append", path)
                 if not isinstance(mapped, _Transient):
                     if mapped is exc:

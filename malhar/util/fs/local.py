@@ -100,10 +100,18 @@ class LocalAppender(Appender):
             raise StorageError("appender is closed", backend=_BACKEND, path=self.path)
         return self._fd
 
-    def file_size(self) -> int:
-        """The size of the file on disk now (detects other writers)."""
+    def unchanged(self) -> bool:
+        """True if ``path`` is still this file and holds exactly the bytes flushed through
+        this appender (``fstat`` + ``stat``, ~2 us): False means another writer appended,
+        truncated, renamed or replaced it."""
         with _mapped("fstat", self.path):
-            return os.fstat(self.fd).st_size
+            st = os.fstat(self.fd)
+            if st.st_size != self._size:
+                return False
+            try:
+                return os.stat(self.path).st_ino == st.st_ino
+            except FileNotFoundError:
+                return False
 
     def write(self, data: bytes) -> None:
         self._buffer.append(data)
@@ -150,16 +158,11 @@ class LocalFileSystem(FileSystem):
         return f"file://{path}"
 
     def status(self, path: str) -> FileStatus | None:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return None
-        except NotADirectoryError:
-            return None
-        except OSError:
-            with _mapped("status", path):
-                raise
-            raise  # pragma: no cover - unreachable
+        with _mapped("status", path):
+            try:
+                st = os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
         return FileStatus(
             os.path.basename(path.rstrip("/")),
             path,

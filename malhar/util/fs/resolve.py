@@ -114,9 +114,7 @@ def filesystem_for(url: str, **options: Any) -> tuple[FileSystem, str]:
         if "timeout" in options:
             kwargs["timeout"] = _freeze(options["timeout"])
         key = ("hdfs", webhdfs, user, namenode, tuple(sorted(kwargs.items())))
-        fs = _cached(
-            key, lambda: HdfsFileSystem(webhdfs, user=user, namenode=namenode, **kwargs)
-        )
+        fs = _cached(key, lambda: HdfsFileSystem(webhdfs, user=user, namenode=namenode, **kwargs))
         return fs, path
 
     raise StorageConfigError(

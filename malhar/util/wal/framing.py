@@ -116,7 +116,9 @@ def _valid_at(buf: memoryview, pos: int, n: int, after: int) -> bool:
     end = pos + RECORD_HEADER_SIZE + plen
     if end > n or window <= after:
         return False
-    return _crc32(buf[pos + RECORD_HEADER_SIZE : end], _crc32(_LEN_WINDOW.pack(plen, window))) == crc
+    return (
+        _crc32(buf[pos + RECORD_HEADER_SIZE : end], _crc32(_LEN_WINDOW.pack(plen, window))) == crc
+    )
 
 
 def scan(
@@ -145,7 +147,9 @@ def scan(
                 pos, "torn", f"record of {plen} payload bytes extends past the end ({n - pos} left)"
             )
             break
-        body_ok = _crc32(view[pos + RECORD_HEADER_SIZE : rec_end], _crc32(pack_lw(plen, window))) == crc
+        body_ok = (
+            _crc32(view[pos + RECORD_HEADER_SIZE : rec_end], _crc32(pack_lw(plen, window))) == crc
+        )
         if body_ok and window > last_window:
             records.append((window, pos + RECORD_HEADER_SIZE, plen))
             last_window = window

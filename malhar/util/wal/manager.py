@@ -23,6 +23,8 @@ Thread and process safety (see ``docs/storage.md``):
   not detected reliably.
 - **any number of readers**: ``retrieve``/``retrieve_all_partitions``/
   ``largest_completed_window`` may run in any process while the writers append.
+  ``setup()`` never modifies a log: a torn tail is cut only before the instance's
+  own first ``save`` (so a driver-side manager may inspect a live partition).
 - one manager instance may be shared by threads: every public method holds the
   instance's lock.
 - ``partition()`` (a driver-side operation) and the generation clean-up done by
@@ -33,6 +35,7 @@ Thread and process safety (see ``docs/storage.md``):
 from __future__ import annotations
 
 import operator as _operator
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
@@ -178,13 +181,20 @@ class FSWindowDataManager(WindowDataManager):
         fs_options: dict | None = None,
     ) -> None:
         if not isinstance(operator, str) or not operator or "/" in operator:
-            raise StorageConfigError(f"operator name must be a non-empty name without '/': {operator!r}")
-        if operator in (".", "..") or operator.isdigit():
+            raise StorageConfigError(
+                f"operator name must be a non-empty name without '/': {operator!r}"
+            )
+        if operator in (".", ".."):
             raise StorageConfigError(f"operator name {operator!r} is reserved")
         if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
             raise StorageConfigError(f"partition must be an int >= 0, got {partition!r}")
         if not isinstance(segment_bytes, int) or segment_bytes < 1:
             raise StorageConfigError(f"segment_bytes must be an int >= 1, got {segment_bytes!r}")
+        if not isinstance(root, str) or not root:
+            raise StorageConfigError(f"root must be a non-empty path or URL, got {root!r}")
+        if "://" not in root:
+            # resolve now (on the driver): executors may run in another working directory
+            root = os.path.abspath(os.path.expanduser(root))
         self.root = root
         self.operator = operator
         self.partition_id = partition
@@ -266,7 +276,7 @@ class FSWindowDataManager(WindowDataManager):
                 self.serializer.name,
                 segment_bytes=self.segment_bytes,
             )
-            self._writer.recover()
+            self._writer.recover(repair=False)  # read-only: the writer may be elsewhere
             self._ready = True
 
     def _generations(self, layout: Layout) -> list[Generation]:
@@ -321,8 +331,11 @@ class FSWindowDataManager(WindowDataManager):
     def _log(self, log_id: int) -> LogReader:
         writer = self._writer
         assert writer is not None and self._fs is not None
-        if log_id == self._log_id:
+        if log_id == self._log_id and writer.writable:
+            # this instance has written: its own view of the log is authoritative
             return writer
+        # a log written by someone else, or this partition's log while this instance
+        # has only read it (the partition's writer may be appending in another process)
         reader = self._readers.get(log_id)
         if reader is None:
             reader = self._readers[log_id] = LogReader(
@@ -348,7 +361,8 @@ class FSWindowDataManager(WindowDataManager):
         payload = self.serializer.dumps(artifact)
         with self._lock:
             writer = self._ensure()
-            writer.ensure_clean()
+            writer.ensure_writable()
+            self._readers.pop(self._log_id, None)
             base = self._gens[-1].base
             if w <= writer.largest or w <= base:
                 stored = writer.read(w) if w <= writer.largest else None
@@ -375,13 +389,13 @@ class FSWindowDataManager(WindowDataManager):
     def retrieve(self, window_id: int) -> Any | None:
         w = _window(window_id)
         with self._lock:
-            writer = self._ensure()
+            self._ensure()
             gens = self._gens if w > self._gens[-1].base else self._refresh_layout()
             gen = self._covering(gens, w)
             if gen is None:
                 return None
             if gen is gens[-1]:
-                payload = writer.read(w)
+                payload = self._log(self._log_id).read(w)
             else:
                 log_id = gen.logs.get(self.partition_id)
                 payload = None if log_id is None else self._log(log_id).read(w)
@@ -408,14 +422,15 @@ class FSWindowDataManager(WindowDataManager):
 
     def partition_largest_window(self) -> int:
         with self._lock:
-            writer = self._ensure()
-            return max(writer.largest_window(), self._gens[-1].base)
+            self._ensure()
+            return max(self._log(self._log_id).largest_window(), self._gens[-1].base)
 
     def committed(self, window_id: int) -> None:
         w = _window(window_id)
         with self._lock:
             writer = self._ensure()
             writer.purge(w)
+            self._readers.pop(self._log_id, None)  # its cache may hold purged segments
             if self.partition_id == 0 and not self._implicit and len(self._gens) > 1:
                 self._drop_generations(w)
 

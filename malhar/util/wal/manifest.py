@@ -102,7 +102,10 @@ def scan_layout(fs: FileSystem, opdir: str, known: Layout | None = None) -> Layo
     versions.sort()
     for version in reversed(versions):
         if known is not None and known.version == version and known.generations is not None:
-            gens = [Generation(g.generation, g.base, dict(g.logs), list(g.removed)) for g in known.generations]
+            gens = [
+                Generation(g.generation, g.base, dict(g.logs), list(g.removed))
+                for g in known.generations
+            ]
             return Layout(log_ids, version, gens, versions)
         path = fs.join(opdir, manifest_name(version))
         try:
@@ -123,9 +126,7 @@ def scan_layout(fs: FileSystem, opdir: str, known: Layout | None = None) -> Layo
     return Layout(log_ids, 0, None, versions)
 
 
-def write_manifest(
-    fs: FileSystem, opdir: str, version: int, generations: list[Generation]
-) -> None:
+def write_manifest(fs: FileSystem, opdir: str, version: int, generations: list[Generation]) -> None:
     """Create manifest ``version``; StorageExistsError if another writer made it first."""
     body = {
         "format": FORMAT,

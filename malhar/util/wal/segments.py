@@ -163,9 +163,7 @@ class LogReader:
                 continue
             m = FINAL_RE.match(st.name)
             if m:
-                finals.append(
-                    Segment(int(m[1]), st.name, st.path, True, int(m[2]), int(m[3]))
-                )
+                finals.append(Segment(int(m[1]), st.name, st.path, True, int(m[2]), int(m[3])))
                 continue
             m = TMP_RE.match(st.name)
             if m:
@@ -258,9 +256,7 @@ class LogReader:
             except framing.HeaderError as exc:
                 if exc.kind == "torn":
                     return idx
-                self._report(
-                    WalIssue(self.describe(seg.path), 0, "header", exc.detail, "ignored")
-                )
+                self._report(WalIssue(self.describe(seg.path), 0, "header", exc.detail, "ignored"))
                 return idx
             idx.end = idx.header_size
         start = idx.end
@@ -301,7 +297,9 @@ class LogReader:
                 return bytes(idx.data[off : off + length])
             return self.fs.read(idx.segment.path, off, length)
         for gap in idx.gaps:
-            if gap.after_window < window and (gap.before_window is None or window < gap.before_window):
+            if gap.after_window < window and (
+                gap.before_window is None or window < gap.before_window
+            ):
                 raise CorruptRecordError(
                     f"window {window} may be in a corrupt record ({gap.detail})",
                     offset=gap.offset,
@@ -387,6 +385,9 @@ class LogWriter(LogReader):
         self._header_needed = False
         self._dirty = False
         self._recovered = False
+        self._tmp_cache: tuple[str, bytearray] | None = None
+        self._writable = False
+        self._needs_repair = False
 
     # the writer's view of its own directory is authoritative: no re-listing on misses
     def read(self, window: int) -> bytes | None:
@@ -397,7 +398,27 @@ class LogWriter(LogReader):
         idx = self._tmp_index
         if idx is None or window > idx.largest:
             return None
-        return self._lookup(idx, window, final=False)
+        hit = idx.entries.get(window)
+        if hit is None:
+            return self._lookup(idx, window, final=False)  # None, or a corrupt record
+        off, length = hit
+        # replay reads windows in order: read the active segment in bulk, once, and
+        # again only for what was appended since (one request instead of one per window)
+        cache = self._tmp_cache
+        if cache is None or cache[0] != idx.segment.name:
+            cache = self._tmp_cache = (idx.segment.name, bytearray())
+        data = cache[1]
+        if off + length > len(data):
+            data.extend(self.fs.read(idx.segment.path, len(data), idx.end - len(data)))
+        if off + length > len(data):
+            raise CorruptRecordError(
+                f"active segment is shorter ({len(data)} bytes) than this writer wrote",
+                offset=off,
+                backend=self.fs.backend,
+                path=self.describe(idx.segment.path),
+                operation="retrieve",
+            )
+        return bytes(data[off : off + length])
 
     def largest_window(self) -> int:
         self.ensure_clean()
@@ -412,56 +433,83 @@ class LogWriter(LogReader):
             self._report(issue)
         return found
 
+    @property
+    def writable(self) -> bool:
+        """True once this writer has repaired the log for appending (its view is current)."""
+        return self._writable and not self._dirty
+
     def ensure_clean(self) -> None:
-        if self._dirty or not self._recovered:
-            self.recover()
+        """Scanned and consistent (read-only: nothing is modified)."""
+        if self._dirty:
+            self.recover(repair=self._writable)
+        elif not self._recovered:
+            self.recover(repair=False)
+
+    def ensure_writable(self) -> None:
+        """Ready to append: a torn/corrupt tail is cut off now, not at setup."""
+        if self._dirty or not self._writable:
+            self.recover(repair=True)
 
     # -- recovery -------------------------------------------------------------------------
-    def recover(self) -> list[WalIssue]:
-        """Scan the log, repair a torn/corrupt tail of the active segment, get ready to append."""
+    def recover(self, *, repair: bool = True) -> list[WalIssue]:
+        """Scan the log and find where to append.
+
+        With ``repair`` (done before this writer's first append), a torn or corrupt tail
+        of the active segment is cut off (the bytes of a corrupt tail are kept in a
+        ``.damaged-<offset>`` file). Without it (``setup()``: the manager may only read,
+        and the real writer may be appending right now) nothing is modified: the tail is
+        reported and ignored.
+        """
         self._drop_appender()
         before = len(self.issues)
         self.fs.mkdirs(self.log_dir)
-        for st in self.fs.list(self.log_dir):
-            if st.name.endswith(".truncating"):  # an interrupted (emulated) truncate
-                self.fs.delete(st.path)
+        if repair:
+            for st in self.fs.list(self.log_dir):
+                if st.name.endswith(".truncating"):  # an interrupted (emulated) truncate
+                    self.fs.delete(st.path)
         self.refresh()
         self._tmp_index = None
+        self._tmp_cache = None
         self._header_needed = False
+        self._needs_repair = False
         last_final = self.segments[-1].last if self.segments else -1
         self.largest = last_final  # type: ignore[assignment]
         seg = self.tmp
+        later = "unfinished window, ignored; cut off before this partition's next save"
         if seg is not None:
             data = self.fs.read_all(seg.path)
-            idx = _Index(seg)
+            path = self.describe(seg.path)
+            idx: _Index | None = _Index(seg)
+            assert idx is not None
             try:
                 idx.header_size = self._check_header(seg, data)
             except framing.HeaderError as exc:
+                self._needs_repair = not repair
                 if exc.kind == "torn":
-                    self._report(
-                        WalIssue(self.describe(seg.path), 0, "torn", exc.detail, "truncated to 0")
-                    )
-                    if data:
+                    if repair and data:
                         self.fs.truncate(seg.path, 0)
+                    self._report(
+                        WalIssue(path, 0, "torn", exc.detail, "truncated to 0" if repair else later)
+                    )
                     self._header_needed = True
                     idx.end = 0
-                else:
+                elif repair:
                     damaged = f"{seg.path}.damaged-0"
                     self.fs.rename(seg.path, damaged, overwrite=True)
-                    self._report(
-                        WalIssue(
-                            self.describe(seg.path), 0, "header", exc.detail, f"moved to {damaged}"
-                        )
-                    )
+                    self._report(WalIssue(path, 0, "header", exc.detail, f"moved to {damaged}"))
                     self.tmp = None
                     idx = None
+                else:
+                    self._report(WalIssue(path, 0, "header", exc.detail, later))
             else:
                 result = framing.scan(data, idx.header_size, last_window=last_final)  # type: ignore[arg-type]
                 idx.add(result)
                 self._report_scan(idx, final=False)
                 tail = result.tail
-                if tail is not None:
-                    path = self.describe(seg.path)
+                if tail is not None and not repair:
+                    self._needs_repair = True
+                    self._report(WalIssue(path, tail.offset, tail.kind, tail.detail, later))
+                elif tail is not None:
                     if tail.kind == "torn":
                         action = f"unfinished window ignored, truncated to {tail.offset} bytes"
                     else:
@@ -473,6 +521,7 @@ class LogWriter(LogReader):
                         )
                     self.fs.truncate(seg.path, tail.offset)
                     self._report(WalIssue(path, tail.offset, tail.kind, tail.detail, action))
+                    log.info("repaired %s: %s", path, action)
                     idx.tail = None
                 if idx.windows:
                     seg.first, seg.last = idx.windows[0], idx.windows[-1]
@@ -480,6 +529,7 @@ class LogWriter(LogReader):
             self._tmp_index = idx
         self._dirty = False
         self._recovered = True
+        self._writable = repair
         return self.issues[before:]
 
     # -- writing --------------------------------------------------------------------------
@@ -520,7 +570,7 @@ class LogWriter(LogReader):
 
     def append(self, window: int, payload: bytes) -> None:
         """Append one window durably (per the backend's flush guarantee)."""
-        self.ensure_clean()
+        self.ensure_writable()
         if window <= self.largest:
             raise ValueError(f"window {window} <= largest {self.largest}")  # guarded by manager
         record = framing.encode_record(window, payload)
@@ -530,8 +580,8 @@ class LogWriter(LogReader):
         idx = self._tmp_index
         assert idx is not None and self.tmp is not None
         offset = idx.end
-        file_size = getattr(appender, "file_size", None)  # local FS: one fstat(2), ~1 us
-        if file_size is not None and file_size() != appender.size:
+        unchanged = getattr(appender, "unchanged", None)  # local FS: one fstat(2), ~1 us
+        if unchanged is not None and not unchanged():
             self._concurrent_writer()
         appender.write(record)
         try:
@@ -540,7 +590,7 @@ class LogWriter(LogReader):
             self._dirty = True
             self._drop_appender()
             raise
-        if file_size is not None and file_size() != appender.size:
+        if unchanged is not None and not unchanged():
             self._concurrent_writer()
         idx.entries[window] = (offset + framing.RECORD_HEADER_SIZE, len(payload))
         idx.windows.append(window)
@@ -584,6 +634,7 @@ class LogWriter(LogReader):
         self.segments.append(Segment(seg.seq, name, path, True, idx.windows[0], idx.windows[-1]))
         self.tmp = None
         self._tmp_index = None
+        self._tmp_cache = None
 
     def purge(self, committed: int) -> list[str]:
         """Delete finalized segments whose windows are all <= ``committed``.
@@ -592,8 +643,13 @@ class LogWriter(LogReader):
         while the active one holds no window (it holds the partition's largest window).
         """
         self.ensure_clean()
+        if self.writable:
+            active_empty = self._tmp_index is None or not self._tmp_index.windows
+        else:
+            # another process may be the writer: look again, and keep the newest segment
+            self.refresh()
+            active_empty = True
         doomed = [s for s in self.segments if s.last is not None and s.last <= committed]
-        active_empty = self._tmp_index is None or not self._tmp_index.windows
         if active_empty and self.segments and doomed and doomed[-1] is self.segments[-1]:
             doomed.pop()
         removed = []
