@@ -36,6 +36,8 @@ class Route:
     unifier: type | None  # None: pass-through (no unifier instance needed)
     upstream_partitions: int
     arrow_schema: Any  # pyarrow.Schema, or None for untyped ports
+    limit: int = 0  # UNIFIER_LIMIT of the upstream operator
+    cascade: list[int] = field(default_factory=list)  # ids of the cascade unifier groups
 
 
 @dataclass
@@ -47,6 +49,10 @@ class Group:
     level: int
     slot_offset: int = 0
     routes_in: list[int] = field(default_factory=list)
+    #: for a cascade level of unifiers: the route it unifies and its fan-in groups per
+    #: downstream partition (partition q unifies group q % fan for downstream q // fan)
+    cascade_route: int | None = None
+    fan: int = 0
 
 
 @dataclass
@@ -89,6 +95,30 @@ def _needs_shuffle(dag: DAG, up: str, sink: PortRef, up_parts: int, down_parts: 
     return any(p.unifier is not None for p in src_ports.values()) and up_parts > 1
 
 
+def cascade_fans(upstream: int, limit: int) -> list[int]:
+    """Unifier counts per cascade level so that no unifier has more than ``limit`` inputs.
+
+    ``cascade_fans(8, 2) == [4, 2]``: 8 partitions -> 4 unifiers -> 2 unifiers -> the
+    final unifier in front of each downstream partition.
+    """
+    fans: list[int] = []
+    if limit < 2:
+        return fans
+    n = upstream
+    while n > limit:
+        n = -(-n // limit)
+        fans.append(n)
+    return fans
+
+
+def _cascade_depth(dag: DAG, up: str, up_parts: int) -> int:
+    meta = dag.operators[up]
+    ports = meta.outputs.values()
+    if not any(p.unifier not in (None, PassThroughUnifier) for p in ports):
+        return 0
+    return len(cascade_fans(up_parts, int(meta.attr(A.UNIFIER_LIMIT))))
+
+
 def build_plan(dag: DAG) -> Plan:
     """Fuse, level and route a validated DAG."""
     dag.validate()
@@ -128,18 +158,17 @@ def build_plan(dag: DAG) -> Plan:
             fuse_into.operators.append(name)
             group_of[name] = fuse_into.id
             continue
-        level = 0 if not in_streams else 1 + max(groups[group_of[u]].level for u in ups)
+        level = (
+            0
+            if not in_streams
+            else 1
+            + max(groups[group_of[u]].level + _cascade_depth(dag, u, partitions[u]) for u in ups)
+        )
         group = Group(len(groups), name, [name], parts, level)
         groups.append(group)
         group_of[name] = group.id
     for g in groups:
         g.key = "+".join(g.operators)
-
-    n_levels = 1 + max(g.level for g in groups)
-    levels = [0] * n_levels
-    for g in groups:
-        g.slot_offset = levels[g.level]
-        levels[g.level] += g.partitions
 
     routes: list[Route] = []
     local_edges: dict[str, list[PortRef]] = {}
@@ -166,9 +195,31 @@ def build_plan(dag: DAG) -> Plan:
                 unifier=unifier if partitions[up] > 1 else None,
                 upstream_partitions=partitions[up],
                 arrow_schema=None if src_port.schema is None else arrow_schema(src_port.schema),
+                limit=int(dag.operators[up].attr(A.UNIFIER_LIMIT)),
             )
             routes.append(route)
             dest.routes_in.append(route.id)
+            if route.unifier is not None:
+                base = groups[group_of[up]].level
+                for i, fan in enumerate(cascade_fans(route.upstream_partitions, route.limit)):
+                    level_group = Group(
+                        id=len(groups),
+                        key=f"{route.source}#cascade{i}->{sink}",
+                        operators=[],
+                        partitions=dest.partitions * fan,
+                        level=base + 1 + i,
+                        routes_in=[route.id],
+                        cascade_route=route.id,
+                        fan=fan,
+                    )
+                    groups.append(level_group)
+                    route.cascade.append(level_group.id)
+
+    n_levels = 1 + max(g.level for g in groups)
+    levels = [0] * n_levels
+    for g in groups:
+        g.slot_offset = levels[g.level]
+        levels[g.level] += g.partitions
 
     error_ports = [
         f"{name}.{pname}"
@@ -197,10 +248,16 @@ def describe(plan: Plan) -> str:
     for level, slots in enumerate(plan.levels):
         lines.append(f"level {level}: {slots} task(s)")
         for g in plan.groups:
-            if g.level == level:
+            if g.level == level and g.cascade_route is not None:
+                lines.append(
+                    f"  [unifier cascade of {plan.routes[g.cascade_route].source}] x{g.partitions}"
+                )
+            elif g.level == level:
                 lines.append(f"  [{' -> '.join(g.operators)}] x{g.partitions}")
     for r in plan.routes:
         how = f"codec {r.codec!r}" if r.codec else "round robin"
         uni = f", unifier {r.unifier.__name__}" if r.unifier else ""
+        if r.cascade:
+            uni += f" (cascade of {len(r.cascade)} level(s), limit {r.limit})"
         lines.append(f"  route {r.source} -> {r.sink}: {how}{uni}")
     return "\n".join(lines)

@@ -81,11 +81,22 @@ class LocalSink(Emitter):
 class RouteBuffer(Emitter):
     """A stream edge to another task: tuples are partitioned, buffered and cut into chunks."""
 
-    def __init__(self, rt: PartitionRuntime, route: Route) -> None:
+    def __init__(
+        self,
+        rt: PartitionRuntime,
+        route: Route,
+        dest: Group | None = None,
+        fixed: int | None = None,
+    ) -> None:
+        plan = rt.plan
         self.rt = rt
         self.route = route
-        self.dest = rt.plan.groups[route.dest_group]
-        self.n = self.dest.partitions
+        self.fixed = fixed  # all output to one partition of ``dest`` (cascade unifiers)
+        self.n = plan.groups[route.dest_group].partitions  # tuples choose among these
+        self.first_cascade = (
+            plan.groups[route.cascade[0]] if route.cascade and dest is None else None
+        )
+        self.dest = dest or self.first_cascade or plan.groups[route.dest_group]
         self.tuples: dict[int, list[Any]] = defaultdict(list)
         self.batches: dict[int, list[pa.RecordBatch]] = defaultdict(list)
         self.rows: dict[int, int] = defaultdict(int)
@@ -93,13 +104,13 @@ class RouteBuffer(Emitter):
         self.pending: list[Any] = []
 
     def tuple(self, value: Any) -> None:
-        if self.route.arrow_schema is not None and self.n > 1:
+        if self.route.arrow_schema is not None and self.n > 1 and self.fixed is None:
             # Typed tuples are partitioned later, a whole Arrow batch at a time.
             self.pending.append(value)
             if len(self.pending) >= CHUNK_ROWS:
                 self._drain_pending()
             return
-        if self.n == 1:
+        if self.n == 1 or self.fixed is not None:
             d = 0
         elif self.route.codec is not None:
             d = self.route.codec.partition(value) % self.n
@@ -117,7 +128,7 @@ class RouteBuffer(Emitter):
     def batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        if self.n == 1:
+        if self.n == 1 or self.fixed is not None:
             self.batches[0].append(batch)
             self._count(0, batch.num_rows)
             return
@@ -140,14 +151,24 @@ class RouteBuffer(Emitter):
     def control(self, ctl: ControlTuple) -> None:
         self._drain_pending()
         payload = pickle.dumps(ctl, protocol=pickle.HIGHEST_PROTOCOL)
-        for d in range(self.n):
+        targets = [0] if self.fixed is not None else range(self.n)
+        for d in targets:
             self.flush_one(d)  # keep control in stream order after earlier data
-            self.rt.emit_row(self.dest, d, E.CONTROL, self.route.id, payload=payload)
+            self.rt.emit_row(self.dest, self._index(d), E.CONTROL, self.route.id, payload=payload)
 
     def _count(self, d: int, rows: int) -> None:
         self.rows[d] += rows
         if self.rows[d] >= CHUNK_ROWS:
             self.flush_one(d)
+
+    def _index(self, d: int) -> int:
+        """Partition of ``self.dest`` that receives tuples meant for downstream partition d."""
+        if self.fixed is not None:
+            return self.fixed
+        if self.first_cascade is not None:
+            fan = self.first_cascade.fan
+            return d * fan + (self.rt.partition * fan) // self.route.upstream_partitions
+        return d
 
     def flush_one(self, d: int) -> None:
         tuples, batches = self.tuples.pop(d, []), self.batches.pop(d, [])
@@ -167,7 +188,9 @@ class RouteBuffer(Emitter):
                 table = pa.Table.from_batches([b.cast(schema) for b in batches], schema=schema)
                 merged = table.combine_chunks().to_batches()[0]
             payload = E.encode_batch(merged)
-        self.rt.emit_row(self.dest, d, E.DATA, self.route.id, count=rows, payload=payload)
+        self.rt.emit_row(
+            self.dest, self._index(d), E.DATA, self.route.id, count=rows, payload=payload
+        )
 
     def flush(self) -> None:
         self._drain_pending()
@@ -258,7 +281,21 @@ class PartitionRuntime:
                     bound.emitter = targets[0] if len(targets) == 1 else FanOut(targets)
         for rid, u in self.unifiers.items():
             route = self.plan.routes[rid]
-            u.output.emitter = LocalSink(self, route.sink.operator, route.sink.port)
+            if self.group.cascade_route is None:
+                u.output.emitter = LocalSink(self, route.sink.operator, route.sink.port)
+                continue
+            # A cascade unifier: partition q serves downstream partition q // fan.
+            fan = self.group.fan
+            d, g = divmod(self.partition, fan)
+            i = route.cascade.index(self.group.id)
+            if i + 1 < len(route.cascade):
+                nxt = self.plan.groups[route.cascade[i + 1]]
+                index = d * nxt.fan + (g * nxt.fan) // fan
+            else:
+                nxt, index = self.plan.groups[route.dest_group], d
+            buf = RouteBuffer(self, route, dest=nxt, fixed=index)
+            self.buffers.append(buf)
+            u.output.emitter = buf
 
     def teardown(self) -> None:
         for name, op in self._all_ops():

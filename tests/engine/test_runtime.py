@@ -47,10 +47,10 @@ def expected_sums(windows: range) -> dict[int, list[tuple[str, int]]]:
     return out
 
 
-def sum_dag(src_parts: int, sum_parts: int, codec: StreamCodec | None) -> DAG:
+def sum_dag(src_parts: int, sum_parts: int, codec: StreamCodec | None, limit: int = 0) -> DAG:
     dag = DAG("sums")
     src = dag.add_operator("src", Numbers(), PARTITIONS=src_parts)
-    agg = dag.add_operator("sum", SumPerKey(), PARTITIONS=sum_parts)
+    agg = dag.add_operator("sum", SumPerKey(), PARTITIONS=sum_parts, UNIFIER_LIMIT=limit)
     out = dag.add_operator("out", Collector())
     dag.add_stream("items", src.output, agg.input)
     dag.add_stream("sums", agg.output, out.input)
@@ -247,3 +247,25 @@ def test_control_tuple_opt_out_stops_propagation(spark, tmp_path: Path) -> None:
         ("control", ("at-end", 0)),
         ("end_window",),
     ]
+
+
+@pytest.mark.parametrize("down_parts", [1, 2])
+def test_cascading_unifier_equals_unpartitioned(spark, tmp_path: Path, down_parts: int) -> None:
+    from malhar.engine.plan import build_plan, cascade_fans
+
+    assert cascade_fans(8, 2) == [4, 2]
+    assert cascade_fans(5, 2) == [3, 2]
+    assert cascade_fans(2, 2) == []
+    dag = DAG("cascade")
+    src = dag.add_operator("src", Numbers(), PARTITIONS=2)
+    agg = dag.add_operator("sum", SumPerKey(), PARTITIONS=5, UNIFIER_LIMIT=2)
+    out = dag.add_operator("out", Collector(), PARTITIONS=down_parts)
+    dag.add_stream("items", src.output, agg.input)
+    dag.add_stream("sums", agg.output, out.input)
+    agg.input.set_attribute("STREAM_CODEC", FirstItem())
+    out.input.set_attribute("STREAM_CODEC", FirstItem())
+    plan = build_plan(dag)
+    cascade = [g for g in plan.groups if g.cascade_route is not None]
+    assert [g.partitions for g in cascade] == [3 * down_parts, 2 * down_parts]
+    run(dag, windows=3, spark=spark, checkpoint=str(tmp_path), window_ms=50)
+    assert _sorted_windows(collected(str(tmp_path), "out")) == expected_sums(range(3))
