@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from malhar import DAG, KeyCodec, ProcessingMode, StreamCodec, launch, run
+from malhar import DAG, ProcessingMode, StreamCodec, launch, run
 from malhar.testing.operators import Collector, collected
 from tests.engine.ops import (
     AppWindowSum,
@@ -71,21 +71,17 @@ def test_single_partition_sums(spark, tmp_path: Path) -> None:
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     src_parts=st.integers(1, 3),
-    sum_parts=st.integers(1, 3),
+    sum_parts=st.integers(1, 4),
     keyed=st.booleans(),
+    limit=st.sampled_from([0, 2]),
 )
 def test_partitioned_equals_unpartitioned(
-    spark, tmp_path_factory, src_parts, sum_parts, keyed
+    spark, tmp_path_factory, src_parts, sum_parts, keyed, limit
 ) -> None:
     ckpt = tmp_path_factory.mktemp("p")
-    codec = KeyCodec("k") if False else (FirstItem() if keyed else None)
-    run(
-        sum_dag(src_parts, sum_parts, codec),
-        windows=3,
-        spark=spark,
-        checkpoint=str(ckpt),
-        window_ms=50,
-    )
+    codec = FirstItem() if keyed else None
+    dag = sum_dag(src_parts, sum_parts, codec, limit)
+    run(dag, windows=3, spark=spark, checkpoint=str(ckpt), window_ms=50)
     got = collected(str(ckpt), "out")
     # The unifier in front of the single collector merges partial sums of every partition.
     merged = {}
