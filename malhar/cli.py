@@ -14,6 +14,7 @@ cannot be loaded or is not valid (or the command line is wrong).
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sys
@@ -320,14 +321,27 @@ def _error_summary(app: Any, first: int, last: int) -> str:
     return f"; tuples on error ports: {', '.join(shown)}" if shown else ""
 
 
+_PYTHON_ERROR = re.compile(r"^\s*(?:\w+\.)*(\w*(?:Error|Exception|Exit|Interrupt)): (.+)$")
+
+
+def failure_summary(text: str) -> str:
+    """The Python error inside a Spark failure (``OperatorError: operator 'x' failed ...``)."""
+    for line in text.splitlines():
+        match = _PYTHON_ERROR.match(line)
+        if match and not line.lstrip().startswith("["):
+            return f"{match.group(1)}: {match.group(2).strip()}"
+    lines = text.strip().splitlines()
+    return "\n    ".join(lines[:20]) if lines else "(no message)"
+
+
 def _runtime_failure(app_name: str, exc: BaseException, scrub: Scrubber) -> NoReturn:
     if _debug():
         traceback.print_exception(exc)
-        lines = str(exc).splitlines()
+        shown = [str(exc)]
     else:
-        lines = str(exc).splitlines()[:20]
-        lines.append("(malhar --debug run ... prints the whole error)")
-    _fail(f"{app_name}: the application failed:", [scrub("\n    ".join(lines))], scrub, EXIT_FAILED)
+        shown = [failure_summary(str(exc) or type(exc).__name__)]
+        shown.append("malhar --debug run ... prints the whole error")
+    _fail(f"{app_name}: the application failed:", [scrub(s) for s in shown], scrub, EXIT_FAILED)
 
 
 @cli.command()
@@ -351,6 +365,13 @@ def _runtime_failure(app_name: str, exc: BaseException, scrub: Scrubber) -> NoRe
     help="Streaming window period in ms (default: the STREAMING_WINDOW_MS attribute).",
 )
 @click.option(
+    "--log-level",
+    default="WARN",
+    show_default=True,
+    type=click.Choice(["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]),
+    help="Spark's log level.",
+)
+@click.option(
     "--spark-conf",
     "spark_pairs",
     multiple=True,
@@ -366,6 +387,7 @@ def run(
     checkpoint: str | None,
     windows: int | None,
     window_ms: int | None,
+    log_level: str,
     spark_pairs: tuple[str, ...],
 ) -> None:
     """Run APP on Spark: for --windows N, or until Ctrl-C / SIGTERM (then it stops
@@ -388,7 +410,9 @@ def run(
 
     import malhar
 
-    spark = malhar.build_session(master, app_name=f"malhar-{dag.name}", conf=spark_conf)
+    spark = malhar.build_session(
+        master, app_name=f"malhar-{dag.name}", conf=spark_conf, log_level=log_level
+    )
     try:
         with StopSignals() as stop:
             _run(dag, spark, checkpoint, windows, window_ms, master, scrub, stop)
@@ -412,6 +436,8 @@ def _run(
     import malhar
 
     started = time.monotonic()
+    if checkpoint and "://" not in checkpoint:
+        checkpoint = os.path.abspath(checkpoint)
     try:
         app = malhar.launch(
             dag, spark=spark, checkpoint=checkpoint, windows=windows, window_ms=window_ms

@@ -1,0 +1,468 @@
+"""The ``malhar`` command line: list, info, validate and run, with a third-party pack installed.
+
+``list``/``info``/``validate`` run in-process (click's CliRunner); ``run`` starts
+the real ``malhar`` script in a subprocess, on Spark, and asserts what the
+application's Collector received.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from malhar import DAG, ProcessingMode
+from malhar.app import ApplicationError, load_application, parse_config
+from malhar.cli import cli, failure_summary
+from malhar.testing.operators import collected
+from tests.fixtures import ACME, BROKEN, PACKS, FakeSite, forget_packs
+
+SECRET = "Hunter2-Secret"
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSite]:
+    """acme-pack "installed"; sys.path and PYTHONPATH restored afterwards."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    fake = FakeSite(tmp_path / "site")
+    fake.install(ACME)
+    monkeypatch.syspath_prepend(str(PACKS))
+    monkeypatch.syspath_prepend(str(fake.path))
+    yield fake
+    forget_packs()
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def write_app(path: Path, **overrides: Any) -> Path:
+    """ListInput -> Doubler (from acme-pack) -> Collector, as a JSON application."""
+    doc: dict[str, Any] = {
+        "name": "doubling",
+        "attributes": {"STREAMING_WINDOW_MS": 100},
+        "operators": {
+            "src": {
+                "class": "ListInput",
+                "args": {"windows": [[1, 2], [3], [4, 5, 6]]},
+                "attributes": {"PARTITIONS": 2},
+            },
+            "double": {"class": "Doubler", "properties": {"factor": 10}},
+            "out": {"class": "Collector"},
+        },
+        "streams": {
+            "numbers": {"from": "src.output", "to": "double.input"},
+            "doubled": {"from": "double.output", "to": ["out.input"]},
+        },
+    }
+    doc.update(overrides)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# -- list / info ---------------------------------------------------------------------------------
+def test_list_shows_builtins_and_the_pack(site: FakeSite) -> None:
+    result = invoke("list")
+    assert result.exit_code == 0
+    lines = {line.split()[0]: line for line in result.output.splitlines() if line.strip()}
+    assert "input" in lines["ListInput"] and "malhar 0.1.0" in lines["ListInput"]
+    assert "unifier" in lines["PassThroughUnifier"]
+    assert "operator" in lines["Doubler"] and "acme-pack 1.2.3" in lines["Doubler"]
+    assert "Multiplies every number by ``factor``." in lines["Doubler"]
+    assert "connector" in lines["LineOutput"]
+    assert "application" in lines["acme-doubling"]
+    assert "cannot be loaded" not in result.output
+
+
+def test_list_reports_broken_entry_points_with_their_errors(site: FakeSite) -> None:
+    site.install(BROKEN, name="broken-pack", version="0.0.1")
+    result = invoke("list")
+    assert result.exit_code == 0
+    assert "4 entry point(s) cannot be loaded:" in result.output
+    assert (
+        "Missing = acme_missing.ops:Missing [malhar.operators] from broken-pack 0.0.1: "
+        "ModuleNotFoundError: No module named 'acme_missing'"
+    ) in result.output
+    assert "Explodes = acme_pack.explodes:Boom" in result.output
+    assert "RuntimeError: acme explodes: the pack is misconfigured" in result.output
+    assert "Doubler" in result.output  # the healthy entries are still listed
+
+
+def test_list_json_and_kind_filter(site: FakeSite) -> None:
+    listed = json.loads(invoke("list", "--json").output)
+    by_name = {e["name"]: e for e in listed}
+    assert by_name["Doubler"] == {
+        "name": "Doubler",
+        "kind": "operator",
+        "target": "acme_pack.ops:Doubler",
+        "group": "malhar.operators",
+        "distribution": "acme-pack",
+        "version": "1.2.3",
+        "doc": "Multiplies every number by ``factor``.",
+        "inputs": ["input"],
+        "outputs": ["output"],
+        "error": None,
+    }
+    only = json.loads(invoke("list", "--json", "--kind", "connector", "--kind", "input").output)
+    assert sorted(e["name"] for e in only) == ["LineOutput", "ListInput"]
+    assert invoke("list", "--kind", "nonsense").exit_code == 2
+
+
+def test_info_shows_ports_and_properties(site: FakeSite) -> None:
+    result = invoke("info", "Doubler")
+    assert result.exit_code == 0
+    assert "Doubler  (operator, acme_pack.ops:Doubler, pack: acme-pack 1.2.3)" in result.output
+    assert "factor: int = 2 (>= 1): the multiplier" in result.output
+    assert "input (input port, required): Python objects" in result.output
+    assert "output (output port, optional): Python objects" in result.output
+    missing = invoke("info", "Dobler")
+    assert missing.exit_code == 2
+    assert "did you mean 'Doubler'" in missing.output
+
+
+# -- validate ------------------------------------------------------------------------------------
+def test_validate_a_json_app_naming_a_pack_operator_prints_the_plan(
+    site: FakeSite, tmp_path: Path
+) -> None:
+    app = write_app(tmp_path / "doubling.json")
+    result = invoke("validate", str(app))
+    assert result.exit_code == 0, result.output
+    assert "application 'doubling' is valid: 3 operator(s), 2 stream(s)" in result.output
+    assert "level 0: 2 task(s)\n  [src] x2\nlevel 1: 1 task(s)\n  [double -> out] x1" in (
+        result.output
+    )
+    assert "route src.output -> double.input: round robin" in result.output
+    dag = load_application(str(app))
+    assert dag.operators["double"].operator.factor == 10
+    assert type(dag.operators["double"].operator).__module__ == "acme_pack.ops"
+
+
+def test_validate_an_invalid_app_lists_every_problem_and_exits_2(
+    site: FakeSite, tmp_path: Path
+) -> None:
+    app = write_app(
+        tmp_path / "invalid.json",
+        operators={
+            "src": {"class": "ListInput", "args": {"windows": []}, "attributes": {"PARTITIONS": 0}},
+            "out": {"class": "Collector"},
+        },
+        streams={},
+    )
+    result = invoke("validate", str(app))
+    assert result.exit_code == 2
+    assert f"{app}: the application is not valid:" in result.output
+    assert "  - operator 'src': attribute PARTITIONS must be an int >= 1, got 0" in result.output
+    assert "  - input port out.input is required but not connected" in result.output
+    assert "level 0" not in result.output
+
+
+def test_validate_reports_every_problem_of_an_application_file(
+    site: FakeSite, tmp_path: Path
+) -> None:
+    app = write_app(
+        tmp_path / "typos.json",
+        operators={
+            "src": {"class": "ListInpt", "args": {"windows": []}},
+            "double": {"class": "Doubler", "properties": {"factor": 0, "facter": 3}},
+            "out": {"class": "Collector", "attributes": {"PARTITION": 2}},
+        },
+        streems={},
+    )
+    result = invoke("validate", str(app))
+    assert result.exit_code == 2
+    problems = [line for line in result.output.splitlines() if line.startswith("  - ")]
+    expected = [
+        "unknown key 'streems'; did you mean 'streams'?",
+        "operator 'src': unknown operator or connector 'ListInpt'; did you mean 'ListInput'?",
+        "operator 'double': property 'factor': Doubler.factor: 0 is below the minimum 1",
+        "operator 'double': Doubler has no property 'facter'; did you mean 'factor'?",
+        "operator 'out': unknown operator attribute 'PARTITION'; did you mean 'PARTITIONS'?",
+        "stream 'numbers': operator 'src' could not be created (see above)",
+    ]
+    assert len(problems) == len(expected)
+    for problem, text in zip(problems, expected, strict=True):
+        assert text in problem
+
+
+def test_config_overrides_attributes_and_properties(site: FakeSite, tmp_path: Path) -> None:
+    app = write_app(tmp_path / "doubling.json")
+    result = invoke(
+        "validate",
+        str(app),
+        "-c",
+        "dt.operator.out.attr.PARTITIONS=3",
+        "-c",
+        "dt.operator.*.attr.PROCESSING_MODE=exactly_once",
+        "--name",
+        "renamed",
+    )
+    assert result.exit_code == 0, result.output
+    assert "application 'renamed' is valid" in result.output
+    assert "[out] x3" in result.output
+    dag = load_application(
+        str(app),
+        {
+            "dt.operator.double.prop.factor": 7,
+            "dt.attr.STREAMING_WINDOW_MS": 250,
+            "dt.operator.*.attr.PROCESSING_MODE": "EXACTLY_ONCE",
+            "dt.operator.out.port.input.attr.PARALLEL_PARTITION": True,
+        },
+    )
+    assert dag.operators["double"].operator.factor == 7
+    assert dag.attributes["STREAMING_WINDOW_MS"] == 250
+    modes = {m.attributes["PROCESSING_MODE"] for m in dag.operators.values()}
+    assert modes == {ProcessingMode.EXACTLY_ONCE}
+    assert dag.operators["out"].port_attributes == {"input": {"PARALLEL_PARTITION": True}}
+    bad = invoke("validate", str(app), "-c", "dt.operator.dbl.prop.factor=3", "-c", "dt.nope=1")
+    assert bad.exit_code == 2
+    assert "config dt.operator.dbl.prop.factor: no operator 'dbl'" in bad.output
+    assert "config dt.nope: not understood" in bad.output
+    assert invoke("validate", str(app), "-c", "novalue").exit_code == 2
+
+
+def test_secrets_are_never_printed(site: FakeSite, tmp_path: Path) -> None:
+    app = write_app(
+        tmp_path / "sink.json",
+        operators={
+            "src": {"class": "ListInput", "args": {"windows": []}},
+            "sink": {"class": "LineOutput", "properties": {"path": "/tmp/x"}},
+        },
+        streams={"s": {"from": "src.output", "to": "sink.input"}},
+    )
+    bad = invoke("validate", str(app), "-c", f"dt.operator.sink.prop.password={SECRET}")
+    assert bad.exit_code == 2
+    assert "property 'password'" in bad.output and "does not match the pattern" in bad.output
+    assert SECRET not in bad.output and "***" in bad.output
+    ok = invoke(
+        "validate",
+        str(app),
+        "-c",
+        "dt.operator.sink.prop.password=lowercaseonly",
+        "-c",
+        f"kafka.sasl.password={SECRET}",
+        "-c",
+        f"db=postgresql://me:{SECRET}@localhost/db",
+    )
+    assert ok.exit_code == 0, ok.output
+    assert SECRET not in ok.output and "lowercaseonly" not in ok.output
+    assert '"kafka.sasl.password": "***"' in ok.output
+    assert "postgresql://me:***@localhost/db" in ok.output
+
+
+# -- naming applications ---------------------------------------------------------------------------
+FILE_APP = """
+from malhar import DAG, InputPort, Operator, OutputPort, Property
+from malhar.testing.operators import Collector, ListInput
+
+
+class AddN(Operator):
+    \"\"\"Adds ``n`` (defined in the application file itself).\"\"\"
+
+    input = InputPort()
+    output = OutputPort()
+    n = Property(int, default=1)
+
+    def process(self, value):
+        self.output.emit(value + self.n)
+
+
+def app(dag: DAG, config: dict) -> None:
+    count = int(config.get("count", 1000))
+    src = dag.add_operator("src", ListInput(windows=[[w] for w in range(count)]))
+    add = dag.add_operator("add", AddN())
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("numbers", src.output, add.input)
+    dag.add_stream("sums", add.output, out.input)
+
+
+def broken(dag):
+    dag.add_operator("src", ListInput(windows=[])).outptu
+
+
+class Boom(Operator):
+    input = InputPort()
+
+    def process(self, value):
+        raise ValueError(f"cannot handle {value}")
+
+
+def failing(dag, config):
+    src = dag.add_operator("src", ListInput(windows=[[1], [2]]))
+    dag.add_stream("numbers", src.output, dag.add_operator("boom", Boom()).input)
+"""
+
+
+def test_applications_are_named_every_way(site: FakeSite, tmp_path: Path) -> None:
+    (tmp_path / "myapp.py").write_text(FILE_APP)
+    by_function = load_application("acme_pack.apps:doubling", {"windows": 5})
+    assert by_function.name == "doubling"
+    assert len(by_function.operators["src"].operator.windows) == 5
+    by_class = load_application("acme_pack.apps:DoublingApplication")
+    assert by_class.name == "DoublingApplication"
+    assert sorted(by_class.operators) == ["double", "out", "src"]
+    registered = load_application("acme-doubling", name="stable")
+    assert (registered.name, registered.attributes["APPLICATION_NAME"]) == ("stable", "stable")
+    assert load_application("AcmeDoubling").name == "AcmeDoubling"
+    by_file = load_application(f"{tmp_path}/myapp.py", {"dt.operator.add.prop.n": 5})
+    assert by_file.name == "myapp"
+    assert by_file.operators["add"].operator.n == 5
+    assert load_application(f"{tmp_path}/myapp.py:app").name == "myapp"
+    assert str(tmp_path) in os.environ["PYTHONPATH"].split(os.pathsep)
+
+    ready = DAG("ready")
+    sys.modules["acme_pack"].ready = ready  # type: ignore[attr-defined]
+    assert load_application("acme_pack:ready") is ready
+
+
+def test_application_naming_errors_are_clear(site: FakeSite, tmp_path: Path) -> None:
+    (tmp_path / "myapp.py").write_text(FILE_APP)
+    cases = {
+        "acme-doublin": "file.py[:attr] or file.json; did you mean 'acme-doubling'",
+        "acme_pack.apps:dubling": "has no attribute 'dubling'; did you mean 'doubling'?",
+        "acme_nowhere.apps:app": "no module named 'acme_nowhere.apps'",
+        f"{tmp_path}/missing.json": "no application file",
+        f"{tmp_path}/myapp.py:broken": "building the DAG failed: AttributeError: operator 'src'",
+        "acme_pack.ops:Doubler.factor": "is not an application",
+    }
+    for spec, message in cases.items():
+        with pytest.raises(ApplicationError) as info:
+            load_application(spec)
+        assert message in str(info.value), (spec, str(info.value))
+        result = invoke("validate", spec)
+        assert result.exit_code == 2
+        assert message in result.output
+
+
+def test_failure_summary_finds_the_python_error_in_a_spark_failure() -> None:
+    text = (
+        "[STREAM_FAILED] Query [id = 7d2b] terminated with exception: [PYTHON_EXCEPTION] An "
+        "exception was thrown from the Python worker: Traceback (most recent call last):\n"
+        '  File "/x/task.py", line 310, in _call\n'
+        "    raise OperatorError(\n"
+        "malhar.engine.task.OperatorError: operator 'boom' partition 0 failed in process of "
+        "window 0: ValueError: cannot handle 1\n"
+        " SQLSTATE: 38000\n"
+        "\tat org.apache.spark.Something(Something.scala:1)"
+    )
+    assert failure_summary(text) == (
+        "OperatorError: operator 'boom' partition 0 failed in process of window 0: "
+        "ValueError: cannot handle 1"
+    )
+    assert failure_summary("something odd\nhappened") == "something odd\n    happened"
+
+
+def test_parse_config_values_are_json_when_they_parse() -> None:
+    assert parse_config(["a=3", "b=true", "c=[1, 2]", "d=localhost:9092", "e=", "f=x=y"]) == {
+        "a": 3,
+        "b": True,
+        "c": [1, 2],
+        "d": "localhost:9092",
+        "e": "",
+        "f": "x=y",
+    }
+
+
+# -- run (real Spark, in a subprocess) -----------------------------------------------------------
+def malhar_command() -> list[str]:
+    script = Path(sys.executable).with_name("malhar")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "malhar.cli"]
+
+
+@pytest.mark.integration
+def test_run_a_json_app_for_three_windows(site: FakeSite, tmp_path: Path) -> None:
+    app = write_app(tmp_path / "doubling.json")
+    checkpoint = tmp_path / "ckpt"
+    command = [
+        *malhar_command(),
+        "run",
+        str(app),
+        "--windows",
+        "3",
+        "--master",
+        "local[1]",
+        "--checkpoint",
+        str(checkpoint),
+    ]
+    done = subprocess.run(
+        command, env=site.env(), capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "doubling: running 3 window(s) on local[1]" in done.stdout
+    assert "last window 2" in done.stdout
+    got = {w: sorted(v) for w, v in collected(str(checkpoint), "out").items()}
+    assert got == {0: [10, 20], 1: [30], 2: [40, 50, 60]}
+
+
+@pytest.mark.integration
+def test_run_until_interrupted_stops_after_a_window(site: FakeSite, tmp_path: Path) -> None:
+    app_dir = tmp_path / "project"
+    app_dir.mkdir()
+    (app_dir / "myapp.py").write_text(FILE_APP)
+    checkpoint = tmp_path / "ckpt"
+    command = [
+        *malhar_command(),
+        "run",
+        "myapp:app",
+        "--master",
+        "local[1]",
+        "--checkpoint",
+        str(checkpoint),
+        "--window-ms",
+        "200",
+        "-c",
+        "dt.operator.add.prop.n=100",
+    ]
+    proc = subprocess.Popen(
+        command, env=site.env(), cwd=app_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not collected(str(checkpoint), "out"):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no window completed"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out + err).decode()
+    text = out.decode()
+    assert "myapp: running until Ctrl-C on local[1]" in text
+    assert "myapp: stopping after the current window ..." in text
+    assert "myapp: stopped in" in text
+    got = collected(str(checkpoint), "out")
+    windows = sorted(got)
+    assert windows == list(range(len(windows)))
+    assert got == {w: [w + 100] for w in windows}
+    assert "Traceback" not in err.decode()
+    shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_run_of_a_failing_app_exits_1_with_the_operator_error(
+    site: FakeSite, tmp_path: Path
+) -> None:
+    (tmp_path / "myapp.py").write_text(FILE_APP)
+    command = [*malhar_command(), "run", "myapp.py:failing", "--windows", "2"]
+    command += ["--master", "local[1]", "--checkpoint", str(tmp_path / "ckpt")]
+    done = subprocess.run(
+        command, env=site.env(), capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        "failing: the application failed:\n"
+        "  - OperatorError: operator 'boom' partition 0 failed in process of window 0: "
+        "ValueError: cannot handle 1\n"
+    ) in done.stderr
