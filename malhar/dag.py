@@ -129,6 +129,8 @@ class DAG:
         if key not in A.APPLICATION:
             raise KeyError(f"unknown application attribute {key!r}; known: {sorted(A.APPLICATION)}")
         self.attributes[key] = value
+        if key == A.APPLICATION_NAME.name:
+            self.name = value
 
     def set_operator_attribute(self, operator: str, key: str, value: Any) -> None:
         if key not in A.OPERATOR:

@@ -35,6 +35,7 @@ class Property(Generic[T]):
         pattern: str | None = None,
         one_of: Iterable[T] | None = None,
         check: Callable[[T], str | None] | None = None,
+        secret: bool = False,
         doc: str = "",
     ) -> None:
         self.type = type_
@@ -44,12 +45,16 @@ class Property(Generic[T]):
         self.pattern = re.compile(pattern) if pattern else None
         self.one_of = tuple(one_of) if one_of is not None else None
         self.check = check
+        self.secret = secret
         self.__doc__ = doc
         self.name = "?"
 
     def __set_name__(self, owner: type, name: str) -> None:
+        from malhar.redaction import is_secret_key
+
         self.name = name
         self.owner = owner.__name__
+        self.secret = self.secret or is_secret_key(name)
 
     @overload
     def __get__(self, instance: None, owner: type) -> Property[T]: ...
@@ -68,7 +73,13 @@ class Property(Generic[T]):
         instance.__dict__[self.name] = value
 
     def problem(self, value: Any) -> str | None:
-        """Why ``value`` is not acceptable, or None."""
+        """Why ``value`` is not acceptable, or None (a secret's value is never shown)."""
+        why = self._problem(value)
+        if why and self.secret and value is not None:
+            why = why.replace(repr(value), "***").replace(str(value), "***")
+        return why
+
+    def _problem(self, value: Any) -> str | None:
         if value is None or value is _UNSET:
             return "must be set (it is required)" if self.not_null else None
         if not isinstance(value, self.type) or (

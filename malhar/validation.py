@@ -27,6 +27,7 @@ def validate(dag: DAG) -> None:
     problems += _attributes(dag)
     problems += _streams(dag)
     problems += _ports(dag)
+    problems += _port_attributes(dag)
     problems += _properties(dag)
     problems += _unifiers(dag)
     if not problems:
@@ -140,6 +141,29 @@ def _ports(dag: DAG) -> list[str]:
                         f"PARTITIONS={down_meta.partitions} while {stream.source.operator!r} has {up}: "
                         "drop one of the two"
                     )
+    return out
+
+
+def _port_attributes(dag: DAG) -> list[str]:
+    from malhar.codec import StreamCodec
+
+    out = []
+    for meta in dag.operators.values():
+        for port, attrs in meta.port_attributes.items():
+            if port not in meta.inputs and port not in meta.outputs:
+                out.append(f"operator {meta.name!r} has no port {port!r} to set attributes on")
+            codec = attrs.get(A.STREAM_CODEC.name)
+            if codec is not None and not isinstance(codec, StreamCodec):
+                out.append(
+                    f"input port {meta.name}.{port}: STREAM_CODEC must be a StreamCodec instance "
+                    f"(for example KeyCodec('word')), got {type(codec).__name__}"
+                )
+            parallel = attrs.get(A.PARALLEL_PARTITION.name, False)
+            if not isinstance(parallel, bool):
+                out.append(
+                    f"input port {meta.name}.{port}: PARALLEL_PARTITION must be True or False, "
+                    f"got {parallel!r}"
+                )
     return out
 
 

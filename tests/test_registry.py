@@ -128,5 +128,5 @@ def test_describe_class_lists_ports_properties_and_arguments(site: FakeSite) -> 
     assert props["path"]["constraints"] == ["required"]
     assert props["path"]["doc"] == "the file to write"
     assert props["password"]["constraints"] == ["pattern '[a-z]{8,}'"]
-    assert registry.describe_class(ListInput)["args"] == ["windows", "schema=None"]
+    assert registry.describe_class(ListInput)["args"] == ["windows"]
     assert registry.describe_class(Collector)["args"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import tempfile
 import time
@@ -140,6 +141,8 @@ def launch(
     from malhar.session import build_session
 
     spark = spark or build_session()
+    dag = copy.copy(dag)  # the caller's DAG keeps its attributes
+    dag.attributes = dict(dag.attributes)
     checkpoint = checkpoint or dag.attr(A.CHECKPOINT)
     if checkpoint is None:
         checkpoint = tempfile.mkdtemp(prefix=f"malhar-{dag.name}-")

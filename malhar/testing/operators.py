@@ -16,7 +16,6 @@ from typing import Any
 
 from malhar.operator import InputOperator, Operator, OperatorContext
 from malhar.ports import InputPort, OutputPort
-from malhar.schema import SchemaSpec
 
 
 class ListInput(InputOperator):
@@ -27,13 +26,11 @@ class ListInput(InputOperator):
 
     output = OutputPort()
 
-    def __init__(self, windows: Sequence[Sequence[Any]], schema: SchemaSpec = None) -> None:
+    def __init__(self, windows: Sequence[Sequence[Any]]) -> None:
         self.windows = [list(w) for w in windows]
         self.first_window: int | None = None
         self._emitted = False
         self._index = 0
-        if schema is not None:
-            type(self).output.schema_spec = schema  # pragma: no cover - typed variant below
 
     transient = ("_emitted", "_index", "_partition", "_partitions")
 

@@ -190,3 +190,29 @@ def test_every_problem_reported_at_once() -> None:
     dag, src, _ = _simple()
     dag.add_operator("src", ListInput([[1]]))
     assert len(_problems(dag)) >= 2
+
+
+class Secretive(Operator):
+    input = InputPort(optional=True)
+    password = Property(str, pattern=r"[a-z]+")
+    token = Property(str, secret=True, one_of=("a", "b"))
+
+
+def test_secret_property_values_never_in_errors() -> None:
+    op = Secretive()
+    with pytest.raises(PropertyError) as info:
+        op.password = "Hunter2!"
+    assert "Hunter2!" not in str(info.value) and "***" in str(info.value)
+    with pytest.raises(PropertyError) as info:
+        op.token = "s3cr3t"
+    assert "s3cr3t" not in str(info.value)
+
+
+def test_port_attributes_are_checked() -> None:
+    dag, src, out = _simple()
+    dag.add_stream("s", src.output, out.input)
+    out.input.set_attribute("STREAM_CODEC", "word")
+    out.input.set_attribute("PARALLEL_PARTITION", "yes")
+    problems = _problems(dag)
+    assert any("STREAM_CODEC must be a StreamCodec instance" in p for p in problems)
+    assert any("PARALLEL_PARTITION must be True or False, got 'yes'" in p for p in problems)

@@ -345,6 +345,9 @@ class LogReader:
             handled, payload = self._read_final(window)
             if handled:
                 return payload
+            idx = self._tmp_index
+            if idx is not None and window <= idx.largest:
+                return self._lookup(idx, window, final=False)  # already read: no I/O
             try:
                 idx = self._refresh_tmp()
             except StorageNotFoundError:

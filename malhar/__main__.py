@@ -1,0 +1,5 @@
+"""``python -m malhar``: the same as the ``malhar`` command."""
+
+from malhar.cli import main
+
+main()
