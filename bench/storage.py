@@ -1,0 +1,257 @@
+"""Benchmark of the window data manager (malhar.util): local FS and HDFS.
+
+    python bench/storage.py                 # local FS + HDFS (starts a real HDFS)
+    python bench/storage.py --no-hdfs       # local FS only
+    python bench/storage.py --windows 50000 --hdfs-windows 200
+
+For each backend it prints save and retrieve latency (p50/p99), saves/s and MB/s
+for 1 KB artifacts, next to a baseline measured in the same run: the same record
+bytes appended to a plain file (local: ``write(2)`` per record, optionally with
+``fdatasync``; HDFS: one WebHDFS append per record with the ``hdfs`` client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from malhar.util import FSWindowDataManager, filesystem_for
+from malhar.util.wal import framing
+
+ARTIFACT_BYTES = 1024
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+class Result:
+    def __init__(self, name: str, latencies_s: list[float], total_s: float, nbytes: int) -> None:
+        self.name = name
+        self.n = len(latencies_s)
+        self.p50 = pct(latencies_s, 0.50) * 1e6
+        self.p99 = pct(latencies_s, 0.99) * 1e6
+        self.rate = self.n / total_s
+        self.mbps = nbytes / total_s / 1e6
+
+    def row(self, baseline: Result | None = None) -> str:
+        ratio = f"{self.rate / baseline.rate:6.2f}x" if baseline else "      -"
+        return (
+            f"  {self.name:<44} {self.n:>7} {self.p50:>10.1f} {self.p99:>10.1f} "
+            f"{self.rate:>11,.0f} {self.mbps:>8.3f}  {ratio}"
+        )
+
+
+HEADER = (
+    f"  {'operation':<44} {'n':>7} {'p50 us':>10} {'p99 us':>10} {'ops/s':>11} {'MB/s':>8}  vs base"
+)
+
+
+def timed(name: str, n: int, op: Callable[[int], object], nbytes: int) -> Result:
+    lat = []
+    clock = time.perf_counter
+    start = clock()
+    for i in range(n):
+        t = clock()
+        op(i)
+        lat.append(clock() - t)
+    return Result(name, lat, clock() - start, nbytes)
+
+
+def artifact(i: int, blob: bytes) -> bytes:
+    return blob  # 1 KB of random bytes; the window id travels in the record header
+
+
+def local_bench(windows: int, fsync_windows: int) -> list[str]:
+    blob = os.urandom(ARTIFACT_BYTES)
+    record = framing.encode_record(1, __import__("pickle").dumps(blob, 5))
+    out = [f"local FS ({tempfile.gettempdir()}), {ARTIFACT_BYTES} B artifacts", HEADER]
+    work = Path(tempfile.mkdtemp(prefix="malhar-bench-"))
+    try:
+        # -- baselines: the same record bytes, straight to a file ----------------------------
+        def raw(name: str, n: int, sync: bool) -> Result:
+            fd = os.open(work / f"raw-{name}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+
+                def op(_: int) -> None:
+                    os.write(fd, record)
+                    if sync:
+                        os.fdatasync(fd)
+
+                return timed(name, n, op, n * len(blob))
+            finally:
+                os.close(fd)
+
+        base = raw("baseline: write(2) per record", windows, False)
+        base_sync = raw("baseline: write(2)+fdatasync per record", fsync_windows, True)
+
+        # -- the manager ------------------------------------------------------------------------
+        m = FSWindowDataManager(str(work / "wal"), "bench")
+        m.setup()
+        save = timed(
+            "save (flush per save, default)",
+            windows,
+            lambda i: m.save(blob, i),
+            windows * len(blob),
+        )
+        m.teardown()
+
+        ms = FSWindowDataManager(str(work / "wal-sync"), "bench", fs_options={"fsync": True})
+        ms.setup()
+        save_sync = timed(
+            "save (fs_options fsync=True)",
+            fsync_windows,
+            lambda i: ms.save(blob, i),
+            fsync_windows * len(blob),
+        )
+        ms.teardown()
+
+        t = time.perf_counter()
+        r = FSWindowDataManager(str(work / "wal"), "bench")
+        r.setup()
+        setup_s = time.perf_counter() - t
+        retrieve = timed(
+            "retrieve (replay in window order)", windows, r.retrieve, windows * len(blob)
+        )
+        largest = timed(
+            "largest_completed_window()", 200, lambda i: r.largest_completed_window(), 0
+        )
+        r.teardown()
+
+        # 4 partitions: replay every window of every partition
+        parts = [FSWindowDataManager(str(work / "wal4"), "bench", partition=p) for p in range(4)]
+        n4 = max(1, windows // 4)
+        for p in parts:
+            p.setup()
+            for i in range(n4):
+                p.save(blob, i)
+            p.teardown()
+        reader = FSWindowDataManager(str(work / "wal4"), "bench")
+        all4 = timed(
+            "retrieve_all_partitions (4 partitions)",
+            n4,
+            reader.retrieve_all_partitions,
+            n4 * 4 * len(blob),
+        )
+        reader.teardown()
+
+        out += [
+            base.row(),
+            save.row(base),
+            retrieve.row(base),
+            all4.row(),
+            largest.row(),
+            base_sync.row(),
+            save_sync.row(base_sync),
+            f"  setup() of a partition log with {windows} windows "
+            f"({sum(f.stat().st_size for f in (work / 'wal' / 'bench' / '0').iterdir()) / 1e6:.1f} MB): "
+            f"{setup_s * 1e3:.1f} ms",
+        ]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def hdfs_bench(windows: int) -> list[str]:
+    from malhar.testing.services import acquire
+
+    t = time.perf_counter()
+    service = acquire("hdfs")
+    started = time.perf_counter() - t
+    try:
+        conn = service.connection()
+        opts = {"webhdfs_url": conn["webhdfs_url"], "user": conn["user"]}
+        root = f"{conn['url']}/malhar-bench/{uuid.uuid4().hex[:8]}"
+        fs, path = filesystem_for(root, **opts)
+        blob = os.urandom(ARTIFACT_BYTES)
+        record = framing.encode_record(1, __import__("pickle").dumps(blob, 5))
+        out = [
+            f"HDFS via WebHDFS ({conn['webhdfs_url']}, 1 NameNode + 1 DataNode on this machine, "
+            f"started in {started:.0f} s), {ARTIFACT_BYTES} B artifacts",
+            HEADER,
+        ]
+        client = service.client()
+        raw_path = f"{path}/raw.bin"
+        client.write(raw_path, data=b"", overwrite=True)
+        base = timed(
+            "baseline: hdfs client append per record",
+            windows,
+            lambda i: client.write(raw_path, data=record, append=True),
+            windows * len(blob),
+        )
+        m = FSWindowDataManager(root, "bench", fs_options=opts)
+        m.setup()
+        save = timed(
+            "save (one WebHDFS append per save)",
+            windows,
+            lambda i: m.save(blob, i),
+            windows * len(blob),
+        )
+        m.teardown()
+        t = time.perf_counter()
+        r = FSWindowDataManager(root, "bench", fs_options=opts)
+        r.setup()
+        setup_s = time.perf_counter() - t
+        retrieve = timed(
+            "retrieve (replay in window order)", windows, r.retrieve, windows * len(blob)
+        )
+        largest = timed("largest_completed_window()", 20, lambda i: r.largest_completed_window(), 0)
+        r.teardown()
+        # a fresh reader in "another process": the first retrieve reads the segment
+        r2 = FSWindowDataManager(root, "bench", fs_options=opts)
+        r2.setup()
+        cold = timed(
+            "retrieve (first access, cold reader)",
+            1,
+            lambda i: r2.retrieve(windows // 2),
+            len(blob),
+        )
+        r2.teardown()
+        out += [
+            base.row(),
+            save.row(base),
+            retrieve.row(),
+            cold.row(),
+            largest.row(),
+            f"  setup() of a partition log with {windows} windows: {setup_s * 1e3:.1f} ms",
+        ]
+        fs.delete(path, recursive=True)
+        return out
+    finally:
+        service.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--windows", type=int, default=20_000, help="local FS windows")
+    parser.add_argument(
+        "--fsync-windows", type=int, default=2_000, help="local FS windows with fsync"
+    )
+    parser.add_argument("--hdfs-windows", type=int, default=100)
+    parser.add_argument("--no-hdfs", action="store_true")
+    args = parser.parse_args()
+    print(
+        f"malhar storage benchmark - {platform.node()}: {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
+        f"load average {os.getloadavg()[0]:.1f} (other processes on this machine skew figures)"
+    )
+    for line in local_bench(args.windows, args.fsync_windows):
+        print(line)
+    if not args.no_hdfs:
+        for line in hdfs_bench(args.hdfs_windows):
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
