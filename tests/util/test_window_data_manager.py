@@ -504,13 +504,6 @@ def test_10000_windows_x_4_partitions_round_trip_local(local_store: Any) -> None
 @pytest.mark.integration
 @pytest.mark.slow
 def test_10000_windows_x_4_partitions_round_trip_hdfs(hdfs_store: Any) -> None:
-    if os.environ.get("MALHAR_HDFS_FULL") != "1":
-        pytest.skip(
-            "40,000 durable WebHDFS appends: ~6 min on an HDFS with "
-            "dfs.client.block.write.locateFollowingBlock.initial.delay.ms=5, ~70 min with the "
-            "fixture's default (0.4 s per append); set MALHAR_HDFS_FULL=1 to run "
-            "(test_round_trip_hdfs, 200 windows x 4 partitions, always runs)"
-        )
     _round_trip(hdfs_store, 10_000, 4, 1 << 20)
 
 

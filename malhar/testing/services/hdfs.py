@@ -275,6 +275,9 @@ class HdfsService(Service):
             "dfs.permissions.enabled": "false",
             "dfs.replication": "1",
             "dfs.client.block.write.replace-datanode-on-failure.policy": "NEVER",
+            # The NameNode-side client waits 400 ms before its first "is the block
+            # complete" poll when a file is closed: every WebHDFS create/append paid it.
+            "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "5",
             # leave safe mode as soon as the known blocks are reported, no extension
             "dfs.namenode.safemode.extension": "0",
             "dfs.namenode.safemode.min.datanodes": "0",
