@@ -87,8 +87,10 @@ def arrow_schema(struct: StructType | None) -> pa.Schema:
 
 def compatible(upstream: StructType | None, downstream: StructType | None) -> str | None:
     """None if a stream from ``upstream`` can feed ``downstream``; else why not."""
-    if upstream is None or downstream is None:
-        return None if upstream is downstream else "one port is typed and the other is not"
+    if downstream is None:
+        return None  # an untyped input port takes anything: dict rows or Arrow batches
+    if upstream is None:
+        return "the upstream port is untyped (Python objects) but the downstream port expects columns"
     up = {f.name: f.dataType for f in upstream.fields}
     for f in downstream.fields:
         if f.name not in up:
