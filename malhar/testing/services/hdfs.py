@@ -28,11 +28,9 @@ answers on its advertised address.
 from __future__ import annotations
 
 import getpass
-import os
 import re
 import secrets
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Self
@@ -48,6 +46,7 @@ from malhar.testing.services.process import (
     free_port,
     port_in_use,
     require_java,
+    run_step,
     wait_until,
 )
 
@@ -328,29 +327,19 @@ class HdfsService(Service):
             _NAMENODE, ["-format", "-nonInteractive", "-clusterid", cluster_id], "namenode"
         )
         log_path = self.home / "format.log"
-        with log_path.open("wb") as log:
-            try:
-                done = subprocess.run(
-                    command,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env={**os.environ, "HADOOP_USER_NAME": self.user},
-                    cwd=self.home,
-                    timeout=timeout,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise ServiceError(
-                    self.name,
-                    f"formatting the NameNode took longer than {timeout:.0f}s",
-                    command=command,
-                    log_path=log_path,
-                ) from exc
-        if done.returncode != 0 or not (self.home / "name" / "current" / "VERSION").exists():
+        run_step(
+            self.name,
+            "formatting the NameNode",
+            command,
+            log_path,
+            timeout=timeout,
+            env={"HADOOP_USER_NAME": self.user},
+            cwd=self.home,
+        )
+        if not (self.home / "name" / "current" / "VERSION").exists():
             raise ServiceError(
                 self.name,
-                f"formatting the NameNode failed (exit {done.returncode})",
+                "formatting the NameNode wrote no name/current/VERSION",
                 command=command,
                 log_path=log_path,
             )

@@ -21,7 +21,6 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -36,6 +35,7 @@ from malhar.testing.services.process import (
     free_port,
     port_in_use,
     require_java,
+    run_step,
     wait_until,
 )
 
@@ -443,32 +443,14 @@ class KafkaService(Service):
             str(self._properties_path),
             "--standalone",
         )
-        with self._log_path.open("ab") as log:
-            log.write(b"=== malhar: formatting storage ===\n")
-            log.flush()
-            try:
-                result = subprocess.run(
-                    command,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    timeout=FORMAT_TIMEOUT,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise ServiceError(
-                    self.name,
-                    f"formatting the storage took longer than {FORMAT_TIMEOUT:.0f}s",
-                    command=command,
-                    log_path=self._log_path,
-                ) from exc
-        if result.returncode != 0:
-            raise ServiceError(
-                self.name,
-                f"formatting the storage failed (exit {result.returncode})",
-                command=command,
-                log_path=self._log_path,
-            )
+        run_step(
+            self.name,
+            "formatting the storage",
+            command,
+            self._log_path,
+            timeout=FORMAT_TIMEOUT,
+            append=True,
+        )
 
     def _launch(self, timeout: float) -> None:
         assert self._log_path is not None

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
 
 from malhar.testing.services.errors import ServiceError
 from malhar.testing.services.paths import cache_dir
+from malhar.testing.services.process import run_step
 
 _DONE = ".complete"
 
@@ -60,29 +60,19 @@ def jar_dir(name: str, *, timeout: float = 1200.0) -> Path:
         "-DincludeScope=runtime",
         f"-DoutputDirectory={staging}",
     ]
-    with log_path.open("wb") as log:
-        try:
-            result = subprocess.run(
-                command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise ServiceError(
-                f"maven ({name})",
-                f"fetching jars took longer than {timeout:.0f}s",
-                command=command,
-                log_path=log_path,
-                hint="check that Maven Central is reachable, or set MALHAR_CACHE_DIR to a filled cache",
-            ) from exc
-    if result.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise ServiceError(
+    try:
+        run_step(
             f"maven ({name})",
-            f"fetching jars failed (exit {result.returncode})",
-            command=command,
-            log_path=log_path,
-            hint="check that Maven Central is reachable (proxy settings in ~/.m2/settings.xml)",
+            "fetching jars",
+            command,
+            log_path,
+            timeout=timeout,
+            hint="check that Maven Central is reachable (proxy settings in ~/.m2/settings.xml), "
+            "or set MALHAR_CACHE_DIR to a filled cache",
         )
+    except ServiceError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     (staging / _DONE).write_text("ok\n")
     if target.exists():  # another process finished first
         shutil.rmtree(staging, ignore_errors=True)

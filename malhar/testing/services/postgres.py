@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit
 from malhar.testing.services.base import Service
 from malhar.testing.services.errors import ServiceError
 from malhar.testing.services.paths import new_service_dir
-from malhar.testing.services.process import ManagedProcess, free_port, port_in_use
+from malhar.testing.services.process import ManagedProcess, free_port, port_in_use, run_step
 
 _USER = "malhar"
 
@@ -114,24 +114,10 @@ class PostgresService(Service):
             "--encoding=UTF8",
             "--no-instructions",
         ]
-        log_path = self.home / "initdb.log"
-        with log_path.open("wb") as log:
-            try:
-                done = subprocess.run(
-                    command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise ServiceError(
-                    "postgres", "initdb timed out", command=command, log_path=log_path
-                ) from exc
-        pwfile.unlink()
-        if done.returncode != 0:
-            raise ServiceError(
-                "postgres",
-                f"initdb failed (exit {done.returncode})",
-                command=command,
-                log_path=log_path,
-            )
+        try:
+            run_step(self.name, "initdb", command, self.home / "initdb.log", timeout=timeout)
+        finally:
+            pwfile.unlink(missing_ok=True)
         self._launch(timeout)
         self._create_database()
         return self

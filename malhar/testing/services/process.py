@@ -59,6 +59,60 @@ def wait_until(
         time.sleep(interval)
 
 
+def run_step(
+    service: str,
+    what: str,
+    command: list[str],
+    log_path: Path,
+    *,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    append: bool = False,
+    hint: str | None = None,
+) -> None:
+    """Run one bounded set-up command (format, initdb, a Maven fetch) into ``log_path``.
+
+    Raises ServiceError naming ``what``, the command and the log when it times out
+    or exits non-zero.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab" if append else "wb") as log:
+        if append:
+            log.write(f"=== malhar: {what} ===\n".encode())
+            log.flush()
+        try:
+            result = subprocess.run(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                cwd=cwd,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ServiceError(
+                service,
+                f"{what} took longer than {timeout:.0f}s",
+                command=command,
+                log_path=log_path,
+            ) from exc
+        except OSError as exc:
+            raise ServiceError(
+                service, f"{what} could not start: {exc}", command=command, log_path=log_path
+            ) from exc
+    if result.returncode != 0:
+        raise ServiceError(
+            service,
+            f"{what} failed (exit {result.returncode})",
+            command=command,
+            log_path=log_path,
+            hint=hint,
+        )
+
+
 def require_java(service: str) -> str:
     """Path of ``java``; a ServiceError that says how to get one otherwise."""
     java_home = os.environ.get("JAVA_HOME")
