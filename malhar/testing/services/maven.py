@@ -54,6 +54,8 @@ def jar_dir(name: str, *, timeout: float = 1200.0) -> Path:
     command = [
         mvn,
         "-B",
+        "--global-settings",
+        str(pom.parent.parent / "settings.xml"),
         "-f",
         str(pom),
         "dependency:copy-dependencies",
