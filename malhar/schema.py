@@ -90,7 +90,9 @@ def compatible(upstream: StructType | None, downstream: StructType | None) -> st
     if downstream is None:
         return None  # an untyped input port takes anything: dict rows or Arrow batches
     if upstream is None:
-        return "the upstream port is untyped (Python objects) but the downstream port expects columns"
+        return (
+            "the upstream port is untyped (Python objects) but the downstream port expects columns"
+        )
     up = {f.name: f.dataType for f in upstream.fields}
     for f in downstream.fields:
         if f.name not in up:

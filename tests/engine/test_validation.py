@@ -132,7 +132,9 @@ def test_schema_incompatibility() -> None:
     assert any(
         "a.output cannot feed b.input: column 'n' is missing upstream" in p for p in problems
     )
-    assert any("src.output cannot feed a.input: the upstream port is untyped" in p for p in problems)
+    assert any(
+        "src.output cannot feed a.input: the upstream port is untyped" in p for p in problems
+    )
 
 
 def test_property_constraints_checked_on_assignment_and_validate() -> None:
