@@ -217,6 +217,7 @@ class PartitionRuntime:
         self._seen_controls: dict[tuple[str, str], set[bytes]] = defaultdict(set)
         self._skip: set[str] = set()
         self.buffers: list[RouteBuffer] = []
+        self._purge_pending = True  # snapshots or markers may exist that a purge can drop
 
     # -- construction ------------------------------------------------------------------------
     def context(self, name: str) -> OperatorContext:
@@ -240,7 +241,8 @@ class PartitionRuntime:
             self.unifiers = state["unifiers"]
             self.open = state["open"]
             self.pending_end = defaultdict(list, state["pending_end"])
-            self.committed = state["committed"]
+            # The lost instance had delivered committed(W - 2) when it began W - 1.
+            self.committed = window - 2
             self.window = window - 1
             self.last_saved = data
         else:
@@ -431,16 +433,19 @@ class PartitionRuntime:
             for name, op in self._all_ops():
                 if isinstance(op, CheckpointListener):
                     self._call(name, op.committed, committed)
-            if self.store:
+            if self.store and self._purge_pending:
                 self.store.purge(committed)
+                self._purge_pending = False
             self.committed = committed
         amo = [
             n
             for n in self.group.operators
             if self.plan.dag.operators[n].attr(A.PROCESSING_MODE) is A.ProcessingMode.AT_MOST_ONCE
         ]
-        if amo and self.store and self.store.mark_started(window):
-            self._skip.update(amo)  # a replay: at-most-once drops the in-flight window's tuples
+        if amo and self.store:
+            self._purge_pending = True
+            if self.store.mark_started(window):
+                self._skip.update(amo)  # a replay: at-most-once drops the in-flight window's tuples
         self._markers(window, committed, shutdown)
         for _, op in self._all_ops():
             for bound in _bound_outputs(op):
@@ -592,13 +597,13 @@ class PartitionRuntime:
                 "unifiers": self.unifiers,
                 "open": self.open,
                 "pending_end": dict(self.pending_end),
-                "committed": self.committed,
             },
             protocol=pickle.HIGHEST_PROTOCOL,
         )
-        if data != self.last_saved:
+        if data != self.last_saved:  # a stateless chain writes once
             self.store.save(window, data)
             self.last_saved = data
+            self._purge_pending = True
         for name, op in self._all_ops():
             if isinstance(op, CheckpointListener):
                 self._call(name, op.checkpointed, window)
