@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +11,7 @@ import pytest
 
 from malhar import session_conf
 from malhar.session import ROCKSDB_PROVIDER
+from tests.spark_subprocess import run_spark_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,16 +54,7 @@ def test_local_cluster_runs_on_two_executor_processes(tmp_path: Path) -> None:
         spark.stop()
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    info = json.loads(done.stdout.strip().splitlines()[-1])
+    info = run_spark_script(script)
     assert info["executors"] == 2
     # Python workers are forked by a daemon per executor: two distinct parent processes.
     assert len(info["jvms"]) == 2

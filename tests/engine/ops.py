@@ -50,7 +50,9 @@ class Numbers(InputOperator):
                 self.output.emit(item)
 
 
-class SumUnifier(Unifier):
+class _SumsPerWindow:
+    """Adds (key, value) pairs per window and emits (key, sum) at its end."""
+
     def begin_window(self, window_id: int) -> None:
         self.acc: dict[str, int] = {}
 
@@ -62,21 +64,15 @@ class SumUnifier(Unifier):
             self.output.emit((k, self.acc[k]))
 
 
-class SumPerKey(Operator):
+class SumUnifier(_SumsPerWindow, Unifier):
+    """Merges the partial sums of every SumPerKey partition."""
+
+
+class SumPerKey(_SumsPerWindow, Operator):
     """Per-window sums per key (partial per partition, merged by SumUnifier)."""
 
     input = InputPort()
     output = OutputPort(unifier=SumUnifier)
-
-    def begin_window(self, window_id: int) -> None:
-        self.acc: dict[str, int] = {}
-
-    def process(self, kv: tuple[str, int]) -> None:
-        self.acc[kv[0]] = self.acc.get(kv[0], 0) + kv[1]
-
-    def end_window(self) -> None:
-        for k in sorted(self.acc):
-            self.output.emit((k, self.acc[k]))
 
 
 class RunningTotal(Operator):

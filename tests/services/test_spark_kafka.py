@@ -5,14 +5,12 @@ Runs in a subprocess: connector jars must be on the JVM's classpath from its sta
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 from confluent_kafka import Producer
+
+from tests.spark_subprocess import run_spark_script
 
 pytestmark = pytest.mark.integration
 
@@ -39,15 +37,6 @@ def test_spark_kafka_source_reads_the_broker(kafka_service, new_topic) -> None:
         print(json.dumps(sorted([r.v, r.partition, r.offset] for r in rows)))
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = run_spark_script(script)
     expected = sorted([f"v{i}", i % 2, i // 2] for i in range(20))
     assert rows == expected
