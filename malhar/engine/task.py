@@ -227,7 +227,9 @@ class PartitionRuntime:
             partition=self.partition,
             partitions=self.group.partitions,
             application=self.plan.app,
-            attributes=dict(meta.attributes) if meta else {},
+            attributes=(
+                {**{n: a.default for n, a in A.OPERATOR.items()}, **meta.attributes} if meta else {}
+            ),
             checkpoint=self.plan.checkpoint,
         )
 
@@ -629,9 +631,11 @@ def acquire(plan: Plan, group: Group, partition: int, window: int) -> PartitionR
     return rt
 
 
-def release(rt: PartitionRuntime, *, keep: bool) -> None:
+def release(rt: PartitionRuntime, *, keep: bool, failed: bool = False) -> None:
     if keep:
         _LIVE[(rt.plan.app, rt.group.key, rt.partition)] = rt
+    elif failed:
+        rt.teardown()  # release connections now; the replay restores from the store
 
 
 @atexit.register
@@ -688,4 +692,4 @@ def run_window(
             yield rt.out.take()
         ok = True
     finally:
-        release(rt, keep=ok and not shutdown)
+        release(rt, keep=ok and not shutdown, failed=not ok)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from malhar.attributes import MAX_TUPLES_PER_WINDOW
 from malhar.control import ControlTuple, DeliveryType
 from malhar.operator import (
     ActivationListener,
@@ -78,8 +79,9 @@ class OperatorHarness:
         if not self._setup:
             self.setup()
         self.window = self.window + 1 if window is None else window
-        for sink in self.sinks.values():
+        for name, sink in self.sinks.items():
             sink.window = self.window
+            getattr(self.operator, name).count = 0
         self.operator.begin_window(self.window)
 
     def put(self, port: str, value: Any) -> None:
@@ -121,7 +123,17 @@ class OperatorHarness:
         """One whole window: begin, every ``(port, tuple)`` in order, end."""
         self.begin_window(window)
         if isinstance(self.operator, InputOperator):
-            self.emit_tuples()
+            # Like the engine: call emit_tuples until a call emits nothing or the
+            # window's MAX_TUPLES_PER_WINDOW is reached.
+            limit = self.context.attributes.get(
+                MAX_TUPLES_PER_WINDOW.name, MAX_TUPLES_PER_WINDOW.default
+            )
+            while True:
+                before = sum(getattr(self.operator, p).count for p in self.sinks)
+                self.emit_tuples()
+                after = sum(getattr(self.operator, p).count for p in self.sinks)
+                if after == before or after >= limit:
+                    break
         for port, value in inputs:
             self.put(port, value)
         self.end_window()
