@@ -63,7 +63,13 @@ def test_a_third_party_pack_is_listed_and_loadable(site: FakeSite) -> None:
     assert apps["AcmeDoubling"].doc == "The same application in Apex's StreamingApplication form."
     kinds = [e.kind for e in registry.entries()]
     assert kinds == sorted(kinds, key=registry.KINDS.index)
-    assert {e.name for e in registry.entries(("connector",))} == {"LineOutput"}
+    builtin_connectors = {
+        "JdbcOutput",
+        "KafkaInputOperator",
+        "KafkaJsonInputOperator",
+        "KafkaTextInputOperator",
+    }
+    assert {e.name for e in registry.entries(("connector",))} == {"LineOutput", *builtin_connectors}
 
 
 def test_broken_entry_points_carry_their_error_and_never_break_the_listing(
