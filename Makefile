@@ -9,7 +9,7 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 
 run: setup
-	$(PY) -m samples.main
+	$(PY) -m samples.wordcount_exactly_once
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
