@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from malhar import DAG, KeyCodec, Operator
 from malhar.algo import UniqueCounter
 from malhar.io.jdbc import JdbcOutputOperator
-from malhar.io.kafka import KafkaTextInputOperator
+from malhar.io.kafka import KafkaJsonInputOperator, KafkaTextInputOperator
 from malhar.ports import InputPort, OutputPort
 
 APPLICATION_NAME = "wordcount-exactly-once"
@@ -31,10 +31,16 @@ TABLE_DDL = "word text PRIMARY KEY, count bigint NOT NULL"
 
 
 class WordSplitter(Operator):
-    """Splits the ``value`` of Kafka text records into ``word`` rows, vectorized."""
+    """Splits the ``value`` of Kafka records into ``word`` rows.
+
+    Text records arrive as Arrow batches and are split vectorized. JSON records
+    arrive as dicts whose ``value`` must be ``{"line": "..."}``; any other document
+    goes to the ``error`` port with the reason.
+    """
 
     input = InputPort()
     output = OutputPort("word string")
+    error = OutputPort(error=True)
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         lines = batch.column(batch.schema.get_field_index("value"))
@@ -43,8 +49,19 @@ class WordSplitter(Operator):
             self.output.emit_batch(pa.record_batch([words.cast(pa.string())], names=["word"]))
 
     def process(self, record: Any) -> None:
-        line = record["value"] if isinstance(record, dict) else record
-        for word in (line or "").split():
+        value = record.get("value") if isinstance(record, dict) else record
+        line = value.get("line") if isinstance(value, dict) else value
+        if not isinstance(line, str):
+            self.error.emit(
+                {
+                    "topic": record.get("topic") if isinstance(record, dict) else None,
+                    "offset": record.get("offset") if isinstance(record, dict) else None,
+                    "error": 'expected a text line or a JSON document {"line": "..."}, '
+                    f"got {type(value).__name__}",
+                }
+            )
+            return
+        for word in line.split():
             self.output.emit({"word": word})
 
 
@@ -60,6 +77,9 @@ class WordCountSettings:
     input_partitions: int = 1
     max_records_per_window: int | None = 20_000
     initial_offset: str = "APPLICATION_OR_EARLIEST"
+    #: "text" (each message is a line) or "json" (each message is {"line": "..."})
+    value_format: str = "text"
+    max_message_bytes: int | None = None
     consumer_config: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -78,13 +98,17 @@ def populate(
     dag: DAG, settings: WordCountSettings, *, output: JdbcOutputOperator | None = None
 ) -> DAG:
     """Add the flagship's operators and streams to ``dag``; ``output`` replaces the JDBC writer."""
+    readers = {"text": KafkaTextInputOperator, "json": KafkaJsonInputOperator}
+    if settings.value_format not in readers:
+        raise ValueError(f"value_format {settings.value_format!r}: use one of {sorted(readers)}")
     lines = dag.add_operator(
         "lines",
-        KafkaTextInputOperator(
+        readers[settings.value_format](
             bootstrap_servers=settings.bootstrap_servers,
             topics=settings.topic,
             initial_offset=settings.initial_offset,
             max_records_per_window=settings.max_records_per_window,
+            max_message_bytes=settings.max_message_bytes,
             consumer_config=settings.consumer_config or None,
         ),
         PARTITIONS=settings.input_partitions,

@@ -19,11 +19,42 @@ from samples.wordcount_exactly_once.app import TABLE_DDL
 
 log = logging.getLogger("samples.wordcount")
 
-VOCABULARY = (
-    "apex malhar spark stream window operator partition unifier kafka postgres hdfs exactly "
-    "once checkpoint replay commit offset tuple port schema arrow shuffle state counter "
-    "unique merge transaction recovery idempotent latency throughput broker topic record"
-).split()
+VOCABULARY = [
+    "apex",
+    "malhar",
+    "spark",
+    "stream",
+    "window",
+    "operator",
+    "partition",
+    "unifier",
+    "kafka",
+    "postgres",
+    "hdfs",
+    "exactly",
+    "once",
+    "checkpoint",
+    "replay",
+    "commit",
+    "offset",
+    "tuple",
+    "port",
+    "schema",
+    "arrow",
+    "shuffle",
+    "state",
+    "counter",
+    "unique",
+    "merge",
+    "transaction",
+    "recovery",
+    "idempotent",
+    "latency",
+    "throughput",
+    "broker",
+    "topic",
+    "record",
+]
 
 
 def corpus(lines: int, *, seed: int = 11, words_per_line: tuple[int, int] = (3, 12)) -> list[str]:
@@ -95,7 +126,9 @@ def topic_messages(bootstrap_servers: str, topic: str, timeout: float = 60.0) ->
     try:
         meta = consumer.list_topics(topic, timeout=timeout)
         parts = sorted(meta.topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)[1] for p in parts}
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)[1] for p in parts
+        }
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         values: list[bytes] = []
         positions = dict.fromkeys(parts, 0)

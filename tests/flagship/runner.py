@@ -118,6 +118,7 @@ class Flagship:
             start_new_session=True,
         )
         self._first = self.last_window()
+        self._log_offset = len(self.log_path.read_text(errors="replace"))
 
     def _alive(self) -> str | None:
         if self.proc is None or self.proc.poll() is None:
@@ -126,6 +127,10 @@ class Flagship:
 
     def log_tail(self, n: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-n:] if self.log_path.exists() else ""
+
+    def mark(self) -> None:
+        """Count the windows of :meth:`await_windows` from now."""
+        self._first = self.last_window()
 
     def await_windows(self, n: int) -> int:
         """Wait until this run has completed ``n`` more windows; return the last one."""
@@ -150,6 +155,18 @@ class Flagship:
         )
         return int(self.marker.read_text())
 
+    def await_log(self, text: str) -> None:
+        """Wait until the driver's log (driver, JVM and Python workers) shows ``text``."""
+        offset = self._log_offset
+        wait_until(
+            lambda: text in self.log_path.read_text(errors="replace")[offset:],
+            timeout=RUN_TIMEOUT,
+            interval=0.2,
+            what=f"{text!r} in the driver log",
+            alive=self._alive,
+        )
+        self._log_offset = len(self.log_path.read_text(errors="replace"))
+
     def kill(self) -> None:
         """SIGKILL the driver's whole process group (driver, JVM, Python workers)."""
         assert self.proc is not None
@@ -169,7 +186,7 @@ class Flagship:
             what=f"{total} words in {self.table}",
             alive=self._alive,
         )
-        self._first = self.last_window()
+        self.mark()
         self.await_windows(2)
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)

@@ -109,6 +109,12 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         doc="any librdkafka setting (SASL, SSL, fetch.*); '${env:NAME}' / '${file:/path}' "
         "values are read in setup; secrets are never logged",
     )
+    max_message_bytes = Property(
+        int,
+        default=None,
+        min=1,
+        doc="records whose key+value exceed this go to the error port instead of the output",
+    )
     fetch_batch = Property(int, default=10_000, min=1, doc="records per consume() call")
     poll_timeout_ms = Property(
         int, default=100, min=0, doc="how long a window waits for its first records"
@@ -312,6 +318,14 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         self._first_call = False
         return self._client.fetch(n, timeout)
 
+    @staticmethod
+    def _oversized(msgs: list[Any], limit: int) -> dict[int, str]:
+        return {
+            i: f"record of {size} bytes (key + value) exceeds max_message_bytes={limit}"
+            for i, size in enumerate(total_bytes(msgs))
+            if size > limit
+        }
+
     def _cut_bytes(self, msgs: list[Any], max_bytes: int) -> list[Any]:
         total = self._bytes
         keep = 0
@@ -359,6 +373,8 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
 
     def _emit(self, msgs: list[Any]) -> None:
         column, errors = self._deser.decode([m.value() for m in msgs])
+        if self.max_message_bytes:
+            errors.update(self._oversized(msgs, self.max_message_bytes))
         for i, reason in errors.items():
             self.error.emit(error_row(msgs[i], reason))
         if self._schema is None:
