@@ -264,6 +264,28 @@ def test_user_statement(postgres_service) -> None:
 
 
 @pytest.mark.integration
+def test_password_reference_stays_out_of_state(postgres_service, monkeypatch) -> None:
+    from pyspark import cloudpickle
+
+    pg = postgres_service
+    table = _table(pg, "ref", "k text NOT NULL, n bigint NOT NULL")
+    bare = pg.sqlalchemy_url.replace(f":{pg.password}@", "@", 1)
+    assert pg.password not in bare
+    monkeypatch.setenv("MALHAR_TEST_PG_PASSWORD", pg.password)
+    op = JdbcOutputOperator(bare, table=table, password="${env:MALHAR_TEST_PG_PASSWORD}")
+    h = _harness(op, _name("ref"))
+    _window(h, 0, [{"k": "a", "n": 1}])
+    assert _sql(pg, f"SELECT k, n FROM {table}") == [("a", 1)]
+    # what the engine pickles into the plan and the state snapshots holds no password
+    assert pg.password.encode() not in cloudpickle.dumps(op)
+
+    monkeypatch.delenv("MALHAR_TEST_PG_PASSWORD")
+    with pytest.raises(JdbcConfigError, match="MALHAR_TEST_PG_PASSWORD.*is not set"):
+        again = JdbcOutputOperator(bare, table=table, password="${env:MALHAR_TEST_PG_PASSWORD}")
+        _window(_harness(again, _name("ref")), 0, [{"k": "b", "n": 2}])
+
+
+@pytest.mark.integration
 def test_partitions_racing_to_create_the_meta_table(postgres_service) -> None:
     from malhar.io.jdbc import JdbcOptions, JdbcTransactionalStore
     from malhar.io.jdbc.connection import create_engine

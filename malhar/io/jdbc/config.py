@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from malhar import secrets
 from malhar.io.jdbc.errors import JdbcConfigError
 from malhar.redaction import redact_url
 
@@ -36,8 +37,10 @@ class JdbcOptions:
 
     Attributes:
         url: SQLAlchemy URL (``postgresql+psycopg2://user@host:5432/db``, ``sqlite:///f.db``).
-            May hold the password; it is only ever shown redacted.
-        password: the password, when it is not in the URL (never shown).
+            May hold the password; it is only ever shown redacted. May be a reference
+            ``${env:NAME}`` / ``${file:/path}`` (see :mod:`malhar.secrets`).
+        password: the password, when it is not in the URL (never shown). A reference
+            ``${env:PGPASSWORD}`` keeps it out of checkpoints and the plan.
         table: the target table (``schema.table`` allowed). Must exist.
         mode: ``insert``, ``upsert`` (on ``key_columns``) or ``merge_add`` (adds every
             non-key column to the stored value, inserting new keys).
@@ -100,7 +103,7 @@ class JdbcOptions:
         out: list[str] = []
         if not self.url:
             out.append("url is required (a SQLAlchemy URL such as postgresql+psycopg2://...)")
-        else:
+        elif not secrets.is_reference(self.url):  # a reference is read on the workers
             try:
                 self.sqlalchemy_url()
             except Exception as exc:
@@ -140,9 +143,13 @@ class JdbcOptions:
         """The ``sqlalchemy.URL`` to connect to (with the password, if given separately)."""
         from sqlalchemy.engine import make_url
 
-        url = make_url(self.url)
-        if self.password:
-            url = url.set(password=self.password)
+        try:
+            url = make_url(secrets.resolve(self.url, "url"))
+            password = secrets.resolve(self.password, "password")
+        except secrets.SecretReferenceError as exc:
+            raise JdbcConfigError(str(exc)) from None
+        if password:
+            url = url.set(password=password)
         return url
 
     def with_(self, **changes: Any) -> JdbcOptions:

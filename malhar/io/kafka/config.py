@@ -10,13 +10,12 @@ are masked with :func:`malhar.redaction.redact_config`. A value ``${env:NAME}`` 
 from __future__ import annotations
 
 import logging
-import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from malhar import secrets
 from malhar.io.kafka.errors import KafkaConfigError
 from malhar.redaction import redact_config
 
@@ -113,30 +112,17 @@ def topic_list(topics: str | Iterable[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-_REFERENCE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
-
-
 def resolve(value: Any, key: str = "?") -> Any:
     """``${env:NAME}`` -> the environment variable, ``${file:/path}`` -> the file's text.
 
     Secrets written this way never appear in the operator's state, the checkpoint or the
     plan Spark ships to its executors: they are read where the consumer is created.
+    See :mod:`malhar.secrets`.
     """
-    if not isinstance(value, str):
-        return value
-    match = _REFERENCE.match(value.strip())
-    if match is None:
-        return value
-    kind, name = match.groups()
-    if kind == "env":
-        if name not in os.environ:
-            raise KafkaConfigError(f"setting {key!r}: environment variable {name!r} is not set")
-        return os.environ[name]
     try:
-        with open(name, encoding="utf-8") as f:
-            return f.read().strip()
-    except OSError as exc:
-        raise KafkaConfigError(f"setting {key!r}: cannot read {name!r}: {exc.strerror}") from None
+        return secrets.resolve(value, key)
+    except secrets.SecretReferenceError as exc:
+        raise KafkaConfigError(str(exc)) from None
 
 
 def consumer_config(
