@@ -14,22 +14,9 @@ from typing import Any
 
 from malhar import DAG, InputPort, KeyCodec, Operator, OutputPort, Unifier
 from malhar.testing.operators import Collector, ListInput
+from samples.wordcount_exactly_once.data import VOCABULARY
 
-WORDS = [
-    "apex",
-    "malhar",
-    "spark",
-    "stream",
-    "window",
-    "operator",
-    "partition",
-    "unifier",
-    "kafka",
-    "postgres",
-    "hdfs",
-    "exactly",
-    "once",
-]
+WORDS = VOCABULARY[:13]  # apex malhar spark stream ... exactly once
 
 
 def corpus(windows: int, lines: int, seed: int = 11) -> list[list[str]]:

@@ -7,11 +7,13 @@ data in flight when it is killed. The ground truth is read back from the topic.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,15 +24,38 @@ from tests.flagship.runner import Flagship
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _kill_at_random_point(f: Flagship, rng: random.Random) -> None:
-    f.await_windows(rng.randint(1, 3))
-    time.sleep(rng.uniform(0.0, 0.4))  # not synchronization: moves the kill inside a window
-    f.kill()
+RANDOM = None  # a kill at a random point inside a window
 
 
-def _assert_window_ids_never_go_back(f: Flagship) -> None:
-    for (_, before), (first, _) in zip(f.windows_seen, f.windows_seen[1:], strict=False):
-        assert first >= before, f.windows_seen
+def crash_and_recover(
+    f: Flagship,
+    kills: list[str | None],
+    *,
+    seed: int,
+    lines: int = 6_000,
+    before_last_start: Callable[[], None] | None = None,
+) -> None:
+    """One driver run per entry of ``kills`` (a pause point of the writer, or RANDOM), each
+    SIGKILLed; lines are produced before every run; a last run must end exact."""
+    rng = random.Random(seed)
+    parts = list(chunks(corpus(lines, seed=seed), len(kills) + 1))
+    for part, pause in zip(parts, kills, strict=False):
+        f.produce(part)
+        f.start(pause)
+        if pause:
+            f.await_pause()
+        else:
+            f.await_windows(rng.randint(1, 3))
+            time.sleep(rng.uniform(0.0, 0.4))  # not synchronization: moves the kill in a window
+        f.kill()
+    if before_last_start is not None:
+        before_last_start()
+    f.produce(parts[-1])
+    f.start()
+    f.assert_exact()
+    assert f.runs == len(kills) + 1
+    for (_, before), (first, _) in itertools.pairwise(f.windows_seen):
+        assert first >= before, f.windows_seen  # window ids never go back
 
 
 @pytest.fixture
@@ -54,77 +79,28 @@ def flagship_factory(kafka_service, postgres_service, tmp_path: Path):
 
 
 def test_sigkill_at_five_points_counts_every_word_once(flagship_factory) -> None:
-    f = flagship_factory()
-    rng = random.Random(6)
-    parts = list(chunks(corpus(12_000, seed=6), 6))
     # Two deterministic points (inside the database transaction before COMMIT, and after
     # the COMMIT before the engine records the window) and three random ones.
-    for i, pause in enumerate([None, "before_commit", None, "after_commit", None]):
-        f.produce(parts[i])
-        f.start(pause)
-        if pause:
-            f.await_pause()
-            f.kill()
-        else:
-            _kill_at_random_point(f, rng)
-    f.produce(parts[5])
-    f.start()
-    f.assert_exact()
-    assert f.runs == 6
-    _assert_window_ids_never_go_back(f)
+    f = flagship_factory()
+    kills = [RANDOM, "before_commit", RANDOM, "after_commit", RANDOM]
+    crash_and_recover(f, kills, seed=6, lines=12_000)
 
 
 def test_lost_spark_checkpoint_continues_window_ids_without_double_counting(
     flagship_factory, tmp_path: Path
 ) -> None:
     f = flagship_factory()
-    rng = random.Random(7)
-    parts = list(chunks(corpus(6_000, seed=7), 3))
-    f.produce(parts[0])
-    f.start()
-    _kill_at_random_point(f, rng)
-    f.produce(parts[1])
-    f.start("after_commit")
-    f.await_pause()
-    f.kill()
-    shutil.rmtree(tmp_path / "ckpt" / "spark")
-    f.produce(parts[2])
-    f.start()
-    f.assert_exact()
-    _assert_window_ids_never_go_back(f)
+    lose = lambda: shutil.rmtree(tmp_path / "ckpt" / "spark")  # noqa: E731
+    crash_and_recover(f, [RANDOM, "after_commit"], seed=7, before_last_start=lose)
     assert f.windows_seen[-1][0] > 0  # continued from malhar's window log, not from 0
 
 
 def test_checkpoint_and_storage_manager_on_hdfs(flagship_factory, hdfs_service) -> None:
     os.environ.setdefault("MALHAR_WEBHDFS_URL", hdfs_service.webhdfs_url)
     f = flagship_factory(checkpoint=f"{hdfs_service.url}/flagship-{uuid.uuid4().hex[:8]}")
-    rng = random.Random(8)
-    parts = list(chunks(corpus(6_000, seed=8), 3))
-    f.produce(parts[0])
-    f.start("after_commit")
-    f.await_pause()
-    f.kill()
-    f.produce(parts[1])
-    f.start()
-    _kill_at_random_point(f, rng)
-    f.produce(parts[2])
-    f.start()
-    f.assert_exact()
-    _assert_window_ids_never_go_back(f)
+    crash_and_recover(f, ["after_commit", RANDOM], seed=8)
 
 
 def test_local_cluster_executors(flagship_factory) -> None:
     f = flagship_factory(master="local-cluster[2,1,1024]")
-    rng = random.Random(9)
-    parts = list(chunks(corpus(6_000, seed=9), 3))
-    f.produce(parts[0])
-    f.start()
-    _kill_at_random_point(f, rng)
-    f.produce(parts[1])
-    f.start("after_commit")
-    f.await_pause()
-    f.kill()
-    f.produce(parts[2])
-    f.start()
-    f.assert_exact()
-    _assert_window_ids_never_go_back(f)
+    crash_and_recover(f, [RANDOM, "after_commit"], seed=9)

@@ -72,8 +72,13 @@ def _settings(kafka: Any, pg: Any, **extra: Any) -> WordCountSettings:
     )
 
 
-def _run_until(app: Any, settings: WordCountSettings, truth: Counter, errors: dict[str, int]):
-    """Run until the table holds ``truth`` and the error ports counted ``errors``."""
+def _run_until(
+    spark: Any, tmp: Path, settings: WordCountSettings, truth: Counter, errors: dict[str, int]
+) -> None:
+    """Launch the flagship; run until the table holds ``truth`` and the error ports counted
+    ``errors`` (and two windows more); check both."""
+    dag = populate(DAG(f"bad-{uuid.uuid4().hex[:6]}"), settings)
+    app = launch(dag, spark=spark, checkpoint=str(tmp / "ckpt"), window_ms=200)
 
     def counted() -> dict[str, int]:
         total: Counter = Counter()
@@ -112,13 +117,7 @@ def test_bad_records_go_to_error_ports_and_good_counts_stay_exact(
     oversized = "apex " * 30_000  # 150 KB: above max_message_bytes, below the broker's limit
     bad = [b"\xff\xfe not utf-8 \xc3\x28", oversized, b"\x80"]
     produce(settings.bootstrap_servers, settings.topic, good[:1500] + bad + good[1500:])
-    app = launch(
-        populate(DAG(f"bad-text-{uuid.uuid4().hex[:6]}"), settings),
-        spark=spark,
-        checkpoint=str(tmp_path / "ckpt"),
-        window_ms=200,
-    )
-    _run_until(app, settings, word_counts(good), {"lines.error": 3})
+    _run_until(spark, tmp_path, settings, word_counts(good), {"lines.error": 3})
 
 
 def test_invalid_json_goes_to_error_ports(spark, kafka_service, postgres_service, tmp_path):
@@ -127,14 +126,9 @@ def test_invalid_json_goes_to_error_ports(spark, kafka_service, postgres_service
     docs = [json.dumps({"line": line}) for line in good]
     bad = ['{"line": "unterminated', "not json at all", b"\xff\xfe", '{"text": "no line"}', "[1]"]
     produce(settings.bootstrap_servers, settings.topic, docs[:1000] + bad + docs[1000:])
-    app = launch(
-        populate(DAG(f"bad-json-{uuid.uuid4().hex[:6]}"), settings),
-        spark=spark,
-        checkpoint=str(tmp_path / "ckpt"),
-        window_ms=200,
-    )
     # undecodable documents at the reader, documents without a line at the splitter
-    _run_until(app, settings, word_counts(good), {"lines.error": 3, "split.error": 2})
+    errors = {"lines.error": 3, "split.error": 2}
+    _run_until(spark, tmp_path, settings, word_counts(good), errors)
 
 
 def _failure(app: Any) -> str:
