@@ -18,7 +18,7 @@ lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: setup
-	$(PY) bench/engine.py && $(PY) bench/storage.py
+	$(PY) bench/engine.py && $(PY) bench/storage.py && $(PY) bench/wordcount.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

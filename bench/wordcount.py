@@ -1,0 +1,648 @@
+"""The flagship word count, malhar against a hand-written exactly-once PySpark job (issue 5, item 11).
+
+    python bench/wordcount.py                  # ~3 min on 2 cores: 1M lines, 2 rounds, 30 s latency
+    python bench/wordcount.py --quick          # ~2 min: 300k lines, 1 round, 15 s latency
+    python bench/wordcount.py --plan combiner     # counters fused into the readers (§5.1)
+    python bench/wordcount.py --only throughput,latency    # skip the connector ceilings
+
+Same machine, same invocation, same generated data (``samples.wordcount_exactly_once.data.corpus``),
+the same Kafka broker and PostgreSQL server (``malhar.testing.services``), one SparkSession
+(``local[2]``, Spark's Kafka connector jars from ``malhar/testing/maven/spark-kafka`` on its
+classpath for both engines):
+
+- **malhar**: the flagship as committed (``samples.wordcount_exactly_once.app.populate``):
+  ``KafkaTextInputOperator`` -> ``WordSplitter`` -> ``UniqueCounter`` x N (``KeyCodec("word")``)
+  -> unifier -> ``JdbcOutputOperator`` merge-add into ``words(word, count)`` with its meta row.
+- **PySpark baseline**: ``spark.readStream.format("kafka")`` (Spark's own source) ->
+  ``foreachBatch``: ``explode(split(value, " "))`` + ``groupBy(word).count()`` collected on the
+  driver, written with psycopg2 in one transaction that locks the meta row ``(app) -> batch_id``
+  (a batch at or below it is skipped), merge-adds the counts (``execute_values`` ``INSERT ... ON
+  CONFLICT (word) DO UPDATE SET count = words.count + EXCLUDED.count``) and updates the meta row.
+
+Sections (method and figures: docs/performance-wordcount.md):
+
+1. **throughput**: a topic of 4 partitions preloaded with ``--lines`` lines; each engine drains
+   it from the earliest offset into a fresh table, timed from ``launch`` / ``start()`` until the
+   table holds every word (polled every 50 ms); both capped at ``--batch`` lines per micro-batch
+   (malhar: ``max_records_per_window = batch / input partitions``; Spark:
+   ``maxOffsetsPerTrigger = batch``) and triggered every ``--trigger-ms``. Reported: lines/s and
+   words/s end to end and after the first commit, batches and their median duration; the table
+   is checked exact against the corpus after every run. Rounds alternate which engine goes first.
+2. **latency**: a producer *process* writes ``--rate`` lines/s for ``--duration`` s into a fresh
+   topic (``message.timestamp.type=LogAppendTime``: the Kafka timestamp is when the broker
+   appended the record); the engine is started before and runs until every line is counted.
+   Per record: latency = wall time just after the COMMIT of the DB transaction holding the
+   record's counts - its Kafka timestamp. malhar: bench-only subclasses (``bench/connectors.py``)
+   log per window the Kafka offset ranges read (``LoggedKafkaTextInput``) and the time its
+   transaction returned (``TimedJdbcOutput``); baseline: ``foreachBatch`` notes the time after
+   ``commit()`` per batch id, and the batch's offsets come from Spark's offset log
+   (``<checkpoint>/offsets/<id>``). Every record is joined to its window by offset; records of
+   the first ``--warmup`` s are left out. p50 / p99 / max over all other records.
+3. **connectors**: raw ceilings (``bench/connectors.py``): confluent-kafka consume-only rate vs
+   ``KafkaTextInputOperator``; PostgreSQL ``COPY`` vs ``JdbcOutputOperator``.
+
+Targets: malhar >= 1.0x the baseline's throughput; Kafka input >= 60% of raw consume; JDBC output
+>= 60% of raw COPY. The 1-minute load average is printed with every section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+for p in (str(ROOT), str(BENCH)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+# Spark's Python workers inherit this: they import the bench-only operators of
+# ``connectors`` by reference (and ``samples`` for the flagship's WordSplitter).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(BENCH), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+)
+
+import connectors as K  # noqa: E402
+
+from samples.wordcount_exactly_once.data import corpus, word_counts  # noqa: E402
+
+#: Spark's Kafka consumer gets the fetch sizes of ``connectors.FETCH_CONFIG``
+SPARK_FETCH = {
+    f"kafka.{k}": str(v) for k, v in K.FETCH_CONFIG.items() if k != "queued.min.messages"
+}
+
+WORK = Path(tempfile.gettempdir())  # replaced by a fresh folder in main()
+
+
+# -- small helpers -----------------------------------------------------------------------------------
+def loadavg() -> float:
+    return os.getloadavg()[0]
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def med(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+class Table:
+    """The word table of one run, read with one autocommit psycopg2 connection."""
+
+    def __init__(self, dsn: str, name: str) -> None:
+        import psycopg2
+
+        self.name = name
+        self.conn = psycopg2.connect(dsn)
+        self.conn.autocommit = True
+        with self.conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {name}")
+            cur.execute(f"CREATE TABLE {name} (word text PRIMARY KEY, count bigint NOT NULL)")
+
+    def total(self) -> int:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT coalesce(sum(count), 0) FROM {self.name}")
+            return int(cur.fetchone()[0])
+
+    def counts(self) -> Counter:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT word, count FROM {self.name}")
+            return Counter(dict(cur.fetchall()))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def wait_for_total(
+    table: Table, total: int, failed: Any, timeout: float = 900.0
+) -> tuple[float | None, float]:
+    """Poll until the table holds ``total`` words: (time of the first rows, time done)."""
+    first = None
+    deadline = time.monotonic() + timeout
+    while True:
+        n = table.total()
+        now = time.time()
+        if n and first is None:
+            first = now
+        if n >= total:
+            return first, now
+        err = failed()
+        if err:
+            raise RuntimeError(err)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{table.name}: {n} of {total} words after {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+# -- the two engines ---------------------------------------------------------------------------------
+class Malhar:
+    """The flagship, launched with ``malhar.launch`` on the shared session."""
+
+    name = "malhar"
+
+    def __init__(self, args: argparse.Namespace, kafka: Any, pg: Any, spark: Any) -> None:
+        self.args, self.kafka, self.pg, self.spark = args, kafka, pg, spark
+
+    def start(
+        self, topic: str, table: str, *, logged: bool = False, logs: Path | None = None
+    ) -> Any:
+        from malhar import DAG, launch
+        from samples.wordcount_exactly_once.app import WordCountSettings, populate
+
+        a = self.args
+        settings = WordCountSettings(
+            bootstrap_servers=self.kafka.bootstrap_servers,
+            topic=topic,
+            url=self.pg.sqlalchemy_url,
+            table=table,
+            counters=a.counters,
+            input_partitions=a.input_partitions,
+            max_records_per_window=max(1, a.batch // a.input_partitions),
+            initial_offset="EARLIEST",
+            consumer_config=dict(K.FETCH_CONFIG) if a.fetch_tuned else {},
+        )
+        dag = DAG(f"bench-wc-{uuid.uuid4().hex[:8]}")  # a new meta-row identity per run
+        output = None
+        if logged:
+            assert logs is not None
+            output = K.TimedJdbcOutput()
+            output.bench_log = str(logs / "commits.log")
+        populate(dag, settings, output=output)
+        if a.plan == "combiner":
+            # counters fused into the readers (no KeyCodec, as many counters as readers): each
+            # reader task counts its own lines and only the partial counts cross the shuffle,
+            # to the unifier in the JDBC task (Spark's map-side partial aggregation)
+            dag.operators["count"].port_attributes.get("data", {}).pop("STREAM_CODEC", None)
+            dag.operators["count"].attributes["PARTITIONS"] = a.input_partitions
+        if logged:
+            reader = dag.operators["lines"].operator
+            reader.__class__ = K.LoggedKafkaTextInput  # same ports and properties, plus a log
+            reader.bench_log = str(logs / "ranges.log")
+        ckpt = tempfile.mkdtemp(prefix="malhar-", dir=WORK)
+        self.app = launch(dag, spark=self.spark, checkpoint=ckpt, window_ms=a.trigger_ms)
+        return self.app
+
+    def failed(self) -> str | None:
+        exc = self.app.query.exception()
+        return None if exc is None else f"malhar query failed: {exc}"
+
+    def batches(self) -> list[dict]:
+        return [p for p in self.app.query.recentProgress if p.numInputRows]
+
+    def stop(self) -> None:
+        self.app.stop()
+
+    def commit_times(self, logs: Path) -> dict[int, float]:
+        out = {}
+        for line in (logs / "commits.log").read_text().split("\n"):
+            if line:
+                w, t, _ = line.split()
+                out[int(w)] = float(t)
+        return out
+
+    def windows_of_records(self, logs: Path) -> list[tuple[int, int, int, int]]:
+        """``(window, partition, start, end)`` for every range read."""
+        out = []
+        for line in (logs / "ranges.log").read_text().split("\n"):
+            if line:
+                d = json.loads(line)
+                out += [(d["w"], p, s, e) for _, p, s, e, _ in d["ranges"]]
+        return out
+
+
+class SparkBaseline:
+    """The hand-written exactly-once PySpark job (Spark's Kafka source + foreachBatch + psycopg2)."""
+
+    name = "pyspark"
+
+    def __init__(self, args: argparse.Namespace, kafka: Any, pg: Any, spark: Any) -> None:
+        self.args, self.kafka, self.pg, self.spark = args, kafka, pg, spark
+
+    def start(self, topic: str, table: str, **_: Any) -> Any:
+        import psycopg2
+        from psycopg2.extras import execute_values
+        from pyspark.sql import functions as F
+
+        a = self.args
+        app = f"bench-spark-{uuid.uuid4().hex[:8]}"
+        self.conn = conn = psycopg2.connect(self.pg.dsn)
+        with conn.cursor() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS spark_meta (app text PRIMARY KEY, batch_id bigint NOT NULL)"
+            )
+            cur.execute("INSERT INTO spark_meta VALUES (%s, -1)", (app,))
+        conn.commit()
+        self.commits: dict[int, float] = {}
+        merge = (
+            f"INSERT INTO {table} AS t (word, count) VALUES %s "
+            "ON CONFLICT (word) DO UPDATE SET count = t.count + EXCLUDED.count"
+        )
+
+        def write_batch(batch_df: Any, batch_id: int) -> None:
+            counts = (
+                batch_df.select(
+                    F.explode(F.split(F.col("value").cast("string"), " ")).alias("word")
+                )
+                .where(F.col("word") != "")
+                .groupBy("word")
+                .count()
+                .collect()
+            )
+            with conn.cursor() as cur:
+                cur.execute("SELECT batch_id FROM spark_meta WHERE app = %s FOR UPDATE", (app,))
+                if cur.fetchone()[0] >= batch_id:  # a replayed batch: already in the table
+                    conn.rollback()
+                    return
+                if counts:
+                    execute_values(cur, merge, [(r[0], r[1]) for r in counts], page_size=1000)
+                cur.execute("UPDATE spark_meta SET batch_id = %s WHERE app = %s", (batch_id, app))
+            conn.commit()
+            self.commits[batch_id] = time.time()
+
+        self.ckpt = tempfile.mkdtemp(prefix="spark-", dir=WORK)
+        self.query = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(a.batch))
+            # the same fetch sizes as malhar's consumer (FETCH_CONFIG), when tuned
+            .options(**(SPARK_FETCH if a.fetch_tuned else {}))
+            .load()
+            .select("value")
+            .writeStream.foreachBatch(write_batch)
+            .option("checkpointLocation", self.ckpt)
+            .trigger(processingTime=f"{a.trigger_ms} milliseconds")
+            .start()
+        )
+        return self.query
+
+    def failed(self) -> str | None:
+        exc = self.query.exception()
+        return None if exc is None else f"baseline query failed: {exc}"
+
+    def batches(self) -> list[dict]:
+        return [p for p in self.query.recentProgress if p.numInputRows]
+
+    def stop(self) -> None:
+        self.query.stop()
+        self.conn.close()
+
+    def commit_times(self, logs: Path) -> dict[int, float]:
+        return dict(self.commits)
+
+    def windows_of_records(self, logs: Path) -> list[tuple[int, int, int, int]]:
+        """``(batch, partition, start, end)`` from Spark's offset log."""
+        offsets = Path(self.ckpt) / "offsets"
+        ends: dict[int, dict[int, int]] = {}
+        for f in offsets.iterdir():
+            if f.name.isdigit():
+                source = json.loads(f.read_text().strip().split("\n")[-1])
+                (parts,) = source.values()
+                ends[int(f.name)] = {int(p): int(o) for p, o in parts.items()}
+        out = []
+        prev: dict[int, int] = {}
+        for b in sorted(ends):
+            for p, e in ends[b].items():
+                s = prev.get(p, 0)
+                if e > s:
+                    out.append((b, p, s, e))
+            prev = ends[b]
+        return out
+
+
+# -- section 1: throughput -----------------------------------------------------------------------------
+def throughput_run(engine: Any, topic: str, lines: int, truth: Counter, dsn: str) -> dict:
+    total = sum(truth.values())
+    table = Table(dsn, f"wc_{engine.name}_{uuid.uuid4().hex[:6]}")
+    load0 = loadavg()
+    t0 = time.time()
+    engine.start(topic, table.name)
+    try:
+        first, done = wait_for_total(table, total, engine.failed)
+        batches = engine.batches()
+    finally:
+        engine.stop()
+    exact = table.counts() == truth
+    table.close()
+    elapsed = done - t0
+    steady = done - first if first else float("nan")
+    durations = [p["durationMs"]["triggerExecution"] for p in batches]
+    return {
+        "engine": engine.name,
+        "elapsed": elapsed,
+        "to_first": (first or done) - t0,
+        "lines_s": lines / elapsed,
+        "words_s": total / elapsed,
+        "steady_lines_s": lines / steady if first and steady > 0 else float("nan"),
+        "batches": len(batches),
+        "batch_ms": med(durations),
+        "exact": exact,
+        "load": (load0, loadavg()),
+    }
+
+
+def throughput(args: argparse.Namespace, engines: list[Any], kafka: Any, pg: Any) -> list[dict]:
+    from samples.wordcount_exactly_once.data import produce
+
+    lines = corpus(args.lines)
+    truth = word_counts(lines)
+    topic = f"wc-bulk-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=4)
+    t = time.perf_counter()
+    produce(kafka.bootstrap_servers, topic, lines)
+    t = time.perf_counter() - t
+    words = sum(truth.values())
+    print(
+        f"\n[1] throughput: {args.lines:,} lines ({words:,} words, {len(truth)} distinct) "
+        f"preloaded in {t:.1f}s into {topic} (4 partitions)",
+        flush=True,
+    )
+    results = []
+    for r in range(args.rounds):
+        order = engines if r % 2 == 0 else engines[::-1]
+        for engine in order:
+            res = throughput_run(engine, topic, args.lines, truth, pg.dsn)
+            res["round"] = r
+            results.append(res)
+            print(
+                f"  round {r} {res['engine']:<8} {res['elapsed']:6.1f}s  {res['lines_s']:>9,.0f} lines/s "
+                f"{res['words_s']:>10,.0f} words/s  after first commit {res['steady_lines_s']:>9,.0f} "
+                f"lines/s  first commit at {res['to_first']:.1f}s  {res['batches']} batches, "
+                f"median {res['batch_ms']:.0f} ms  exact={res['exact']}  "
+                f"load {res['load'][0]:.2f}->{res['load'][1]:.2f}",
+                flush=True,
+            )
+    return results
+
+
+# -- section 2: latency ----------------------------------------------------------------------------------
+def steady_producer(bootstrap: str, topic: str, rate: int, seconds: float, seed: int) -> None:
+    """Produce ``rate`` lines/s for ``seconds`` (runs in its own process); prints the count."""
+    from confluent_kafka import Producer
+
+    lines = [s.encode() for s in corpus(20_000, seed=seed)]
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "acks": "all"})
+    n = 0
+    t0 = time.monotonic()
+    while True:
+        now = time.monotonic() - t0
+        if now >= seconds:
+            break
+        due = int(rate * now)
+        while n < due:
+            try:
+                p.produce(topic, value=lines[n % len(lines)])
+            except BufferError:
+                p.poll(0.01)
+                continue
+            n += 1
+        p.poll(0)
+        time.sleep(0.005)
+    if p.flush(60):
+        raise SystemExit("undelivered messages")
+    print(json.dumps({"produced": n}), flush=True)
+
+
+def kafka_timestamps(bootstrap: str, topic: str) -> dict[tuple[int, int], float]:
+    """(partition, offset) -> the record's Kafka timestamp (s), read back from the topic."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench-ts", "enable.auto.commit": False}
+    )
+    try:
+        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in parts}
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        out: dict[tuple[int, int], float] = {}
+        while len(out) < sum(ends.values()):
+            for m in c.consume(10_000, 1.0):
+                if m.error() is None:
+                    out[(m.partition(), m.offset())] = m.timestamp()[1] / 1000
+        return out
+    finally:
+        c.close()
+
+
+def latency_run(args: argparse.Namespace, engine: Any, kafka: Any, pg: Any) -> dict:
+    topic = f"wc-steady-{engine.name}-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=4, config={"message.timestamp.type": "LogAppendTime"})
+    logs = WORK / f"logs-{topic}"
+    logs.mkdir()
+    table = Table(pg.dsn, f"wc_lat_{engine.name}_{uuid.uuid4().hex[:6]}")
+    load0 = loadavg()
+    engine.start(topic, table.name, logged=True, logs=logs)
+    time.sleep(2.0)  # let the query start before the first line
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(
+        target=_producer_entry,
+        args=(q, kafka.bootstrap_servers, topic, args.rate, args.duration, 7),
+        daemon=True,
+    )
+    t_start = time.time()
+    proc.start()
+    try:
+        produced = q.get(timeout=args.duration + 120)
+        proc.join(30)
+        sent = corpus(20_000, seed=7)
+        truth = word_counts(sent[i % len(sent)] for i in range(produced))
+        wait_for_total(table, sum(truth.values()), engine.failed, timeout=300)
+        load1 = loadavg()
+        time.sleep(1.0)  # commit logs are written right after each COMMIT
+    finally:
+        engine.stop()
+    exact = table.counts() == truth
+    table.close()
+    stamps = kafka_timestamps(kafka.bootstrap_servers, topic)
+    commits = engine.commit_times(logs)
+    lat, unmatched, warm = [], 0, 0
+    seen = 0
+    for w, p, s, e in engine.windows_of_records(logs):
+        c = commits.get(w)
+        for o in range(s, e):
+            seen += 1
+            ts = stamps[(p, o)]
+            if c is None:
+                unmatched += 1
+            elif ts < t_start + args.warmup:
+                warm += 1
+            else:
+                lat.append((c - ts) * 1000)
+    return {
+        "engine": engine.name,
+        "produced": produced,
+        "records": len(lat),
+        "warmup": warm,
+        "unmatched": unmatched,
+        "covered": seen == produced,
+        "p50": pct(lat, 0.50),
+        "p99": pct(lat, 0.99),
+        "max": max(lat) if lat else float("nan"),
+        "mean": statistics.fmean(lat) if lat else float("nan"),
+        "batches": len(commits),
+        "exact": exact,
+        "load": (load0, load1),
+    }
+
+
+def _producer_entry(q: Any, *a: Any) -> None:
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        steady_producer(*a)
+    q.put(json.loads(buf.getvalue().strip().split("\n")[-1])["produced"])
+
+
+def latency(args: argparse.Namespace, engines: list[Any], kafka: Any, pg: Any) -> list[dict]:
+    print(
+        f"\n[2] latency: {args.rate:,} lines/s for {args.duration:.0f}s per engine, first "
+        f"{args.warmup:.0f}s left out; Kafka LogAppendTime -> after the DB COMMIT",
+        flush=True,
+    )
+    out = []
+    for engine in engines:
+        r = latency_run(args, engine, kafka, pg)
+        out.append(r)
+        print(
+            f"  {r['engine']:<8} p50 {r['p50']:7.0f} ms  p99 {r['p99']:7.0f} ms  max {r['max']:7.0f} ms"
+            f"  mean {r['mean']:6.0f} ms  ({r['records']:,} records, {r['warmup']:,} warm-up, "
+            f"{r['unmatched']} unmatched, {r['batches']} commits, all offsets covered="
+            f"{r['covered']}, exact={r['exact']})  load {r['load'][0]:.2f}->{r['load'][1]:.2f}",
+            flush=True,
+        )
+    return out
+
+
+# -- main ----------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller, one round")
+    parser.add_argument(
+        "--lines", type=int, default=None, help="throughput corpus (1M; quick 300k)"
+    )
+    parser.add_argument("--rounds", type=int, default=None, help="throughput rounds (2; quick 1)")
+    parser.add_argument("--batch", type=int, default=200_000, help="lines per micro-batch cap")
+    parser.add_argument("--trigger-ms", type=int, default=100, help="trigger / window period")
+    parser.add_argument("--counters", type=int, default=2, help="malhar UniqueCounter partitions")
+    parser.add_argument("--input-partitions", type=int, default=2, help="malhar Kafka readers")
+    parser.add_argument(
+        "--fetch-defaults",
+        dest="fetch_tuned",
+        action="store_false",
+        help="both Kafka consumers with their client's fetch defaults (not FETCH_CONFIG)",
+    )
+    parser.add_argument(
+        "--plan",
+        choices=("flagship", "combiner"),
+        default="flagship",
+        help="malhar's DAG: the flagship as committed (split -> KeyCodec shuffle -> counters), "
+        "or counters fused into the readers (partial counts shuffled to the unifier)",
+    )
+    parser.add_argument("--rate", type=int, default=2_000, help="latency: lines/s")
+    parser.add_argument(
+        "--duration", type=float, default=None, help="latency: seconds (30; quick 15)"
+    )
+    parser.add_argument("--warmup", type=float, default=5.0, help="latency: seconds left out")
+    parser.add_argument(
+        "--only", default="throughput,latency,connectors", help="sections, comma separated"
+    )
+    args = parser.parse_args(argv)
+    args.lines = args.lines or (300_000 if args.quick else 1_000_000)
+    args.rounds = args.rounds or (1 if args.quick else 2)
+    args.duration = args.duration or (15.0 if args.quick else 30.0)
+    only = set(args.only.split(","))
+    global WORK
+    WORK = Path(tempfile.mkdtemp(prefix="malhar-bench-wordcount-"))
+
+    from malhar import build_session
+    from malhar.testing.services import acquire
+    from malhar.testing.services.maven import jars
+
+    print(
+        f"bench/wordcount.py: {platform.node()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; uptime: {os.popen('uptime').read().strip()}"
+    )
+    print(
+        f"settings: batch {args.batch:,} lines (malhar {args.input_partitions} readers x "
+        f"{args.batch // args.input_partitions:,}; Spark maxOffsetsPerTrigger {args.batch:,}), "
+        f"trigger {args.trigger_ms} ms, malhar plan {args.plan}, counters {args.counters}, Kafka fetch "
+        f"{K.FETCH_CONFIG if args.fetch_tuned else 'client defaults'}"
+    )
+    t_all = time.monotonic()
+    verdicts: list[tuple[str, float, float]] = []
+    with acquire("kafka") as kafka, acquire("postgres") as pg:
+        spark = build_session(
+            "local[2]",
+            app_name="bench-wordcount",
+            shuffle_partitions=2,
+            jars=jars("spark-kafka"),
+            conf={"spark.sql.streaming.numRecentProgressUpdates": "100000"},
+        )
+        engines = [Malhar(args, kafka, pg, spark), SparkBaseline(args, kafka, pg, spark)]
+        # warm-up: one small run of each (JVM JIT, Python workers, jar loading) not measured
+        if "throughput" in only or "latency" in only:
+            warm = corpus(5_000, seed=3)
+            topic = f"wc-warm-{uuid.uuid4().hex[:6]}"
+            kafka.create_topic(topic, partitions=4)
+            from samples.wordcount_exactly_once.data import produce
+
+            produce(kafka.bootstrap_servers, topic, warm)
+            for e in engines:
+                throughput_run(e, topic, len(warm), word_counts(warm), pg.dsn)
+        if "throughput" in only:
+            res = throughput(args, engines, kafka, pg)
+            m = [r for r in res if r["engine"] == "malhar"]
+            s = [r for r in res if r["engine"] == "pyspark"]
+            ratios = [a["lines_s"] / b["lines_s"] for a, b in zip(m, s, strict=True)]
+            steady = [a["steady_lines_s"] / b["steady_lines_s"] for a, b in zip(m, s, strict=True)]
+            print(
+                f"  malhar / pyspark: end to end {med(ratios):.2f}x "
+                f"({', '.join(f'{x:.2f}' for x in ratios)}), after first commit {med(steady):.2f}x; "
+                f"all exact: {all(r['exact'] for r in res)}"
+            )
+            verdicts.append(("malhar >= 1.0x PySpark throughput (end to end)", med(ratios), 1.0))
+        if "latency" in only:
+            lat = latency(args, engines, kafka, pg)
+            m, s = lat
+            print(
+                f"  malhar / pyspark: p50 {m['p50'] / s['p50']:.2f}x, p99 {m['p99'] / s['p99']:.2f}x"
+            )
+        spark.stop()
+        if "connectors" in only:
+            print("\n[3] raw ceilings and connectors (bench/connectors.py)", flush=True)
+            r = K.run_connectors(
+                kafka,
+                pg,
+                records=200_000 if args.quick else 500_000,
+                rows=100_000 if args.quick else 200_000,
+                rounds=1 if args.quick else 3,
+            )
+            verdicts += K.print_connectors(r)
+    print(f"\ntargets (total {time.monotonic() - t_all:.0f}s, load average {loadavg():.2f}):")
+    for name, ratio, goal in verdicts:
+        verdict = "" if goal != goal else ("met" if ratio >= goal else "MISSED")
+        shown = f"{ratio:6.2f}x" if goal == 1.0 else f"{ratio:7.0%}"
+        print(f"  {name:<50} {shown}  {verdict}")
+    shutil.rmtree(WORK, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
