@@ -2,7 +2,7 @@
 
     python bench/wordcount.py                  # ~3 min on 2 cores: 1M lines, 2 rounds, 30 s latency
     python bench/wordcount.py --quick          # ~2 min: 300k lines, 1 round, 15 s latency
-    python bench/wordcount.py --plan combiner     # counters fused into the readers (§5.1)
+    python bench/wordcount.py --plan shuffle      # every word shuffled to the counters (§5.1)
     python bench/wordcount.py --only throughput,latency    # skip the connector ceilings
 
 Same machine, same invocation, same generated data (``samples.wordcount_exactly_once.data.corpus``),
@@ -11,8 +11,10 @@ the same Kafka broker and PostgreSQL server (``malhar.testing.services``), one S
 classpath for both engines):
 
 - **malhar**: the flagship as committed (``samples.wordcount_exactly_once.app.populate``):
-  ``KafkaTextInputOperator`` -> ``WordSplitter`` -> ``UniqueCounter`` x N (``KeyCodec("word")``)
-  -> unifier -> ``JdbcOutputOperator`` merge-add into ``words(word, count)`` with its meta row.
+  ``KafkaTextInputOperator`` -> ``WordSplitter`` -> ``UniqueCounter``, 4 partitions of each fused
+  into one pass per reader -> unifier -> ``JdbcOutputOperator`` merge-add into
+  ``words(word, count)`` with its meta row (``--plan shuffle``: 2 readers, every word shuffled
+  by ``KeyCodec("word")`` to the 4 counters).
 - **PySpark baseline**: ``spark.readStream.format("kafka")`` (Spark's own source) ->
   ``foreachBatch``: ``explode(split(value, " "))`` + ``groupBy(word).count()`` collected on the
   driver, written with psycopg2 in one transaction that locks the meta row ``(app) -> batch_id``
@@ -169,8 +171,9 @@ class Malhar:
             url=self.pg.sqlalchemy_url,
             table=table,
             counters=a.counters,
+            plan=a.plan,
             input_partitions=a.input_partitions,
-            max_records_per_window=max(1, a.batch // a.input_partitions),
+            max_records_per_window=max(1, a.batch // a.readers),
             initial_offset="EARLIEST",
             consumer_config=dict(K.FETCH_CONFIG) if a.fetch_tuned else {},
         )
@@ -181,12 +184,6 @@ class Malhar:
             output = K.TimedJdbcOutput()
             output.bench_log = str(logs / "commits.log")
         populate(dag, settings, output=output)
-        if a.plan == "combiner":
-            # counters fused into the readers (no KeyCodec, as many counters as readers): each
-            # reader task counts its own lines and only the partial counts cross the shuffle,
-            # to the unifier in the JDBC task (Spark's map-side partial aggregation)
-            dag.operators["count"].port_attributes.get("data", {}).pop("STREAM_CODEC", None)
-            dag.operators["count"].attributes["PARTITIONS"] = a.input_partitions
         if logged:
             reader = dag.operators["lines"].operator
             reader.__class__ = K.LoggedKafkaTextInput  # same ports and properties, plus a log
@@ -540,8 +537,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="throughput rounds (2; quick 1)")
     parser.add_argument("--batch", type=int, default=200_000, help="lines per micro-batch cap")
     parser.add_argument("--trigger-ms", type=int, default=100, help="trigger / window period")
-    parser.add_argument("--counters", type=int, default=2, help="malhar UniqueCounter partitions")
-    parser.add_argument("--input-partitions", type=int, default=2, help="malhar Kafka readers")
+    parser.add_argument(
+        "--counters", type=int, default=4, help="malhar UniqueCounter partitions (4, the flagship)"
+    )
+    parser.add_argument(
+        "--input-partitions", type=int, default=2, help="malhar Kafka readers of --plan shuffle"
+    )
     parser.add_argument(
         "--fetch-defaults",
         dest="fetch_tuned",
@@ -550,10 +551,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--plan",
-        choices=("flagship", "combiner"),
-        default="flagship",
-        help="malhar's DAG: the flagship as committed (split -> KeyCodec shuffle -> counters), "
-        "or counters fused into the readers (partial counts shuffled to the unifier)",
+        choices=("combine", "shuffle"),
+        default="combine",
+        help="the flagship's plan: counters fused into the readers, partial counts shuffled to "
+        "the unifier (combine, the default), or every word shuffled by KeyCodec (shuffle)",
     )
     parser.add_argument("--rate", type=int, default=2_000, help="latency: lines/s")
     parser.add_argument(
@@ -565,6 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     args.lines = args.lines or (300_000 if args.quick else 1_000_000)
+    args.readers = args.input_partitions if args.plan == "shuffle" else args.counters
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.duration = args.duration or (15.0 if args.quick else 30.0)
     only = set(args.only.split(","))
@@ -580,8 +582,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{platform.python_version()}; uptime: {os.popen('uptime').read().strip()}"
     )
     print(
-        f"settings: batch {args.batch:,} lines (malhar {args.input_partitions} readers x "
-        f"{args.batch // args.input_partitions:,}; Spark maxOffsetsPerTrigger {args.batch:,}), "
+        f"settings: batch {args.batch:,} lines (malhar {args.readers} readers x "
+        f"{args.batch // args.readers:,}; Spark maxOffsetsPerTrigger {args.batch:,}), "
         f"trigger {args.trigger_ms} ms, malhar plan {args.plan}, counters {args.counters}, Kafka fetch "
         f"{K.FETCH_CONFIG if args.fetch_tuned else 'client defaults'}"
     )

@@ -48,7 +48,6 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap_servers=kafka.bootstrap_servers,
             topic=topic,
             url=pg.sqlalchemy_url,
-            input_partitions=2,
         )
         create_table(settings.url, settings.table, drop=True)
         lines = corpus(args.lines)

@@ -2,9 +2,14 @@
 
 ::
 
-    lines (KafkaTextInputOperator) -> split (WordSplitter)
-        -> count (UniqueCounter, 4 partitions, KeyCodec("word")) -> unifier
-        -> words (JdbcOutputOperator, merge_add on words(word, count))
+    lines (KafkaTextInputOperator) -> split (WordSplitter) -> count (UniqueCounter)
+        [4 partitions of each, fused: one pass per Kafka reader]
+        -> unifier (adds the 4 partial counts) -> words (JdbcOutputOperator, merge_add)
+
+Counting in the readers' pass is Spark's map-side partial aggregation: only one
+(word, count) pair per word and partition crosses the shuffle. ``plan="shuffle"``
+instead shuffles every word by ``KeyCodec("word")`` to the counters (a key's whole
+count in one partition; measured slower, see docs/performance-wordcount.md).
 
 Each window's counts are added to ``words`` in one transaction per output partition
 together with the partition's meta row, so a window replayed after a crash is
@@ -28,6 +33,7 @@ from malhar.ports import InputPort, OutputPort
 
 APPLICATION_NAME = "wordcount-exactly-once"
 TABLE_DDL = "word text PRIMARY KEY, count bigint NOT NULL"
+PLANS = ("combine", "shuffle")
 
 
 class WordSplitter(Operator):
@@ -73,8 +79,14 @@ class WordCountSettings:
     topic: str
     url: str
     table: str = "words"
+    #: UniqueCounter partitions
     counters: int = 4
-    input_partitions: int = 1
+    #: "combine": readers, splitters and counters fused, ``counters`` of each; only partial
+    #: (word, count) pairs cross a shuffle, to the unifier. "shuffle": every word is
+    #: shuffled by ``KeyCodec("word")`` from ``input_partitions`` readers to the counters.
+    plan: str = "combine"
+    #: Kafka readers of the "shuffle" plan
+    input_partitions: int = 2
     max_records_per_window: int | None = 20_000
     initial_offset: str = "APPLICATION_OR_EARLIEST"
     #: "text" (each message is a line) or "json" (each message is {"line": "..."})
@@ -101,6 +113,10 @@ def populate(
     readers = {"text": KafkaTextInputOperator, "json": KafkaJsonInputOperator}
     if settings.value_format not in readers:
         raise ValueError(f"value_format {settings.value_format!r}: use one of {sorted(readers)}")
+    if settings.plan not in PLANS:
+        raise ValueError(f"plan {settings.plan!r}: use one of {list(PLANS)}")
+    keyed = settings.plan == "shuffle"
+    n_readers = settings.input_partitions if keyed else settings.counters
     lines = dag.add_operator(
         "lines",
         readers[settings.value_format](
@@ -111,10 +127,10 @@ def populate(
             max_message_bytes=settings.max_message_bytes,
             consumer_config=settings.consumer_config or None,
         ),
-        PARTITIONS=settings.input_partitions,
+        PARTITIONS=n_readers,
     )
-    # As many splitters as readers: fused into the readers' pass, no shuffle before the counter.
-    split = dag.add_operator("split", WordSplitter(), PARTITIONS=settings.input_partitions)
+    # As many splitters as readers: fused into the readers' pass (same partition count, no codec).
+    split = dag.add_operator("split", WordSplitter(), PARTITIONS=n_readers)
     count = dag.add_operator("count", UniqueCounter(key_name="word"), PARTITIONS=settings.counters)
     writer = output or JdbcOutputOperator()
     if not writer.url:
@@ -127,7 +143,8 @@ def populate(
     dag.add_stream("lines", lines.output, split.input)
     dag.add_stream("words", split.output, count.data)
     dag.add_stream("counts", count.count, words.input)
-    count.data.set_attribute("STREAM_CODEC", KeyCodec("word"))
+    if keyed:
+        count.data.set_attribute("STREAM_CODEC", KeyCodec("word"))
     return dag
 
 

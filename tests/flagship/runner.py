@@ -44,7 +44,7 @@ class Flagship:
     checkpoint: str
     master: str = "local[2]"
     partitions: int = 4
-    input_partitions: int = 2
+    plan: str = "combine"
     max_records_per_window: int = 2_000
     name: str = field(default_factory=lambda: f"flagship-{uuid.uuid4().hex[:8]}")
     proc: subprocess.Popen | None = None
@@ -65,7 +65,7 @@ class Flagship:
             topic=self.topic,
             url=self.pg.sqlalchemy_url,
             table=self.table,
-            input_partitions=self.input_partitions,
+            plan=self.plan,
             max_records_per_window=self.max_records_per_window,
         )
 

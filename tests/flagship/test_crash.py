@@ -89,7 +89,7 @@ def test_sigkill_at_five_points_counts_every_word_once(flagship_factory) -> None
 def test_lost_spark_checkpoint_continues_window_ids_without_double_counting(
     flagship_factory, tmp_path: Path
 ) -> None:
-    f = flagship_factory()
+    f = flagship_factory(plan="shuffle")  # the KeyCodec plan: every word crosses a shuffle
     lose = lambda: shutil.rmtree(tmp_path / "ckpt" / "spark")  # noqa: E731
     crash_and_recover(f, [RANDOM, "after_commit"], seed=7, before_last_start=lose)
     assert f.windows_seen[-1][0] > 0  # continued from malhar's window log, not from 0

@@ -1,4 +1,5 @@
-"""SQLAlchemy engines for the JDBC output: one small pool per writer, pinged before use."""
+"""SQLAlchemy engines for the JDBC output: small pools, pinged before use, shared per process
+(see :mod:`malhar.io.jdbc.engine_cache`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def create_engine(options: JdbcOptions) -> sa.Engine:
             "application_name": "malhar",
         }
     if backend != "sqlite":
-        kwargs.update(pool_size=1, max_overflow=1)
+        kwargs.update(pool_size=1, max_overflow=4)  # writers of a process share it
     engine = sa.create_engine(url, **kwargs)
     if backend == "sqlite":
         _sqlite_transactions(engine)

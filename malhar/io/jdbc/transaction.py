@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import sqlalchemy as sa
 
+from malhar.io.jdbc import engine_cache
 from malhar.io.jdbc.config import JdbcOptions, split_table
-from malhar.io.jdbc.connection import create_engine
 from malhar.io.jdbc.dialects import ChunkWriter, chunk_writer
 from malhar.io.jdbc.errors import (
     JdbcConfigError,
@@ -100,7 +100,7 @@ class TransactionalWriter:
     def open(self) -> TransactionalWriter:
         """Connect, check the table, create the meta table if missing, read the committed window."""
         if self.engine is None:
-            self.engine = create_engine(self.options)
+            self.engine = engine_cache.shared_engine(self.options)
         self.retrying("connecting", self._open)
         return self
 
@@ -114,10 +114,14 @@ class TransactionalWriter:
             raise JdbcConnectionError(
                 f"cannot connect to {self.options.redacted_url}: {db_message(exc)}"
             ) from None
+        engine = self.engine
         with conn:
-            self.target = self._reflect(conn) if self.options.table else None
-        self.store.ensure_table(self.engine)
-        self.committed = self.store.ensure_row(self.engine, self.key)
+            if self.options.table:
+                self.target = engine_cache.checked_target(self.options, lambda: self._reflect(conn))
+            else:
+                self.target = None
+        engine_cache.ensure_meta_table_once(self.options, lambda: self.store.ensure_table(engine))
+        self.committed = self.store.ensure_row(engine, self.key)
 
     def _reflect(self, conn: sa.Connection) -> sa.Table:
         o = self.options
@@ -196,9 +200,9 @@ class TransactionalWriter:
         return window <= done
 
     def close(self) -> None:
-        if self.engine is not None:
-            self.engine.dispose()
-            self.engine = None
+        # The engine is shared by this process's writers (engine_cache) and disposed at
+        # exit; its pooled connections are idle between windows.
+        self.engine = None
 
     # -- windows -----------------------------------------------------------------------------
     def write_window(
