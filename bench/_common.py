@@ -14,9 +14,9 @@ Contents:
 - the chain's compute steps (:func:`step_add`, :func:`step_filter`,
   :func:`step_project`), used by malhar's operators and by the baseline's
   single ``mapInArrow`` alike;
-- malhar operators: :class:`EmptyInput`, :class:`Idle`, :class:`BatchGen`,
-  :class:`AddOp`, :class:`FilterOp`, :class:`ProjectOp`, :class:`RowCount`,
-  :class:`KeyCount`;
+- malhar operators: :class:`EmptyInput`, :class:`EmptyInputWithErrorPort`,
+  :class:`Idle`, :class:`BatchGen`, :class:`AddOp`, :class:`FilterOp`,
+  :class:`ProjectOp`, :class:`RowCount`, :class:`KeyCount`;
 - Spark baselines: the streaming source :class:`BenchSource` (``format("bench_src")``),
   the sink :class:`NullSink` (``format("bench_null")``), :func:`chain_map` and the
   ``transformWithStateInPandas`` processor :class:`TwsCount`.
@@ -124,6 +124,12 @@ class EmptyInput(InputOperator):
 
     def emit_tuples(self) -> None:
         pass
+
+
+class EmptyInputWithErrorPort(EmptyInput):
+    """``EmptyInput`` with an error port (never used): ``launch`` then collects error counts."""
+
+    error = OutputPort(KEYED_DDL, error=True)
 
 
 class Idle(Operator):
@@ -363,27 +369,3 @@ def count_map(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield pa.RecordBatch.from_arrays(
             [pa.array([pc.sum(vc.field("counts")).as_py() or 0], pa.int64())], names=["n"]
         )
-
-
-# -- a sink-less engine prototype: record completed windows in the source's commit ----------------
-from malhar.engine.spark_io import MalharSource, MalharStreamReader  # noqa: E402
-
-
-class CommitRecordingReader(MalharStreamReader):
-    """Records completed windows from the source: Spark calls ``commit(end)`` on the driver,
-    in the long-lived source runner process, once the batch that ended at ``end`` is in its
-    commit log (one trigger late). No sink and no extra Python process are involved."""
-
-    def commit(self, end: dict) -> None:
-        self.log.record(int(end["window"]), {"errors": {}})
-
-
-class RecordingSource(MalharSource):
-    @classmethod
-    def name(cls) -> str:
-        return "malhar_rc"
-
-    def streamReader(self, schema: Any) -> MalharStreamReader:
-        reader = super().streamReader(schema)
-        reader.__class__ = CommitRecordingReader
-        return reader

@@ -4,7 +4,6 @@
     python bench/engine.py --quick         # fewer windows, one round (~1.5-3 min)
     python bench/engine.py --profile       # also cProfile one in-process window per case
     python bench/engine.py --only 1,3      # a subset of the targets (--only 0: in-process only)
-    python bench/engine.py --alternatives  # target 1: also listener and foreachBatch variants
 
 Targets (method, results and analysis: docs/performance-engine.md):
 
@@ -14,12 +13,11 @@ Targets (method, results and analysis: docs/performance-engine.md):
    ``format("noop")`` and into a minimal Python sink, without and with a
    ``repartition(2, col).mapInArrow(identity)`` stage (the shape of a two-level
    DAG). malhar: ``EmptyInput x2 -> Idle x2`` fused (one level) and with a
-   ``KeyCodec`` on the edge (two levels). Two more malhar variants write the
-   engine's own DataFrame (``launcher.build_dataframe``) to ``noop`` instead of
-   the ``malhar_sink``: bare (what the Python sink costs), and with the source's
-   ``commit()`` recording completed windows in the engine's ``WindowLog``
-   (``_common.RecordingSource``: what could replace the sink). ``--alternatives``
-   adds a ``StreamingQueryListener`` and a ``foreachBatch`` for the same job.
+   ``KeyCodec`` on the edge (two levels); ``launch`` writes into ``noop`` and the
+   source records completed windows. Two more malhar variants: the engine's own
+   DataFrame (``launcher.build_dataframe``) into ``noop`` with nothing recording
+   windows (the floor: what recording costs), and one level with an error port
+   (``launch`` then registers the listener that collects error-port counts).
 2. Tuples/s through a fused stateless chain of three ``process_batch``
    operators (add, filter, project) ending in a row counter, versus the same
    three ``pyarrow.compute`` steps in one bare ``mapInArrow`` fed by a Python
@@ -91,12 +89,10 @@ import _common as C  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.streaming import StreamingQueryListener  # noqa: E402
 
 from malhar import DAG, KeyCodec, RunningApplication, build_session, launch  # noqa: E402
 from malhar.engine.launcher import build_dataframe  # noqa: E402
 from malhar.engine.plan import build_plan  # noqa: E402
-from malhar.engine.window_log import WindowLog  # noqa: E402
 
 SPARK: Any = None
 TRIGGER = "10 milliseconds"
@@ -168,44 +164,11 @@ def _ts(p: dict) -> float:
 
 @dataclass
 class ProtoApp:
-    """The engine's DataFrame written to another sink (not the malhar_sink)."""
+    """The engine's DataFrame written to ``noop`` by the bench, with nothing recording windows."""
 
     query: Any
     plan: Any
     checkpoint: str
-    listener: Any = None
-    sink: str = ""
-
-
-class WindowRecorder(StreamingQueryListener):
-    """What could replace the ``malhar_sink``: record completed windows from the metrics
-    that ``build_dataframe`` already observes (``max(window)`` and error-port counts)."""
-
-    def __init__(self, query_name: str, checkpoint: str, error_ports: list[str]) -> None:
-        self.query_name = query_name
-        self.log = WindowLog(checkpoint)
-        self.error_ports = error_ports
-        self.recorded = 0
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        p = event.progress
-        if p.name != self.query_name:
-            return
-        row = p.observedMetrics.get("malhar")
-        if row is None or row["window"] is None:
-            return
-        errors = {ref: int(row[ref]) for ref in self.error_ports}
-        if self.log.record(int(row["window"]), {"batch": p.batchId, "errors": errors}):
-            self.recorded += 1
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
 
 
 def is_malhar(handle: Any) -> bool:
@@ -281,7 +244,10 @@ def measure(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name}: batch {last} not reached in {timeout:.0f}s")
             time.sleep(0.02)
-        query.processAllAvailable()  # malhar: its last (shutdown) window; baselines: nothing left
+        if isinstance(handle, RunningApplication):
+            handle.await_completion()  # the last (shutdown) window, then stop
+        else:
+            query.processAllAvailable()  # nothing left
         exc = query.exception()
         if exc is not None:
             raise RuntimeError(f"{name}: query failed: {exc}")
@@ -311,18 +277,14 @@ def measure(
     )
     if check is not None:
         res.note = check(handle, [by_id[b] for b in sorted(by_id)])
-    if isinstance(handle, ProtoApp) and handle.listener is not None:
-        deadline = time.monotonic() + 10  # listener events are asynchronous
-        while handle.listener.log.largest_completed() < len(by_id) - 1:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        last = handle.listener.log.largest_completed()
-        res.note = f"window log at {last}" + ("" if last == len(by_id) - 1 else " (LAGGING)")
-        SPARK.streams.removeListener(handle.listener)
-    elif isinstance(handle, ProtoApp) and handle.sink == "malhar_rc":
-        last = WindowLog(handle.checkpoint).largest_completed()
-        res.note = f"window log at {last} (last window {len(by_id) - 1}: recorded one trigger late)"
+    if isinstance(handle, RunningApplication):
+        # every window of the run, the shutdown window included, is in the window log
+        last = handle.last_window
+        note = f"window log at {last}" + ("" if last == len(by_id) - 1 else " (LAGGING)")
+        if handle.plan.error_ports:
+            counts = handle.error_counts(last)
+            note += f", errors {counts}" if counts else ", NO ERROR COUNTS"
+        res.note = f"{res.note}; {note}" if res.note else note
     if is_malhar(handle):
         res.restore_pct = restore_rate(len(by_id))
     rp = "" if res.restore_pct is None else f"restore {res.restore_pct:3.0f}%  "
@@ -356,9 +318,11 @@ def ck(tag: str) -> str:
     return str(path)
 
 
-def empty_dag(levels: int, name: str) -> DAG:
+def empty_dag(levels: int, name: str, error_port: bool = False) -> DAG:
     dag = DAG(name)
-    src = dag.add_operator("in", C.EmptyInput(), PARTITIONS=PARTS)
+    src = dag.add_operator(
+        "in", C.EmptyInputWithErrorPort() if error_port else C.EmptyInput(), PARTITIONS=PARTS
+    )
     op = dag.add_operator("idle", C.Idle(), PARTITIONS=PARTS)
     dag.add_stream("s", src.output, op.input)
     if levels == 2:
@@ -423,38 +387,22 @@ class Bench:
             dag, spark=self.spark, checkpoint=ck("m"), windows=windows, window_ms=WINDOW_MS
         )
 
-    def malhar_noop(self, dag: DAG, windows: int, sink: str = "noop") -> ProtoApp:
-        """The engine's own DataFrame (levels, envelope, observe) written elsewhere than to
-        the ``malhar_sink``, to see what the Python sink costs and what could replace it:
-
-        - ``noop``: nothing records completed windows (the floor);
-        - ``listener``: ``noop``, and a driver-side ``StreamingQueryListener`` records each
-          completed window in the engine's ``WindowLog`` from the observed metrics;
-        - ``source commit``: ``noop``, and the source's ``commit(end)`` records each window
-          (``_common.RecordingSource``; the last window is left to the caller);
-        - ``foreachBatch``: a driver-side ``foreachBatch`` collects the largest window id.
-        """
+    def malhar_noop(self, dag: DAG, windows: int) -> ProtoApp:
+        """The engine's own DataFrame (levels, envelope, ``observe``) into ``noop``, with
+        nothing recording completed windows: the floor under ``launch``."""
         root = ck("mnoop")
         dag.set_attribute("CHECKPOINT", root)
         dag.set_attribute("STREAMING_WINDOW_MS", WINDOW_MS)
         plan = build_plan(dag)
         plan.id = uuid.uuid4().hex
-        if sink == "source commit":
-            df = recording_dataframe(self.spark, plan, windows)
-        else:
-            df = build_dataframe(self.spark, plan, windows)
-        writer = df.writeStream.option("checkpointLocation", f"{root}/spark").trigger(
-            processingTime=TRIGGER
+        df = build_dataframe(self.spark, plan, windows)
+        query = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", f"{root}/spark")
+            .trigger(processingTime=TRIGGER)
+            .start()
         )
-        if sink == "foreachBatch":
-            return ProtoApp(writer.foreachBatch(_collect_window).start(), plan, root)
-        name = f"proto-{uuid.uuid4().hex[:8]}"
-        listener = None
-        if sink == "listener":
-            listener = WindowRecorder(name, root, plan.error_ports)
-            self.spark.streams.addListener(listener)
-        query = writer.format("noop").queryName(name).start()
-        return ProtoApp(query, plan, root, listener, "malhar_rc" if sink == "source commit" else "")
+        return ProtoApp(query, plan, root)
 
     # target 1
     def spark_empty(self, batches: int, sink: str, shuffle: bool) -> Any:
@@ -489,30 +437,6 @@ class Bench:
         df = self.source("keyed", batches, rows=rows_pp, keys=keys)
         df = df.repartition(PARTS, "word").mapInArrow(C.count_map, "n bigint")
         return self.write(df.observe("chk", F.sum("n").alias("rows")), "noop", "t3s")
-
-
-def recording_dataframe(spark: Any, plan: Any, windows: int) -> Any:
-    """``launcher.build_dataframe`` with ``_common.RecordingSource`` as the source."""
-    from malhar.engine import envelope as E
-    from malhar.engine.launcher import _level_fn
-    from malhar.engine.spark_io import encode_plan
-
-    spark.dataSource.register(C.RecordingSource)
-    df = (
-        spark.readStream.format("malhar_rc")
-        .option("plan", encode_plan(plan))
-        .option("max_windows", str(windows))
-        .load()
-    )
-    for level in range(1, len(plan.levels)):
-        df = df.repartition(plan.levels[level], "pkey").mapInArrow(
-            _level_fn(plan, level), E.ENVELOPE_DDL
-        )
-    return df.observe("malhar", F.max("window").alias("window"))
-
-
-def _collect_window(batch_df: Any, batch_id: int) -> None:
-    batch_df.agg(F.max("window")).collect()
 
 
 # -- result checks --------------------------------------------------------------------------------
@@ -723,12 +647,6 @@ def main() -> None:
         default=None,
         help="alternations for targets 1 and 2 (3: 2 in full mode)",
     )
-    ap.add_argument(
-        "--alternatives",
-        action="store_true",
-        help="target 1: also the engine DataFrame into noop + a StreamingQueryListener, and "
-        "into a driver-side foreachBatch",
-    )
     ap.add_argument("--keys", type=int, default=1000, help="distinct keys in target 3")
     ap.add_argument("--rows", type=int, default=100_000, help="tuples per window in target 2")
     args = ap.parse_args()
@@ -792,34 +710,10 @@ def main() -> None:
                     lambda: b.malhar_noop(empty_dag(2, "e2n"), w + n + 1),
                 ),
                 (
-                    "malhar: 1 level, engine DataFrame -> noop + listener",
-                    lambda: b.malhar_noop(empty_dag(1, "e1l"), w + n + 1, "listener"),
-                ),
-                (
-                    "malhar: 2 levels, engine DataFrame -> noop + listener",
-                    lambda: b.malhar_noop(empty_dag(2, "e2l"), w + n + 1, "listener"),
-                ),
-                (
-                    "malhar: 1 level, engine DataFrame -> noop, source commit",
-                    lambda: b.malhar_noop(empty_dag(1, "e1c"), w + n + 1, "source commit"),
-                ),
-                (
-                    "malhar: 2 levels, engine DataFrame -> noop, source commit",
-                    lambda: b.malhar_noop(empty_dag(2, "e2c"), w + n + 1, "source commit"),
-                ),
-                (
-                    "malhar: 1 level, engine DataFrame -> foreachBatch",
-                    lambda: b.malhar_noop(empty_dag(1, "e1f"), w + n + 1, "foreachBatch"),
-                ),
-                (
-                    "malhar: 2 levels, engine DataFrame -> foreachBatch",
-                    lambda: b.malhar_noop(empty_dag(2, "e2f"), w + n + 1, "foreachBatch"),
+                    "malhar: 1 level, error port (metrics listener)",
+                    lambda: b.malhar(empty_dag(1, "e1x", error_port=True), w + n + 1),
                 ),
             ):
-                if ("foreachBatch" in name or "listener" in name) and not args.alternatives:
-                    continue
-                if q and "source commit" in name:
-                    continue
                 results.append(measure(name, "1", fn, warmup=w, n=n, rows=0))
 
     if 2 in only:
@@ -995,15 +889,22 @@ def main() -> None:
             "<= 1.2x",
             le,
         )
-        for alt in ("noop", "noop + listener", "noop, source commit", "foreachBatch"):
-            ratio(
-                f"1  malhar {lv} engine DataFrame -> {alt} / Spark, noop sink",
-                f"malhar: {lv}, engine DataFrame -> {alt}",
-                f"{src}{base_shape}noop",
-                "time",
-                "<= 1.2x",
-                le,
-            )
+        ratio(
+            f"1  malhar {lv} engine DataFrame -> noop, nothing recorded / Spark, noop",
+            f"malhar: {lv}, engine DataFrame -> noop",
+            f"{src}{base_shape}noop",
+            "time",
+            "<= 1.2x",
+            le,
+        )
+    ratio(
+        "1  malhar 1 level with an error port / Spark empty batch, noop sink",
+        "malhar: 1 level, error port (metrics listener)",
+        "spark: py source -> noop",
+        "time",
+        "<= 1.2x",
+        le,
+    )
     ratio(
         "2  malhar fused chain / bare mapInArrow (tuples/s)",
         "malhar: gen -> add -> filter -> project -> count",

@@ -1,27 +1,31 @@
-"""The Spark side of a malhar application: a streaming source that plans windows and runs
-level 0, and a sink that records completed windows.
+"""The Spark side of a malhar application: a streaming source that plans windows, runs
+level 0 and records completed windows.
 
 Offsets are ``{"window": id, "shutdown": bool}``; every trigger advances the
 window by one, so a window is one micro-batch and a replayed batch has the
 same window id.
+
+The query writes to Spark's ``noop`` sink: completed windows are recorded in the
+application's ``WindowLog`` by the source itself, on the driver, in Spark's
+long-lived source process (no Python sink, no extra Python process per window):
+
+* ``commit(end)``: Spark calls it once the batch ending at ``end`` is in its commit
+  log, while it starts the next batch (one trigger late);
+* ``latestOffset(start)`` after the last window of a run (``windows=N`` or an
+  orderly stop): Spark asks for more only once the batch ending at ``start`` is in
+  its commit log, and ``commit`` is never called for that batch (no batch follows).
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark import cloudpickle
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamReader,
-    InputPartition,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from malhar.engine import envelope as E
 from malhar.engine.plan import Plan
@@ -29,7 +33,6 @@ from malhar.engine.task import run_window
 from malhar.engine.window_log import WindowLog
 
 SOURCE_NAME = "malhar"
-SINK_NAME = "malhar_sink"
 
 
 def encode_plan(plan: Plan) -> str:
@@ -58,6 +61,7 @@ class MalharStreamReader(DataSourceStreamReader):
         self.max_windows = max_windows
         self.first: int | None = None
         self.final: int | None = None
+        self.final_recorded = False
         self.log = WindowLog(plan.checkpoint)
 
     def initialOffset(self) -> dict:
@@ -66,7 +70,13 @@ class MalharStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
         window = int(start["window"])
         if self.final is not None and window >= self.final:
-            return start  # this run has delivered its last window
+            # This run has delivered its last window. Spark asks for new offsets only once
+            # the batch ending at ``start`` is in its commit log; ``commit(start)`` would
+            # come with a next batch, and there is none: record the last window here.
+            if not self.final_recorded:
+                self.log.record(window, {})
+                self.final_recorded = True
+            return start
         if self.first is None:
             self.first = window
         nxt = window + 1
@@ -103,7 +113,16 @@ class MalharStreamReader(DataSourceStreamReader):
         )
 
     def commit(self, end: dict) -> None:
-        pass
+        """The batch ending at ``end`` is in Spark's commit log: its window is complete.
+
+        Called one trigger late (after the next batch's offsets are logged, before it
+        runs), so a window's record precedes every task that learns it is committed.
+        A window already recorded (a restart re-commits the last batch) is skipped.
+        """
+        self.log.record(int(end["window"]), {})
+
+    def stop(self) -> None:
+        self.log.close()
 
 
 class MalharSource(DataSource):
@@ -120,55 +139,3 @@ class MalharSource(DataSource):
         plan = decode_plan(self.options["plan"])
         max_windows = self.options.get("max_windows")
         return MalharStreamReader(plan, int(max_windows) if max_windows else None)
-
-
-@dataclass
-class WindowDone(WriterCommitMessage):
-    window: int = -1
-    metrics: dict[int, int] = field(default_factory=dict)
-    shutdown: bool = False
-
-
-class MalharSinkWriter(DataSourceStreamArrowWriter):
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        done = WindowDone()
-        for batch in iterator:
-            for row in E.iter_rows(batch):
-                kind, route, window, count = row[3], row[4], row[6], row[8]
-                done.window = max(done.window, window)
-                if kind == E.METRIC:
-                    done.metrics[route] = done.metrics.get(route, 0) + count
-        return done
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        done = [m for m in messages if isinstance(m, WindowDone) and m.window >= 0]
-        if not done:
-            return
-        window = max(m.window for m in done)
-        errors: dict[str, int] = {}
-        for m in done:
-            for mid, n in m.metrics.items():
-                ref = self.plan.error_ports[mid]
-                errors[ref] = errors.get(ref, 0) + n
-        log = WindowLog(self.plan.checkpoint)
-        log.record(window, {"batch": batchId, "errors": errors})
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
-
-
-class MalharSink(DataSource):
-    """``writeStream.format("malhar_sink")``: records each completed window."""
-
-    @classmethod
-    def name(cls) -> str:
-        return SINK_NAME
-
-    def schema(self) -> str:
-        return E.ENVELOPE_DDL
-
-    def streamWriter(self, schema: Any, overwrite: bool) -> MalharSinkWriter:
-        return MalharSinkWriter(decode_plan(self.options["plan"]))

@@ -1,9 +1,11 @@
 """The application's record of completed windows (driver side).
 
-Written when a window's last task has finished (the sink's commit), read at
-start-up: a run that finds no Spark checkpoint continues after the largest
-completed window instead of restarting at 0, so window ids never go backwards.
-Backed by the storage manager (``FSWindowDataManager``) under
+A window is complete once its micro-batch is in Spark's commit log. The source
+records it (``MalharStreamReader.commit``, and ``latestOffset`` for the last
+window of a run), in Spark's driver-side source process: the only writer while
+the query runs. Read at start-up: a run that finds no Spark checkpoint continues
+after the largest completed window instead of restarting at 0, so window ids
+never go backwards. Backed by the storage manager (``FSWindowDataManager``) under
 ``<checkpoint>/malhar/wal/__app__``.
 """
 
@@ -50,3 +52,9 @@ class WindowLog:
 
     def purge(self, committed: int) -> None:
         self._manager.committed(committed)
+
+    def close(self) -> None:
+        """Release the log's files (the manager reopens them on next use)."""
+        manager = self.__dict__.pop("_manager", None)
+        if manager is not None:
+            manager.teardown()
