@@ -7,13 +7,14 @@ The public API of the core engine:
 - ports: :class:`InputPort`, :class:`OutputPort`; properties: :class:`Property`
 - applications: :class:`DAG`, :class:`ProcessingMode`, :class:`StreamCodec`, :class:`KeyCodec`
 - control tuples: :class:`ControlTuple`, :class:`DeliveryType`
-- running: :func:`launch`, :func:`run`, :func:`build_session`
+- running: :func:`launch`, :func:`run`, :func:`build_session`, :class:`ApplicationFailed`
 """
 
 from malhar.attributes import ProcessingMode
 from malhar.codec import KeyCodec, StreamCodec
 from malhar.control import ControlTuple, DeliveryType
 from malhar.dag import DAG
+from malhar.engine.failure import ApplicationFailed
 from malhar.engine.launcher import RunningApplication, launch, run
 from malhar.engine.task import OperatorError
 from malhar.operator import (
@@ -33,6 +34,7 @@ from malhar.validation import ValidationError
 __all__ = [
     "DAG",
     "ActivationListener",
+    "ApplicationFailed",
     "CheckpointListener",
     "ControlTuple",
     "DeliveryType",

@@ -29,6 +29,8 @@ import click
 
 from malhar import registry
 from malhar.app import ApplicationError, load_application, parse_config, settable
+from malhar.engine.failure import ApplicationFailed, reason_of
+from malhar.engine.failure import summary as failure_summary  # noqa: F401 - public name
 from malhar.redaction import MASK, is_secret_key, redact_config
 from malhar.testing.cli import services
 
@@ -321,25 +323,12 @@ def _error_summary(app: Any, first: int, last: int) -> str:
     return f"; tuples on error ports: {', '.join(shown)}" if shown else ""
 
 
-_PYTHON_ERROR = re.compile(r"^\s*(?:\w+\.)*(\w*(?:Error|Exception|Exit|Interrupt)): (.+)$")
-
-
-def failure_summary(text: str) -> str:
-    """The Python error inside a Spark failure (``OperatorError: operator 'x' failed ...``)."""
-    for line in text.splitlines():
-        match = _PYTHON_ERROR.match(line)
-        if match and not line.lstrip().startswith("["):
-            return f"{match.group(1)}: {match.group(2).strip()}"
-    lines = text.strip().splitlines()
-    return "\n    ".join(lines[:20]) if lines else "(no message)"
-
-
 def _runtime_failure(app_name: str, exc: BaseException, scrub: Scrubber) -> NoReturn:
     if _debug():
         traceback.print_exception(exc)
         shown = [str(exc)]
     else:
-        shown = [failure_summary(str(exc) or type(exc).__name__)]
+        shown = [exc.reason if isinstance(exc, ApplicationFailed) else reason_of(exc)]
         shown.append("malhar --debug run ... prints the whole error")
     _fail(f"{app_name}: the application failed:", [scrub(s) for s in shown], scrub, EXIT_FAILED)
 
@@ -459,7 +448,7 @@ def _run(
             app.stop()
         except KeyboardInterrupt:
             click.echo(f"{dag.name}: interrupted again; stopping now")
-            app.query.stop()
+            app.abort()
         except Exception as exc:
             _runtime_failure(dag.name, exc, scrub)
     last = app.last_window
@@ -488,17 +477,14 @@ def _wait(app: Any, bounded: bool, stop: StopSignals, name: str) -> bool:
     shown, shown_at = app.last_window, time.monotonic()
     while not stop.requested:
         if bounded and done.wait(0.25):
+            app.raise_if_failed()
             if failure:
                 raise failure[0]
-            exc = app.query.exception()
-            if exc is not None:
-                raise exc
-            app.query.stop()
+            app.abort()  # the source has delivered its last window: nothing is cut short
             return True
         if not bounded and app.query.awaitTermination(0.5):
-            exc = app.query.exception()
-            if exc is not None:
-                raise exc
+            app.raise_if_failed()
+            app.abort()
             return True
         now = time.monotonic()
         if now - shown_at >= PROGRESS_EVERY and app.last_window != shown:

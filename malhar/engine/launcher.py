@@ -21,6 +21,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from malhar import attributes as A
 from malhar.dag import DAG
 from malhar.engine import envelope as E
+from malhar.engine.failure import ApplicationFailed, explain
 from malhar.engine.plan import Plan, build_plan
 from malhar.engine.spark_io import (
     SOURCE_NAME,
@@ -220,26 +221,46 @@ class RunningApplication:
             except Exception:  # the session may be gone: nothing to unregister
                 log.debug("malhar: could not remove the metrics listener", exc_info=True)
 
+    def failure(self) -> ApplicationFailed | None:
+        """Why the query failed (the operator's error first), or None while it has not."""
+        exc = self.query.exception()
+        return None if exc is None else explain(self.dag.name, exc)
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`ApplicationFailed` (chained to Spark's exception) if the query failed."""
+        failed = self.failure()
+        if failed is not None:
+            raise failed from failed.spark_exception
+
     def await_window(self, window: int, timeout: float = 120.0) -> None:
-        """Block until ``window`` is complete; raise the query's error if it failed."""
+        """Block until ``window`` is complete.
+
+        Raises:
+            ApplicationFailed: the query failed (its message starts with the operator error).
+            TimeoutError: ``window`` did not complete within ``timeout`` seconds.
+        """
         deadline = time.monotonic() + timeout
         while self.last_window < window:
-            exc = self.query.exception()
-            if exc is not None:
-                raise exc
+            self.raise_if_failed()
             if not self.query.isActive:
                 raise RuntimeError(f"the query stopped before window {window} completed")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"window {window} not complete after {timeout:.0f}s")
-            self.query.awaitTermination(0.05)
+            try:
+                self.query.awaitTermination(0.05)
+            except Exception:
+                self.raise_if_failed()
+                raise
 
     def await_completion(self, timeout: float | None = None) -> None:
         """For a run with ``windows=N``: wait until the last window is processed, then stop."""
         try:
-            self.query.processAllAvailable()
-            exc = self.query.exception()
-            if exc is not None:
-                raise exc
+            try:
+                self.query.processAllAvailable()
+            except Exception:
+                self.raise_if_failed()
+                raise
+            self.raise_if_failed()
             self.query.stop()
         finally:
             self._finish()
@@ -257,10 +278,22 @@ class RunningApplication:
         try:
             # returns once the source found nothing after the shutdown window, which is
             # when it records that window as complete (``MalharStreamReader.latestOffset``)
-            self.query.processAllAvailable()
+            try:
+                self.query.processAllAvailable()
+            except Exception:
+                self.raise_if_failed()
+                raise
         finally:
             fs.delete(flag)
             self.query.stop()
+            self._finish()
+
+    def abort(self) -> None:
+        """Stop the query now, without the orderly last window (operators are not torn
+        down; the next start replays the unfinished window)."""
+        try:
+            self.query.stop()
+        finally:
             self._finish()
 
 

@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             total = sum(truth.values())
 
             def failed() -> str | None:
-                exc = app.query.exception()
-                return None if exc is None else f"the query failed: {exc}"
+                failed = app.failure()
+                return None if failed is None else str(failed)
 
             wait_until(
                 lambda: sum(table_counts(settings.url, settings.table).values()) >= total,

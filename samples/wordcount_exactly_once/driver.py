@@ -60,8 +60,9 @@ def main(
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     while not stopping.is_set() and app.query.isActive:
         stopping.wait(0.5)
-    if app.query.exception() is not None:
-        print(f"the query failed: {app.query.exception()}", file=sys.stderr)
+    failed = app.failure()
+    if failed is not None:
+        print(failed, file=sys.stderr)
         return 1
     app.stop()
     return 0

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from malhar import DAG, launch
+from malhar import DAG, ApplicationFailed, launch
 from malhar.testing.services.process import wait_until
 from samples.wordcount_exactly_once.app import WordCountSettings, populate
 from samples.wordcount_exactly_once.data import (
@@ -87,8 +87,8 @@ def _run_until(
         return {k: v for k, v in total.items() if v}
 
     def failed() -> str | None:
-        exc = app.query.exception()
-        return None if exc is None else f"the query failed: {exc}"
+        failed = app.failure()
+        return None if failed is None else str(failed)
 
     try:
         wait_until(
@@ -132,10 +132,14 @@ def test_invalid_json_goes_to_error_ports(spark, kafka_service, postgres_service
 
 
 def _failure(app: Any) -> str:
-    with pytest.raises(Exception) as info:
+    """The failed application's message: the operator's error first, no Spark plan dump."""
+    with pytest.raises(ApplicationFailed) as info:
         app.await_window(5, timeout=180)
-    app.query.stop()
-    return str(info.value)
+    app.abort()
+    message = str(info.value)
+    assert "failed in setup of window" in message.splitlines()[0], message
+    assert "Logical Plan" not in message and len(message) < 1000, message
+    return message
 
 
 def test_missing_table_is_a_clear_error(spark, kafka_service, postgres_service, tmp_path):
