@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import pickle
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from malhar import DAG, launch
@@ -81,6 +83,71 @@ def test_batch_limit_is_spread_over_partitions() -> None:
     assert allocate(start, high, 1000) == high
 
 
+class FakeMessage:
+    """Enough of confluent_kafka.Message for MessageColumns (read through methodcaller)."""
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None = None):
+        self._t, self._p, self._o, self._k = topic, partition, offset, key
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_000 + self._o) if self._o % 2 else (0, -1)
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def headers(self) -> None:
+        return None
+
+    def value(self) -> bytes:
+        return b"v%d" % self._o
+
+    def __len__(self) -> int:
+        return len(self.value())
+
+
+def test_message_columns_runs_and_batch() -> None:
+    from malhar.io.kafka.records import MessageColumns, build_batch, record_schema, total_bytes
+
+    # runs as a consume() batch has them: one fetched message set after another, partitions
+    # interleaved, offsets with gaps (transaction markers, compaction)
+    spec = [("a", 0, 0), ("a", 0, 1), ("a", 1, 5), ("a", 0, 3), ("b", 0, 7), ("b", 0, 8)]
+    msgs = [FakeMessage(t, p, o, key=b"kk" if o == 8 else None) for t, p, o in spec]
+    cols = MessageColumns(msgs)
+    assert cols.topics == ["a", "a", "a", "a", "b", "b"]
+    assert cols.runs() == [
+        ("a", 0, 0, 1, 2),
+        ("a", 1, 5, 5, 1),
+        ("a", 0, 3, 3, 1),
+        ("b", 0, 7, 8, 2),
+    ]
+    assert total_bytes(msgs) == [2, 2, 2, 2, 2, 4] == cols.sizes(msgs)
+    one = MessageColumns(msgs[:4], topic="a")
+    assert one.topic == "a" and one.topics is None and len(one.runs()) == 3
+    values = pa.array([m.value() for m in msgs], pa.binary())
+    batch = build_batch(
+        msgs, values, record_schema("binary"), keep=[True, True, True, False, True, True]
+    )
+    rows = batch.to_pylist()
+    assert [(r["topic"], r["partition"], r["offset"]) for r in rows] == [
+        s for i, s in enumerate(spec) if i != 3
+    ]
+    assert [r["timestamp_type"] for r in rows] == [0, 1, 1, 1, 0]
+    assert rows[0]["timestamp"] is None
+    assert rows[1]["timestamp"] == dt.datetime(1970, 1, 1, 0, 0, 1, 1000, tzinfo=dt.UTC)
+    assert [r["key"] for r in rows] == [None, None, None, None, b"kk"]
+    assert all(r["headers"] is None for r in rows)
+    assert MessageColumns([]).runs() == []
+
+
 # -- operator driven by hand (OperatorHarness, real broker, real window data manager) -------------
 def test_limits_per_window(kafka_client: Any, tmp_path: Path) -> None:
     topic = kafka_client.topic("limits", partitions=1)
@@ -115,6 +182,113 @@ def test_limits_per_window(kafka_client: Any, tmp_path: Path) -> None:
     )
     assert [len(rows) for rows in (kafka_run_window(h, w) for w in range(4)) if rows] == [1, 1]
     h.teardown()
+
+
+#: fetches of ~20 records per partition and a shallow prefetch queue: the queue runs dry
+#: between fetches many times while a window reads
+SMALL_FETCHES = {"max.partition.fetch.bytes": 512, "queued.min.messages": 20}
+
+
+def test_window_fills_to_its_cap_with_small_fetches(kafka_client: Any, tmp_path: Path) -> None:
+    # a window ends at its cap or when every partition is caught up, not at the first
+    # consume() that found the prefetch queue empty
+    a = kafka_client.topic("fill", partitions=2)
+    b = kafka_client.topic("fill", partitions=1)
+    sent = kafka_client.produce_numbers(a, 2, 1500)
+    sent += kafka_client.produce_numbers(b, 1, 500, prefix="b")
+    args = op_args(kafka_client, [a, b], max_records_per_window=800, consumer_config=SMALL_FETCHES)
+    checkpoint = str(tmp_path)
+    h = kafka_harness(KafkaInputOperator(**args), checkpoint)
+    windows = {w: kafka_run_window(h, w) for w in range(4)}
+    h.teardown()
+    assert [len(windows[w]) for w in range(4)] == [800, 800, 400, 0]
+    assert by_key(rows_of(windows)) == by_key(sent)
+    for w in range(3):  # offsets increase within each partition, across windows too
+        for tp in {(r["topic"], r["partition"]) for r in windows[w]}:
+            offsets = [r["offset"] for r in windows[w] if (r["topic"], r["partition"]) == tp]
+            assert offsets == sorted(offsets)
+
+    # the offset ranges saved per window (tracked per run of a partition) replay exactly
+    h2 = kafka_harness(KafkaInputOperator(**args), checkpoint)
+    for w in range(3):
+        replayed = kafka_run_window(h2, w)
+        assert sorted(replayed, key=kafka_key) == sorted(windows[w], key=kafka_key)
+    h2.teardown()
+
+
+def test_window_time_budget_and_idle_windows(kafka_client: Any, tmp_path: Path) -> None:
+    topic = kafka_client.topic("budget", partitions=1)
+    sent = kafka_client.produce_numbers(topic, 1, 600)
+
+    # a 1 ms budget: each window ends about 1 ms after its first consume() call
+    args = op_args(
+        kafka_client, topic, fetch_batch=50, max_window_ms=1, consumer_config=SMALL_FETCHES
+    )
+    h = kafka_harness(KafkaInputOperator(**args), str(tmp_path / "budget"))
+    sizes: list[int] = []
+    while sum(sizes) < 600 and len(sizes) < 30:
+        sizes.append(len(kafka_run_window(h, len(sizes))))
+    h.teardown()
+    assert sum(sizes) == 600 and len(sizes) >= 3 and min(sizes) >= 50, sizes
+    assert [r["offset"] for r in h.sink("output").tuples] == [r["offset"] for r in sent]
+
+    # with the default budget the same backlog fits one window (12 consume() calls), and
+    # the window ends once the partition is caught up
+    args = op_args(kafka_client, topic, fetch_batch=50, consumer_config=SMALL_FETCHES)
+    h = kafka_harness(KafkaInputOperator(**args), str(tmp_path / "one"))
+    assert len(kafka_run_window(h, 0)) == 600
+    # an idle window ends after poll_timeout_ms (200 ms here), not after max_window_ms
+    began = time.monotonic()
+    assert kafka_run_window(h, 1) == []
+    assert time.monotonic() - began < 1.5
+    h.teardown()
+
+
+def test_live_topic_windows_end_when_partitions_reach_their_end(
+    kafka_client: Any, tmp_path: Path
+) -> None:
+    # records arrive all the time (~2,000/s on 2 partitions), so a consume() call is rarely
+    # empty: a window still ends soon after each partition reached its end once, not at the
+    # time budget
+    import threading
+
+    topic = kafka_client.topic("live", partitions=2)
+    stop = threading.Event()
+    produced: list[int] = []
+
+    def produce() -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": kafka_client.bootstrap, "linger.ms": 5})
+        i = 0
+        while not stop.is_set():
+            for _ in range(20):
+                producer.produce(topic, b"v%d" % i, partition=i % 2)
+                i += 1
+            producer.poll(0)
+            time.sleep(0.01)
+        producer.flush(30)
+        produced.append(i)
+
+    args = op_args(kafka_client, topic, initial_offset="LATEST", max_window_ms=5_000)
+    h = kafka_harness(KafkaInputOperator(**args), str(tmp_path))
+    h.setup()
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        seconds = []
+        for w in range(10):
+            began = time.monotonic()
+            kafka_run_window(h, w)
+            seconds.append(time.monotonic() - began)
+    finally:
+        stop.set()
+        thread.join(30)
+    for w in range(10, 15):  # the rest, each record once
+        kafka_run_window(h, w)
+    h.teardown()
+    assert sorted(seconds)[5] < 1.5, seconds  # ~poll_timeout_ms (0.2 s) each, not 5 s
+    assert len(by_key(h.sink("output").tuples)) == produced[0]
 
 
 def test_replayed_window_has_exactly_the_same_tuples(kafka_client: Any, tmp_path: Path) -> None:

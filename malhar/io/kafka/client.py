@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from malhar.io.kafka.config import RetryPolicy, consumer_config, describe
 from malhar.io.kafka.errors import (
@@ -316,12 +316,13 @@ class KafkaClient:
         errors raise :class:`KafkaReadError`.
         """
         msgs = self.consumer.consume(num_messages=max_records, timeout=timeout)
-        data = [m for m in msgs if m.error() is None]
-        if len(data) != len(msgs):
+        # one C-level pass; events (end of partition, errors) are rare
+        if any(map(Message.error, msgs)):
             self._message_errors([m for m in msgs if m.error() is not None])
+            msgs = [m for m in msgs if m.error() is None]
         if self._errors or self._suspect:
             self._handle_errors()
-        return data
+        return msgs
 
     def _message_errors(self, msgs: list[Any]) -> None:
         for m in msgs:

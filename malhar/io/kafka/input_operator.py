@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections import defaultdict
+import time
 from collections.abc import Iterable
 from typing import Any, ClassVar
+
+import numpy as np
 
 from malhar import attributes as A
 from malhar.io.kafka.assignment import assign
@@ -32,12 +34,12 @@ from malhar.io.kafka.deserializers import Deserializer, get_deserializer
 from malhar.io.kafka.errors import KafkaConfigError, ReplayError
 from malhar.io.kafka.records import (
     ERROR_DDL,
+    MessageColumns,
     build_batch,
     error_row,
     record_ddl,
     record_dicts,
     record_schema,
-    total_bytes,
 )
 from malhar.operator import CheckpointListener, InputOperator, OperatorContext
 from malhar.ports import OutputPort
@@ -46,6 +48,9 @@ from malhar.properties import Property
 log = logging.getLogger("malhar.io.kafka")
 
 _MODES = tuple(m.value for m in InitialOffset)
+
+#: seconds one consume() call waits once a window has its first records
+_NEXT_WAIT = 0.01
 
 
 def _check_topics(value: Any) -> str | None:
@@ -117,7 +122,17 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
     )
     fetch_batch = Property(int, default=10_000, min=1, doc="records per consume() call")
     poll_timeout_ms = Property(
-        int, default=100, min=0, doc="how long a window waits for its first records"
+        int,
+        default=100,
+        min=0,
+        doc="how long a window waits for its first records (an idle window ends then)",
+    )
+    max_window_ms = Property(
+        int,
+        default=2_000,
+        min=1,
+        doc="a window stops reading after this long even if partitions have more records "
+        "and the caps are not reached (None: no time limit)",
     )
     retry_attempts = Property(int, default=5, min=1, doc="requests to a silent cluster")
     retry_backoff_ms = Property(int, default=500, min=0, doc="first backoff, doubling")
@@ -143,6 +158,9 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         "_ranges",
         "_first_call",
         "_label",
+        "_topic",
+        "_began",
+        "_eof_mark",
     )
 
     def __init__(
@@ -198,6 +216,9 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         self._tps: list[TP] = assign(
             self._client.partitions(topic_list(self.topics)), context.partition, context.partitions
         )
+        topics = {t for t, _ in self._tps}
+        #: the only topic this partition reads (its records need no topic() call), else None
+        self._topic: str | None = topics.pop() if len(topics) == 1 else None
         missing = [tp for tp in self._tps if tp not in self._next]
         if missing:
             found = self._client.start_offsets(missing, mode.earliest, mode.uses_group)
@@ -231,6 +252,8 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         self._bytes = 0
         self._ranges: dict[TP, list[int]] = {}
         self._first_call = True
+        self._began = 0.0
+        self._eof_mark: dict[TP, int] = {}
         self._replay = None
         self._replayed = False
         if window_id <= self._wdm.partition_largest_window():
@@ -273,10 +296,16 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         msgs = self._take(min(remaining, self.fetch_batch))
         if not msgs:
             return
+        cols = MessageColumns(msgs, self._topic)
         if max_bytes:
-            msgs = self._cut_bytes(msgs, max_bytes)
-        self._advance(msgs)
-        self._emit(msgs)
+            kept = self._cut_bytes(msgs, cols, max_bytes)
+            if not kept:
+                return
+            if kept < len(msgs):
+                msgs = msgs[:kept]
+                cols = MessageColumns(msgs, self._topic)
+        self._advance(cols)
+        self._emit(msgs, cols)
 
     def end_window(self) -> None:
         if self._replay is not None:
@@ -308,53 +337,84 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
 
     # -- reading ---------------------------------------------------------------------------
     def _take(self, n: int) -> list[Any]:
+        """The next records of this window; ``[]`` ends the window.
+
+        The first call of a window waits up to ``poll_timeout_ms`` for records (an idle
+        topic ends its window then). Later calls keep reading while some partition is
+        behind its end, so a window on a backlog fills up to its caps even while
+        librdkafka's prefetch queue refills between fetches (or waits out
+        ``fetch.queue.backoff.ms``). They return ``[]`` when every partition has reached its
+        end (:meth:`_at_end`) or when the window has been reading for ``max_window_ms``.
+        """
         if self._pending:
             msgs, self._pending = self._pending[:n], self._pending[n:]
             return msgs
-        # the first call of a window waits for records; later ones take what has arrived
-        # (a few ms for a fetch in flight), so a window ends soon after the data stops
-        wait = self.poll_timeout_ms / 1000
-        timeout = wait if self._first_call else min(wait, 0.01)
-        self._first_call = False
-        return self._client.fetch(n, timeout)
+        client = self._client
+        if self._first_call:
+            self._first_call = False
+            self._began = time.monotonic()
+            self._eof_mark = dict(client.eof)
+            return client.fetch(n, self.poll_timeout_ms / 1000)
+        budget = self.max_window_ms / 1000 if self.max_window_ms else None
+        while not self._at_end():
+            if budget is not None and time.monotonic() - self._began >= budget:
+                break
+            msgs = client.fetch(n, _NEXT_WAIT)
+            if msgs:
+                return msgs
+        return []
 
-    @staticmethod
-    def _oversized(msgs: list[Any], limit: int) -> dict[int, str]:
+    def _at_end(self) -> bool:
+        """Every partition reached the end of its log during this window, or is there now.
+
+        librdkafka reports the end of a partition (``enable.partition.eof``) each time the
+        consumer reaches a new end offset, after the records before it. A partition counts
+        as done when it reported an end during this window (on a live topic, records
+        produced after that belong to the next window: the window ends soon after its data
+        arrived), or when its last reported end is at or after the operator's position (an
+        idle partition reports nothing new). A backlog reports no end until it is read, so
+        its window fills up to the caps.
+        """
+        eof, mark, position = self._client.eof, self._eof_mark, self._next
+        for tp in self._tps:
+            at = eof.get(tp)
+            if at is None or (at < position[tp] and at == mark.get(tp)):
+                return False
+        return True
+
+    def _oversized(self, msgs: list[Any], cols: MessageColumns, limit: int) -> dict[int, str]:
         return {
             i: f"record of {size} bytes (key + value) exceeds max_message_bytes={limit}"
-            for i, size in enumerate(total_bytes(msgs))
+            for i, size in enumerate(cols.sizes(msgs))
             if size > limit
         }
 
-    def _cut_bytes(self, msgs: list[Any], max_bytes: int) -> list[Any]:
+    def _cut_bytes(self, msgs: list[Any], cols: MessageColumns, max_bytes: int) -> int:
+        """How many of ``msgs`` fit under the byte cap; the rest wait in ``_pending``."""
         total = self._bytes
         keep = 0
-        for size in total_bytes(msgs):
+        for size in cols.sizes(msgs):
             if total + size > max_bytes and (keep or self._count):
                 break
             total += size
             keep += 1
         if keep < len(msgs):
             self._pending[:0] = msgs[keep:]
-            msgs = msgs[:keep]
         self._bytes = total
-        return msgs
+        return keep
 
-    def _advance(self, msgs: list[Any]) -> None:
-        counts: dict[TP, int] = defaultdict(int)
-        last: dict[TP, int] = {}
-        for m in msgs:
-            tp = (m.topic(), m.partition())
-            counts[tp] += 1
-            last[tp] = m.offset()
-        for tp, n in counts.items():
-            r = self._ranges.get(tp)
+    def _advance(self, cols: MessageColumns) -> None:
+        # offsets per run of one partition (first and last message), not per message
+        ranges, position = self._ranges, self._next
+        for topic, part, _, last, n in cols.runs():
+            tp = (topic, part)
+            r = ranges.get(tp)
             if r is None:
-                r = self._ranges[tp] = [self._next[tp], 0, 0]
-            r[1] = last[tp] + 1
+                r = ranges[tp] = [position[tp], 0, 0]
+            r[1] = last + 1
             r[2] += n
-            self._next[tp] = last[tp] + 1
-        self._count += len(msgs)
+            position[tp] = last + 1
+        self._count += cols.n
 
     def _emit_replay(self, ranges: dict[TP, tuple[int, int, int]]) -> None:
         read = self._client.read_ranges({tp: (s, e) for tp, (s, e, _) in ranges.items()})
@@ -371,18 +431,23 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
                 self._emit(msgs)
         self._count = sum(len(v) for v in read.values())
 
-    def _emit(self, msgs: list[Any]) -> None:
-        column, errors = self._deser.decode([m.value() for m in msgs])
+    def _emit(self, msgs: list[Any], cols: MessageColumns | None = None) -> None:
+        if cols is None:
+            cols = MessageColumns(msgs, self._topic)
+        column, errors = self._deser.decode(cols.values)
         if self.max_message_bytes:
-            errors.update(self._oversized(msgs, self.max_message_bytes))
+            errors.update(self._oversized(msgs, cols, self.max_message_bytes))
         for i, reason in errors.items():
             self.error.emit(error_row(msgs[i], reason))
         if self._schema is None:
-            for row in record_dicts(msgs, column, set(errors)):
+            for row in record_dicts(msgs, column, set(errors), cols=cols):
                 self.output.emit(row)
             return
-        keep = [i not in errors for i in range(len(msgs))] if errors else None
-        batch = build_batch(msgs, column, self._schema, keep=keep)
+        keep = None
+        if errors:
+            keep = np.ones(len(msgs), dtype=bool)
+            keep[list(errors)] = False
+        batch = build_batch(msgs, column, self._schema, keep=keep, cols=cols)
         if batch.num_rows:
             self.output.emit_batch(batch)
 

@@ -55,7 +55,7 @@ from malhar.io.kafka.client import TP, KafkaClient
 from malhar.io.kafka.config import InitialOffset, RetryPolicy, topic_list
 from malhar.io.kafka.deserializers import TextDeserializer, get_deserializer
 from malhar.io.kafka.errors import KafkaConfigError
-from malhar.io.kafka.records import build_batch, record_ddl, record_schema
+from malhar.io.kafka.records import MessageColumns, build_batch, record_ddl, record_schema
 
 SOURCE_NAME = "malhar_kafka"
 
@@ -263,7 +263,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             for chunk in client.iter_ranges(
                 {tp: (partition.start, partition.end)}, opts.fetch_batch
             ):
-                yield _to_batch(chunk, opts.value_format, schema)
+                yield _to_batch(chunk, opts.value_format, schema, partition.topic)
         finally:
             client.close()
             if enabled:
@@ -279,10 +279,13 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._client = None
 
 
-def _to_batch(msgs: list[Any], value_format: str, schema: pa.Schema) -> pa.RecordBatch:
-    values = [m.value() for m in msgs]
+def _to_batch(
+    msgs: list[Any], value_format: str, schema: pa.Schema, topic: str | None = None
+) -> pa.RecordBatch:
+    cols = MessageColumns(msgs, topic)
+    values = cols.values
     if value_format == "bytes":
-        return build_batch(msgs, pa.array(values, pa.binary()), schema)
+        return build_batch(msgs, pa.array(values, pa.binary()), schema, cols=cols)
     column, errors = TextDeserializer().decode(values)
     if value_format == "json" and column.null_count < len(column):
         texts = column.to_pylist()
@@ -298,7 +301,7 @@ def _to_batch(msgs: list[Any], value_format: str, schema: pa.Schema) -> pa.Recor
                 [None if i in errors else t for i, t in enumerate(texts)], pa.string()
             )
     error_col = [errors.get(i) for i in range(len(msgs))] if errors else [None] * len(msgs)
-    return build_batch(msgs, column, schema, extra={"error": error_col})
+    return build_batch(msgs, column, schema, extra={"error": error_col}, cols=cols)
 
 
 class KafkaSource(DataSource):
