@@ -48,7 +48,12 @@ def _level_fn(
 def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = None) -> DataFrame:
     """The streaming DataFrame of an application: source, one stage per level."""
     spark.dataSource.register(MalharSource)
-    reader = spark.readStream.format(SOURCE_NAME).option("plan", encode_plan(plan))
+    reader = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("plan", encode_plan(plan))
+        .option("checkpoint", plan.checkpoint)
+        .option("slots", str(plan.levels[0]))
+    )
     if max_windows is not None:
         reader = reader.option("max_windows", str(max_windows))
     df = reader.load()
@@ -252,14 +257,18 @@ class RunningApplication:
                 self.raise_if_failed()
                 raise
 
+    def _process_all_available(self) -> None:
+        # Spark's own exception names the Python worker, not the operator: raise ours first
+        try:
+            self.query.processAllAvailable()
+        except Exception:
+            self.raise_if_failed()
+            raise
+
     def await_completion(self, timeout: float | None = None) -> None:
         """For a run with ``windows=N``: wait until the last window is processed, then stop."""
         try:
-            try:
-                self.query.processAllAvailable()
-            except Exception:
-                self.raise_if_failed()
-                raise
+            self._process_all_available()
             self.raise_if_failed()
             self.query.stop()
         finally:
@@ -278,11 +287,7 @@ class RunningApplication:
         try:
             # returns once the source found nothing after the shutdown window, which is
             # when it records that window as complete (``MalharStreamReader.latestOffset``)
-            try:
-                self.query.processAllAvailable()
-            except Exception:
-                self.raise_if_failed()
-                raise
+            self._process_all_available()
         finally:
             fs.delete(flag)
             self.query.stop()

@@ -55,14 +55,39 @@ class WindowPartition(InputPartition):
     shutdown: bool
 
 
+#: plans decoded in this process, by their encoded text (one per launch)
+_DECODED: dict[str, Plan] = {}
+
+
 class MalharStreamReader(DataSourceStreamReader):
-    def __init__(self, plan: Plan, max_windows: int | None) -> None:
-        self.plan = plan
+    """Plans windows on the driver; runs level 0 of a window in each task.
+
+    Spark keeps this reader in a Python process of the driver and ships it to every task.
+    The driver side needs only the checkpoint and the number of level-0 slots, so the plan
+    stays encoded there: decoding it imports every operator's modules (SQLAlchemy, the
+    Kafka client...), which would add about half a second to the query's start. Tasks
+    decode it once per Python worker.
+    """
+
+    def __init__(
+        self, encoded_plan: str, checkpoint: str, slots: int, max_windows: int | None
+    ) -> None:
+        self.encoded_plan = encoded_plan
+        self.checkpoint = checkpoint
+        self.slots = slots
         self.max_windows = max_windows
         self.first: int | None = None
         self.final: int | None = None
         self.final_recorded = False
-        self.log = WindowLog(plan.checkpoint)
+        self.log = WindowLog(checkpoint)
+
+    @property
+    def plan(self) -> Plan:
+        plan = _DECODED.get(self.encoded_plan)
+        if plan is None:
+            _DECODED.clear()  # an earlier launch's plan is not needed any more
+            plan = _DECODED[self.encoded_plan] = decode_plan(self.encoded_plan)
+        return plan
 
     def initialOffset(self) -> dict:
         return {"window": self.log.largest_completed(), "shutdown": False}
@@ -90,7 +115,7 @@ class MalharStreamReader(DataSourceStreamReader):
     def _shutdown_requested(self) -> bool:
         from malhar.util.fs import filesystem_for
 
-        fs, path = filesystem_for(shutdown_flag_path(self.plan.checkpoint))
+        fs, path = filesystem_for(shutdown_flag_path(self.checkpoint))
         return fs.exists(path)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -98,7 +123,7 @@ class MalharStreamReader(DataSourceStreamReader):
             return []
         return [
             WindowPartition(slot, int(end["window"]), int(start["window"]), bool(end["shutdown"]))
-            for slot in range(self.plan.levels[0])
+            for slot in range(self.slots)
         ]
 
     def read(self, partition: WindowPartition) -> Iterator[pa.RecordBatch]:
@@ -136,6 +161,10 @@ class MalharSource(DataSource):
         return E.ENVELOPE_DDL
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        plan = decode_plan(self.options["plan"])
         max_windows = self.options.get("max_windows")
-        return MalharStreamReader(plan, int(max_windows) if max_windows else None)
+        return MalharStreamReader(
+            self.options["plan"],
+            self.options["checkpoint"],
+            int(self.options["slots"]),
+            int(max_windows) if max_windows else None,
+        )

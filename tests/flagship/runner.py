@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -155,14 +156,16 @@ class Flagship:
         )
         return int(self.marker.read_text())
 
-    def await_log(self, text: str) -> None:
-        """Wait until the driver's log (driver, JVM and Python workers) shows ``text``."""
+    def await_log(self, text: str | re.Pattern[str]) -> None:
+        """Wait until the driver's log (driver, JVM and Python workers) shows ``text`` (a
+        substring or a compiled pattern)."""
         offset = self._log_offset
+        pattern = text if isinstance(text, re.Pattern) else re.compile(re.escape(text))
         wait_until(
-            lambda: text in self.log_path.read_text(errors="replace")[offset:],
+            lambda: pattern.search(self.log_path.read_text(errors="replace")[offset:]),
             timeout=RUN_TIMEOUT,
             interval=0.2,
-            what=f"{text!r} in the driver log",
+            what=f"{pattern.pattern!r} in the driver log",
             alive=self._alive,
         )
         self._log_offset = len(self.log_path.read_text(errors="replace"))

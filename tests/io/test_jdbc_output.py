@@ -280,7 +280,7 @@ def test_password_reference_stays_out_of_state(postgres_service, monkeypatch) ->
     assert pg.password.encode() not in cloudpickle.dumps(op)
 
     monkeypatch.delenv("MALHAR_TEST_PG_PASSWORD")
-    with pytest.raises(JdbcConfigError, match="MALHAR_TEST_PG_PASSWORD.*is not set"):
+    with pytest.raises(JdbcConfigError, match=r"MALHAR_TEST_PG_PASSWORD.*is not set"):
         again = JdbcOutputOperator(bare, table=table, password="${env:MALHAR_TEST_PG_PASSWORD}")
         _window(_harness(again, _name("ref")), 0, [{"k": "b", "n": 2}])
 

@@ -318,3 +318,42 @@ def test_unreachable_webhdfs_fails_after_bounded_retries() -> None:
     assert isinstance(e, StorageError) and isinstance(e, ConnectionError)
     clone = pickle.loads(pickle.dumps(e))  # crosses process boundaries intact
     assert (type(clone), str(clone), clone.attempts) == (type(e), str(e), 4)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("lost", ["request", "answer"])
+def test_hdfs_write_retried_once_when_datanode_connection_drops(
+    hdfs_conn: dict[str, Any], monkeypatch: pytest.MonkeyPatch, lost: str
+) -> None:
+    """A dropped datanode connection is retried; if only the answer was lost the bytes
+    are not written again (create and append alike)."""
+    import requests
+
+    fs, root = filesystem_for(
+        f"{hdfs_conn['url']}/malhar-tests/drop-{lost}-{time.monotonic_ns()}",
+        webhdfs_url=hdfs_conn["webhdfs_url"],
+        user=hdfs_conn["user"],
+        backoff=0.01,
+    )
+    real = fs._data_request
+    sent: list[str] = []
+
+    def drop_first(method: str, location: str, data: bytes) -> None:
+        first_try = method not in sent
+        sent.append(method)
+        if first_try:
+            if lost == "answer":
+                real(method, location, data)
+            raise requests.exceptions.ConnectionError("connection reset by peer")
+        real(method, location, data)
+
+    monkeypatch.setattr(fs, "_data_request", drop_first)
+    path = fs.join(root, "f")
+    try:
+        fs.create(path, b"head-")
+        fs.append(path, b"tail")
+        assert fs.read_all(path) == b"head-tail"
+        assert sent == (["PUT", "POST"] if lost == "answer" else ["PUT", "PUT", "POST", "POST"])
+    finally:
+        monkeypatch.undo()
+        fs.delete(root, recursive=True)

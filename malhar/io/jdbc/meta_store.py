@@ -91,6 +91,14 @@ class JdbcTransactionalStore:
             c.partition_id == key.partition,
         )
 
+    def _insert(self, key: WindowKey, window: int) -> sa.Insert:
+        return self.table.insert().values(
+            app_id=key.application,
+            operator_id=key.operator,
+            partition_id=key.partition,
+            window_id=window,
+        )
+
     # -- set-up (own transactions) ---------------------------------------------------------
     def ensure_table(self, engine: sa.Engine) -> None:
         """Create the meta table unless it exists (safe when partitions race to create it)."""
@@ -108,14 +116,7 @@ class JdbcTransactionalStore:
                 return found
         try:
             with engine.begin() as conn:
-                conn.execute(
-                    self.table.insert().values(
-                        app_id=key.application,
-                        operator_id=key.operator,
-                        partition_id=key.partition,
-                        window_id=NO_WINDOW,
-                    )
-                )
+                conn.execute(self._insert(key, NO_WINDOW))
             return NO_WINDOW
         except sa.exc.IntegrityError:
             with engine.begin() as conn:  # inserted concurrently by another writer
@@ -143,14 +144,7 @@ class JdbcTransactionalStore:
             .values(window_id=window, updated_at=sa.func.current_timestamp())
         )
         if result.rowcount == 0:
-            conn.execute(
-                self.table.insert().values(
-                    app_id=key.application,
-                    operator_id=key.operator,
-                    partition_id=key.partition,
-                    window_id=window,
-                )
-            )
+            conn.execute(self._insert(key, window))
 
     def remove(self, conn: sa.Connection, key: WindowKey) -> None:
         """Forget ``key`` (its next window starts from scratch)."""

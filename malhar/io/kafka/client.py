@@ -127,6 +127,12 @@ class KafkaClient:
         #: partitions whose fetch reported an error that a probe must clear
         self._suspect: set[TP] = set()
         self.commit_failures = 0
+        #: the newest offsets asked to be committed, and how many commits await an answer
+        self._newest_commit: dict[TP, int] = {}
+        self._commits_in_flight = 0
+        self._commit_failed = False
+        self._recommit_at = 0.0
+        self._recommit_delay = 0.0
 
     # -- plumbing ------------------------------------------------------------------------
     @property
@@ -159,14 +165,17 @@ class KafkaClient:
             self._errors.append(err)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        self._commits_in_flight = max(0, self._commits_in_flight - 1)
         if err is None:
             bad = [tp for tp in partitions if tp.error is not None]
             if not bad:
+                self._recommit_delay = 0.0
                 return
             err = bad[0].error
         self.commit_failures += 1
+        self._commit_failed = True
         log.warning(
-            "%s: committing offsets to group %s failed (the next committed window retries): %s",
+            "%s: committing offsets to group %s failed (the next commit retries): %s",
             self.label,
             self.group_id,
             err,
@@ -270,6 +279,15 @@ class KafkaClient:
                 tps=[(t, p)],
             )
         return out
+
+    def fetched_high_watermark(self, tp: TP) -> int | None:
+        """The partition's end as of the last fetch response this consumer received (no
+        request: librdkafka caches it per fetch); None before the first response."""
+        try:
+            _, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+        except KafkaException:
+            return None
+        return high if high >= 0 else None
 
     def committed_offsets(self, tps: Iterable[TP]) -> dict[TP, int | None]:
         """The group's committed offset of each partition, None where it has none."""
@@ -445,19 +463,49 @@ class KafkaClient:
         """Commit ``offsets`` (the next offsets to read) to the group, asynchronously.
 
         Asynchronous because a synchronous commit blocks for up to a minute while the
-        group coordinator is away; a failed commit is logged (and counted in
-        :attr:`commit_failures`) and the next commit carries newer offsets anyway.
+        group coordinator is away. librdkafka does not retry a commit the coordinator
+        refused: the result arrives through :meth:`fetch` (or :meth:`settle_commits` for a
+        consumer that never reads), a failure is logged and counted in
+        :attr:`commit_failures`, and the next commit carries newer offsets anyway.
         """
         if not offsets:
             return
+        self._newest_commit = {**self._newest_commit, **offsets}
+        self._send_commit(offsets)
+
+    def _send_commit(self, offsets: Mapping[TP, int]) -> None:
         parts = [TopicPartition(t, p, int(o)) for (t, p), o in sorted(offsets.items())]
         try:
             self.consumer.commit(offsets=parts, asynchronous=True)
+            self._commits_in_flight += 1
         except KafkaException as exc:
             self.commit_failures += 1
+            self._commit_failed = True
             log.warning(
                 "%s: committing offsets to group %s failed: %s", self.label, self.group_id, exc
             )
+
+    def settle_commits(self) -> None:
+        """For a consumer that never reads (the data source's driver side): serve the
+        answers to earlier commits and, when one failed, commit the newest offsets again
+        (at most once per retry backoff). Nothing else would: the last commit of a run has
+        no successor to carry its offsets.
+        """
+        if self._commits_in_flight and not self.consumer.assignment():
+            self.consumer.poll(0)  # no assignment: serves callbacks, returns no record
+        if not self._commit_failed or self._commits_in_flight or not self._newest_commit:
+            return
+        now = time.monotonic()
+        if now < self._recommit_at:
+            return
+        # doubling: a commit that keeps failing (a deleted topic) must not flood the log
+        self._recommit_delay = min(
+            max(self._recommit_delay * 2, self.retry.backoff_ms / 1000),
+            self.retry.max_backoff_ms / 1000,
+        )
+        self._recommit_at = now + self._recommit_delay
+        self._commit_failed = False
+        self._send_commit(self._newest_commit)
 
     def close(self) -> None:
         consumer, self._consumer = self._consumer, None

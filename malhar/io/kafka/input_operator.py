@@ -339,10 +339,10 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
     def _take(self, n: int) -> list[Any]:
         """The next records of this window; ``[]`` ends the window.
 
-        The first call of a window waits up to ``poll_timeout_ms`` for records (an idle
-        topic ends its window then). Later calls keep reading while some partition is
-        behind its end, so a window on a backlog fills up to its caps even while
-        librdkafka's prefetch queue refills between fetches (or waits out
+        The first call of a window waits up to ``poll_timeout_ms`` for records; an idle
+        topic (every partition at its end) ends the window then. Later calls keep reading
+        while some partition is behind its end, so a window on a backlog fills up to its
+        caps even while librdkafka's prefetch queue refills between fetches (or waits out
         ``fetch.queue.backoff.ms``). They return ``[]`` when every partition has reached its
         end (:meth:`_at_end`) or when the window has been reading for ``max_window_ms``.
         """
@@ -354,7 +354,12 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
             self._first_call = False
             self._began = time.monotonic()
             self._eof_mark = dict(client.eof)
-            return client.fetch(n, self.poll_timeout_ms / 1000)
+            msgs = client.fetch(n, self.poll_timeout_ms / 1000)
+            if msgs:
+                return msgs
+            # nothing yet: idle only if the broker said so (a watermark or an end reached);
+            # a consumer made for this window may still be connecting, and ending now would
+            # make the window empty although the topic has a backlog
         budget = self.max_window_ms / 1000 if self.max_window_ms else None
         while not self._at_end():
             if budget is not None and time.monotonic() - self._began >= budget:
@@ -365,18 +370,23 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         return []
 
     def _at_end(self) -> bool:
-        """Every partition reached the end of its log during this window, or is there now.
+        """Every partition has been read up to its end as the broker last reported it.
 
-        librdkafka reports the end of a partition (``enable.partition.eof``) each time the
-        consumer reaches a new end offset, after the records before it. A partition counts
-        as done when it reported an end during this window (on a live topic, records
-        produced after that belong to the next window: the window ends soon after its data
-        arrived), or when its last reported end is at or after the operator's position (an
-        idle partition reports nothing new). A backlog reports no end until it is read, so
-        its window fills up to the caps.
+        A partition is at its end when the operator's position reached the high watermark
+        of the last fetch response (cached by librdkafka, no request): on a live topic the
+        window ends once it has read what had arrived, on a backlog it fills up to its caps.
+        librdkafka's end-of-partition events (``enable.partition.eof``) count too, for a
+        partition whose watermark is not known yet: one reported during this window, or a
+        last one at or after the position (an idle partition reports nothing new). Those
+        events alone are not enough: a fetch that the broker answers with new records never
+        reports an end, so on a steadily written topic they do not come at all.
         """
-        eof, mark, position = self._client.eof, self._eof_mark, self._next
+        client = self._client
+        eof, mark, position = client.eof, self._eof_mark, self._next
         for tp in self._tps:
+            high = client.fetched_high_watermark(tp)
+            if high is not None and position[tp] >= high:
+                continue
             at = eof.get(tp)
             if at is None or (at < position[tp] and at == mark.get(tp)):
                 return False

@@ -228,6 +228,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self.options.group_id and self._client is not None:
+            self.client.settle_commits()  # Spark polls this often, also while idle
         current = decode_offsets(start)
         tps = self._partitions()
         new = [tp for tp in tps if tp not in current]

@@ -478,4 +478,13 @@ class KafkaService(Service):
 
     def _metadata_ok(self) -> bool:
         metadata = self.admin().list_topics(timeout=3)
-        return NODE_ID in metadata.brokers
+        if NODE_ID not in metadata.brokers:
+            return False
+        # a restarted broker answers metadata before it leads its partitions
+        # again; until then group calls fail with NOT_COORDINATOR and
+        # producers with NOT_LEADER, so "ready" waits for every leader
+        return all(
+            p.leader == NODE_ID and p.error is None
+            for topic in metadata.topics.values()
+            for p in topic.partitions.values()
+        )

@@ -32,12 +32,13 @@ def wait_until(
     predicate: Callable[[], bool],
     *,
     timeout: float,
-    what: str,
+    what: str | Callable[[], str],
     interval: float = 0.1,
     alive: Callable[[], str | None] | None = None,
 ) -> None:
     """Poll ``predicate`` until true; raise TimeoutError naming ``what``.
 
+    ``what`` may be a callable, asked at failure time (to show the last value seen).
     ``alive`` returns None while the thing we wait for can still succeed, or a
     reason why it cannot (a dead child process), which ends the wait at once.
     """
@@ -52,10 +53,11 @@ def wait_until(
         if alive is not None:
             reason = alive()
             if reason:
-                raise RuntimeError(f"{what}: {reason}")
+                raise RuntimeError(f"{what if isinstance(what, str) else what()}: {reason}")
         if time.monotonic() >= deadline:
             detail = f" (last error: {last_exc!r})" if last_exc else ""
-            raise TimeoutError(f"{what}: not ready after {timeout:.0f}s{detail}")
+            named = what if isinstance(what, str) else what()
+            raise TimeoutError(f"{named}: not ready after {timeout:.0f}s{detail}")
         time.sleep(interval)
 
 

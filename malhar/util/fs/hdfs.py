@@ -349,35 +349,21 @@ class HdfsFileSystem(FileSystem):
 
     # -- data ------------------------------------------------------------------------------------
     def create(self, path: str, data: bytes = b"", *, overwrite: bool = False) -> None:
-        def step1() -> str:
-            return self.client._create(path, overwrite=overwrite).headers["location"]
+        def outcome() -> tuple[bool, str] | None:
+            st = self.status(path)
+            if st is not None and st.size == len(data):
+                return None  # the create went through; only the answer was lost
+            have = "no" if st is None else st.size
+            return st is not None and not overwrite, f"the file has {have} bytes of {len(data)}"
 
-        attempts = 0
-        while True:
-            attempts += 1
-            location = self._retry("create", path, step1)
-            try:
-                self._data_request("PUT", location, data)
-                return
-            except BaseException as exc:
-                mapped = self._classify(exc, "create", path)
-                if not isinstance(mapped, _Transient):
-                    if mapped is exc:
-                        raise
-                    raise mapped from exc
-                st = self.status(path)
-                if st is not None and st.size == len(data):
-                    return  # the create went through; only the answer was lost
-                if (st is not None and not overwrite) or attempts > self.retries:
-                    raise StorageUnavailableError(
-                        f"create did not complete ({mapped.detail}); the file has "
-                        f"{'no' if st is None else st.size} bytes of {len(data)}",
-                        attempts=attempts,
-                        backend=_BACKEND,
-                        path=self.describe(path),
-                        operation="create",
-                    ) from exc
-                time.sleep(min(self.backoff * 2 ** (attempts - 1), self.max_backoff))
+        self._two_step_write(
+            "create",
+            "PUT",
+            path,
+            data,
+            lambda: self.client._create(path, overwrite=overwrite).headers["location"],
+            outcome,
+        )
 
     def append(self, path: str, data: bytes) -> None:
         st = self.status(path)
@@ -395,34 +381,61 @@ class HdfsFileSystem(FileSystem):
         if not data:
             return
 
-        def step1() -> str:
-            return self.client._append(path).headers["location"]
+        def outcome() -> tuple[bool, str] | None:
+            st = self.status(path)
+            size = -1 if st is None else st.size
+            if size == before + len(data):
+                return None  # appended; only the answer was lost
+            return size != before, (
+                f"the file has {size} bytes, "
+                f"expected {before} (nothing appended) or {before + len(data)}"
+            )
 
+        self._two_step_write(
+            "append",
+            "POST",
+            path,
+            data,
+            lambda: self.client._append(path).headers["location"],
+            outcome,
+        )
+
+    def _two_step_write(
+        self,
+        operation: str,
+        method: str,
+        path: str,
+        data: bytes,
+        locate: Callable[[], str],
+        outcome: Callable[[], tuple[bool, str] | None],
+    ) -> None:
+        """WebHDFS's namenode redirect, then the data to the datanode, retried without
+        ever writing twice: after a transient failure ``outcome`` looks at the file and
+        returns None if the write landed, else (a retry cannot repair it, what it found)."""
         attempts = 0
         while True:
             attempts += 1
-            location = self._retry("append", path, step1)
+            location = self._retry(operation, path, locate)
             try:
-                self._data_request("POST", location, data)
+                self._data_request(method, location, data)
                 return
             except BaseException as exc:
-                mapped = self._classify(exc, "append", path)
+                mapped = self._classify(exc, operation, path)
                 if not isinstance(mapped, _Transient):
                     if mapped is exc:
                         raise
                     raise mapped from exc
-                st = self.status(path)
-                size = -1 if st is None else st.size
-                if size == before + len(data):
-                    return  # appended; only the answer was lost
-                if size != before or attempts > self.retries:
+                found = outcome()
+                if found is None:
+                    return
+                beyond_repair, state = found
+                if beyond_repair or attempts > self.retries:
                     raise StorageUnavailableError(
-                        f"append did not complete ({mapped.detail}); the file has {size} bytes, "
-                        f"expected {before} (nothing appended) or {before + len(data)}",
+                        f"{operation} did not complete ({mapped.detail}); {state}",
                         attempts=attempts,
                         backend=_BACKEND,
                         path=self.describe(path),
-                        operation="append",
+                        operation=operation,
                     ) from exc
                 time.sleep(min(self.backoff * 2 ** (attempts - 1), self.max_backoff))
 
