@@ -44,7 +44,7 @@ share of tasks that rebuilt their partition runtime from the state store
 (``restore``: the worker-side runtime cache missed). Every run is checked: rows
 counted by the last operator (or kept in the state) must equal rows emitted.
 
-A last section calls ``malhar.engine.task.run_window`` directly, level by level,
+A last section calls ``malhar.engine.task.run_inputs`` / ``run_window`` directly, level by level,
 in this process: the engine's own Python cost per window without Spark.
 """
 
@@ -493,7 +493,8 @@ def check_keyed(rows_pp: int, keys: int, spark: Any) -> Callable[[Any, list[dict
 def inprocess(
     dag: DAG, windows: int, *, miss: bool = False, profile: bool = False
 ) -> tuple[float, float, int, float, str]:
-    """Run ``windows`` windows of ``dag`` by calling ``run_window`` level by level in this
+    """Run ``windows`` windows of ``dag`` by calling ``run_inputs`` (level 0) and ``run_window``
+    level by level in this
     process, routing envelope rows by pkey as Spark's hash partitioner does. ``miss``: drop
     the cached runtimes before each window, as when a task lands in another Python worker.
     Return median wall and CPU seconds per window (after the first), the snapshot size,
@@ -546,7 +547,7 @@ def _inprocess_windows(
             prof.enable()
         batches: list[pa.RecordBatch] = []
         for slot in range(plan.levels[0]):
-            batches += T.run_window(plan, 0, slot, None, window=w, committed=w - 1)
+            batches += T.run_inputs(plan, [slot], window=w, committed=w - 1)
         for level in range(1, len(plan.levels)):
             slot_of = {k: s for s, k in enumerate(plan.pkeys[level])}
             per_slot: dict[int, list[pa.RecordBatch]] = defaultdict(list)

@@ -9,14 +9,14 @@ import sys
 from typing import Any
 
 
-def run_spark_script(script: str, timeout: float = 300) -> Any:
+def run_spark_script(script: str, timeout: float = 300, env: dict[str, str] | None = None) -> Any:
     """Run ``script``; return the JSON it printed on its last line (fails with its stderr)."""
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -59,3 +59,58 @@ def test_local_cluster_runs_on_two_executor_processes(tmp_path: Path) -> None:
     # Python workers are forked by a daemon per executor: two distinct parent processes.
     assert len(info["jvms"]) == 2
     assert info["driver"] not in info["jvms"]
+
+
+WORKER_IMPORTS = textwrap.dedent(
+    """
+    import json, os
+    from malhar import build_session
+    spark = build_session("{master}", app_name="overlay")
+    def origin(_):
+        import pyspark, py4j
+        return (pyspark.__file__, py4j.__file__)
+    files = spark.sparkContext.parallelize(range(2), 2).map(origin).collect()
+    print(json.dumps({{"files": sorted(set(files)), "home": os.environ.get("SPARK_HOME")}}))
+    spark.stop()
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("master", ["local[2]", "local-cluster[1,1,1024]"])
+def test_python_workers_import_pyspark_from_the_installed_package(master: str) -> None:
+    import py4j
+    import pyspark
+
+    info = run_spark_script(WORKER_IMPORTS.format(master=master))
+    installed = (pyspark.__file__, py4j.__file__)
+    # not from $SPARK_HOME/python/lib/*.zip, which Python must compile again in every process
+    assert info["files"] == [list(installed)], info
+    home = Path(info["home"])
+    assert (home / "jars").resolve() == Path(pyspark.__file__).parent / "jars"
+    assert not (home / "python" / "lib" / "pyspark.zip").exists()
+
+
+@pytest.mark.integration
+def test_spark_home_overlay_can_be_turned_off() -> None:
+    import pyspark
+
+    package = str(Path(pyspark.__file__).parent)  # this process may use the overlay already
+    info = run_spark_script(
+        WORKER_IMPORTS.format(master="local[1]"),
+        env={"MALHAR_SPARK_HOME_OVERLAY": "0", "SPARK_HOME": package},
+    )
+    (pyspark_file, _), *_ = info["files"]
+    assert pyspark_file.endswith("python/lib/pyspark.zip/pyspark/__init__.py"), info
+    assert info["home"] == package
+
+
+def test_no_overlay_for_remote_masters_or_a_users_spark_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from malhar.spark_home import bytecode_spark_home
+
+    assert bytecode_spark_home("spark://somewhere:7077") is None
+    assert bytecode_spark_home("yarn") is None
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))  # a Spark distribution of the user's
+    assert bytecode_spark_home("local[2]") is None

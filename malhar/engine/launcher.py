@@ -23,6 +23,7 @@ from malhar.dag import DAG
 from malhar.engine import envelope as E
 from malhar.engine.failure import ApplicationFailed, explain
 from malhar.engine.plan import Plan, build_plan
+from malhar.engine.slot_claims import claims_root, level0_tasks
 from malhar.engine.spark_io import (
     SOURCE_NAME,
     MalharSource,
@@ -48,11 +49,16 @@ def _level_fn(
 def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = None) -> DataFrame:
     """The streaming DataFrame of an application: source, one stage per level."""
     spark.dataSource.register(MalharSource)
+    speculation = spark.sparkContext.getConf().get("spark.speculation", "false") == "true"
+    slots = plan.levels[0]
     reader = (
         spark.readStream.format(SOURCE_NAME)
         .option("plan", encode_plan(plan))
         .option("checkpoint", plan.checkpoint)
-        .option("slots", str(plan.levels[0]))
+        .option("slots", str(slots))
+        .option(
+            "tasks", str(level0_tasks(slots, spark.sparkContext.defaultParallelism, speculation))
+        )
     )
     if max_windows is not None:
         reader = reader.option("max_windows", str(max_windows))
@@ -334,6 +340,8 @@ def launch(
         dag.set_attribute(A.STREAMING_WINDOW_MS.name, window_ms)
     plan = build_plan(dag)
     plan.id = uuid.uuid4().hex
+    fs, claims = claims_root(checkpoint)  # an earlier launch's slot claims
+    fs.delete(claims, recursive=True)
     df = build_dataframe(spark, plan, windows)
     period = int(dag.attr(A.STREAMING_WINDOW_MS))
     name = f"malhar-{dag.name}-{uuid.uuid4().hex[:6]}"

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark import cloudpickle
+from pyspark import TaskContext, cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from malhar.engine import envelope as E
 from malhar.engine.plan import Plan
-from malhar.engine.task import run_window
+from malhar.engine.slot_claims import claim_slots
+from malhar.engine.task import run_inputs, warm_slots
 from malhar.engine.window_log import WindowLog
 
 SOURCE_NAME = "malhar"
@@ -49,7 +50,7 @@ def shutdown_flag_path(checkpoint: str) -> str:
 
 @dataclass
 class WindowPartition(InputPartition):
-    slot: int
+    task: int  # the task's index; it runs the slots it claims (slot_claims.py)
     window: int
     committed: int
     shutdown: bool
@@ -70,11 +71,19 @@ class MalharStreamReader(DataSourceStreamReader):
     """
 
     def __init__(
-        self, encoded_plan: str, checkpoint: str, slots: int, max_windows: int | None
+        self,
+        encoded_plan: str,
+        checkpoint: str,
+        slots: int,
+        max_windows: int | None,
+        tasks: int | None = None,
     ) -> None:
         self.encoded_plan = encoded_plan
         self.checkpoint = checkpoint
         self.slots = slots
+        #: level-0 tasks; 0 (speculative execution): one per slot, each runs its own
+        self.tasks = max(1, min(slots, tasks or slots))
+        self.claims = bool(tasks)
         self.max_windows = max_windows
         self.first: int | None = None
         self.final: int | None = None
@@ -122,16 +131,28 @@ class MalharStreamReader(DataSourceStreamReader):
         if end["window"] == start["window"]:
             return []
         return [
-            WindowPartition(slot, int(end["window"]), int(start["window"]), bool(end["shutdown"]))
-            for slot in range(self.slots)
+            WindowPartition(task, int(end["window"]), int(start["window"]), bool(end["shutdown"]))
+            for task in range(self.tasks)
         ]
 
     def read(self, partition: WindowPartition) -> Iterator[pa.RecordBatch]:
-        yield from run_window(
-            self.plan,
-            0,
-            partition.slot,
-            None,
+        plan = self.plan
+        slots = [partition.task]
+        if self.claims:  # the slots this worker holds, or free ones (slot_claims.py)
+            ctx = TaskContext.get()
+            slots = claim_slots(
+                plan.checkpoint,
+                plan.id,
+                partition.window,
+                self.slots,
+                partition.task,
+                self.tasks,
+                attempt=ctx.attemptNumber() if ctx is not None else 0,
+                warm=warm_slots(plan, 0, partition.window),
+            )
+        yield from run_inputs(
+            plan,
+            slots,
             window=partition.window,
             committed=partition.committed,
             shutdown=partition.shutdown,
@@ -167,4 +188,5 @@ class MalharSource(DataSource):
             self.options["checkpoint"],
             int(self.options["slots"]),
             int(max_windows) if max_windows else None,
+            int(self.options["tasks"]),
         )

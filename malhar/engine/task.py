@@ -621,6 +621,10 @@ _LIVE: dict[tuple[str, str, int], PartitionRuntime] = {}
 
 def acquire(plan: Plan, group: Group, partition: int, window: int) -> PartitionRuntime:
     key = (plan.app, group.key, partition)
+    for other, stale in list(_LIVE.items()):
+        if other != key and other[0] == plan.app and stale.plan.id != plan.id:
+            del _LIVE[other]  # an earlier launch of this application: release its resources
+            stale.teardown()
     rt = _LIVE.pop(key, None)
     if rt is not None and rt.window == window - 1 and rt.plan.id == plan.id:
         return rt
@@ -629,6 +633,15 @@ def acquire(plan: Plan, group: Group, partition: int, window: int) -> PartitionR
     rt = PartitionRuntime(plan, group, partition)
     rt.restore(window)
     return rt
+
+
+def warm_slots(plan: Plan, level: int, window: int) -> list[int]:
+    """The slots of ``level`` whose runtime this worker holds at ``window - 1``."""
+    return sorted(
+        rt.group.slot_offset + rt.partition
+        for rt in _LIVE.values()
+        if rt.plan.id == plan.id and rt.group.level == level and rt.window == window - 1
+    )
 
 
 def release(rt: PartitionRuntime, *, keep: bool, failed: bool = False) -> None:
@@ -646,32 +659,27 @@ def _teardown_all() -> None:  # pragma: no cover - process exit
 
 
 def run_window(
-    plan: Plan,
-    level: int,
-    slot: int,
-    rows: Iterable[pa.RecordBatch] | None,
-    *,
-    window: int | None = None,
-    committed: int = -1,
-    shutdown: bool = False,
+    plan: Plan, level: int, slot: int, rows: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """Run one window of the group partition at (``level``, ``slot``); yield envelope batches."""
+    """Run one window of the group partition at (``level`` >= 1, ``slot``) over the rows
+    shuffled to it; yield envelope batches. The window comes with the first marker."""
     group, partition = plan.group_at(level, slot)
-    incoming = iter(rows or ())
+    incoming = iter(rows)
     early: list[tuple] = []
-    if window is None:  # learn the window from the first marker of any upstream task
-        for batch in incoming:
-            rows_of_batch = list(E.iter_rows(batch))
-            for i, row in enumerate(rows_of_batch):
-                if row[3] == E.MARKER and row[1] == level:
-                    window, committed, shutdown = row[6], row[7], bool(row[8])
-                    early.extend(rows_of_batch[i + 1 :])
-                    break
-                early.append(row)
-            if window is not None:
+    window: int | None = None
+    committed, shutdown = -1, False
+    for batch in incoming:  # learn the window from the first marker of any upstream task
+        rows_of_batch = list(E.iter_rows(batch))
+        for i, row in enumerate(rows_of_batch):
+            if row[3] == E.MARKER and row[1] == level:
+                window, committed, shutdown = row[6], row[7], bool(row[8])
+                early.extend(rows_of_batch[i + 1 :])
                 break
-        if window is None:
-            return  # no upstream task ran: nothing to do
+            early.append(row)
+        if window is not None:
+            break
+    if window is None:
+        return  # no upstream task ran: nothing to do
     rt = acquire(plan, group, partition, window)
     ok = False
     try:
@@ -680,8 +688,6 @@ def run_window(
             rt.receive(row)
             if rt.out.full():
                 yield rt.out.take()
-        if level == 0:
-            rt.run_input()
         for batch in incoming:
             for row in E.iter_rows(batch):
                 rt.receive(row)
@@ -693,3 +699,36 @@ def run_window(
         ok = True
     finally:
         release(rt, keep=ok and not shutdown, failed=not ok)
+
+
+def run_inputs(
+    plan: Plan,
+    slots: Iterable[int],
+    *,
+    window: int,
+    committed: int = -1,
+    shutdown: bool = False,
+) -> Iterator[pa.RecordBatch]:
+    """Run one window of level-0 ``slots`` in this task; yield envelope batches.
+
+    Every slot's runtime begins before the first one reads, so connectors that fetch
+    ahead (the Kafka input assigns its partitions in ``begin_window``) all fetch while
+    the first slot runs; then each slot reads, ends, and its output is yielded.
+    """
+    runtimes: list[PartitionRuntime] = []
+    ok = False
+    try:
+        for slot in slots:
+            group, partition = plan.group_at(0, slot)
+            rt = acquire(plan, group, partition, window)
+            runtimes.append(rt)
+            rt.begin(window, committed, shutdown)
+        for rt in runtimes:
+            rt.run_input()
+            rt.end(window, shutdown)
+            if len(rt.out):
+                yield rt.out.take()
+        ok = True
+    finally:
+        for rt in runtimes:
+            release(rt, keep=ok and not shutdown, failed=not ok)

@@ -244,3 +244,31 @@ class ControlRecorder(Operator):
     def end_window(self) -> None:
         self._seen.append(("end_window",))
         self.output.emit(self._seen)
+
+
+class PartitionTicks(InputOperator):
+    """Emits ``(window, partition)`` once per window; logs each setup and window begun
+    (with the worker's pid) to ``<checkpoint>/ticks/<partition>.jsonl``."""
+
+    output = OutputPort()
+    transient = ("_file", "_p", "_w", "_done")
+
+    def setup(self, context: OperatorContext) -> None:
+        folder = Path(context.checkpoint) / "ticks"
+        folder.mkdir(parents=True, exist_ok=True)
+        self._p = context.partition
+        self._file = folder / f"{self._p}.jsonl"
+        self._log("setup")
+
+    def _log(self, event: str, **extra: Any) -> None:
+        with open(self._file, "a") as f:
+            f.write(json.dumps({"e": event, "pid": os.getpid(), **extra}) + "\n")
+
+    def begin_window(self, window_id: int) -> None:
+        self._w, self._done = window_id, False
+        self._log("begin", w=window_id)
+
+    def emit_tuples(self) -> None:
+        if not self._done:
+            self._done = True
+            self.output.emit((self._w, self._p))

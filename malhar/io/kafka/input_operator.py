@@ -266,6 +266,15 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
             self._replay = {
                 (t, int(p)): (int(s), int(e), int(n)) for t, p, s, e, n in saved["ranges"]
             }
+        else:
+            self._go_live()  # fetching starts now, while the engine begins other partitions
+
+    def _go_live(self) -> None:
+        """Assign the partitions at the operator's position (once; a replay moves them)."""
+        if not self._live and self._tps:
+            self._client.assign({tp: self._next[tp] for tp in self._tps})
+            self._pending.clear()
+            self._live = True
 
     def emit_tuples(self) -> None:
         # Tens of thousands of fresh message objects per call make CPython's cyclic GC run
@@ -289,10 +298,7 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         max_bytes = self.max_bytes_per_window
         if not self._tps or remaining <= 0 or (max_bytes and self._bytes >= max_bytes):
             return
-        if not self._live:
-            self._client.assign({tp: self._next[tp] for tp in self._tps})
-            self._pending.clear()
-            self._live = True
+        self._go_live()
         msgs = self._take(min(remaining, self.fetch_batch))
         if not msgs:
             return

@@ -6,13 +6,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from malhar.util.cache import cache_dir
 
-def cache_dir() -> Path:
-    """Downloads that survive between runs (Maven jars): ``$MALHAR_CACHE_DIR`` or ~/.cache/malhar."""
-    root = os.environ.get("MALHAR_CACHE_DIR") or Path.home() / ".cache" / "malhar"
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+__all__ = ["cache_dir", "new_service_dir", "run_dir"]
 
 
 def run_dir() -> Path:
