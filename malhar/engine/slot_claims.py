@@ -17,7 +17,7 @@ not by the emitting task. malhar uses that freedom twice.
 
 Measured on the flagship (4 readers x 50k lines, 2 cores): rebuilt readers spent 55-65 ms in
 ``setup`` and 120-240 ms reading their window, warm ones 0 and 50-65 ms; windows took
-600-800 ms before, ~500 ms with sticky slots (docs/performance-wordcount.md).
+600-800 ms before, 390-450 ms with both (docs/performance-wordcount.md §5.5).
 
 A claim is a file ``<checkpoint>/malhar/claims/<launch>/<window>/<slot>`` written atomically
 without overwrite (the file system's compare-and-swap), holding the Spark partition that

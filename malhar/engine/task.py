@@ -622,7 +622,12 @@ _LIVE: dict[tuple[str, str, int], PartitionRuntime] = {}
 def acquire(plan: Plan, group: Group, partition: int, window: int) -> PartitionRuntime:
     key = (plan.app, group.key, partition)
     for other, stale in list(_LIVE.items()):
-        if other != key and other[0] == plan.app and stale.plan.id != plan.id:
+        if (
+            other != key
+            and other[0] == plan.app
+            and stale.plan.id != plan.id
+            and stale.plan.checkpoint == plan.checkpoint
+        ):
             del _LIVE[other]  # an earlier launch of this application: release its resources
             stale.teardown()
     rt = _LIVE.pop(key, None)
