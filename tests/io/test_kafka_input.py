@@ -22,6 +22,7 @@ from malhar.io.kafka import (
     TopicNotFoundError,
     assign,
 )
+from malhar.io.kafka.client import KafkaClient
 from malhar.testing.operators import Collector, collected
 from malhar.testing.services.process import wait_until
 from tests.io.conftest import kafka_harness, kafka_key, kafka_run_window, kafka_unique
@@ -292,6 +293,117 @@ def test_live_topic_windows_end_when_partitions_reach_their_end(
     h.teardown()
     assert sorted(seconds)[5] < 1.5, seconds  # ~poll_timeout_ms (0.2 s) each, not 5 s
     assert len(by_key(h.sink("output").tuples)) == produced[0]
+
+
+def test_transactional_topic_committed_records_only_and_windows_end_promptly(
+    kafka_client: Any, tmp_path: Path
+) -> None:
+    # every transaction ends in a commit (or abort) marker: a control record that takes an
+    # offset and is never delivered, so the partition's end lies one past the last record
+    import threading
+
+    from confluent_kafka import Producer
+
+    topic = kafka_client.topic("txn", partitions=1)
+
+    def producer() -> Any:
+        p = Producer(
+            {
+                "bootstrap.servers": kafka_client.bootstrap,
+                "transactional.id": kafka_unique("tx"),
+                "linger.ms": 2,
+            }
+        )
+        p.init_transactions(30)
+        return p
+
+    tx = producer()
+
+    def transaction(values: list[bytes], end: str) -> None:
+        tx.begin_transaction()
+        for v in values:
+            tx.produce(topic, v)
+        if end == "commit":
+            tx.commit_transaction(30)
+        elif end == "abort":
+            tx.abort_transaction(30)
+        else:
+            assert tx.flush(30) == 0  # written, left open
+
+    transaction([b"a%d" % i for i in range(200)], "commit")
+    transaction([b"x%d" % i for i in range(50)], "abort")
+    transaction([b"b%d" % i for i in range(100)], "commit")
+    transaction([b"c%d" % i for i in range(30)], "open")
+    budget = 5_000  # what a window would wait if it never saw the partition's end
+    args = op_args(kafka_client, topic, max_window_ms=budget)
+    h = kafka_harness(KafkaInputOperator(**args), str(tmp_path / "backlog"))
+
+    def timed(w: int) -> tuple[list[Any], float]:
+        began = time.monotonic()
+        rows = kafka_run_window(h, w)
+        return rows, time.monotonic() - began
+
+    (first, _), (idle, idle_s) = timed(0), timed(1)
+    committed = [b"a%d" % i for i in range(200)] + [b"b%d" % i for i in range(100)]
+    assert [r["value"] for r in first] == committed  # aborted and open ones not delivered
+    assert idle == [] and idle_s < 1.5, idle_s  # at the end, not at the budget
+    # what the Spark data source plans and reads: the open transaction is past the end
+    client = KafkaClient(kafka_client.bootstrap, kafka_unique("g"), label="test")
+    (tp,) = client.partitions([topic])
+    high = client.watermarks([tp])[tp][1]
+    assert [m.value() for m in client.read_ranges({tp: (0, high)})[tp]] == committed
+    client.close()
+    tx.commit_transaction(30)
+    assert [r["value"] for r in kafka_run_window(h, 2)] == [b"c%d" % i for i in range(30)]
+    h.teardown()
+
+    # a transactional producer writing all the time: windows end once they read what had
+    # been committed, not at the budget, and every committed record arrives once
+    stop, produced = threading.Event(), []
+
+    def produce() -> None:
+        live, i = producer(), 0
+        while not stop.is_set():
+            live.begin_transaction()
+            for _ in range(10):
+                live.produce(topic, b"l%d" % i)
+                i += 1
+            live.commit_transaction(30)
+        produced.append(i)
+
+    h = kafka_harness(KafkaInputOperator(**args), str(tmp_path / "live"))
+    windows = iter(range(1_000))
+    seen: list[bytes] = []
+
+    def read() -> list[bytes]:
+        return [r["value"] for r in kafka_run_window(h, next(windows))]
+
+    def live_seen() -> list[bytes]:
+        return [v for v in seen if v.startswith(b"l")]
+
+    seen += read()  # the backlog above
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    seconds = []
+    try:
+        wait_until(
+            lambda: bool(seen.extend(read()) or live_seen()), timeout=60, what="live records"
+        )
+        for _ in range(10):
+            began = time.monotonic()
+            seen += read()
+            seconds.append(time.monotonic() - began)
+    finally:
+        stop.set()
+        thread.join(60)
+    wait_until(
+        lambda: bool(seen.extend(read()) or len(live_seen()) >= produced[0]),
+        timeout=60,
+        what=lambda: f"{produced[0]} live records, {len(live_seen())} read",
+    )
+    h.teardown()
+    assert sorted(seconds)[len(seconds) // 2] < 1.5, seconds
+    assert live_seen() == [b"l%d" % i for i in range(produced[0])]
 
 
 def test_replayed_window_has_exactly_the_same_tuples(kafka_client: Any, tmp_path: Path) -> None:

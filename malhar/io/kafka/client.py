@@ -289,6 +289,17 @@ class KafkaClient:
             return None
         return high if high >= 0 else None
 
+    def consumed_position(self, tp: TP) -> int | None:
+        """librdkafka's next offset to hand out for ``tp`` (no request), None before the
+        first record since the last assignment. Unlike the operator's own position (the
+        last record read + 1) it steps over control records, such as the commit marker that
+        follows each transaction of a transactional producer."""
+        try:
+            (found,) = self.consumer.position([TopicPartition(*tp)])
+        except KafkaException:
+            return None
+        return found.offset if found.offset >= 0 else None
+
     def committed_offsets(self, tps: Iterable[TP]) -> dict[TP, int | None]:
         """The group's committed offset of each partition, None where it has none."""
         tps = list(tps)

@@ -381,6 +381,9 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         A partition is at its end when the operator's position reached the high watermark
         of the last fetch response (cached by librdkafka, no request): on a live topic the
         window ends once it has read what had arrived, on a backlog it fills up to its caps.
+        On a transactional topic the watermark lies past the commit marker that ends each
+        transaction, a control record that is never delivered, so librdkafka's position
+        (which steps over it) is compared too.
         librdkafka's end-of-partition events (``enable.partition.eof``) count too, for a
         partition whose watermark is not known yet: one reported during this window, or a
         last one at or after the position (an idle partition reports nothing new). Those
@@ -391,7 +394,9 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         eof, mark, position = client.eof, self._eof_mark, self._next
         for tp in self._tps:
             high = client.fetched_high_watermark(tp)
-            if high is not None and position[tp] >= high:
+            if high is not None and (
+                position[tp] >= high or (client.consumed_position(tp) or -1) >= high
+            ):
                 continue
             at = eof.get(tp)
             if at is None or (at < position[tp] and at == mark.get(tp)):
