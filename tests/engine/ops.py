@@ -91,6 +91,22 @@ class RunningTotal(Operator):
         self.output.emit(self.total)
 
 
+class PartialTotal(Operator):
+    """Cumulative sum of one partition's values, emitted as ``("total", sum)`` every window."""
+
+    input = InputPort()
+    output = OutputPort()
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def process(self, kv: tuple[str, int]) -> None:
+        self.total += kv[1]
+
+    def end_window(self) -> None:
+        self.output.emit(("total", self.total))
+
+
 class EventLog(Operator, ActivationListener, CheckpointListener):
     """Appends every lifecycle call to ``<checkpoint>/events/<partition>.jsonl``."""
 
