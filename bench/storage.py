@@ -8,6 +8,8 @@ For each backend it prints save and retrieve latency (p50/p99), saves/s and MB/s
 for 1 KB artifacts, next to a baseline measured in the same run: the same record
 bytes appended to a plain file (local: ``write(2)`` per record, optionally with
 ``fdatasync``; HDFS: one WebHDFS append per record with the ``hdfs`` client).
+It also prints what level 0's slot claims (``malhar.engine.slot_claims``) cost per
+window on a checkpoint on that backend, against one window-data-manager save.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from malhar.util import FSWindowDataManager, filesystem_for
+from malhar.util.fs.resolve import WEBHDFS_ENV
 from malhar.util.wal import framing
 
 ARTIFACT_BYTES = 1024
@@ -67,6 +70,18 @@ def timed(name: str, n: int, op: Callable[[int], object], nbytes: int) -> Result
         op(i)
         lat.append(clock() - t)
     return Result(name, lat, clock() - start, nbytes)
+
+
+def claims(checkpoint: str, windows: int, slots: int = 4, tasks: int = 2) -> Result:
+    """Level 0's slot claims per window as the flagship makes them: ``tasks`` tasks claim
+    ``slots`` slots (the first claimer of slot 0 also purges the previous window)."""
+    from malhar.engine.slot_claims import claim_slots
+
+    def window(w: int) -> None:
+        got = [s for t in range(tasks) for s in claim_slots(checkpoint, "L", w, slots, t, tasks)]
+        assert sorted(got) == list(range(slots)), got
+
+    return timed(f"slot claims, {tasks} tasks x {slots} slots, per window", windows, window, 0)
 
 
 def artifact(i: int, blob: bytes) -> bytes:
@@ -145,10 +160,12 @@ def local_bench(windows: int, fsync_windows: int) -> list[str]:
             n4 * 4 * len(blob),
         )
         reader.teardown()
+        claimed = claims(str(work / "ckpt"), windows // 10)
 
         out += [
             base.row(),
             save.row(base),
+            claimed.row(save),
             retrieve.row(base),
             all4.row(),
             largest.row(),
@@ -218,9 +235,12 @@ def hdfs_bench(windows: int) -> list[str]:
             len(blob),
         )
         r2.teardown()
+        os.environ.setdefault(WEBHDFS_ENV, conn["webhdfs_url"])  # the engine's own lookup
+        claimed = claims(f"{conn['url']}/malhar-bench/{uuid.uuid4().hex[:8]}", windows)
         out += [
             base.row(),
             save.row(base),
+            claimed.row(save),
             retrieve.row(),
             cold.row(),
             largest.row(),

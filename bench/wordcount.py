@@ -4,6 +4,7 @@
     python bench/wordcount.py --quick          # ~2 min: 300k lines, 1 round, 15 s latency
     python bench/wordcount.py --plan shuffle      # every word shuffled to the counters (§5.1)
     python bench/wordcount.py --only throughput,latency    # skip the connector ceilings
+    python bench/wordcount.py --only throughput --hdfs [--no-slot-claims]   # checkpoints on HDFS
 
 Same machine, same invocation, same generated data (``samples.wordcount_exactly_once.data.corpus``),
 the same Kafka broker and PostgreSQL server (``malhar.testing.services``), one SparkSession
@@ -50,6 +51,7 @@ Targets: malhar >= 1.0x the baseline's throughput; Kafka input >= 60% of raw con
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -85,6 +87,14 @@ SPARK_FETCH = {
 }
 
 WORK = Path(tempfile.gettempdir())  # replaced by a fresh folder in main()
+HDFS_ROOT: str | None = None  # --hdfs: checkpoints of both engines under this hdfs:// URL
+
+
+def checkpoint_dir(prefix: str) -> str:
+    """A fresh checkpoint folder: local under WORK, or on HDFS with --hdfs."""
+    if HDFS_ROOT is not None:
+        return f"{HDFS_ROOT}/{prefix}{uuid.uuid4().hex[:8]}"
+    return tempfile.mkdtemp(prefix=prefix, dir=WORK)
 
 
 # -- small helpers -----------------------------------------------------------------------------------
@@ -178,6 +188,7 @@ class Malhar:
             consumer_config=dict(K.FETCH_CONFIG) if a.fetch_tuned else {},
         )
         dag = DAG(f"bench-wc-{uuid.uuid4().hex[:8]}")  # a new meta-row identity per run
+        dag.set_attribute("SLOT_CLAIMS", a.slot_claims)
         output = None
         if logged:
             assert logs is not None
@@ -188,7 +199,7 @@ class Malhar:
             reader = dag.operators["lines"].operator
             reader.__class__ = K.LoggedKafkaTextInput  # same ports and properties, plus a log
             reader.bench_log = str(logs / "ranges.log")
-        ckpt = tempfile.mkdtemp(prefix="malhar-", dir=WORK)
+        ckpt = checkpoint_dir("malhar-")
         self.app = launch(dag, spark=self.spark, checkpoint=ckpt, window_ms=a.trigger_ms)
         return self.app
 
@@ -269,7 +280,7 @@ class SparkBaseline:
             conn.commit()
             self.commits[batch_id] = time.time()
 
-        self.ckpt = tempfile.mkdtemp(prefix="spark-", dir=WORK)
+        self.ckpt = checkpoint_dir("spark-")
         self.query = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
@@ -564,13 +575,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", default="throughput,latency,connectors", help="sections, comma separated"
     )
+    parser.add_argument(
+        "--hdfs",
+        action="store_true",
+        help="both engines checkpoint to a real HDFS (throughput only; started here)",
+    )
+    parser.add_argument(
+        "--no-slot-claims",
+        dest="slot_claims",
+        action="store_false",
+        help="malhar with SLOT_CLAIMS=False: one level-0 task per reader, no claim files",
+    )
     args = parser.parse_args(argv)
     args.lines = args.lines or (300_000 if args.quick else 1_000_000)
     args.readers = args.input_partitions if args.plan == "shuffle" else args.counters
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.duration = args.duration or (15.0 if args.quick else 30.0)
     only = set(args.only.split(","))
-    global WORK
+    if args.hdfs and only != {"throughput"}:
+        parser.error("--hdfs measures throughput only: add --only throughput")
+    global WORK, HDFS_ROOT
     WORK = Path(tempfile.mkdtemp(prefix="malhar-bench-wordcount-"))
 
     from malhar import build_session
@@ -585,11 +609,19 @@ def main(argv: list[str] | None = None) -> int:
         f"settings: batch {args.batch:,} lines (malhar {args.readers} readers x "
         f"{args.batch // args.readers:,}; Spark maxOffsetsPerTrigger {args.batch:,}), "
         f"trigger {args.trigger_ms} ms, malhar plan {args.plan}, counters {args.counters}, Kafka fetch "
-        f"{K.FETCH_CONFIG if args.fetch_tuned else 'client defaults'}"
+        f"{K.FETCH_CONFIG if args.fetch_tuned else 'client defaults'}, malhar slot claims "
+        f"{'on' if args.slot_claims else 'off'}"
     )
     t_all = time.monotonic()
     verdicts: list[tuple[str, float, float]] = []
-    with acquire("kafka") as kafka, acquire("postgres") as pg:
+    with contextlib.ExitStack() as services:
+        kafka = services.enter_context(acquire("kafka"))
+        pg = services.enter_context(acquire("postgres"))
+        if args.hdfs:
+            hdfs = services.enter_context(acquire("hdfs"))
+            os.environ.setdefault("MALHAR_WEBHDFS_URL", hdfs.webhdfs_url)
+            HDFS_ROOT = f"{hdfs.url}/bench-wordcount-{uuid.uuid4().hex[:6]}"
+            print(f"checkpoints on HDFS: {HDFS_ROOT}")
         spark = build_session(
             "local[2]",
             app_name="bench-wordcount",

@@ -34,6 +34,12 @@ def _attr(name: str, default: Any, kind: Any, doc: str) -> Attribute:
 STREAMING_WINDOW_MS = _attr("STREAMING_WINDOW_MS", 500, int, "window period = trigger interval")
 APPLICATION_NAME = _attr("APPLICATION_NAME", "app", str, "stable name; keys outputs' meta rows")
 CHECKPOINT = _attr("CHECKPOINT", None, (str, type(None)), "checkpoint root: path or hdfs:// URL")
+SLOT_CLAIMS = _attr(
+    "SLOT_CLAIMS",
+    True,
+    bool,
+    "level-0 tasks claim input slots, one task per core (False: one task per slot, no claims)",
+)
 # -- operator ---------------------------------------------------------------------------
 PARTITIONS = _attr("PARTITIONS", 1, int, "static partition count")
 APPLICATION_WINDOW_COUNT = _attr(
@@ -48,7 +54,7 @@ UNIFIER_LIMIT = _attr(
 STREAM_CODEC = _attr("STREAM_CODEC", None, object, "partitions tuples of an input port")
 PARALLEL_PARTITION = _attr("PARALLEL_PARTITION", False, bool, "replicate with upstream, no shuffle")
 
-APPLICATION = {a.name: a for a in (STREAMING_WINDOW_MS, APPLICATION_NAME, CHECKPOINT)}
+APPLICATION = {a.name: a for a in (STREAMING_WINDOW_MS, APPLICATION_NAME, CHECKPOINT, SLOT_CLAIMS)}
 OPERATOR = {
     a.name: a
     for a in (

@@ -50,15 +50,14 @@ def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = N
     """The streaming DataFrame of an application: source, one stage per level."""
     spark.dataSource.register(MalharSource)
     speculation = spark.sparkContext.getConf().get("spark.speculation", "false") == "true"
+    claim = bool(plan.dag.attr(A.SLOT_CLAIMS)) and not speculation
     slots = plan.levels[0]
     reader = (
         spark.readStream.format(SOURCE_NAME)
         .option("plan", encode_plan(plan))
         .option("checkpoint", plan.checkpoint)
         .option("slots", str(slots))
-        .option(
-            "tasks", str(level0_tasks(slots, spark.sparkContext.defaultParallelism, speculation))
-        )
+        .option("tasks", str(level0_tasks(slots, spark.sparkContext.defaultParallelism, claim)))
     )
     if max_windows is not None:
         reader = reader.option("max_windows", str(max_windows))

@@ -44,11 +44,12 @@ def claims_root(checkpoint: str) -> tuple[FileSystem, str]:
     return fs, fs.join(base, "malhar", "claims")
 
 
-def level0_tasks(slots: int, parallelism: int, speculation: bool) -> int:
-    """How many Spark tasks run level 0: one per core, at most one per slot; 0 under
-    speculative execution, which means one task per slot running its own slot, unclaimed
-    (see the module's docstring)."""
-    return 0 if speculation else max(1, min(slots, parallelism))
+def level0_tasks(slots: int, parallelism: int, claim: bool) -> int:
+    """How many Spark tasks run level 0: one per core, at most one per slot, when they
+    ``claim``; else 0, which means one task per slot running its own slot, unclaimed (under
+    speculative execution, see the module's docstring, or the ``SLOT_CLAIMS`` attribute
+    set to False)."""
+    return max(1, min(slots, parallelism)) if claim else 0
 
 
 def claim_slots(

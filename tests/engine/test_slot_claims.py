@@ -57,9 +57,9 @@ def test_claims_of_other_launches_and_earlier_windows(tmp_path: Path) -> None:
 
 
 def test_level0_tasks() -> None:
-    assert level0_tasks(4, 2, speculation=False) == 2
-    assert level0_tasks(2, 8, speculation=False) == 2
-    assert level0_tasks(4, 2, speculation=True) == 0  # unclaimed: one task per slot
+    assert level0_tasks(4, 2, claim=True) == 2
+    assert level0_tasks(2, 8, claim=True) == 2
+    assert level0_tasks(4, 2, claim=False) == 0  # unclaimed: one task per slot
 
 
 @pytest.mark.integration
@@ -86,3 +86,23 @@ def test_input_partitions_stay_on_their_worker(spark, tmp_path: Path) -> None:
     # runtimes hopped between the two workers: 5-8 setups per partition in 12 windows. A
     # worker Spark forks anew mid-run (it does so now and then) may cost a rebuild.
     assert all(n <= 3 for n in setups.values()), setups
+    assert [p.name for p in (tmp_path / "malhar" / "claims").iterdir()]  # this launch's
+
+
+@pytest.mark.integration
+def test_without_slot_claims_each_slot_is_a_task_and_nothing_is_claimed(
+    spark, tmp_path: Path
+) -> None:
+    windows, parts = 4, 3
+    dag = DAG("unclaimed")
+    dag.set_attribute("SLOT_CLAIMS", False)
+    src = dag.add_operator("src", PartitionTicks(), PARTITIONS=parts)
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("ticks", src.output, out.input)
+    run(dag, windows=windows, spark=spark, checkpoint=str(tmp_path), window_ms=20)
+    got = collected(str(tmp_path), "out")
+    assert {w: sorted(tuple(t) for t in ts) for w, ts in got.items()} == {
+        w: [(w, p) for p in range(parts)] for w in range(windows)
+    }
+    # with claims (the default) this folder holds the last window's claims
+    assert not (tmp_path / "malhar" / "claims").exists()
