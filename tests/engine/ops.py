@@ -91,17 +91,8 @@ class RunningTotal(Operator):
         self.output.emit(self.total)
 
 
-class PartialTotal(Operator):
-    """Cumulative sum of one partition's values, emitted as ``("total", sum)`` every window."""
-
-    input = InputPort()
-    output = OutputPort()
-
-    def __init__(self) -> None:
-        self.total = 0
-
-    def process(self, kv: tuple[str, int]) -> None:
-        self.total += kv[1]
+class PartialTotal(RunningTotal):
+    """RunningTotal of one partition, emitted as ``("total", sum)`` to be added up downstream."""
 
     def end_window(self) -> None:
         self.output.emit(("total", self.total))

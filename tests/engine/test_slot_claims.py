@@ -62,19 +62,25 @@ def test_level0_tasks() -> None:
     assert level0_tasks(4, 2, claim=False) == 0  # unclaimed: one task per slot
 
 
-@pytest.mark.integration
-def test_input_partitions_stay_on_their_worker(spark, tmp_path: Path) -> None:
-    windows, parts = 12, 2
-    dag = DAG("sticky")
+def run_ticks(spark, tmp_path: Path, windows: int, parts: int, **attributes: object) -> None:
+    """Run ``parts`` PartitionTicks partitions for ``windows`` windows; check every tick."""
+    dag = DAG("ticks")
+    for key, value in attributes.items():
+        dag.set_attribute(key, value)
     src = dag.add_operator("src", PartitionTicks(), PARTITIONS=parts)
     out = dag.add_operator("out", Collector())
     dag.add_stream("ticks", src.output, out.input)
     run(dag, windows=windows, spark=spark, checkpoint=str(tmp_path), window_ms=20)
-
     got = collected(str(tmp_path), "out")
     assert {w: sorted(tuple(t) for t in ts) for w, ts in got.items()} == {
         w: [(w, p) for p in range(parts)] for w in range(windows)
     }
+
+
+@pytest.mark.integration
+def test_input_partitions_stay_on_their_worker(spark, tmp_path: Path) -> None:
+    windows, parts = 12, 2
+    run_ticks(spark, tmp_path, windows, parts)
     setups = Counter()
     for p in range(parts):
         events = [
@@ -90,19 +96,7 @@ def test_input_partitions_stay_on_their_worker(spark, tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_without_slot_claims_each_slot_is_a_task_and_nothing_is_claimed(
-    spark, tmp_path: Path
-) -> None:
-    windows, parts = 4, 3
-    dag = DAG("unclaimed")
-    dag.set_attribute("SLOT_CLAIMS", False)
-    src = dag.add_operator("src", PartitionTicks(), PARTITIONS=parts)
-    out = dag.add_operator("out", Collector())
-    dag.add_stream("ticks", src.output, out.input)
-    run(dag, windows=windows, spark=spark, checkpoint=str(tmp_path), window_ms=20)
-    got = collected(str(tmp_path), "out")
-    assert {w: sorted(tuple(t) for t in ts) for w, ts in got.items()} == {
-        w: [(w, p) for p in range(parts)] for w in range(windows)
-    }
+def test_without_slot_claims_nothing_is_claimed(spark, tmp_path: Path) -> None:
+    run_ticks(spark, tmp_path, windows=4, parts=3, SLOT_CLAIMS=False)
     # with claims (the default) this folder holds the last window's claims
     assert not (tmp_path / "malhar" / "claims").exists()
