@@ -278,6 +278,46 @@ def test_external_broker_from_the_environment(
         acquire("kafka")
 
 
+def test_java_string_hash_matches_java() -> None:
+    # values of String.hashCode() computed by a JVM
+    assert kafka_module._java_string_hash("") == 0
+    assert kafka_module._java_string_hash("hello") == 99162322
+    assert kafka_module._java_string_hash("polygenelubricants") == -(2**31)
+    assert kafka_module._java_string_hash("\u00e9t\u00e9 \U0001f600") == -1803469019
+    assert kafka_module.offsets_partition_of("polygenelubricants", 7) == 0  # Utils.abs(MIN) = 0
+
+
+def test_readiness_probe_groups_reach_every_group_coordinator(
+    kafka_service: KafkaService, kafka_clients: Any, new_topic: Any
+) -> None:
+    """The restart readiness check asks each offsets partition's coordinator once:
+    each probe group's commit must land in the ``__consumer_offsets`` partition
+    we computed for it."""
+    topic = new_topic(partitions=1)
+    kafka_clients.produce(topic, {0: [(b"k", b"v")]})
+    offsets = kafka_module.OFFSETS_TOPIC
+    for group in [*kafka_module.probe_groups(4), "hello", "polygenelubricants"]:
+        committer = kafka_clients.consumer(group)
+        committer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        committer.close()
+    partitions = kafka_service.admin().list_topics(offsets, timeout=10).topics[offsets].partitions
+    assert len(partitions) == 4
+
+    reader = kafka_clients.consumer()
+    keys_in: dict[int, bytes] = {}
+    for p in range(4):
+        _, high = reader.get_watermark_offsets(TopicPartition(offsets, p), timeout=10)
+        reader.assign([TopicPartition(offsets, p, 0)])
+        keys_in[p] = b"|".join(m.key() or b"" for m in kafka_clients.consume(reader, high))
+    for group in [*kafka_module.probe_groups(4), "hello", "polygenelubricants"]:
+        home = kafka_module.offsets_partition_of(group, 4)
+        assert group.encode() in keys_in[home], (group, home)
+        assert all(group.encode() not in keys_in[p] for p in range(4) if p != home)
+    assert sorted(
+        kafka_module.offsets_partition_of(g, 4) for g in kafka_module.probe_groups(4)
+    ) == [0, 1, 2, 3]
+
+
 # -- restarts (same broker, same data) ---------------------------------------------------
 @pytest.mark.parametrize("graceful", [True, False], ids=["sigterm", "sigkill"])
 def test_restart_keeps_data_and_committed_offsets(

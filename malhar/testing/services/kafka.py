@@ -56,6 +56,9 @@ JVM_OPTS = [
 #: How long the storage formatter may run before we give up on it.
 FORMAT_TIMEOUT = 120.0
 
+#: The internal topic whose partitions the group coordinators load on start.
+OFFSETS_TOPIC = "__consumer_offsets"
+
 _LOG4J2_XML = """\
 <?xml version="1.0" encoding="UTF-8"?>
 <!-- written by malhar.testing.services.kafka; the broker logs to stdout,
@@ -90,6 +93,32 @@ def random_cluster_id() -> str:
         value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not value.startswith("-"):
             return value
+
+
+def _java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def offsets_partition_of(group: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition (= group coordinator) Kafka maps ``group`` to."""
+    h = _java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions  # Kafka's Utils.abs
+
+
+def probe_groups(partitions: int) -> list[str]:
+    """One group id per ``__consumer_offsets`` partition, to ask each coordinator once."""
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < partitions:
+        group = f"malhar-readiness-{n}"
+        found.setdefault(offsets_partition_of(group, partitions), group)
+        n += 1
+    return [found[p] for p in range(partitions)]
 
 
 def _admin(bootstrap: str, **extra: Any) -> Any:
@@ -483,8 +512,26 @@ class KafkaService(Service):
         # a restarted broker answers metadata before it leads its partitions
         # again; until then group calls fail with NOT_COORDINATOR and
         # producers with NOT_LEADER, so "ready" waits for every leader
-        return all(
+        if not all(
             p.leader == NODE_ID and p.error is None
             for topic in metadata.topics.values()
             for p in topic.partitions.values()
-        )
+        ):
+            return False
+        # ... and a coordinator leads its offsets partition before it has
+        # loaded it: committed() then fails with NOT_COORDINATOR
+        offsets = metadata.topics.get(OFFSETS_TOPIC)
+        return offsets is None or self._coordinators_loaded(len(offsets.partitions))
+
+    def _coordinators_loaded(self, partitions: int) -> bool:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        for group in probe_groups(partitions):
+            futures = self.admin().list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], request_timeout=3
+            )
+            try:
+                futures[group].result()
+            except Exception:
+                return False
+        return True
