@@ -4,7 +4,9 @@ Started from the official jars (``malhar/testing/maven/kafka/pom.xml``, fetched
 by Maven once and cached) the way the distribution's scripts do it: format the
 storage directory with ``kafka.tools.StorageTool``, then run ``kafka.Kafka``
 with a ``server.properties`` written into the service folder. Readiness is a
-real metadata request through librdkafka (confluent-kafka).
+real metadata request through librdkafka (confluent-kafka) that finds every
+partition led, and after a restart a committed-offsets lookup answered by every
+group coordinator.
 
 >>> with KafkaService().start() as kafka:             # doctest: +SKIP
 ...     kafka.create_topic("events", partitions=3)
@@ -524,14 +526,24 @@ class KafkaService(Service):
         return offsets is None or self._coordinators_loaded(len(offsets.partitions))
 
     def _coordinators_loaded(self, partitions: int) -> bool:
-        from confluent_kafka import ConsumerGroupTopicPartitions
+        # a consumer's committed(), not AdminClient.list_consumer_group_offsets:
+        # librdkafka crashes (SIGSEGV) when an admin client's offset fetch gets
+        # NOT_COORDINATOR (it has no group to hand the coordinator query to)
+        from confluent_kafka import Consumer, TopicPartition
 
         for group in probe_groups(partitions):
-            futures = self.admin().list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)], request_timeout=3
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": self.bootstrap_servers,
+                    "group.id": group,
+                    "enable.auto.commit": False,
+                    "logger": _client_log,
+                }
             )
             try:
-                futures[group].result()
+                consumer.committed([TopicPartition(OFFSETS_TOPIC, 0)], timeout=3)
             except Exception:
                 return False
+            finally:
+                consumer.close()
         return True
