@@ -32,6 +32,7 @@ from malhar.app import ApplicationError, load_application, parse_config, settabl
 from malhar.engine.failure import ApplicationFailed, reason_of
 from malhar.engine.failure import summary as failure_summary  # noqa: F401 - public name
 from malhar.redaction import MASK, is_secret_key, redact_config
+from malhar.session import DEFAULT_MASTER
 from malhar.testing.cli import services
 
 #: exit code of an application that cannot be loaded or is not valid
@@ -335,7 +336,12 @@ def _runtime_failure(app_name: str, exc: BaseException, scrub: Scrubber) -> NoRe
 
 @cli.command()
 @_app_options
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--master",
+    default=DEFAULT_MASTER,
+    show_default=True,
+    help="Spark master URL (the default: all cores, 4 attempts per task).",
+)
 @click.option(
     "--checkpoint",
     default=None,

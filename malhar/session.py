@@ -13,6 +13,11 @@ from malhar.spark_home import use_bytecode_spark_home
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
+#: All cores, and up to 4 attempts per task like a cluster's ``spark.task.maxFailures``:
+#: plain ``local[*]`` gives every task one attempt, so one failed task fails the query
+#: where a cluster would retry it inside the window.
+DEFAULT_MASTER = "local[*,4]"
+
 
 def default_shuffle_partitions() -> int:
     """One shuffle partition per core, at least 2: Spark's 200 is far too many for small windows."""
@@ -51,7 +56,7 @@ def session_conf(
 
 
 def build_session(
-    master: str = "local[*]",
+    master: str = DEFAULT_MASTER,
     app_name: str = "malhar",
     *,
     shuffle_partitions: int | None = None,
@@ -63,8 +68,8 @@ def build_session(
     """Get or create a SparkSession configured for malhar.
 
     Args:
-        master: any Spark master URL: ``local[*]`` (default), ``local-cluster[2,1,1024]``,
-            ``spark://host:7077`` ...
+        master: any Spark master URL: ``local[*,4]`` (default: all cores, 4 attempts per
+            task), ``local[2]``, ``local-cluster[2,1,1024]``, ``spark://host:7077`` ...
         app_name: the Spark application name.
         shuffle_partitions: ``spark.sql.shuffle.partitions``; one per core by default.
         ui: start the Spark UI (off by default: tests and CI do not need it).

@@ -61,6 +61,29 @@ def test_local_cluster_runs_on_two_executor_processes(tmp_path: Path) -> None:
     assert info["driver"] not in info["jvms"]
 
 
+@pytest.mark.integration
+def test_the_default_master_retries_a_failed_task() -> None:
+    script = textwrap.dedent(
+        """
+        import json
+        from malhar import build_session
+        spark = build_session(app_name="retries")
+        def fail_first_attempt(i):
+            from pyspark import TaskContext
+            attempt = TaskContext.get().attemptNumber()
+            if i == 3 and attempt == 0:
+                raise RuntimeError("the first attempt of this task fails")
+            return (i, attempt)
+        rows = spark.sparkContext.parallelize(range(4), 4).map(fail_first_attempt).collect()
+        print(json.dumps({"master": spark.sparkContext.master, "rows": rows}))
+        spark.stop()
+        """
+    )
+    info = run_spark_script(script)
+    assert info["master"] == "local[*,4]"
+    assert info["rows"] == [[0, 0], [1, 0], [2, 0], [3, 1]]  # task 3 retried once
+
+
 WORKER_IMPORTS = textwrap.dedent(
     """
     import json, os
