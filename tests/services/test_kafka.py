@@ -296,7 +296,8 @@ def test_readiness_probe_groups_reach_every_group_coordinator(
     topic = new_topic(partitions=1)
     kafka_clients.produce(topic, {0: [(b"k", b"v")]})
     offsets = kafka_module.OFFSETS_TOPIC
-    for group in [*kafka_module.probe_groups(4), "hello", "polygenelubricants"]:
+    groups = [*kafka_module.probe_groups(4), "hello", "polygenelubricants"]
+    for group in groups:
         committer = kafka_clients.consumer(group)
         committer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
         committer.close()
@@ -309,7 +310,7 @@ def test_readiness_probe_groups_reach_every_group_coordinator(
         _, high = reader.get_watermark_offsets(TopicPartition(offsets, p), timeout=10)
         reader.assign([TopicPartition(offsets, p, 0)])
         keys_in[p] = b"|".join(m.key() or b"" for m in kafka_clients.consume(reader, high))
-    for group in [*kafka_module.probe_groups(4), "hello", "polygenelubricants"]:
+    for group in groups:
         home = kafka_module.offsets_partition_of(group, 4)
         assert group.encode() in keys_in[home], (group, home)
         assert all(group.encode() not in keys_in[p] for p in range(4) if p != home)

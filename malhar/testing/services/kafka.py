@@ -527,8 +527,7 @@ class KafkaService(Service):
 
     def _coordinators_loaded(self, partitions: int) -> bool:
         # a consumer's committed(), not AdminClient.list_consumer_group_offsets:
-        # librdkafka crashes (SIGSEGV) when an admin client's offset fetch gets
-        # NOT_COORDINATOR (it has no group to hand the coordinator query to)
+        # with that, a test run died of SIGSEGV in a restart (docs/services.md)
         from confluent_kafka import Consumer, TopicPartition
 
         for group in probe_groups(partitions):

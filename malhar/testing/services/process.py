@@ -42,6 +42,7 @@ def wait_until(
     ``alive`` returns None while the thing we wait for can still succeed, or a
     reason why it cannot (a dead child process), which ends the wait at once.
     """
+    name = (lambda: what) if isinstance(what, str) else what
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
     while True:
@@ -53,11 +54,10 @@ def wait_until(
         if alive is not None:
             reason = alive()
             if reason:
-                raise RuntimeError(f"{what if isinstance(what, str) else what()}: {reason}")
+                raise RuntimeError(f"{name()}: {reason}")
         if time.monotonic() >= deadline:
             detail = f" (last error: {last_exc!r})" if last_exc else ""
-            named = what if isinstance(what, str) else what()
-            raise TimeoutError(f"{named}: not ready after {timeout:.0f}s{detail}")
+            raise TimeoutError(f"{name()}: not ready after {timeout:.0f}s{detail}")
         time.sleep(interval)
 
 
