@@ -30,7 +30,6 @@ it is (``*`` as operator name means every operator)::
 
 from __future__ import annotations
 
-import enum
 import importlib
 import importlib.util
 import inspect
@@ -48,9 +47,10 @@ from malhar import attributes as A
 from malhar import registry
 from malhar.dag import DAG, OperatorHandle, PortHandle
 from malhar.operator import Operator
-from malhar.ports import Port, ports_of
+from malhar.ports import ports_of
 from malhar.properties import properties_of
-from malhar.redaction import MASK, is_secret_key
+from malhar.redaction import Scrubber
+from malhar.suggest import did_you_mean
 
 #: attribute names looked up when ``APP`` names a module or a file without ``:attr``
 DEFAULT_ATTRIBUTES = ("application", "app")
@@ -122,7 +122,7 @@ def _apply_key(dag: DAG, key: str, value: Any, problems: list[str]) -> None:
         names = list(dag.operators) if parts[1] == "*" else [parts[1]]
         for name in names:
             if name not in dag.operators:
-                hint = _did_you_mean(name, list(dag.operators))
+                hint = did_you_mean(name, list(dag.operators))
                 problems.append(f"config {key}: no operator {name!r} in the application{hint}")
                 continue
             meta = dag.operators[name]
@@ -146,25 +146,13 @@ def _bad_key(key: str) -> str:
     )
 
 
-def _did_you_mean(name: str, candidates: list[str]) -> str:
-    hint = registry.close_matches(name, candidates)
-    return f"; did you mean {' or '.join(map(repr, hint))}?" if hint else ""
-
-
 def _hide(text: str, name: str, value: Any) -> str:
-    if not is_secret_key(name) or not isinstance(value, str) or not value:
-        return text
-    return text.replace(repr(value), MASK).replace(str(value), MASK)
+    scrub = Scrubber()
+    scrub.add(value, name)
+    return scrub(text)
 
 
 def _coerce(attribute: A.Attribute, value: Any) -> Any:
-    kind = attribute.kind
-    if isinstance(kind, type) and issubclass(kind, enum.Enum) and not isinstance(value, kind):
-        for member in kind:
-            if str(value).lower() in (member.name.lower(), str(member.value).lower()):
-                return member
-        names = [m.name for m in kind]
-        raise ValueError(f"{value!r} is not one of {names}")
     if isinstance(value, Mapping) and "class" in value:
         return construct(value)
     return value
@@ -189,7 +177,7 @@ def construct(spec: Mapping[str, Any]) -> Any:
 def _set_app_attribute(dag: DAG, key: str, value: Any, problems: list[str], where: str) -> None:
     if key not in A.APPLICATION:
         problems.append(
-            f"{where}: unknown application attribute {key!r}{_did_you_mean(key, list(A.APPLICATION))}"
+            f"{where}: unknown application attribute {key!r}{did_you_mean(key, list(A.APPLICATION))}"
             f" (known: {', '.join(sorted(A.APPLICATION))})"
         )
         return
@@ -207,7 +195,7 @@ def _set_operator_attribute(
 ) -> None:
     if key not in A.OPERATOR:
         problems.append(
-            f"{where}: unknown operator attribute {key!r}{_did_you_mean(key, list(A.OPERATOR))}"
+            f"{where}: unknown operator attribute {key!r}{did_you_mean(key, list(A.OPERATOR))}"
             f" (known: {', '.join(sorted(A.OPERATOR))})"
         )
         return
@@ -225,12 +213,12 @@ def _set_port_attribute(
     if port not in ports:
         problems.append(
             f"{where}: {type(meta.operator).__name__} has no port {port!r}"
-            f"{_did_you_mean(port, ports)} (ports: {', '.join(sorted(ports))})"
+            f"{did_you_mean(port, ports)} (ports: {', '.join(sorted(ports))})"
         )
         return
     if key not in A.PORT:
         problems.append(
-            f"{where}: unknown port attribute {key!r}{_did_you_mean(key, list(A.PORT))}"
+            f"{where}: unknown port attribute {key!r}{did_you_mean(key, list(A.PORT))}"
             f" (known: {', '.join(sorted(A.PORT))})"
         )
         return
@@ -240,26 +228,20 @@ def _set_port_attribute(
         problems.append(f"{where}: port attribute {key}: {exc}")
 
 
-def settable(operator: Operator) -> list[str]:
-    """What an application file can set on ``operator``: its properties and public fields."""
-    names = set(properties_of(type(operator)))
-    names |= {n for n in vars(operator) if not n.startswith("_")}
-    return sorted(names)
-
-
 def _set_property(
     op: str, operator: Operator, name: str, value: Any, problems: list[str], where: str
 ) -> None:
     cls = type(operator)
-    known = settable(operator)
-    if name not in known or isinstance(getattr(cls, name, None), Port):
+    known = properties_of(cls)
+    if name not in known:
+        names = sorted(known)
         problems.append(
             f"{where}: {cls.__name__} has no property {name!r}"
-            f"{_did_you_mean(name, known)} (properties: {', '.join(known) or 'none'})"
+            f"{did_you_mean(name, names)} (properties: {', '.join(names) or 'none'})"
         )
         return
     try:
-        setattr(operator, name, value)
+        setattr(operator, name, known[name].parse(value))
     except Exception as exc:
         shown = _hide(str(exc), name, value)
         problems.append(f"{where}: property {name!r}: {shown}")
@@ -295,7 +277,7 @@ def application_from_json(doc: Any, *, name: str | None = None, source: str = ""
     for key in doc:
         if key not in _TOP_KEYS:
             problems.append(
-                f"{where}: unknown key {key!r}{_did_you_mean(key, sorted(_TOP_KEYS))}"
+                f"{where}: unknown key {key!r}{did_you_mean(key, sorted(_TOP_KEYS))}"
                 f" (keys: {', '.join(sorted(_TOP_KEYS))})"
             )
     dag = DAG(str(name or doc.get("name") or Path(source).stem or "app"))
@@ -346,7 +328,7 @@ def _json_operator(
     for key in spec:
         if key not in _OPERATOR_KEYS:
             problems.append(
-                f"{here}: unknown key {key!r}{_did_you_mean(key, sorted(_OPERATOR_KEYS))}"
+                f"{here}: unknown key {key!r}{did_you_mean(key, sorted(_OPERATOR_KEYS))}"
                 f" (keys: {', '.join(sorted(_OPERATOR_KEYS))})"
             )
     try:
@@ -394,14 +376,14 @@ def _json_port(
         if op in failed:
             problems.append(f"{here}: operator {op!r} could not be created (see above)")
         else:
-            problems.append(f"{here}: no operator {op!r}{_did_you_mean(op, list(handles))}")
+            problems.append(f"{here}: no operator {op!r}{did_you_mean(op, list(handles))}")
         return None
     inputs, outputs = ports_of(type(handle.operator))
     ports = [*inputs, *outputs]
     if port not in ports:
         problems.append(
             f"{here}: {type(handle.operator).__name__} {op!r} has no port {port!r}"
-            f"{_did_you_mean(port, ports)} (ports: {', '.join(sorted(ports)) or 'none'})"
+            f"{did_you_mean(port, ports)} (ports: {', '.join(sorted(ports)) or 'none'})"
         )
         return None
     return getattr(handle, port)
@@ -511,7 +493,7 @@ def _attribute(module: ModuleType, attr: str, spec: str) -> Any:
         if not hasattr(obj, part):
             names = [n for n in dir(obj) if not n.startswith("_")]
             raise ApplicationError(
-                [f"{spec}: {module.__name__} has no attribute {part!r}{_did_you_mean(part, names)}"]
+                [f"{spec}: {module.__name__} has no attribute {part!r}{did_you_mean(part, names)}"]
             )
         obj = getattr(obj, part)
     return obj
@@ -585,7 +567,7 @@ def resolve(spec: str) -> Resolved:
         else:
             obj, attr = _default_attribute(module, spec)
             return Resolved(obj, _object_name(obj, spec.rsplit(".", 1)[-1]), f"{spec}:{attr}")
-    hint = _did_you_mean(spec, list(apps))
+    hint = did_you_mean(spec, list(apps))
     raise ApplicationError(
         [
             f"no application {spec!r}: name a registered application (`malhar list "

@@ -1,10 +1,23 @@
-"""Attributes of applications, operators and ports (Apex's ``Context.DAGContext`` ...)."""
+"""Attributes of applications, operators and ports (Apex's ``Context.DAGContext`` ...).
+
+Set them with the typed constants or their names, whichever reads better::
+
+    from malhar import attributes as A
+    dag.set_operator_attribute("count", A.PARTITIONS, 4)
+    dag.add_operator("count", UniqueCounter(), PARTITIONS=4)       # the same
+
+A value is checked (and an enum member named by a string converted) when it is set.
+"""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from malhar.errors import ConfigError
+from malhar.suggest import did_you_mean
 
 
 class ProcessingMode(enum.Enum):
@@ -18,12 +31,41 @@ class ProcessingMode(enum.Enum):
     EXACTLY_ONCE = "exactly_once"
 
 
+class InvalidAttributeError(ConfigError, KeyError):
+    """An unknown attribute name, or a value of the wrong type."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
 @dataclass(frozen=True)
 class Attribute:
+    """One attribute: its name, default, accepted type and a line of documentation."""
+
     name: str
     default: Any
     kind: type | tuple[type, ...]
     doc: str
+
+    def coerce(self, value: Any) -> Any:
+        """``value`` checked against the attribute's type (an enum member may be named)."""
+        kind = self.kind
+        if isinstance(kind, type) and issubclass(kind, enum.Enum) and not isinstance(value, kind):
+            for member in kind:
+                if str(value).lower() in (member.name.lower(), str(member.value).lower()):
+                    return member
+            raise InvalidAttributeError(
+                f"attribute {self.name}: {value!r} is not one of {[m.name for m in kind]}"
+            )
+        if kind is object:
+            return value
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            names = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+            raise InvalidAttributeError(
+                f"attribute {self.name} must be {names}, got {type(value).__name__} {value!r}"
+            )
+        return value
 
 
 def _attr(name: str, default: Any, kind: Any, doc: str) -> Attribute:
@@ -66,3 +108,14 @@ OPERATOR = {
     )
 }
 PORT = {a.name: a for a in (STREAM_CODEC, PARALLEL_PARTITION)}
+
+
+def lookup(scope: Mapping[str, Attribute], key: Attribute | str, what: str) -> Attribute:
+    """The attribute ``key`` names in ``scope`` (``what``: "application", "operator", "port")."""
+    name = key.name if isinstance(key, Attribute) else str(key)
+    found = scope.get(name)
+    if found is None:
+        raise InvalidAttributeError(
+            f"unknown {what} attribute {name!r}{did_you_mean(name, scope)} (known: {sorted(scope)})"
+        )
+    return found

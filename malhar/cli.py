@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sys
 import threading
@@ -28,10 +27,10 @@ from typing import Any, NoReturn
 import click
 
 from malhar import registry
-from malhar.app import ApplicationError, load_application, parse_config, settable
+from malhar.app import ApplicationError, load_application, parse_config
 from malhar.engine.failure import ApplicationFailed, reason_of
 from malhar.engine.failure import summary as failure_summary  # noqa: F401 - public name
-from malhar.redaction import MASK, is_secret_key, redact_config
+from malhar.redaction import Scrubber, redact, redact_config
 from malhar.session import DEFAULT_MASTER
 from malhar.testing.cli import services
 
@@ -41,34 +40,6 @@ EXIT_INVALID = 2
 EXIT_FAILED = 1
 #: seconds between progress lines of an unbounded ``run``
 PROGRESS_EVERY = 10.0
-
-_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s:/@]*:)[^\s@/]+@")
-
-
-class Scrubber:
-    """Masks secret values (from the config and operators' secret properties) in text."""
-
-    def __init__(self) -> None:
-        self.secrets: set[str] = set()
-
-    def add_config(self, config: Mapping[str, Any]) -> None:
-        for key, value in config.items():
-            if is_secret_key(str(key)) and isinstance(value, str) and value:
-                self.secrets.add(value)
-
-    def add_dag(self, dag: Any) -> None:
-        for meta in dag.operators.values():
-            for name in settable(meta.operator):
-                value = getattr(meta.operator, name, None)
-                if is_secret_key(name) and isinstance(value, str) and value:
-                    self.secrets.add(value)
-
-    def __call__(self, text: str) -> str:
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            text = text.replace(repr(secret), repr(MASK))
-            if len(secret) >= 4:
-                text = text.replace(secret, MASK)
-        return _URL_PASSWORD.sub(rf"\1{MASK}@", text)
 
 
 def _fail(title: str, problems: list[str], scrub: Callable[[str], str], code: int) -> NoReturn:
@@ -188,7 +159,7 @@ def info(name: str, as_json: bool) -> None:
         click.echo(f"  {p['name']} ({', '.join(flags)}): {schema}")
     click.echo("properties:" + ("" if described["properties"] else " (none)"))
     for p in described["properties"]:
-        default = MASK if is_secret_key(p["name"]) and p["default"] else repr(p["default"])
+        default = repr(redact(p["default"], p["name"]))
         extra = f" ({', '.join(p['constraints'])})" if p["constraints"] else ""
         doc = f": {p['doc']}" if p["doc"] else ""
         click.echo(f"  {p['name']}: {p['type']} = {default}{extra}{doc}")
@@ -236,14 +207,14 @@ def _load(
         config.update(parse_config(pairs))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--config") from exc
-    scrub.add_config(config)
+    scrub.add(config)
     try:
         dag = load_application(app, config, name=name)
     except ApplicationError as exc:
         if _debug():
             traceback.print_exc()
         _fail(f"{app}: cannot load the application:", exc.problems, scrub, EXIT_INVALID)
-    scrub.add_dag(dag)
+    scrub.add_operators(meta.operator for meta in dag.operators.values())
     return dag, config
 
 
@@ -398,7 +369,7 @@ def run(
             raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--spark-conf")
         spark_conf[key] = value
     scrub = Scrubber()
-    scrub.add_config(spark_conf)
+    scrub.add(spark_conf)
     dag, config = _load(app, pairs, config_file, name, scrub)
     _check(app, dag, scrub)
     _echo_config(config, scrub)

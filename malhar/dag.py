@@ -88,10 +88,11 @@ class DAG:
                 f"add_operator({name!r}): expected an Operator, got {type(operator).__name__}"
             )
         if name in self.operators:
-            self._problems.append(
-                f"operator name {name!r} is used twice: give each operator a unique name"
+            from malhar.validation import ValidationError
+
+            raise ValidationError(
+                [f"operator name {name!r} is used twice: give each operator a unique name"]
             )
-            name = f"{name}#{len(self.operators)}"
         meta = OperatorMeta(name, operator)
         self.operators[name] = meta
         for key, value in attributes.items():
@@ -125,22 +126,26 @@ class DAG:
                 stream.sinks.append(sink.ref)
         return stream
 
-    def set_attribute(self, key: str, value: Any) -> None:
-        if key not in A.APPLICATION:
-            raise KeyError(f"unknown application attribute {key!r}; known: {sorted(A.APPLICATION)}")
-        self.attributes[key] = value
-        if key == A.APPLICATION_NAME.name:
+    def set_attribute(self, key: A.Attribute | str, value: Any) -> None:
+        """Set an application attribute (``A.STREAMING_WINDOW_MS`` or its name)."""
+        attribute = A.lookup(A.APPLICATION, key, "application")
+        self.attributes[attribute.name] = attribute.coerce(value)
+        if attribute is A.APPLICATION_NAME:
             self.name = value
 
-    def set_operator_attribute(self, operator: str, key: str, value: Any) -> None:
-        if key not in A.OPERATOR:
-            raise KeyError(f"unknown operator attribute {key!r}; known: {sorted(A.OPERATOR)}")
-        self.operators[operator].attributes[key] = value
+    def set_operator_attribute(self, operator: str, key: A.Attribute | str, value: Any) -> None:
+        """Set an operator attribute (``A.PARTITIONS`` or its name)."""
+        attribute = A.lookup(A.OPERATOR, key, "operator")
+        self.operators[operator].attributes[attribute.name] = attribute.coerce(value)
 
-    def set_port_attribute(self, operator: str, port: str, key: str, value: Any) -> None:
-        if key not in A.PORT:
-            raise KeyError(f"unknown port attribute {key!r}; known: {sorted(A.PORT)}")
-        self.operators[operator].port_attributes.setdefault(port, {})[key] = value
+    def set_port_attribute(
+        self, operator: str, port: str, key: A.Attribute | str, value: Any
+    ) -> None:
+        """Set a port attribute (``A.STREAM_CODEC`` or its name)."""
+        attribute = A.lookup(A.PORT, key, "port")
+        self.operators[operator].port_attributes.setdefault(port, {})[attribute.name] = (
+            attribute.coerce(value)
+        )
 
     def attr(self, attribute: A.Attribute) -> Any:
         return self.attributes.get(attribute.name, attribute.default)
@@ -199,7 +204,7 @@ class PortHandle:
     ref: PortRef
     is_output: bool
 
-    def set_attribute(self, key: str, value: Any) -> PortHandle:
+    def set_attribute(self, key: A.Attribute | str, value: Any) -> PortHandle:
         self.dag.set_port_attribute(self.ref.operator, self.ref.port, key, value)
         return self
 
@@ -223,7 +228,7 @@ class OperatorHandle:
             f"ports: {sorted([*inputs, *outputs])}"
         )
 
-    def set_attribute(self, key: str, value: Any) -> OperatorHandle:
+    def set_attribute(self, key: A.Attribute | str, value: Any) -> OperatorHandle:
         self._dag.set_operator_attribute(self.name, key, value)
         return self
 

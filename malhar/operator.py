@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from malhar.ports import _PORTS_ATTR, InputPort, OutputPort
+from malhar.ports import InputPort, OutputPort
+from malhar.properties import Configurable
+from malhar.state import config_of, fields_of
 
 
 @dataclass
@@ -43,18 +45,17 @@ class OperatorContext:
         )
 
 
-class Operator:
+class Operator(Configurable):
     """Base class of every operator.
 
     Lifecycle per partition: ``setup`` → (``activate``) → windows of
     ``begin_window`` / ``process…`` / ``end_window`` → (``deactivate``) → ``teardown``.
 
-    State: every instance attribute is checkpointed with its window, except
-    ports and the names listed in ``transient`` (connections, caches, clients).
+    What is kept (see :mod:`malhar.state`): :class:`~malhar.properties.Property`
+    declarations are the configuration, :class:`~malhar.state.State` declarations the
+    state checkpointed with every window (plus ``snapshot()``/``restore()`` if
+    overridden); any other attribute is runtime, rebuilt in ``setup``.
     """
-
-    #: attribute names never checkpointed (rebuilt in ``setup``)
-    transient: ClassVar[tuple[str, ...]] = ()
 
     def setup(self, context: OperatorContext) -> None:
         """Called once per partition instance before its first window."""
@@ -68,15 +69,41 @@ class Operator:
     def teardown(self) -> None:
         """Called once when the partition instance is retired."""
 
+    def get_unifier(self, port: str) -> Unifier | None:
+        """The configured unifier that merges output ``port`` across this operator's
+        partitions, or None for the pass-through default.
+
+        By default: the ``unifier`` given to the port's ``OutputPort`` declaration (a
+        :class:`Unifier` instance, or a class built without arguments). Override it to
+        configure the unifier from the operator's properties. Called on the driver
+        when the application is planned; the engine clones the result for every route
+        and downstream partition.
+        """
+        declared = getattr(type(self), port).unifier
+        if declared is None:
+            return None
+        return declared() if isinstance(declared, type) else declared.clone()
+
+    def snapshot(self) -> Any:
+        """Custom checkpointed state beyond the ``State`` fields (None: nothing).
+
+        Called after ``end_window`` of every streaming window; the value must pickle.
+        """
+        return None
+
+    def restore(self, snapshot: Any) -> None:
+        """Take back what :meth:`snapshot` returned (called before ``setup`` on a
+        fresh copy of the configured operator when a partition is rebuilt)."""
+
     def __getstate__(self) -> dict[str, Any]:
-        skip = set(self.transient) | {_PORTS_ATTR}
-        return {k: v for k, v in self.__dict__.items() if k not in skip}
+        # configuration and state only: ports and runtime attributes are not shipped
+        return {**config_of(self), **fields_of(self)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
     def clone(self) -> Operator:
-        """A fresh copy for another partition (ports and transient fields not shared)."""
+        """A fresh copy for another partition: configuration and state, no runtime attributes."""
         return copy.deepcopy(self)
 
     def __deepcopy__(self, memo: dict) -> Operator:
@@ -124,7 +151,9 @@ class Unifier(Operator):
     """Merges one output port's tuples from all upstream partitions.
 
     A unifier has one input port ``input`` and one output port ``output``; the
-    default (:class:`PassThroughUnifier`) forwards everything unchanged.
+    default (:class:`PassThroughUnifier`) forwards everything unchanged. The
+    engine runs one copy of the configured unifier per route and downstream
+    partition (see ``Operator.get_unifier``).
     """
 
     input = InputPort()

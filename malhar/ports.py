@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, overload
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from malhar.control import ControlTuple, DeliveryType
+from malhar.control import ControlSender, ControlTuple, DeliveryType
 from malhar.schema import SchemaSpec, to_struct_type
 
 if TYPE_CHECKING:
@@ -76,7 +76,10 @@ class OutputPort(Port):
         optional: may stay unconnected (True by default for output ports).
         error: an error port: emitted tuples are counted per window in the metrics.
         control_aware: the port may emit control tuples.
-        unifier: the Unifier class that merges this port's output across partitions.
+        unifier: the :class:`~malhar.operator.Unifier` that merges this port's output
+            across partitions: an instance (configured), or a class built without
+            arguments. ``Operator.get_unifier(port)`` may build it from the operator's
+            properties instead.
     """
 
     def __init__(
@@ -86,7 +89,7 @@ class OutputPort(Port):
         optional: bool = True,
         error: bool = False,
         control_aware: bool = False,
-        unifier: type | None = None,
+        unifier: Any = None,
     ) -> None:
         super().__init__(schema, optional=optional, control_aware=control_aware)
         self.error = error
@@ -115,7 +118,10 @@ class Emitter:
     def batch(self, batch: pa.RecordBatch) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def control(self, ctl: ControlTuple) -> None:  # pragma: no cover - interface
+    def control(
+        self, ctl: ControlTuple, sender: ControlSender | None = None
+    ) -> None:  # pragma: no cover - interface
+        """Send a control tuple on; ``sender`` is passed on only by unifiers."""
         raise NotImplementedError
 
 
@@ -126,7 +132,7 @@ class _Discard(Emitter):
     def batch(self, batch: pa.RecordBatch) -> None:
         pass
 
-    def control(self, ctl: ControlTuple) -> None:
+    def control(self, ctl: ControlTuple, sender: ControlSender | None = None) -> None:
         pass
 
 

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import re
-from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, Self, TypeVar, overload
+
+from malhar.errors import ConfigError
+from malhar.redaction import is_secret_key, redact
+from malhar.suggest import did_you_mean
 
 T = TypeVar("T")
 _UNSET: Any = object()
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
-class PropertyError(ValueError):
-    """A property value that breaks its declared constraints."""
+class PropertyError(ConfigError):
+    """A property value that breaks its declared constraints, or an unknown property name."""
+
+
+def unknown_name(owner: str, what: str, name: str, known: Iterable[str]) -> str:
+    """The message for an unknown setting name: what, the closest names, all names."""
+    known = sorted(known)
+    return f"{owner} has no {what} {name!r}{did_you_mean(name, known)} (known: {known})"
 
 
 class Property(Generic[T]):
@@ -50,8 +63,6 @@ class Property(Generic[T]):
         self.name = "?"
 
     def __set_name__(self, owner: type, name: str) -> None:
-        from malhar.redaction import is_secret_key
-
         self.name = name
         self.owner = owner.__name__
         self.secret = self.secret or is_secret_key(name)
@@ -72,11 +83,49 @@ class Property(Generic[T]):
             raise PropertyError(f"{type(instance).__name__}.{self.name}: {problem}")
         instance.__dict__[self.name] = value
 
+    def parse(self, text: Any) -> Any:
+        """The value of a setting given as text (Spark options, ``--config``, JSON apps).
+
+        Text is converted to the property's type: ``"true"`` for a bool, ``"3"`` for an
+        int, a JSON array or ``"a,b"`` for a list, a JSON object for a dict. A value that
+        already has the type is returned as is.
+        """
+        if not isinstance(text, str) or _accepts(self.type, str):
+            return text
+        types = self.type if isinstance(self.type, tuple) else (self.type,)
+        raw = text.strip()
+        for kind in types:
+            try:
+                if kind is bool:
+                    if raw.lower() in _TRUE + _FALSE:
+                        return raw.lower() in _TRUE
+                elif kind is int:
+                    return int(raw)
+                elif kind is float:
+                    return float(raw)
+                elif kind in (list, tuple):
+                    if raw.startswith("["):
+                        return kind(json.loads(raw))
+                    return kind(p.strip() for p in raw.split(",") if p.strip())
+                elif kind is dict:
+                    value = json.loads(raw)
+                    if isinstance(value, dict):
+                        return value
+            except ValueError:
+                continue
+        names = "/".join(getattr(k, "__name__", str(k)) for k in types)
+        shown = "***" if self.secret else repr(redact(text))
+        raise PropertyError(f"property {self.name!r}: cannot read {shown} as {names}")
+
     def problem(self, value: Any) -> str | None:
-        """Why ``value`` is not acceptable, or None (a secret's value is never shown)."""
+        """Why ``value`` is not acceptable, or None (secrets in it are never shown)."""
         why = self._problem(value)
-        if why and self.secret and value is not None:
-            why = why.replace(repr(value), "***").replace(str(value), "***")
+        if why and value is not None:
+            from malhar.redaction import Scrubber
+
+            scrub = Scrubber()
+            scrub.add(value, self.name, secret=self.secret)
+            why = scrub(why)
         return why
 
     def _problem(self, value: Any) -> str | None:
@@ -99,6 +148,11 @@ class Property(Generic[T]):
         return None
 
 
+def _accepts(kind: type | tuple[type, ...], t: type) -> bool:
+    return t in kind if isinstance(kind, tuple) else kind is t
+
+
+@functools.cache
 def properties_of(cls: type) -> dict[str, Property]:
     """All properties declared on ``cls`` and its bases."""
     found: dict[str, Property] = {}
@@ -107,3 +161,39 @@ def properties_of(cls: type) -> dict[str, Property]:
             if isinstance(value, Property):
                 found[name] = value
     return found
+
+
+class Configurable:
+    """Something configured by :class:`Property` declarations: every operator, and the
+    settings classes that a connector shares between its operator and its Spark data
+    source (one declaration per setting, one place that checks it)."""
+
+    def configure(self, **values: Any) -> Self:
+        """Set properties by name; an unknown name fails naming the closest known ones."""
+        known = properties_of(type(self))
+        for name, value in values.items():
+            if name not in known:
+                raise PropertyError(unknown_name(type(self).__name__, "property", name, known))
+            setattr(self, name, value)
+        return self
+
+    def configure_from_strings(self, options: Mapping[str, Any]) -> Self:
+        """Set properties from text values (Spark's ``.option(k, v)``: names match
+        case-insensitively, since Spark lower-cases them)."""
+        known = properties_of(type(self))
+        by_lower = {n.lower(): n for n in known}
+        for key, text in options.items():
+            name = by_lower.get(str(key).lower())
+            if name is None:
+                raise PropertyError(unknown_name(type(self).__name__, "option", str(key), known))
+            setattr(self, name, known[name].parse(text))
+        return self
+
+    def property_problems(self) -> list[str]:
+        """``"name: why"`` for every property whose value breaks its declaration."""
+        out = []
+        for name, prop in properties_of(type(self)).items():
+            why = prop.problem(getattr(self, name))
+            if why:
+                out.append(f"property {name!r} {why}")
+        return out

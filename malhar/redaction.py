@@ -1,14 +1,43 @@
-"""Keep secrets out of logs, errors and listings."""
+"""The one path that keeps secrets out of logs, errors, listings and command output.
+
+- :func:`is_secret_key`: whether a setting's *name* says its value is secret
+  (``sasl.password``, ``ssl.key.password``, ``sasl.oauthbearer.config``, ``api_key``...);
+- :func:`redact`: a copy of any value, nested mappings and lists included, with
+  secret values and URL passwords masked;
+- :func:`secret_values` and :class:`Scrubber`: the secret strings found in a value,
+  and a text filter that masks them wherever they appear (error messages, plans).
+
+Example:
+    >>> redact({"bootstrap.servers": "b:9092", "consumer": {"sasl.password": "pw"},
+    ...         "url": "postgresql://app:pw@db/x"})
+    {'bootstrap.servers': 'b:9092', 'consumer': {'sasl.password': '***'}, 'url': 'postgresql://app:***@db/x'}
+    >>> scrub = Scrubber()
+    >>> scrub.add({"sasl.password": "hunter22"})
+    >>> scrub("login failed with hunter22")
+    'login failed with ***'
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-_SECRET_KEY = re.compile(r"(pass(word)?|secret|token|credential|private|sasl\.jaas|key\.pem)", re.I)
+__all__ = ["MASK", "Scrubber", "is_secret_key", "redact", "redact_config", "redact_url"]
+
+_SECRET_KEY = re.compile(
+    r"(pass(word|wd|phrase)?|secret|token|credential|private|jaas|key\.pem|api[_.-]?key"
+    r"|oauthbearer\.config|user\.info|auth\.info)",
+    re.I,
+)
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s:/@]*:)[^\s@/]+@")
 MASK = "***"
+
+
+def is_secret_key(key: str) -> bool:
+    """True for settings whose value must never be shown (``sasl.password``, ``api_key``...)."""
+    return bool(_SECRET_KEY.search(key))
 
 
 def redact_url(url: str) -> str:
@@ -21,19 +50,67 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{netloc}"))
 
 
-def is_secret_key(key: str) -> bool:
-    """True for settings whose value must never be shown (``sasl.password``, ``ssl.key.password``...)."""
-    return bool(_SECRET_KEY.search(key))
+def redact(value: Any, key: str | None = None) -> Any:
+    """A copy of ``value`` with every secret masked: values under secret keys (at any
+    depth of mappings, lists and tuples) and passwords in URLs."""
+    if key is not None and is_secret_key(str(key)) and value not in (None, ""):
+        return MASK
+    if isinstance(value, Mapping):
+        return {k: redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact(v) for v in value)
+    if isinstance(value, str) and "://" in value:
+        return redact_url(value)
+    return value
 
 
 def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` with secret values masked and URLs' passwords masked."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if is_secret_key(str(key)):
-            out[key] = MASK
-        elif isinstance(value, str) and "://" in value:
-            out[key] = redact_url(value)
-        else:
-            out[key] = value
-    return out
+    """:func:`redact` of a mapping of settings."""
+    return redact(dict(config))
+
+
+def secret_values(value: Any, key: str | None = None, *, secret: bool = False) -> set[str]:
+    """The secret strings inside ``value`` (``secret``: the value itself is one)."""
+    found: set[str] = set()
+    secret = secret or (key is not None and is_secret_key(str(key)))
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            found |= secret_values(v, str(k), secret=secret)
+    elif isinstance(value, list | tuple | set):
+        for v in value:
+            found |= secret_values(v, secret=secret)
+    elif isinstance(value, str) and value:
+        if secret:
+            found.add(value)
+        elif "://" in value:
+            password = urlsplit(value).password
+            if password:
+                found.add(password)
+    return found
+
+
+class Scrubber:
+    """Masks known secret strings, and any URL password, in text."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets: set[str] = set(secrets)
+
+    def add(self, value: Any, key: str | None = None, *, secret: bool = False) -> None:
+        """Remember the secrets inside ``value`` (a setting, a mapping, a list ...)."""
+        self.secrets |= secret_values(value, key, secret=secret)
+
+    def add_operators(self, operators: Iterable[Any]) -> None:
+        """Remember the secrets in the properties of ``operators`` (secret properties and
+        secret keys at any depth of their values)."""
+        from malhar.properties import properties_of
+
+        for op in operators:
+            for name, prop in properties_of(type(op)).items():
+                self.add(getattr(op, name, None), name, secret=prop.secret)
+
+    def __call__(self, text: str) -> str:
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(repr(secret), repr(MASK))
+            if len(secret) >= 4:  # masking "a" everywhere would shred the text
+                text = text.replace(secret, MASK)
+        return _URL_PASSWORD.sub(rf"\1{MASK}@", text)

@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 from dataclasses import asdict, dataclass, field
@@ -43,6 +42,7 @@ from typing import Any
 
 from malhar.operator import InputOperator, Operator, Unifier
 from malhar.ports import ports_of
+from malhar.suggest import close_matches
 
 OPERATORS_GROUP = "malhar.operators"
 CONNECTORS_GROUP = "malhar.connectors"
@@ -261,17 +261,6 @@ def entries(kinds: tuple[str, ...] | None = None) -> list[Entry]:
         out = [e for e in out if e.kind in kinds]
     order = {k: i for i, k in enumerate(KINDS)}
     return sorted(out, key=lambda e: (order.get(e.kind, len(KINDS)), e.name.lower()))
-
-
-def close_matches(name: str, candidates: list[str]) -> list[str]:
-    """Registered names that look like ``name`` (case differences first)."""
-    same_case = [c for c in candidates if c.lower() == name.lower()]
-    fuzzy = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
-    lower = {c.lower(): c for c in candidates}
-    fuzzy += [
-        lower[c] for c in difflib.get_close_matches(name.lower(), list(lower), n=3, cutoff=0.6)
-    ]
-    return list(dict.fromkeys([*same_case, *fuzzy]))[:3]
 
 
 def import_object(target: str) -> Any:

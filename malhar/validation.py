@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from malhar import attributes as A
+from malhar.errors import MalharError
 from malhar.properties import properties_of
 from malhar.schema import SchemaError, compatible
 
@@ -12,7 +13,7 @@ if TYPE_CHECKING:
     from malhar.dag import DAG
 
 
-class ValidationError(ValueError):
+class ValidationError(MalharError, ValueError):
     """The DAG cannot run; ``problems`` lists every reason, one sentence each."""
 
     def __init__(self, problems: list[str]) -> None:
@@ -29,6 +30,8 @@ def validate(dag: DAG) -> None:
     problems += _ports(dag)
     problems += _port_attributes(dag)
     problems += _properties(dag)
+    problems += _state(dag)
+    problems += _handlers(dag)
     problems += _unifiers(dag)
     if not problems:
         try:
@@ -177,22 +180,64 @@ def _properties(dag: DAG) -> list[str]:
     return out
 
 
+def _state(dag: DAG) -> list[str]:
+    """Attributes that would not reach the partitions, and values that will not pickle."""
+    from malhar.state import undeclared_attributes, unpicklable_attributes
+
+    out = []
+    for meta in dag.operators.values():
+        kind = type(meta.operator).__name__
+        for name in undeclared_attributes(meta.operator):
+            out.append(
+                f"operator {meta.name!r} ({kind}): attribute {name!r} is set before launch but "
+                "is neither a Property (configuration) nor a State field (checkpointed), so "
+                f"the partitions would not get it: declare `{name} = Property(...)` or "
+                f"`{name} = State(...)` on the class, or create it in setup()"
+            )
+        for why in unpicklable_attributes(meta.operator):
+            out.append(
+                f"operator {meta.name!r} ({kind}): {why}; properties and state are pickled "
+                "into the plan and the checkpoints, so they must pickle (create clients, "
+                "locks and open files in setup())"
+            )
+    return out
+
+
+def _handlers(dag: DAG) -> list[str]:
+    from malhar.engine.dispatch import missing_handlers
+
+    return [
+        f"operator {meta.name!r} ({type(meta.operator).__name__}): {why}"
+        for meta in dag.operators.values()
+        for why in missing_handlers(meta.operator)
+    ]
+
+
 def _unifiers(dag: DAG) -> list[str]:
     from malhar.operator import Unifier
     from malhar.ports import ports_of
 
     out = []
     for meta in dag.operators.values():
-        for name, port in meta.outputs.items():
-            if port.unifier is None:
+        for name in meta.outputs:
+            where = f"output port {meta.name}.{name}"
+            try:
+                unifier = meta.operator.get_unifier(name)
+            except Exception as exc:
+                out.append(f"{where}: get_unifier failed: {type(exc).__name__}: {exc}")
                 continue
-            if not (isinstance(port.unifier, type) and issubclass(port.unifier, Unifier)):
-                out.append(f"output port {meta.name}.{name}: unifier must be a Unifier subclass")
+            if unifier is None:
                 continue
-            ins, outs = ports_of(port.unifier)
+            if not isinstance(unifier, Unifier):
+                out.append(
+                    f"{where}: the unifier must be a Unifier instance (or a Unifier subclass "
+                    f"in OutputPort(unifier=...)), got {type(unifier).__name__}"
+                )
+                continue
+            ins, outs = ports_of(type(unifier))
             if len(outs) != 1 or len(ins) != 1:
                 out.append(
-                    f"unifier {port.unifier.__name__} of {meta.name}.{name} must have exactly one "
-                    f"input and one output port (has {len(ins)} and {len(outs)})"
+                    f"{where}: unifier {type(unifier).__name__} must have exactly one input "
+                    f"and one output port (has {len(ins)} and {len(outs)})"
                 )
     return out

@@ -11,33 +11,30 @@ import pyarrow.compute as pc
 from malhar.operator import Operator, Unifier
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
+from malhar.state import State
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 class UniqueCountUnifier(Unifier):
     """Adds up the partial counts that every counter partition emitted for the window."""
 
-    transient = ("_counts",)
+    key_name = Property(str, default="key", pattern=_NAME)
+    count_name = Property(str, default="count", pattern=_NAME)
+
+    def __init__(self, *, key_name: str = "key", count_name: str = "count") -> None:
+        self.configure(key_name=key_name, count_name=count_name)
 
     def begin_window(self, window_id: int) -> None:
-        self._counts: Counter = Counter()
-        self._names: tuple[str, str] | None = None
+        self._counts: Counter = Counter()  # one streaming window's partial counts
 
     def process(self, row: dict[str, Any]) -> None:
-        key_name, count_name = self._names or _names_of(row)
-        self._names = (key_name, count_name)
-        self._counts[row[key_name]] += row[count_name]
+        self._counts[row[self.key_name]] += row[self.count_name]
 
     def end_window(self) -> None:
-        if self._names is None:
-            return
-        key_name, count_name = self._names
+        key_name, count_name = self.key_name, self.count_name
         for key, n in self._counts.items():
             self.output.emit({key_name: key, count_name: n})
-
-
-def _names_of(row: dict[str, Any]) -> tuple[str, str]:
-    key_name, count_name = list(row)[:2]
-    return key_name, count_name
 
 
 class UniqueCounter(Operator):
@@ -65,10 +62,13 @@ class UniqueCounter(Operator):
     data = InputPort()
     count = OutputPort(unifier=UniqueCountUnifier)
 
-    key_name = Property(str, default="key", pattern=r"[A-Za-z_][A-Za-z0-9_]*")
-    count_name = Property(str, default="count", pattern=r"[A-Za-z_][A-Za-z0-9_]*")
+    key_name = Property(str, default="key", pattern=_NAME)
+    count_name = Property(str, default="count", pattern=_NAME)
     key_column = Property(str, default=None, doc="column counted in Arrow batches; first if None")
     cumulative = Property(bool, default=False)
+
+    #: counts of the open application window (all windows so far when cumulative)
+    counts = State(Counter)
 
     def __init__(
         self,
@@ -78,15 +78,12 @@ class UniqueCounter(Operator):
         key_column: str | None = None,
         cumulative: bool = False,
     ) -> None:
-        self.key_name = key_name
-        self.count_name = count_name
-        self.key_column = key_column
-        self.cumulative = cumulative
-        self.counts: Counter = Counter()
+        self.configure(
+            key_name=key_name, count_name=count_name, key_column=key_column, cumulative=cumulative
+        )
 
-    def begin_window(self, window_id: int) -> None:
-        if not self.cumulative:
-            self.counts = Counter()
+    def get_unifier(self, port: str) -> UniqueCountUnifier:
+        return UniqueCountUnifier(key_name=self.key_name, count_name=self.count_name)
 
     def process(self, value: Any) -> None:
         if isinstance(value, dict):
@@ -105,3 +102,6 @@ class UniqueCounter(Operator):
         key_name, count_name = self.key_name, self.count_name
         for key, n in self.counts.items():
             self.count.emit({key_name: key, count_name: n})
+        if not self.cumulative:
+            # emitted: the next window's checkpoint must not carry these counts again
+            self.counts = Counter()

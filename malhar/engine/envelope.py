@@ -8,8 +8,10 @@ and never looks inside them.
 
 from __future__ import annotations
 
+import enum
 import pickle
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -18,7 +20,43 @@ ENVELOPE_DDL = (
     "window bigint, committed bigint, count bigint, payload binary"
 )
 
-DATA, MARKER, CONTROL, METRIC = 0, 1, 2, 3
+
+class Kind(enum.IntEnum):
+    """What an envelope row carries."""
+
+    #: a chunk of tuples of one route for one destination partition
+    DATA = 0
+    #: sent first by every task to every slot of the next level: the window, its
+    #: committed window and the shutdown flag (in ``count``)
+    MARKER = 1
+    #: a pickled ``(ControlTuple, origin partition)``, in stream order after earlier data
+    CONTROL = 2
+    #: an error port's count (``route`` = the error port's metric id)
+    METRIC = 3
+
+
+DATA, MARKER, CONTROL, METRIC = Kind.DATA, Kind.MARKER, Kind.CONTROL, Kind.METRIC
+
+
+class Envelope(NamedTuple):
+    """One row between stages (column order of :data:`ENVELOPE_SCHEMA`)."""
+
+    pkey: int  #: the int Spark's hash partitioner sends to ``slot`` of the next level
+    level: int  #: the level the row is meant for (rows for later levels are forwarded)
+    slot: int  #: the destination slot at ``level``
+    kind: int  #: a :class:`Kind`
+    route: int  #: the route id (DATA, CONTROL), the metric id (METRIC), -1 (MARKER)
+    src: int  #: the sending partition
+    window: int
+    committed: int  #: MARKER: the committed window delivered with this window
+    count: int  #: DATA: tuples; METRIC: the count; MARKER: 1 for the shutdown window
+    payload: bytes
+
+    @property
+    def shutdown(self) -> bool:
+        """A MARKER of the application's last (orderly stop) window."""
+        return bool(self.count)
+
 
 ENVELOPE_SCHEMA = pa.schema(
     [
@@ -105,7 +143,16 @@ class EnvelopeBuffer:
         return batch
 
 
-def iter_rows(batch: pa.RecordBatch):
-    """Envelope rows of ``batch`` as tuples in column order (cheap: few rows, big payloads)."""
+def iter_rows(batch: pa.RecordBatch) -> Iterator[Envelope]:
+    """The envelope rows of ``batch`` (cheap: few rows, big payloads)."""
     cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-    return zip(*cols, strict=True)
+    return map(Envelope._make, zip(*cols, strict=True))
+
+
+def encode_control(ctl: Any, origin: int) -> bytes:
+    """A CONTROL payload: the control tuple and the upstream partition it comes from."""
+    return pickle.dumps((ctl, origin), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode_control(payload: bytes) -> tuple[Any, int]:
+    return pickle.loads(payload)

@@ -3,7 +3,7 @@
 An exception in operator code reaches the driver as Spark's
 ``StreamingQueryException`` whose text holds the query's state, the logical plan
 and the Python worker's traceback; the one line that matters (the
-:class:`~malhar.engine.task.OperatorError` naming operator, partition and
+:class:`~malhar.errors.OperatorError` naming operator, partition and
 window) sits in the middle. :func:`explain` turns it into an
 :class:`ApplicationFailed` whose message starts with that line; Spark's
 exception stays attached as ``__cause__`` and ``spark_exception``.
@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import re
 
-_OPERATOR_ERROR = re.compile(r"^(?:malhar\.engine\.task\.)?OperatorError: (.+)$", re.M)
+from malhar.errors import MalharError
+
+_OPERATOR_ERROR = re.compile(r"^(?:malhar(?:\.\w+)*\.)?OperatorError: (.+)$", re.M)
 _PYTHON_ERROR = re.compile(
     r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)): (.+)$", re.M
 )
 _SPARK_NOISE = ("StreamingQueryException", "PythonException", "SparkException", "Py4JJavaError")
 
 
-class ApplicationFailed(RuntimeError):
+class ApplicationFailed(MalharError, RuntimeError):
     """The application's streaming query failed.
 
     Attributes:

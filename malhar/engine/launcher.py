@@ -262,25 +262,57 @@ class RunningApplication:
                 self.raise_if_failed()
                 raise
 
-    def _process_all_available(self) -> None:
-        # Spark's own exception names the Python worker, not the operator: raise ours first
-        try:
-            self.query.processAllAvailable()
-        except Exception:
+    def _process_all_available(self, timeout: float | None, what: str) -> None:
+        """``processAllAvailable()``, bounded by ``timeout`` seconds (None: no bound).
+
+        Spark's call has no timeout, so a bounded wait runs it in a daemon thread;
+        on timeout the query keeps running and :class:`TimeoutError` names ``what``.
+        """
+        failure: list[BaseException] = []
+
+        def process() -> None:
+            try:
+                self.query.processAllAvailable()
+            except BaseException as exc:  # re-raised in the caller's thread
+                failure.append(exc)
+
+        if timeout is None:
+            process()
+        else:
+            waiter = threading.Thread(target=process, name="malhar-await", daemon=True)
+            waiter.start()
+            waiter.join(timeout)
+            if waiter.is_alive():
+                self.raise_if_failed()
+                raise TimeoutError(f"{what}: not done after {timeout:g}s")
+        if failure:
+            # Spark's own exception names the Python worker, not the operator: ours first
             self.raise_if_failed()
-            raise
+            raise failure[0]
 
     def await_completion(self, timeout: float | None = None) -> None:
-        """For a run with ``windows=N``: wait until the last window is processed, then stop."""
+        """For a run with ``windows=N``: wait until the last window is processed, then stop.
+
+        Raises:
+            ApplicationFailed: the query failed.
+            TimeoutError: the windows were not processed within ``timeout`` seconds; the
+                application keeps running (``stop()``, ``abort()`` or wait again).
+        """
+        self._process_all_available(timeout, f"application {self.dag.name!r}")
         try:
-            self._process_all_available()
             self.raise_if_failed()
             self.query.stop()
         finally:
             self._finish()
 
     def stop(self, timeout: float = 120.0) -> None:
-        """Orderly stop: a last window tears every operator down, then the query ends."""
+        """Orderly stop: a last window tears every operator down, then the query ends.
+
+        Raises:
+            TimeoutError: the last window did not complete within ``timeout`` seconds;
+                the query was then stopped at once (as :meth:`abort`), and the next
+                start replays the unfinished window.
+        """
         from malhar.util.fs import filesystem_for
 
         if not self.query.isActive:
@@ -292,7 +324,9 @@ class RunningApplication:
         try:
             # returns once the source found nothing after the shutdown window, which is
             # when it records that window as complete (``MalharStreamReader.latestOffset``)
-            self._process_all_available()
+            self._process_all_available(
+                timeout, f"stopping application {self.dag.name!r} (the query was aborted)"
+            )
         finally:
             fs.delete(flag)
             self.query.stop()

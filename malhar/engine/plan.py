@@ -21,7 +21,7 @@ from malhar import attributes as A
 from malhar.codec import StreamCodec
 from malhar.dag import DAG, PortRef
 from malhar.engine.murmur3 import partition_keys
-from malhar.operator import Operator, PassThroughUnifier
+from malhar.operator import Operator, PassThroughUnifier, Unifier
 from malhar.schema import arrow_schema
 
 
@@ -33,7 +33,8 @@ class Route:
     sink: PortRef
     dest_group: int
     codec: StreamCodec | None
-    unifier: type | None  # None: pass-through (no unifier instance needed)
+    #: the configured unifier (a template cloned per instance); None: pass-through
+    unifier: Unifier | None
     upstream_partitions: int
     arrow_schema: Any  # pyarrow.Schema, or None for untyped ports
     limit: int = 0  # UNIFIER_LIMIT of the upstream operator
@@ -83,7 +84,21 @@ class Plan:
         return [r for r in self.routes if str(r.source) == ref]
 
 
-def _needs_shuffle(dag: DAG, up: str, sink: PortRef, up_parts: int, down_parts: int) -> bool:
+def unifiers_of(dag: DAG) -> dict[str, Unifier]:
+    """``"op.port"`` -> the configured unifier of every output port that has one
+    (``Operator.get_unifier``; the pass-through default is left out)."""
+    out: dict[str, Unifier] = {}
+    for name, meta in dag.operators.items():
+        for port in meta.outputs:
+            unifier = meta.operator.get_unifier(port)
+            if unifier is not None and type(unifier) is not PassThroughUnifier:
+                out[f"{name}.{port}"] = unifier
+    return out
+
+
+def _needs_shuffle(
+    dag: DAG, up: str, sink: PortRef, up_parts: int, down_parts: int, unifiers: dict[str, Unifier]
+) -> bool:
     meta = dag.operators[sink.operator]
     if meta.port_attr(sink.port, A.PARALLEL_PARTITION):
         return False
@@ -91,8 +106,7 @@ def _needs_shuffle(dag: DAG, up: str, sink: PortRef, up_parts: int, down_parts: 
         return True
     if up_parts != down_parts:
         return True
-    src_ports = dag.operators[up].outputs
-    return any(p.unifier is not None for p in src_ports.values()) and up_parts > 1
+    return up_parts > 1 and any(ref.startswith(f"{up}.") for ref in unifiers)
 
 
 def cascade_fans(upstream: int, limit: int) -> list[int]:
@@ -111,18 +125,17 @@ def cascade_fans(upstream: int, limit: int) -> list[int]:
     return fans
 
 
-def _cascade_depth(dag: DAG, up: str, up_parts: int) -> int:
-    meta = dag.operators[up]
-    ports = meta.outputs.values()
-    if not any(p.unifier not in (None, PassThroughUnifier) for p in ports):
+def _cascade_depth(dag: DAG, up: str, up_parts: int, unifiers: dict[str, Unifier]) -> int:
+    if not any(ref.startswith(f"{up}.") for ref in unifiers):
         return 0
-    return len(cascade_fans(up_parts, int(meta.attr(A.UNIFIER_LIMIT))))
+    return len(cascade_fans(up_parts, int(dag.operators[up].attr(A.UNIFIER_LIMIT))))
 
 
 def build_plan(dag: DAG) -> Plan:
     """Fuse, level and route a validated DAG."""
     dag.validate()
     order = dag.topological_order()
+    unifiers = unifiers_of(dag)
     groups: list[Group] = []
     group_of: dict[str, int] = {}
     partitions: dict[str, int] = {}
@@ -149,7 +162,7 @@ def build_plan(dag: DAG) -> Plan:
                 g = groups[next(iter(up_groups))]
                 if all(
                     not _needs_shuffle(
-                        dag, s.source.operator, sink, partitions[s.source.operator], parts
+                        dag, s.source.operator, sink, partitions[s.source.operator], parts, unifiers
                     )
                     for s, sink in in_streams
                 ):
@@ -162,7 +175,10 @@ def build_plan(dag: DAG) -> Plan:
             0
             if not in_streams
             else 1
-            + max(groups[group_of[u]].level + _cascade_depth(dag, u, partitions[u]) for u in ups)
+            + max(
+                groups[group_of[u]].level + _cascade_depth(dag, u, partitions[u], unifiers)
+                for u in ups
+            )
         )
         group = Group(len(groups), name, [name], parts, level)
         groups.append(group)
@@ -182,9 +198,7 @@ def build_plan(dag: DAG) -> Plan:
                 local_edges.setdefault(str(s.source), []).append(sink)
                 continue
             dest = groups[group_of[sink.operator]]
-            unifier = src_port.unifier
-            if unifier is PassThroughUnifier:
-                unifier = None
+            unifier = unifiers.get(str(s.source))
             route = Route(
                 id=len(routes),
                 stream=s.name,
@@ -256,7 +270,7 @@ def describe(plan: Plan) -> str:
                 lines.append(f"  [{' -> '.join(g.operators)}] x{g.partitions}")
     for r in plan.routes:
         how = f"codec {r.codec!r}" if r.codec else "round robin"
-        uni = f", unifier {r.unifier.__name__}" if r.unifier else ""
+        uni = f", unifier {type(r.unifier).__name__}" if r.unifier else ""
         if r.cascade:
             uni += f" (cascade of {len(r.cascade)} level(s), limit {r.limit})"
         lines.append(f"  route {r.source} -> {r.sink}: {how}{uni}")

@@ -42,6 +42,11 @@ class StateStore:
                 out.append(int(entry.name[: -len(suffix)]))
         return sorted(out)
 
+    def describe(self, window: int) -> str:
+        """The snapshot file of ``window``, for error messages."""
+        fs, path = self._fs
+        return fs.join(path, f"{window:020d}{_SUFFIX}")
+
     def load(self, before: int) -> tuple[int, bytes] | None:
         """The newest snapshot with window ``<= before``, or None."""
         fs, path = self._fs

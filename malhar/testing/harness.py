@@ -1,13 +1,31 @@
 """Drive one operator by hand, without Spark (Malhar's ``CollectorTestSink`` style).
 
->>> from malhar.testing.harness import OperatorHarness
->>> h = OperatorHarness(MyOperator())                 # doctest: +SKIP
->>> h.run_window([("input", "a b a")])                # doctest: +SKIP
->>> h.sink("output").tuples                           # doctest: +SKIP
+The harness delivers tuples, Arrow batches and control tuples through the engine's
+own :class:`~malhar.engine.dispatch.Dispatcher`, so an operator sees exactly what it
+would see in a running application (handler choice, tuple/batch conversion, control
+de-duplication and END_WINDOW delivery, automatic propagation); it captures every
+output port, and checkpoints and restores state the way the engine does.
+
+Example:
+    >>> from malhar.algo import UniqueCounter
+    >>> from malhar.testing.harness import OperatorHarness
+    >>> h = OperatorHarness(UniqueCounter(key_name="word"))
+    >>> h.run_window([("data", "a"), ("data", "b"), ("data", "a")])
+    >>> h.sink("count").tuples
+    [{'word': 'a', 'count': 2}, {'word': 'b', 'count': 1}]
+    >>> saved = h.checkpoint()                       # the state after window 0
+    >>> replay = OperatorHarness.restored(UniqueCounter(key_name="word"), saved)
+    >>> replay.run_window([("data", "a")], window=1)
+    >>> replay.sink("count").tuples
+    [{'word': 'a', 'count': 1}]
+
+Exceptions raised by the operator reach the caller unchanged (the engine wraps them
+in :class:`~malhar.errors.OperatorError`).
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +33,8 @@ from typing import Any
 import pyarrow as pa
 
 from malhar.attributes import MAX_TUPLES_PER_WINDOW
-from malhar.control import ControlTuple, DeliveryType
+from malhar.control import ControlSender, ControlTuple, DeliveryType
+from malhar.engine.dispatch import Dispatcher
 from malhar.operator import (
     ActivationListener,
     CheckpointListener,
@@ -23,7 +42,10 @@ from malhar.operator import (
     Operator,
     OperatorContext,
 )
-from malhar.ports import Emitter, handler, ports_of
+from malhar.ports import Emitter, ports_of
+from malhar.state import restore_window_snapshot, window_snapshot
+
+__all__ = ["CollectorSink", "OperatorHarness"]
 
 
 @dataclass
@@ -43,7 +65,7 @@ class CollectorSink(Emitter):
         for row in batch.to_pylist():
             self.tuple(row)
 
-    def control(self, ctl: ControlTuple) -> None:
+    def control(self, ctl: ControlTuple, sender: ControlSender | None = None) -> None:
         self.controls.append(ctl)
 
     def clear(self) -> None:
@@ -58,15 +80,41 @@ class OperatorHarness:
     def __init__(self, operator: Operator, context: OperatorContext | None = None) -> None:
         self.operator = operator
         self.context = context or OperatorContext(name=type(operator).__name__)
+        self.name = self.context.name
         self.window = -1
-        _, outputs = ports_of(type(operator))
+        self.inputs, outputs = ports_of(type(operator))
         self.sinks = {name: CollectorSink() for name in outputs}
         for name, sink in self.sinks.items():
             getattr(operator, name).emitter = sink
+        self.dispatcher = Dispatcher(self.context.partition, self._forward, wrap=False)
+        self.dispatcher.set_operators({self.name: operator})
         self._setup = False
+
+    @classmethod
+    def restored(
+        cls, operator: Operator, checkpoint: bytes, context: OperatorContext | None = None
+    ) -> OperatorHarness:
+        """A harness over ``operator`` (freshly configured) with the state of a
+        :meth:`checkpoint` put back, as the engine rebuilds a partition after a failure."""
+        restore_window_snapshot(operator, pickle.loads(checkpoint))
+        return cls(operator, context)
+
+    def _forward(self, op: str, ctl: ControlTuple, sender: ControlSender | None) -> None:
+        _, outputs = ports_of(type(self.operator))
+        for name, port in outputs.items():
+            if not port.error:
+                self.sinks[name].control(ctl, sender)
 
     def sink(self, port: str) -> CollectorSink:
         return self.sinks[port]
+
+    def _port(self, port: str) -> str:
+        if port not in self.inputs:
+            raise KeyError(
+                f"{type(self.operator).__name__} has no input port {port!r}; "
+                f"its input ports: {sorted(self.inputs)}"
+            )
+        return port
 
     def setup(self) -> OperatorHarness:
         self.operator.setup(self.context)
@@ -79,6 +127,7 @@ class OperatorHarness:
         if not self._setup:
             self.setup()
         self.window = self.window + 1 if window is None else window
+        self.dispatcher.begin_window(self.window)
         for name, sink in self.sinks.items():
             sink.window = self.window
             getattr(self.operator, name).count = 0
@@ -86,30 +135,28 @@ class OperatorHarness:
 
     def put(self, port: str, value: Any) -> None:
         """Deliver one tuple (or a ``pyarrow.RecordBatch``) to input ``port``."""
-        inputs, _ = ports_of(type(self.operator))
-        if port not in inputs:
-            raise KeyError(f"{type(self.operator).__name__} has no input port {port!r}")
+        port = self._port(port)
         if isinstance(value, pa.RecordBatch):
-            fn = handler(self.operator, inputs[port], "process_batch")
-            if fn is not None:
-                fn(value)
-                return
-            for row in value.to_pylist():
-                self.put(port, row)
-            return
-        fn = handler(self.operator, inputs[port], "process")
-        if fn is None:
-            raise TypeError(f"{type(self.operator).__name__} has no process method for {port!r}")
-        fn(value)
+            self.dispatcher.deliver_batch(self.name, port, value)
+        else:
+            self.dispatcher.deliver_tuple(self.name, port, value)
 
     def put_control(
-        self, port: str, payload: Any, delivery: DeliveryType = DeliveryType.IMMEDIATE
+        self,
+        port: str,
+        payload: Any,
+        delivery: DeliveryType = DeliveryType.IMMEDIATE,
+        sender: ControlSender | None = None,
     ) -> Any:
-        inputs, _ = ports_of(type(self.operator))
-        fn = handler(self.operator, inputs[port], "process_control")
-        return fn(payload) if fn else None
+        """Deliver a control tuple to ``port`` as the engine would: an IMMEDIATE one now
+        (returns what the handler returned), an END_WINDOW one just before ``end_window``;
+        equal copies in one window are delivered once unless the handler takes the
+        sender. A port that is not control aware forwards it to the output sinks."""
+        ctl = ControlTuple(payload, delivery)
+        return self.dispatcher.deliver_control(self.name, self._port(port), ctl, sender)
 
     def end_window(self) -> None:
+        self.dispatcher.end_window_controls(self.name)
         self.operator.end_window()
         if isinstance(self.operator, CheckpointListener):
             self.operator.checkpointed(self.window)
@@ -137,6 +184,12 @@ class OperatorHarness:
         for port, value in inputs:
             self.put(port, value)
         self.end_window()
+
+    def checkpoint(self) -> bytes:
+        """The operator's checkpointed state now (what the engine saves after a window)."""
+        from pyspark import cloudpickle
+
+        return cloudpickle.dumps(window_snapshot(self.operator), protocol=pickle.HIGHEST_PROTOCOL)
 
     def committed(self, window: int) -> None:
         if isinstance(self.operator, CheckpointListener):

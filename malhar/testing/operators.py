@@ -16,6 +16,8 @@ from typing import Any
 
 from malhar.operator import InputOperator, Operator, OperatorContext
 from malhar.ports import InputPort, OutputPort
+from malhar.properties import Property
+from malhar.state import State
 
 
 class ListInput(InputOperator):
@@ -26,13 +28,12 @@ class ListInput(InputOperator):
 
     output = OutputPort()
 
+    windows = Property(list, default=[], doc="the tuples of each window, in order")
+    #: the id of the first window this input ran (window ids continue across restarts)
+    first_window = State(default=None)
+
     def __init__(self, windows: Sequence[Sequence[Any]]) -> None:
         self.windows = [list(w) for w in windows]
-        self.first_window: int | None = None
-        self._emitted = False
-        self._index = 0
-
-    transient = ("_emitted", "_index", "_partition", "_partitions")
 
     def setup(self, context: OperatorContext) -> None:
         self._partition, self._partitions = context.partition, context.partitions
@@ -57,8 +58,6 @@ class Collector(Operator):
     """Keeps every tuple it receives, per window, in ``<checkpoint>/malhar/collect``."""
 
     input = InputPort(optional=False)
-
-    transient = ("_dir", "_window", "_items")
 
     def setup(self, context: OperatorContext) -> None:
         root = context.checkpoint or os.environ.get("MALHAR_COLLECT_DIR", "/tmp/malhar-collect")

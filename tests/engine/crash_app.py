@@ -23,7 +23,6 @@ from tests.engine.ops import Numbers, RunningTotal
 
 class Journal(Operator):
     input = InputPort()
-    transient = ("_path", "_w", "_seen")
 
     def setup(self, context: OperatorContext) -> None:
         self._path = Path(context.checkpoint).parent / "journal.jsonl"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import os
 from pathlib import Path
 from typing import Any
@@ -10,14 +11,18 @@ from typing import Any
 from malhar import (
     ActivationListener,
     CheckpointListener,
+    ControlSender,
     DeliveryType,
     InputOperator,
     InputPort,
     Operator,
     OperatorContext,
     OutputPort,
+    Property,
+    State,
     Unifier,
 )
+from malhar.control import PerSenderMinimum
 
 
 def window_items(window: int, per_window: int = 20, keys: int = 5) -> list[tuple[str, int]]:
@@ -29,10 +34,13 @@ class Numbers(InputOperator):
     """Emits ``window_items(w)`` in window w, spread over its partitions; stops after ``last``."""
 
     output = OutputPort()
-    transient = ("_done", "_p", "_n", "_w")
+
+    per_window = Property(int, default=20)
+    keys = Property(int, default=5)
+    last = Property(int, default=None)
 
     def __init__(self, per_window: int = 20, keys: int = 5, last: int | None = None) -> None:
-        self.per_window, self.keys, self.last = per_window, keys, last
+        self.configure(per_window=per_window, keys=keys, last=last)
 
     def setup(self, context: OperatorContext) -> None:
         self._p, self._n = context.partition, context.partitions
@@ -81,8 +89,7 @@ class RunningTotal(Operator):
     input = InputPort()
     output = OutputPort()
 
-    def __init__(self) -> None:
-        self.total = 0
+    total = State(default=0)
 
     def process(self, kv: tuple[str, int]) -> None:
         self.total += kv[1]
@@ -103,7 +110,6 @@ class EventLog(Operator, ActivationListener, CheckpointListener):
 
     input = InputPort()
     output = OutputPort()
-    transient = ("_file", "_id")
 
     def _log(self, event: str, **extra: Any) -> None:
         line = {"e": event, "id": self._id, "pid": os.getpid(), **extra}
@@ -146,9 +152,8 @@ class AppWindowSum(Operator):
     input = InputPort()
     output = OutputPort()
 
-    def __init__(self) -> None:
-        self.first: int | None = None
-        self.acc = 0
+    first = State(default=None)
+    acc = State(default=0)
 
     def begin_window(self, window_id: int) -> None:
         self.first, self.acc = window_id, 0
@@ -165,7 +170,8 @@ class FailOnce(Operator):
 
     input = InputPort()
     output = OutputPort()
-    transient = ("_marker", "_w")
+
+    fail_window = Property(int, not_null=True)
 
     def __init__(self, fail_window: int) -> None:
         self.fail_window = fail_window
@@ -190,7 +196,6 @@ class ControlSource(InputOperator):
     """Emits one data tuple and two control tuples per window (IMMEDIATE, then END_WINDOW)."""
 
     output = OutputPort(control_aware=True)
-    transient = ("_w", "_done", "_p")
 
     def setup(self, context: OperatorContext) -> None:
         self._p = context.partition
@@ -236,7 +241,6 @@ class ControlRecorder(Operator):
 
     input = InputPort(control_aware=True)
     output = OutputPort()
-    transient = ("_seen",)
 
     def begin_window(self, window_id: int) -> None:
         self._seen: list[Any] = []
@@ -258,7 +262,6 @@ class PartitionTicks(InputOperator):
     (with the worker's pid) to ``<checkpoint>/ticks/<partition>.jsonl``."""
 
     output = OutputPort()
-    transient = ("_file", "_p", "_w", "_done")
 
     def setup(self, context: OperatorContext) -> None:
         folder = Path(context.checkpoint) / "ticks"
@@ -279,3 +282,62 @@ class PartitionTicks(InputOperator):
         if not self._done:
             self._done = True
             self.output.emit((self._w, self._p))
+
+
+# -- control senders ---------------------------------------------------------------------------
+class WatermarkSource(InputOperator):
+    """Partition p emits one tuple and the control tuple ("wm", 100 * window + p) per window."""
+
+    output = OutputPort(control_aware=True)
+
+    def setup(self, context: OperatorContext) -> None:
+        self._p = context.partition
+
+    def begin_window(self, window_id: int) -> None:
+        self._w, self._done = window_id, False
+
+    def emit_tuples(self) -> None:
+        if not self._done:
+            self._done = True
+            self.output.emit(("k", self._p))
+            self.output.emit_control(("wm", 100 * self._w + self._p))
+
+
+class SenderRecorder(Operator):
+    """Records every copy of a control tuple with its sender, and the per-sender minimum."""
+
+    input = InputPort(control_aware=True)
+    output = OutputPort()
+    minimum = State(PerSenderMinimum)
+
+    def begin_window(self, window_id: int) -> None:
+        self._copies: list[tuple] = []
+
+    def process(self, value: Any) -> None:
+        pass
+
+    def process_control(self, payload: Any, sender: ControlSender) -> bool:
+        self._copies.append((sender.operator, sender.partition, sender.partitions, payload[1]))
+        self.minimum.update(payload[1], sender)
+        return True
+
+    def end_window(self) -> None:
+        self.output.emit((sorted(self._copies), self.minimum.minimum()))
+
+
+class FailingUnifier(Unifier):
+    def process(self, value: Any) -> None:
+        raise ValueError(f"cannot unify {value!r}")
+
+
+class FailsInUnifier(Forwarder):
+    output = OutputPort(unifier=FailingUnifier)
+
+
+class SlowTeardown(Forwarder):
+    """Takes ``seconds`` to tear down (the orderly stop's last window)."""
+
+    seconds = Property(float, default=60.0)
+
+    def teardown(self) -> None:
+        time.sleep(self.seconds)

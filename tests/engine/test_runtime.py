@@ -4,6 +4,7 @@ processing modes and control tuples, asserted on what operators really received.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from malhar import DAG, ProcessingMode, StreamCodec, launch, run
+from malhar import DAG, ApplicationFailed, ProcessingMode, StreamCodec, launch, run
 from malhar.testing.operators import Collector, collected
 from tests.engine.ops import (
     AppWindowSum,
@@ -20,10 +21,14 @@ from tests.engine.ops import (
     ControlSource,
     EventLog,
     FailOnce,
+    FailsInUnifier,
     Forwarder,
     Numbers,
     RunningTotal,
+    SenderRecorder,
+    SlowTeardown,
     SumPerKey,
+    WatermarkSource,
     window_items,
 )
 
@@ -265,3 +270,68 @@ def test_cascading_unifier_equals_unpartitioned(spark, tmp_path: Path, down_part
     assert [g.partitions for g in cascade] == [3 * down_parts, 2 * down_parts]
     run(dag, windows=3, spark=spark, checkpoint=str(tmp_path), window_ms=50)
     assert _sorted_windows(collected(str(tmp_path), "out")) == expected_sums(range(3))
+
+
+def test_control_aware_ports_learn_each_copy_and_its_sender(spark, tmp_path: Path) -> None:
+    dag = DAG("senders")
+    src = dag.add_operator("src", WatermarkSource(), PARTITIONS=3)
+    direct = dag.add_operator("direct", SenderRecorder())
+    fwd = dag.add_operator("fwd", SumPerKey(), PARTITIONS=4, UNIFIER_LIMIT=2)
+    behind = dag.add_operator("behind", SenderRecorder())
+    out1 = dag.add_operator("out1", Collector())
+    out2 = dag.add_operator("out2", Collector())
+    dag.add_stream("a", src.output, direct.input, fwd.input)
+    dag.add_stream("b", fwd.output, behind.input)  # through cascading unifiers (4 -> 2 -> 1)
+    dag.add_stream("c", direct.output, out1.input)
+    dag.add_stream("d", behind.output, out2.input)
+    run(dag, windows=2, spark=spark, checkpoint=str(tmp_path), window_ms=50)
+    for w in (0, 1):
+        ((copies, minimum),) = collected(str(tmp_path), "out1")[w]
+        # one copy per upstream partition, each with its sender; the minimum of all three
+        assert copies == [("src", p, 3, 100 * w + p) for p in range(3)]
+        assert minimum == 100 * w
+        ((copies, minimum),) = collected(str(tmp_path), "out2")[w]
+        # every fwd partition forwarded the three watermarks; the unifiers kept the senders
+        assert sorted(copies) == sorted(
+            ("fwd", q, 4, 100 * w + p) for q in range(4) for p in range(3)
+        )
+        assert minimum is not None and minimum >= 100 * w
+
+
+def test_unifier_errors_name_the_unifier(spark, tmp_path: Path) -> None:
+    dag = DAG("badunifier")
+    src = dag.add_operator("src", Numbers(), PARTITIONS=2)
+    mid = dag.add_operator("mid", FailsInUnifier(), PARTITIONS=2)
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("a", src.output, mid.input)
+    dag.add_stream("b", mid.output, out.input)
+    with pytest.raises(ApplicationFailed) as info:
+        run(dag, windows=1, spark=spark, checkpoint=str(tmp_path), window_ms=50)
+    assert info.value.reason.startswith(
+        "OperatorError: operator 'mid.output->out.input#unifier' partition 0 failed in process "
+        "of window 0: ValueError: cannot unify"
+    ), info.value.reason
+
+
+def test_await_completion_and_stop_honour_their_timeouts(spark, tmp_path: Path) -> None:
+    dag = DAG("timeouts")
+    src = dag.add_operator("src", Numbers())
+    slow = dag.add_operator("slow", SlowTeardown())
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("a", src.output, slow.input)
+    dag.add_stream("b", slow.output, out.input)
+    app = launch(dag, spark=spark, checkpoint=str(tmp_path), window_ms=50)  # unbounded
+    try:
+        app.await_window(1)
+        began = time.monotonic()
+        with pytest.raises(TimeoutError, match="application 'timeouts': not done after 1s"):
+            app.await_completion(timeout=1.0)  # an unbounded run never completes
+        assert time.monotonic() - began < 20
+        assert app.query.isActive  # still running: the caller decides
+        began = time.monotonic()
+        with pytest.raises(TimeoutError, match="stopping application 'timeouts'"):
+            app.stop(timeout=2.0)  # the last window's teardown takes 60 s
+        assert time.monotonic() - began < 30
+        assert not app.query.isActive  # aborted
+    finally:
+        app.abort()

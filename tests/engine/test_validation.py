@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
 
 from malhar import (
     DAG,
+    ConfigError,
+    MalharError,
+    ProcessingMode,
+    State,
     InputPort,
     Operator,
     OutputPort,
@@ -14,6 +21,8 @@ from malhar import (
     Unifier,
     ValidationError,
 )
+from malhar import attributes as A
+from malhar.state import window_snapshot
 from malhar.testing.operators import Collector, ListInput
 
 
@@ -70,11 +79,11 @@ def test_valid_dag_passes() -> None:
     dag.validate()
 
 
-def test_duplicate_operator_name() -> None:
-    dag, src, out = _simple()
-    dag.add_operator("out", Collector())
-    dag.add_stream("s", src.output, out.input)
-    assert any("operator name 'out' is used twice" in p for p in _problems(dag))
+def test_duplicate_operator_name_fails_at_add_operator() -> None:
+    dag, _, _ = _simple()
+    with pytest.raises(ValidationError, match="operator name 'out' is used twice"):
+        dag.add_operator("out", Collector())
+    assert list(dag.operators) == ["src", "out"]
 
 
 def test_cycle_is_named() -> None:
@@ -158,8 +167,8 @@ def test_unifier_must_have_one_output() -> None:
     dag.add_stream("s", src.output, bad.input)
     dag.add_stream("t", bad.output, out.input)
     assert any(
-        "unifier TwoOutputUnifier of bad.output must have exactly one input and one output port"
-        in p
+        "output port bad.output: unifier TwoOutputUnifier must have exactly one input and one "
+        "output port" in p
         for p in _problems(dag)
     )
 
@@ -174,6 +183,27 @@ def test_bad_attributes() -> None:
     assert any("UNIFIER_LIMIT must be 0 (no cascade) or >= 2" in p for p in problems)
     with pytest.raises(KeyError, match="unknown operator attribute 'PARTITION'"):
         dag.set_operator_attribute("out", "PARTITION", 2)
+    with pytest.raises(MalharError, match="did you mean 'PARTITIONS'"):
+        dag.set_operator_attribute("out", "PARTITION", 2)
+
+
+def test_attributes_take_typed_constants_and_check_values() -> None:
+    dag, src, out = _simple()
+    dag.set_operator_attribute("out", A.PARTITIONS, 3)
+    out.set_attribute(A.PROCESSING_MODE, "at_most_once")  # an enum member by name
+    src.output.set_attribute(A.PARALLEL_PARTITION, False)
+    dag.set_attribute(A.STREAMING_WINDOW_MS, 250)
+    assert dag.operators["out"].attributes == {
+        "PARTITIONS": 3,
+        "PROCESSING_MODE": ProcessingMode.AT_MOST_ONCE,
+    }
+    assert dag.attr(A.STREAMING_WINDOW_MS) == 250
+    with pytest.raises(ConfigError, match="attribute PARTITIONS must be int, got str '3'"):
+        dag.set_operator_attribute("out", A.PARTITIONS, "3")
+    with pytest.raises(ConfigError, match="PARTITIONS must be int, got bool True"):
+        dag.add_operator("more", Collector(), PARTITIONS=True)
+    with pytest.raises(ConfigError, match="'sometimes' is not one of"):
+        out.set_attribute(A.PROCESSING_MODE, "sometimes")
 
 
 def test_unknown_port_is_named() -> None:
@@ -190,8 +220,9 @@ def test_stream_without_reader() -> None:
 
 def test_every_problem_reported_at_once() -> None:
     dag, src, _ = _simple()
-    dag.add_operator("src", ListInput([[1]]))
-    assert len(_problems(dag)) >= 2
+    dag.add_stream("dangling", src.output)
+    dag.add_operator("th", Thresholds())
+    assert len(_problems(dag)) >= 3
 
 
 class Secretive(Operator):
@@ -214,7 +245,115 @@ def test_port_attributes_are_checked() -> None:
     dag, src, out = _simple()
     dag.add_stream("s", src.output, out.input)
     out.input.set_attribute("STREAM_CODEC", "word")
-    out.input.set_attribute("PARALLEL_PARTITION", "yes")
     problems = _problems(dag)
     assert any("STREAM_CODEC must be a StreamCodec instance" in p for p in problems)
-    assert any("PARALLEL_PARTITION must be True or False, got 'yes'" in p for p in problems)
+    with pytest.raises(ConfigError, match="PARALLEL_PARTITION must be bool, got str 'yes'"):
+        out.input.set_attribute("PARALLEL_PARTITION", "yes")
+
+
+# -- explicit state ---------------------------------------------------------------------------
+class Undeclared(Operator):
+    input = InputPort()
+    limit = Property(int, default=3)
+    seen = State(set)
+
+    def __init__(self) -> None:
+        self.limit = 4  # a property: fine
+        self.seen.add("x")  # a state field: fine
+        self.lookup = {"a": 1}  # neither: would not reach the partitions
+
+    def process(self, value: Any) -> None:
+        self.seen.add(value)
+
+
+class HoldsALock(Operator):
+    input = InputPort()
+    guard = State(threading.Lock)
+
+    def process(self, value: Any) -> None:
+        pass
+
+
+def test_an_attribute_that_is_neither_property_nor_state_is_refused() -> None:
+    dag, src, _ = _simple()
+    op = dag.add_operator("u", Undeclared())
+    dag.add_stream("s2", src.output, op.input)
+    problems = _problems(dag)
+    assert [p for p in problems if "'lookup'" in p] == [
+        "operator 'u' (Undeclared): attribute 'lookup' is set before launch but is neither a "
+        "Property (configuration) nor a State field (checkpointed), so the partitions would "
+        "not get it: declare `lookup = Property(...)` or `lookup = State(...)` on the class, "
+        "or create it in setup()"
+    ]
+    assert not [p for p in problems if "'limit'" in p or "'seen'" in p]
+
+
+def test_state_that_will_not_pickle_is_named() -> None:
+    dag, src, _ = _simple()
+    op = dag.add_operator("locked", HoldsALock())
+    dag.add_stream("s2", src.output, op.input)
+    op.operator.guard  # the factory builds the lock on first use
+    problems = _problems(dag)
+    assert any(
+        p.startswith("operator 'locked' (HoldsALock): guard: TypeError: cannot pickle")
+        for p in problems
+    ), problems
+
+
+def test_state_fields_are_the_snapshot_and_properties_are_not() -> None:
+    op = Undeclared()
+    snapshot = window_snapshot(op)
+    assert snapshot == {"fields": {"seen": {"x"}}}
+    clone = op.clone()
+    assert clone.limit == 4 and clone.seen == {"x"} and clone.seen is not op.seen
+    assert not hasattr(clone, "lookup")  # runtime attributes are not copied
+
+
+class NoHandler(Operator):
+    input = InputPort()
+    side = InputPort(optional=True)
+
+    def process_input(self, value: Any) -> None:
+        pass
+
+
+def test_an_input_port_without_a_handler_fails_validation() -> None:
+    dag, src, _ = _simple()
+    op = dag.add_operator("nh", NoHandler())
+    dag.add_stream("s2", src.output, op.input)
+    assert any(
+        "operator 'nh' (NoHandler): input port 'side' has no handler: define process_side" in p
+        for p in _problems(dag)
+    )
+
+
+class ConfiguredUnifier(Unifier):
+    scale = Property(int, default=1)
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value * self.scale)
+
+
+class Scaled(Operator):
+    input = InputPort()
+    output = OutputPort(unifier=ConfiguredUnifier)
+    factor = Property(int, default=10)
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value)
+
+    def get_unifier(self, port: str) -> ConfiguredUnifier:
+        return ConfiguredUnifier().configure(scale=self.factor)
+
+
+def test_unifiers_are_configured_instances() -> None:
+    from malhar.engine.plan import build_plan
+
+    dag, src, out = _simple()
+    op = dag.add_operator("scaled", Scaled(), PARTITIONS=2)
+    op.operator.factor = 7
+    dag.add_stream("s", src.output, op.input)
+    dag.add_stream("t", op.output, out.input)
+    plan = build_plan(dag)
+    (route,) = [r for r in plan.routes if r.unifier is not None]
+    assert isinstance(route.unifier, ConfiguredUnifier) and route.unifier.scale == 7

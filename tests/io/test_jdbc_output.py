@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from malhar import DAG, KeyCodec, OperatorContext, launch, run
+from malhar import DAG, KeyCodec, OperatorContext, Property, launch, run
 from malhar.io.jdbc import (
     JdbcConfigError,
     JdbcConnectionError,
@@ -342,12 +342,11 @@ def test_missing_table_and_wrong_credentials_are_clear(postgres_service) -> None
 class RetryWatch(JdbcOutputOperator):
     """Signals its first retry: an event in this process, a file when run by Spark workers."""
 
-    transient = (*JdbcOutputOperator.transient, "event")
+    marker = Property(str, default=None)
 
     def __init__(self, *args: Any, marker: str | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.marker = marker
-        self.event = threading.Event()
 
     def setup(self, context: OperatorContext) -> None:
         self.event = threading.Event()

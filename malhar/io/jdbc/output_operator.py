@@ -17,6 +17,7 @@ from malhar.io.jdbc.transaction import TransactionalWriter, WindowResult
 from malhar.operator import ActivationListener, Operator, OperatorContext
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
+from malhar.state import State
 
 log = logging.getLogger("malhar.io.jdbc")
 
@@ -67,7 +68,9 @@ class JdbcOutputOperator(Operator, ActivationListener):
         bool, default=False, doc="skip (instead of failing on) windows older than the committed one"
     )
 
-    transient = ("_writer", "_key")
+    #: the open application window's rows (more than one streaming window only with
+    #: APPLICATION_WINDOW_COUNT > 1; end_window empties it, so it is cheap to checkpoint)
+    _buffer = State(RowBuffer)
 
     def __init__(self, url: str | None = None, table: str | None = None, **properties: Any) -> None:
         if url is not None:
@@ -79,12 +82,6 @@ class JdbcOutputOperator(Operator, ActivationListener):
                 raise TypeError(f"{type(self).__name__} has no property {name!r}")
             if value is not None:
                 setattr(self, name, value)
-        # Not transient: with APPLICATION_WINDOW_COUNT > 1 the buffer spans streaming
-        # windows and must survive a restore; it is empty (and cheap) at every other
-        # checkpoint, because end_window clears it.
-        self._buffer = RowBuffer()
-        self._window = -1
-        self._skip = False
 
     # -- settings ----------------------------------------------------------------------------
     def options(self) -> JdbcOptions:

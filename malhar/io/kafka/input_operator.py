@@ -44,6 +44,7 @@ from malhar.io.kafka.records import (
 from malhar.operator import CheckpointListener, InputOperator, OperatorContext
 from malhar.ports import OutputPort
 from malhar.properties import Property
+from malhar.state import State
 
 log = logging.getLogger("malhar.io.kafka")
 
@@ -141,27 +142,14 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         bool, default=True, doc="commit each committed window's offsets to the consumer group"
     )
 
-    transient = (
-        "_client",
-        "_wdm",
-        "_deser",
-        "_schema",
-        "_tps",
-        "_limit",
-        "_live",
-        "_pending",
-        "_window",
-        "_replay",
-        "_replayed",
-        "_count",
-        "_bytes",
-        "_ranges",
-        "_first_call",
-        "_label",
-        "_topic",
-        "_began",
-        "_eof_mark",
-    )
+    #: (topic, partition) -> next offset to read: the operator's position
+    _next = State(dict)
+    #: [(window, position after it)] since the last committed window
+    _history = State(list)
+    #: what was last committed to the consumer group, per partition
+    _group_committed = State(dict)
+    #: the partition count the checkpoint was written with
+    _partitions = State(default=None)
 
     def __init__(
         self,
@@ -169,12 +157,6 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         topics: str | Iterable[str] | None = None,
         **properties: Any,
     ) -> None:
-        #: (topic, partition) -> next offset to read: the operator's position (checkpointed)
-        self._next: dict[TP, int] = {}
-        #: [(window, position after it)] since the last committed window
-        self._history: list[tuple[int, dict[TP, int]]] = []
-        self._group_committed: dict[TP, int] = {}
-        self._partitions: int | None = None
         if bootstrap_servers is not None:
             self.bootstrap_servers = bootstrap_servers
         if topics is not None:

@@ -1,0 +1,194 @@
+"""Where emitted tuples go: fused edges (direct calls) and routes (envelope chunks).
+
+An operator's bound output port holds one :class:`~malhar.ports.Emitter`:
+
+- :class:`LocalSink`: a fused edge (Apex THREAD_LOCAL); ``emit`` is a call of the
+  downstream handler through the partition's dispatcher;
+- :class:`RouteBuffer`: an edge to another task; tuples are partitioned (stream codec,
+  round robin), buffered per destination partition and cut into envelope chunks;
+- :class:`FanOut`: several of those.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from malhar.control import ControlSender, ControlTuple
+from malhar.engine import envelope as E
+from malhar.engine.plan import Group, Route
+from malhar.ports import Emitter
+
+if TYPE_CHECKING:
+    from malhar.engine.runtime import PartitionRuntime
+
+#: rows per destination partition buffered before a chunk is cut mid-window
+CHUNK_ROWS = 65_536
+
+
+class FanOut(Emitter):
+    def __init__(self, targets: list[Emitter]) -> None:
+        self.targets = targets
+
+    def tuple(self, value: Any) -> None:
+        for t in self.targets:
+            t.tuple(value)
+
+    def batch(self, batch: pa.RecordBatch) -> None:
+        for t in self.targets:
+            t.batch(batch)
+
+    def control(self, ctl: ControlTuple, sender: ControlSender | None = None) -> None:
+        for t in self.targets:
+            t.control(ctl, sender)
+
+
+class LocalSink(Emitter):
+    """A fused stream edge (or a unifier's output): delivery is a direct call.
+
+    Args:
+        stream, upstream: the stream and the operator writing it (control senders).
+        senders: upstream partitions feeding the receiving partition: 1 on a fused
+            edge, all of them behind a unifier.
+    """
+
+    def __init__(
+        self, rt: PartitionRuntime, op: str, port: str, stream: str, upstream: str, senders: int
+    ) -> None:
+        self.dispatcher = rt.dispatcher
+        self.op, self.port = op, port
+        self.own_sender = ControlSender(stream, upstream, rt.partition, senders)
+
+    def tuple(self, value: Any) -> None:
+        self.dispatcher.deliver_tuple(self.op, self.port, value)
+
+    def batch(self, batch: pa.RecordBatch) -> None:
+        self.dispatcher.deliver_batch(self.op, self.port, batch)
+
+    def control(self, ctl: ControlTuple, sender: ControlSender | None = None) -> None:
+        self.dispatcher.deliver_control(self.op, self.port, ctl, sender or self.own_sender)
+
+
+class RouteBuffer(Emitter):
+    """A stream edge to another task: tuples are partitioned, buffered and cut into chunks."""
+
+    def __init__(
+        self,
+        rt: PartitionRuntime,
+        route: Route,
+        dest: Group | None = None,
+        fixed: int | None = None,
+    ) -> None:
+        plan = rt.plan
+        self.rt = rt
+        self.route = route
+        self.fixed = fixed  # all output to one partition of ``dest`` (cascade unifiers)
+        self.n = plan.groups[route.dest_group].partitions  # tuples choose among these
+        self.first_cascade = (
+            plan.groups[route.cascade[0]] if route.cascade and dest is None else None
+        )
+        self.dest = dest or self.first_cascade or plan.groups[route.dest_group]
+        self.tuples: dict[int, list[Any]] = defaultdict(list)
+        self.batches: dict[int, list[pa.RecordBatch]] = defaultdict(list)
+        self.rows: dict[int, int] = defaultdict(int)
+        self.rr = rt.partition  # round robin starts at our own index: spreads partitions
+        self.pending: list[Any] = []
+
+    def tuple(self, value: Any) -> None:
+        if self.route.arrow_schema is not None and self.n > 1 and self.fixed is None:
+            # Typed tuples are partitioned later, a whole Arrow batch at a time.
+            self.pending.append(value)
+            if len(self.pending) >= CHUNK_ROWS:
+                self._drain_pending()
+            return
+        if self.n == 1 or self.fixed is not None:
+            d = 0
+        elif self.route.codec is not None:
+            d = self.route.codec.partition(value) % self.n
+        else:
+            d = self.rr % self.n
+            self.rr += 1
+        self.tuples[d].append(value)
+        self._count(d, 1)
+
+    def _drain_pending(self) -> None:
+        if self.pending:
+            rows, self.pending = self.pending, []
+            self.batch(pa.RecordBatch.from_pylist(rows, schema=self.route.arrow_schema))
+
+    def batch(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if self.n == 1 or self.fixed is not None:
+            self.batches[0].append(batch)
+            self._count(0, batch.num_rows)
+            return
+        if self.route.codec is not None:
+            keys = np.asarray(self.route.codec.partition_batch(batch)) % self.n
+            for d in np.unique(keys):
+                part = batch.filter(pa.array(keys == d))
+                self.batches[int(d)].append(part)
+                self._count(int(d), part.num_rows)
+            return
+        step = -(-batch.num_rows // self.n)
+        for i in range(self.n):
+            part = batch.slice(i * step, step)
+            if part.num_rows:
+                d = (self.rr + i) % self.n
+                self.batches[d].append(part)
+                self._count(d, part.num_rows)
+        self.rr += 1
+
+    def control(self, ctl: ControlTuple, sender: ControlSender | None = None) -> None:
+        self._drain_pending()
+        # a unifier of a cascade passes on the upstream partition it heard from
+        origin = self.rt.partition if sender is None else sender.partition
+        payload = E.encode_control(ctl, origin)
+        targets = [0] if self.fixed is not None else range(self.n)
+        for d in targets:
+            self.flush_one(d)  # keep control in stream order after earlier data
+            self.rt.emit_row(self.dest, self._index(d), E.CONTROL, self.route.id, payload=payload)
+
+    def _count(self, d: int, rows: int) -> None:
+        self.rows[d] += rows
+        if self.rows[d] >= CHUNK_ROWS:
+            self.flush_one(d)
+
+    def _index(self, d: int) -> int:
+        """Partition of ``self.dest`` that receives tuples meant for downstream partition d."""
+        if self.fixed is not None:
+            return self.fixed
+        if self.first_cascade is not None:
+            fan = self.first_cascade.fan
+            return d * fan + (self.rt.partition * fan) // self.route.upstream_partitions
+        return d
+
+    def flush_one(self, d: int) -> None:
+        tuples, batches = self.tuples.pop(d, []), self.batches.pop(d, [])
+        rows = self.rows.pop(d, 0)
+        if not rows:
+            return
+        schema = self.route.arrow_schema
+        if schema is None:
+            values = tuples + [v for b in batches for v in b.column(0).to_pylist()]
+            payload = E.encode_objects(values)
+        else:
+            if tuples:
+                batches.append(pa.RecordBatch.from_pylist(tuples, schema=schema))
+            if len(batches) == 1:
+                merged = batches[0]
+            else:
+                table = pa.Table.from_batches([b.cast(schema) for b in batches], schema=schema)
+                merged = table.combine_chunks().to_batches()[0]
+            payload = E.encode_batch(merged)
+        self.rt.emit_row(
+            self.dest, self._index(d), E.DATA, self.route.id, count=rows, payload=payload
+        )
+
+    def flush(self) -> None:
+        self._drain_pending()
+        for d in sorted(set(self.tuples) | set(self.batches)):
+            self.flush_one(d)
