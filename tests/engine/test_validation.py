@@ -10,14 +10,14 @@ import pytest
 from malhar import (
     DAG,
     ConfigError,
-    MalharError,
-    ProcessingMode,
-    State,
     InputPort,
+    MalharError,
     Operator,
     OutputPort,
+    ProcessingMode,
     Property,
     PropertyError,
+    State,
     Unifier,
     ValidationError,
 )
@@ -292,7 +292,7 @@ def test_state_that_will_not_pickle_is_named() -> None:
     dag, src, _ = _simple()
     op = dag.add_operator("locked", HoldsALock())
     dag.add_stream("s2", src.output, op.input)
-    op.operator.guard  # the factory builds the lock on first use
+    _ = op.operator.guard  # the factory builds the lock on first use
     problems = _problems(dag)
     assert any(
         p.startswith("operator 'locked' (HoldsALock): guard: TypeError: cannot pickle")
