@@ -521,8 +521,7 @@ def inprocess(
         _inprocess_windows(plan, windows, miss, profile, times, cpus)
     finally:
         S.StateStore.save = original_save  # type: ignore[method-assign]
-        for key in [k for k in T._LIVE if k[0] == plan.app]:
-            T._LIVE.pop(key).teardown()
+        T._CACHE.evict(lambda key, _: key[0] == plan.app)
     report = _PROFILE.pop("report", "")
     snap = max((p.stat().st_size for p in Path(root).rglob("*.state")), default=0)
     per_task = len(saves) / ((windows - 1) * sum(plan.levels))
@@ -539,8 +538,8 @@ def _inprocess_windows(
 
     for w in range(windows):
         if miss:
-            for key in [k for k in T._LIVE if k[0] == plan.app]:
-                T._LIVE.pop(key)  # the runtime now lives in "another worker": no teardown
+            for key in [k for k in list(T._CACHE.live) if k[0] == plan.app]:
+                T._CACHE.take(key)  # the runtime now lives in "another worker": no teardown
         prof = cProfile.Profile() if profile and w == windows - 1 else None
         t, c = time.perf_counter(), time.process_time()
         if prof:

@@ -46,6 +46,7 @@ from typing import Any
 from malhar import attributes as A
 from malhar import registry
 from malhar.dag import DAG, OperatorHandle, PortHandle
+from malhar.errors import MalharError
 from malhar.operator import Operator
 from malhar.ports import ports_of
 from malhar.properties import properties_of
@@ -62,7 +63,7 @@ _OPERATOR_KEYS = {"class", "args", "properties", "attributes", "port_attributes"
 _STREAM_KEYS = {"from", "to", "description"}
 
 
-class ApplicationError(ValueError):
+class ApplicationError(MalharError, ValueError):
     """The application cannot be loaded or built; ``problems`` lists every reason."""
 
     def __init__(self, problems: list[str], app: str | None = None) -> None:
@@ -610,9 +611,17 @@ def load_application(
         ApplicationError: the application cannot be found, imported or built.
 
     Example:
+        >>> import json, pathlib, tempfile
         >>> from malhar.app import load_application
-        >>> dag = load_application("docs/examples/numbers.json")      # doctest: +SKIP
-        >>> dag.validate()                                             # doctest: +SKIP
+        >>> spec = pathlib.Path(tempfile.mkdtemp()) / "numbers.json"
+        >>> _ = spec.write_text(json.dumps({
+        ...     "name": "numbers",
+        ...     "operators": {"src": {"class": "ListInput", "args": [[[1, 2], [3]]]},
+        ...                   "out": {"class": "Collector"}},
+        ...     "streams": {"s": {"from": "src.output", "to": "out.input"}}}))
+        >>> dag = load_application(str(spec), {"dt.attr.STREAMING_WINDOW_MS": 200})
+        >>> dag.name, dag.attributes["STREAMING_WINDOW_MS"], sorted(dag.operators)
+        ('numbers', 200, ['out', 'src'])
     """
     config = dict(config or {})
     try:

@@ -82,6 +82,12 @@ SLOT_CLAIMS = _attr(
     bool,
     "level-0 tasks claim input slots, one task per core (False: one task per slot, no claims)",
 )
+IDLE_RUNTIME_TIMEOUT_MS = _attr(
+    "IDLE_RUNTIME_TIMEOUT_MS",
+    60_000,
+    int,
+    "a worker tears down a partition runtime it has not run for this long (its slot moved)",
+)
 # -- operator ---------------------------------------------------------------------------
 PARTITIONS = _attr("PARTITIONS", 1, int, "static partition count")
 APPLICATION_WINDOW_COUNT = _attr(
@@ -96,7 +102,16 @@ UNIFIER_LIMIT = _attr(
 STREAM_CODEC = _attr("STREAM_CODEC", None, object, "partitions tuples of an input port")
 PARALLEL_PARTITION = _attr("PARALLEL_PARTITION", False, bool, "replicate with upstream, no shuffle")
 
-APPLICATION = {a.name: a for a in (STREAMING_WINDOW_MS, APPLICATION_NAME, CHECKPOINT, SLOT_CLAIMS)}
+APPLICATION = {
+    a.name: a
+    for a in (
+        STREAMING_WINDOW_MS,
+        APPLICATION_NAME,
+        CHECKPOINT,
+        SLOT_CLAIMS,
+        IDLE_RUNTIME_TIMEOUT_MS,
+    )
+}
 OPERATOR = {
     a.name: a
     for a in (

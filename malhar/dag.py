@@ -71,14 +71,23 @@ class DAG:
         >>> dag.validate()
     """
 
-    def __init__(self, name: str = "app", **attributes: Any) -> None:
-        self.name = name
+    def __init__(self, name: str | None = None, **attributes: Any) -> None:
+        #: the application's name; outputs key their exactly-once records by it, so keep it
+        #: stable across restarts. Without one, ``launch`` derives one from the checkpoint.
+        self.name = name or "app"
         self.operators: dict[str, OperatorMeta] = {}
         self.streams: dict[str, Stream] = {}
-        self.attributes: dict[str, Any] = {A.APPLICATION_NAME.name: name}
+        self.attributes: dict[str, Any] = {}
+        if name is not None:
+            self.set_attribute(A.APPLICATION_NAME, name)
         for key, value in attributes.items():
             self.set_attribute(key, value)
         self._problems: list[str] = []
+
+    @property
+    def named(self) -> bool:
+        """True once the application has an explicit name (``DAG(name)``, APPLICATION_NAME)."""
+        return A.APPLICATION_NAME.name in self.attributes
 
     # -- building --------------------------------------------------------------------------
     def add_operator(self, name: str, operator: Operator, **attributes: Any) -> OperatorHandle:
@@ -87,12 +96,21 @@ class DAG:
             raise TypeError(
                 f"add_operator({name!r}): expected an Operator, got {type(operator).__name__}"
             )
-        if name in self.operators:
-            from malhar.validation import ValidationError
+        from malhar.validation import ValidationError
 
+        if name in self.operators:
             raise ValidationError(
                 [f"operator name {name!r} is used twice: give each operator a unique name"]
             )
+        if not isinstance(name, str) or not name.strip() or name.startswith("__"):
+            raise ValidationError(
+                [
+                    f"operator name {name!r} is not allowed: use a non-empty name that does not "
+                    "start with '__' (reserved for the engine, e.g. its window log '__app__')"
+                ]
+            )
+        if not name.isprintable():
+            raise ValidationError([f"operator name {name!r} has control characters"])
         meta = OperatorMeta(name, operator)
         self.operators[name] = meta
         for key, value in attributes.items():

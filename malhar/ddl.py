@@ -12,6 +12,8 @@ import re
 
 from pyspark.sql import types as T
 
+from malhar.errors import MalharError
+
 _ATOMIC: dict[str, T.DataType] = {
     "string": T.StringType(),
     "varchar": T.StringType(),
@@ -38,7 +40,7 @@ _ATOMIC: dict[str, T.DataType] = {
 _TOKEN = re.compile(r"\s*(`[^`]*`|[A-Za-z_][A-Za-z0-9_]*|\d+|[<>(),:])")
 
 
-class DDLError(ValueError):
+class DDLError(MalharError, ValueError):
     pass
 
 

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
 
+from malhar.errors import MalharError
 from malhar.operator import InputOperator, Operator, Unifier
 from malhar.ports import ports_of
 from malhar.suggest import close_matches
@@ -56,7 +57,7 @@ GROUPS = (*COMPONENT_GROUPS, APPLICATIONS_GROUP)
 KINDS = ("input", "operator", "unifier", "connector", "application")
 
 
-class RegistryError(LookupError):
+class RegistryError(MalharError, LookupError):
     """A name that the registry cannot turn into a class or an application."""
 
 

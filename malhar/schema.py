@@ -26,6 +26,7 @@ from pyspark.sql.types import (
 )
 
 from malhar.ddl import DDLError, parse_ddl
+from malhar.errors import MalharError
 
 SchemaSpec = str | StructType | type | None
 
@@ -41,7 +42,7 @@ _PY_TO_SPARK: dict[Any, DataType] = {
 }
 
 
-class SchemaError(ValueError):
+class SchemaError(MalharError, ValueError):
     """A port schema that cannot be understood."""
 
 

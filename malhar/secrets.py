@@ -19,10 +19,12 @@ import os
 import re
 from typing import Any
 
+from malhar.errors import ConfigError
+
 _REFERENCE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
 
 
-class SecretReferenceError(ValueError):
+class SecretReferenceError(ConfigError):
     """A ``${env:...}`` / ``${file:...}`` reference that cannot be read."""
 
 

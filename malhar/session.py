@@ -47,6 +47,9 @@ def session_conf(
         "spark.pyspark.driver.python": sys.executable,
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
         "spark.sql.streaming.stopTimeout": "30s",
+        # Spark's default ("(?i)url") plus malhar's source options: the pickled plan carries
+        # operators' configuration, so it is masked wherever Spark prints plans (UI, logs)
+        "spark.sql.redaction.options.regex": "(?i)url|^plan$",
     }
     jar_list = [str(j) for j in jars]
     if jar_list:
@@ -85,7 +88,7 @@ def build_session(
     each streaming query starts for its source (:mod:`malhar.spark_home`;
     ``MALHAR_SPARK_HOME_OVERLAY=0`` turns it off).
 
-    Example:
+    Example (Not run: it starts a Spark JVM; ``tests/test_session.py`` covers it):
         >>> from malhar import build_session
         >>> spark = build_session("local[2]")          # doctest: +SKIP
         >>> spark.range(3).count()                     # doctest: +SKIP

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
+import hashlib
 import json
 import logging
+import os
+import shutil
 import tempfile
 import threading
 import time
@@ -341,6 +345,38 @@ class RunningApplication:
             self._finish()
 
 
+#: checkpoints ``launch`` created in temporary folders: removed at exit
+_TEMPORARY: list[str] = []
+
+
+@atexit.register
+def _remove_temporary_checkpoints() -> None:  # pragma: no cover - process exit
+    for path in _TEMPORARY:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def literal_secrets(dag: DAG) -> list[str]:
+    """``operator.property`` for each property holding a secret that is not a reference."""
+    from malhar.properties import properties_of
+    from malhar.redaction import secret_values
+    from malhar.secrets import is_reference
+
+    found = []
+    for name, meta in dag.operators.items():
+        for pname, prop in properties_of(type(meta.operator)).items():
+            value = getattr(meta.operator, pname, None)
+            if any(not is_reference(v) for v in secret_values(value, pname, secret=prop.secret)):
+                found.append(f"{name}.{pname}")
+    return found
+
+
+def derived_name(checkpoint: str) -> str:
+    """A stable, unique name for an unnamed application: a digest of its checkpoint location
+    (the same on every restart from that checkpoint, different for every other one)."""
+    where = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
+    return "app-" + hashlib.sha256(where.rstrip("/").encode()).hexdigest()[:12]
+
+
 def launch(
     dag: DAG,
     *,
@@ -366,13 +402,36 @@ def launch(
     dag.attributes = dict(dag.attributes)
     checkpoint = checkpoint or dag.attr(A.CHECKPOINT)
     if checkpoint is None:
-        checkpoint = tempfile.mkdtemp(prefix=f"malhar-{dag.name}-")
-        log.warning("malhar: no CHECKPOINT set; using %s (no recovery across runs)", checkpoint)
+        checkpoint = tempfile.mkdtemp(prefix=f"malhar-{dag.name}-")  # owner-only (0700)
+        _TEMPORARY.append(checkpoint)
+        log.warning(
+            "malhar: no CHECKPOINT set; using %s, removed when this process exits "
+            "(no recovery across runs)",
+            checkpoint,
+        )
     dag.set_attribute(A.CHECKPOINT.name, checkpoint)
+    if not dag.named:
+        dag.set_attribute(A.APPLICATION_NAME, derived_name(checkpoint))
+        log.warning(
+            "malhar: the application has no name; using %r, derived from its checkpoint %s. "
+            "Outputs key their exactly-once records (meta rows, transactional ids) by this "
+            "name: give the DAG a stable name, DAG('my-app'), before it writes anywhere that "
+            "outlives this checkpoint",
+            dag.name,
+            checkpoint,
+        )
     if window_ms is not None:
         dag.set_attribute(A.STREAMING_WINDOW_MS.name, window_ms)
     plan = build_plan(dag)
     plan.id = uuid.uuid4().hex
+    literal = literal_secrets(dag)
+    if literal:
+        log.warning(
+            "malhar: %s hold literal secrets; they travel inside the plan Spark ships to its "
+            "executors (never in checkpoints). Write them as references, '${env:NAME}' or "
+            "'${file:/path}', read on the executors",
+            ", ".join(literal),
+        )
     fs, claims = claims_root(checkpoint)  # an earlier launch's slot claims
     fs.delete(claims, recursive=True)
     df = build_dataframe(spark, plan, windows)

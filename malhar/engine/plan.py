@@ -70,6 +70,8 @@ class Plan:
     window_ms: int
     group_of: dict[str, int]
     id: str = ""  # set per launch; a worker's cached runtime belongs to one launch
+    #: a worker tears down a runtime idle for this long (IDLE_RUNTIME_TIMEOUT_MS)
+    idle_timeout_ms: int = 60_000
 
     def group_at(self, level: int, slot: int) -> tuple[Group, int]:
         for g in self.groups:
@@ -253,6 +255,7 @@ def build_plan(dag: DAG) -> Plan:
         checkpoint=dag.attr(A.CHECKPOINT),
         window_ms=dag.attr(A.STREAMING_WINDOW_MS),
         group_of=group_of,
+        idle_timeout_ms=int(dag.attr(A.IDLE_RUNTIME_TIMEOUT_MS)),
     )
 
 

@@ -11,7 +11,9 @@ window (another worker ran it, or a failure).
 from __future__ import annotations
 
 import atexit
-from collections.abc import Iterable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -19,22 +21,93 @@ from malhar.engine import envelope as E
 from malhar.engine.plan import Group, Plan
 from malhar.engine.runtime import PartitionRuntime
 
+
 # -- cache of live runtimes in this Python worker ------------------------------------------------
-_LIVE: dict[tuple[str, str, int], PartitionRuntime] = {}
+class RuntimeCache:
+    """The live runtimes of this Python worker, by (application, group, partition).
+
+    A runtime is kept between windows so that the next window of its slot in this
+    worker skips the restore. When its slot moves to another worker (Spark places
+    later levels freely), the runtime here would hold its connections and buffers (a
+    Kafka consumer prefetches up to 64 MB) until this worker met it again or exited:
+    runtimes idle for longer than the plan's ``IDLE_RUNTIME_TIMEOUT_MS`` are torn
+    down, by the next acquire in this worker or by a daemon thread that wakes while
+    the worker sits idle.
+    """
+
+    def __init__(self) -> None:
+        self.live: dict[tuple[str, str, int], tuple[PartitionRuntime, float]] = {}
+        self.lock = threading.RLock()
+        self._sweeper: threading.Thread | None = None
+
+    def __contains__(self, key: tuple[str, str, int]) -> bool:
+        return key in self.live
+
+    def runtimes(self) -> list[PartitionRuntime]:
+        with self.lock:
+            return [rt for rt, _ in self.live.values()]
+
+    def take(self, key: tuple[str, str, int]) -> PartitionRuntime | None:
+        with self.lock:
+            found = self.live.pop(key, None)
+        return None if found is None else found[0]
+
+    def put(self, rt: PartitionRuntime) -> None:
+        with self.lock:
+            self.live[(rt.plan.app, rt.group.key, rt.partition)] = (rt, time.monotonic())
+            if self._sweeper is None:
+                self._sweeper = threading.Thread(
+                    target=self._sweep_forever, name="malhar-runtime-sweeper", daemon=True
+                )
+                self._sweeper.start()
+
+    def evict(self, predicate: Callable[[tuple[str, str, int], PartitionRuntime], bool]) -> int:
+        """Tear down (outside the lock) the runtimes ``predicate`` selects; how many."""
+        with self.lock:
+            gone = [(k, rt) for k, (rt, _) in self.live.items() if predicate(k, rt)]
+            for key, _ in gone:
+                del self.live[key]
+        for _, rt in gone:
+            rt.teardown()
+        return len(gone)
+
+    def evict_idle(self, now: float | None = None) -> int:
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            idle = {
+                key
+                for key, (rt, since) in self.live.items()
+                if now - since > rt.plan.idle_timeout_ms / 1000
+            }
+        return self.evict(lambda key, _: key in idle)
+
+    def _sweep_forever(self) -> None:  # pragma: no cover - timing of a daemon thread
+        while True:
+            with self.lock:
+                timeouts = [rt.plan.idle_timeout_ms / 1000 for rt, _ in self.live.values()]
+            time.sleep(max(0.05, min(timeouts, default=60.0) / 4))
+            self.evict_idle()
+
+    def clear(self) -> None:
+        self.evict(lambda *_: True)
+
+
+_CACHE = RuntimeCache()
 
 
 def acquire(plan: Plan, group: Group, partition: int, window: int) -> PartitionRuntime:
     key = (plan.app, group.key, partition)
-    for other, stale in list(_LIVE.items()):
-        if (
+    # an earlier launch of this application: release its resources
+    _CACHE.evict(
+        lambda other, stale: (
             other != key
             and other[0] == plan.app
             and stale.plan.id != plan.id
             and stale.plan.checkpoint == plan.checkpoint
-        ):
-            del _LIVE[other]  # an earlier launch of this application: release its resources
-            stale.teardown()
-    rt = _LIVE.pop(key, None)
+        )
+    )
+    _CACHE.evict_idle()
+    rt = _CACHE.take(key)
     if rt is not None and rt.window == window - 1 and rt.plan.id == plan.id:
         return rt
     if rt is not None:
@@ -48,23 +121,21 @@ def warm_slots(plan: Plan, level: int, window: int) -> list[int]:
     """The slots of ``level`` whose runtime this worker holds at ``window - 1``."""
     return sorted(
         rt.group.slot_offset + rt.partition
-        for rt in _LIVE.values()
+        for rt in _CACHE.runtimes()
         if rt.plan.id == plan.id and rt.group.level == level and rt.window == window - 1
     )
 
 
 def release(rt: PartitionRuntime, *, keep: bool, failed: bool = False) -> None:
     if keep:
-        _LIVE[(rt.plan.app, rt.group.key, rt.partition)] = rt
+        _CACHE.put(rt)
     elif failed:
         rt.teardown()  # release connections now; the replay restores from the store
 
 
 @atexit.register
 def _teardown_all() -> None:  # pragma: no cover - process exit
-    for rt in list(_LIVE.values()):
-        rt.teardown()
-    _LIVE.clear()
+    _CACHE.clear()
 
 
 def run_window(

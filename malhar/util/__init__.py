@@ -1,7 +1,8 @@
 """malhar util: storage managers (window -> data/offset WALs) and filesystems (local, HDFS).
 
+>>> import tempfile
 >>> from malhar.util import FSWindowDataManager
->>> with FSWindowDataManager("/tmp/wal", "kafka-in", partition=0) as m:   # doctest: +SKIP
+>>> with FSWindowDataManager(tempfile.mkdtemp(), "kafka-in", partition=0) as m:
 ...     m.save({"offsets": {0: 42}}, window_id=7)
 ...     m.retrieve(7)
 {'offsets': {0: 42}}

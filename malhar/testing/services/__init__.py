@@ -1,5 +1,7 @@
 """Real Kafka, PostgreSQL and HDFS for tests, samples and benchmarks.
 
+Not run: the example starts a real server (``tests/services`` covers it).
+
 >>> from malhar.testing.services import acquire
 >>> with acquire("postgres") as pg:          # doctest: +SKIP
 ...     print(pg.connection()["dsn"])

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from malhar.errors import MalharError
 
-class ServiceError(RuntimeError):
+
+class ServiceError(MalharError, RuntimeError):
     """A real service could not be started, reached or stopped.
 
     The message always names the service, what was attempted, and the log file

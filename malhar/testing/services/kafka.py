@@ -8,6 +8,8 @@ real metadata request through librdkafka (confluent-kafka) that finds every
 partition led, and after a restart a committed-offsets lookup answered by every
 group coordinator.
 
+Not run: the example starts a real broker (``tests/services/test_kafka.py`` covers it).
+
 >>> with KafkaService().start() as kafka:             # doctest: +SKIP
 ...     kafka.create_topic("events", partitions=3)
 ...     producer = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap_servers})

@@ -1,8 +1,10 @@
 """Filesystems for the storage managers: local and HDFS (WebHDFS).
 
 >>> from malhar.util.fs import filesystem_for
->>> fs, path = filesystem_for("/tmp/x")            # doctest: +SKIP
->>> fs, path = filesystem_for("webhdfs://nn:9870/apps/x")   # doctest: +SKIP
+>>> filesystem_for("/tmp/x")[1]
+'/tmp/x'
+>>> filesystem_for("webhdfs://nn:9870/apps/x")   # no request until the first operation
+(HdfsFileSystem('http://nn:9870', user=...), '/apps/x')
 """
 
 from malhar.util.fs.base import Appender, FileStatus, FileSystem

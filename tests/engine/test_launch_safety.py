@@ -1,0 +1,83 @@
+"""What launch does so that nothing is shared, leaked or left behind by accident."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from malhar import DAG, InputPort, Operator, Property, ValidationError, run
+from malhar.engine.launcher import derived_name, literal_secrets
+from malhar.testing.operators import Collector, ListInput
+from tests.spark_subprocess import run_spark_script
+
+
+class Sink(Operator):
+    input = InputPort()
+    password = Property(str, default=None)
+    client_config = Property(dict, default=None)
+
+    def process(self, value: object) -> None:
+        pass
+
+
+def test_derived_names_are_stable_per_checkpoint_and_differ_between_checkpoints(
+    tmp_path: Path,
+) -> None:
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert derived_name(a) == derived_name(a + "/") == derived_name(a)
+    assert derived_name(a) != derived_name(b)
+    assert derived_name("hdfs://nn:8020/ck").startswith("app-")
+
+
+@pytest.mark.parametrize("name", ["__app__", "__x", "", "  ", "a\nb"])
+def test_reserved_or_unprintable_operator_names_are_refused(name: str) -> None:
+    with pytest.raises(ValidationError, match="operator name"):
+        DAG("x").add_operator(name, Collector())
+
+
+def test_literal_secrets_are_found_at_any_depth_and_references_are_not() -> None:
+    dag = DAG("x")
+    dag.add_operator("a", Sink().configure(password="hunter22"))
+    dag.add_operator("b", Sink().configure(password="${env:PW}"))
+    dag.add_operator("c", Sink().configure(client_config={"sasl": {"sasl.password": "pw"}}))
+    dag.add_operator("d", Sink().configure(client_config={"sasl.password": "${file:/run/pw}"}))
+    assert literal_secrets(dag) == ["a.password", "c.client_config"]
+
+
+@pytest.mark.integration
+def test_an_unnamed_application_gets_a_name_of_its_own_and_a_warning(
+    spark, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dag = DAG()  # no name
+    src = dag.add_operator("src", ListInput([[1]]))
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("s", src.output, out.input)
+    checkpoint = str(tmp_path / "ck")
+    with caplog.at_level(logging.WARNING, logger="malhar"):
+        app = run(dag, windows=1, spark=spark, checkpoint=checkpoint, window_ms=50)
+    assert app.plan.app == derived_name(checkpoint) != "app"
+    assert any("the application has no name" in r.getMessage() for r in caplog.records)
+    assert not dag.named  # the caller's DAG is left as it was
+
+
+@pytest.mark.integration
+def test_a_temporary_checkpoint_is_removed_when_the_process_exits() -> None:
+    script = textwrap.dedent(
+        """
+        import json
+        from malhar import DAG, build_session, run
+        from malhar.testing.operators import Collector, ListInput
+
+        dag = DAG("tmp")
+        src = dag.add_operator("src", ListInput([[1]]))
+        out = dag.add_operator("out", Collector())
+        dag.add_stream("s", src.output, out.input)
+        app = run(dag, windows=1, spark=build_session("local[1]"), window_ms=50)
+        print(json.dumps(app.checkpoint))
+        """
+    )
+    checkpoint = run_spark_script(script, env={"PYTHONPATH": str(Path.cwd())})
+    assert "malhar-tmp-" in checkpoint and not Path(checkpoint).exists()
