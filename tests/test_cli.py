@@ -267,6 +267,31 @@ def test_secrets_are_never_printed(site: FakeSite, tmp_path: Path) -> None:
     assert "postgresql://me:***@localhost/db" in ok.output
 
 
+def test_nested_secrets_are_never_printed(site: FakeSite, tmp_path: Path) -> None:
+    app = write_app(
+        tmp_path / "sink.json",
+        operators={
+            "src": {"class": "ListInput", "args": {"windows": []}},
+            "sink": {"class": "LineOutput", "properties": {"path": "/tmp/x"}},
+        },
+        streams={"s": {"from": "src.output", "to": "sink.input"}},
+    )
+    nested = {
+        "sasl.oauthbearer.config": f"clientSecret={SECRET}",
+        "auth": {"api_key": SECRET + "1", "apikey": SECRET + "2"},
+        "more": [{"sasl.password": SECRET + "3"}],
+    }
+    bad = invoke(  # a property value that breaks its check is shown in the error, masked
+        "validate", str(app), "-c", f"dt.operator.sink.prop.client_config={json.dumps(nested)}"
+    )
+    assert bad.exit_code == 2 and "too many keys" in bad.output, bad.output
+    assert SECRET not in bad.output and "***" in bad.output
+    ok = invoke("validate", str(app), "-c", f"kafka={json.dumps(nested)}")
+    assert ok.exit_code == 0, ok.output
+    assert SECRET not in ok.output
+    assert '"sasl.oauthbearer.config": "***"' in ok.output and '"api_key": "***"' in ok.output
+
+
 # -- naming applications ---------------------------------------------------------------------------
 FILE_APP = """
 from malhar import DAG, InputPort, Operator, OutputPort, Property
