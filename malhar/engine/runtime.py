@@ -70,9 +70,15 @@ class PartitionRuntime:
             partition=self.partition,
             partitions=self.group.partitions,
             application=self.plan.app,
-            attributes=(
-                {**{n: a.default for n, a in A.OPERATOR.items()}, **meta.attributes} if meta else {}
-            ),
+            attributes={
+                # the streaming window period: operators derive processing time from it
+                A.STREAMING_WINDOW_MS.name: self.plan.window_ms,
+                **(
+                    {**{n: a.default for n, a in A.OPERATOR.items()}, **meta.attributes}
+                    if meta
+                    else {}
+                ),
+            },
             checkpoint=self.plan.checkpoint,
         )
 
