@@ -463,3 +463,12 @@ def test_emitted_tuples_carry_window_key_value_and_pane_info() -> None:
         False,
     )
     assert pane(t)[5] == "ON_TIME"
+
+
+def test_a_fused_upstream_partition_counts_as_the_one_sender_whatever_its_number() -> None:
+    # partition 1 of a fused chain: the engine says "partition 1 of 1 upstream partitions"
+    h = harness(keyed())
+    put(h, ("a", 1))
+    watermark(h, 10, ControlSender("events", "src", 1, 1))
+    put(h)
+    assert panes(h) == [("a", 0, 10, 1, 0, "ON_TIME", False)]
