@@ -25,10 +25,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from malhar.operator import OperatorContext
-from malhar.window.panes import Timing
 from malhar.window.windows import Window
 
-__all__ = ["EMPTY", "Cell", "WindowedStorage"]
+__all__ = ["EMPTY", "Cell", "WindowedStorage", "new_cell"]
 
 
 class _Empty:
@@ -47,67 +46,25 @@ class _Empty:
 EMPTY: Any = _Empty()
 
 
-def _cell(*fields: Any) -> Cell:
-    cell = Cell.__new__(Cell)
-    (
-        cell.acc,
-        cell.trig,
-        cell.panes,
-        cell.last,
-        cell.last_timing,
-        cell.on_time,
-        cell.closed,
-        cell.new,
-        cell.timer,
-    ) = fields
-    return cell
+#: A cell is a plain list (pickled by C code alone: the engine checkpoints every cell
+#: of the in-memory storage at each window, and per-object Python in the pickler cost
+#: ~10x): its fields, by index:
+ACC = 0  #: the accumulated value, or EMPTY
+TRIG = 1  #: the trigger's state
+PANES = 2  #: how many panes (not retractions) were emitted
+LAST = 3  #: the last pane's value (retractions, fire_only_updated_panes), or EMPTY
+LAST_TIMING = 4  #: the last pane's timing (a Timing value: "EARLY" ...), or None
+ON_TIME = 5  #: the ON_TIME pane is behind (or the cell was born late): later panes are LATE
+CLOSED = 6  #: the trigger finished: tuples for the cell are dropped
+NEW = 7  #: tuples accumulated since the trigger was last asked
+TIMER = 8  #: the processing-time deadline scheduled for the trigger, or None
+
+Cell = list  #: the type of a cell (see the field indexes above)
 
 
-class Cell:
-    """The state of one window (and key).
-
-    Attributes:
-        acc: the accumulated value, or :data:`EMPTY`.
-        trig: the trigger's state.
-        panes: how many panes (not retractions) were emitted.
-        last: the last pane's value (kept for retractions and ``fire_only_updated_panes``),
-            or :data:`EMPTY`.
-        last_timing: the last pane's timing.
-        on_time: the ON_TIME pane is behind us (or the cell was born late): later panes
-            are LATE.
-        closed: the trigger finished; tuples for this cell are dropped.
-        new: tuples accumulated since the trigger was last asked.
-        timer: the processing-time deadline scheduled for the trigger, or None.
-    """
-
-    __slots__ = ("acc", "closed", "last", "last_timing", "new", "on_time", "panes", "timer", "trig")
-
-    def __init__(self, trig: Any, *, on_time: bool = False) -> None:
-        self.acc: Any = EMPTY
-        self.trig = trig
-        self.panes = 0
-        self.last: Any = EMPTY
-        self.last_timing: Timing | None = None
-        self.on_time = on_time
-        self.closed = False
-        self.new = 0
-        self.timer: int | None = None
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return _cell, (
-            self.acc,
-            self.trig,
-            self.panes,
-            self.last,
-            self.last_timing,
-            self.on_time,
-            self.closed,
-            self.new,
-            self.timer,
-        )
-
-    def __repr__(self) -> str:
-        return f"Cell(acc={self.acc!r}, panes={self.panes}, closed={self.closed}, new={self.new})"
+def new_cell(trig: Any, *, on_time: bool = False) -> list[Any]:
+    """A fresh cell with trigger state ``trig``."""
+    return [EMPTY, trig, 0, EMPTY, None, on_time, False, 0, None]
 
 
 class WindowedStorage:

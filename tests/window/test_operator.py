@@ -439,6 +439,12 @@ def test_configuration_errors_name_the_problem() -> None:
         KeyedWindowedOperator(Count(), trigger="often")
     with pytest.raises(MalharError, match="accumulation mode 'SOMETIMES'"):
         keyed(accumulation_mode="SOMETIMES")
+    with pytest.raises(MalharError, match="non-negative"):
+        keyed(allowed_lateness=-1)
+    h = harness(KeyedWindowedOperator(Count(), TimeWindows(10), timestamp="t"))
+    h.begin_window(0)
+    with pytest.raises(WindowError, match="set key="):
+        h.put("input", {"t": 1, "user": "a"})
 
 
 def test_watermark_control_tuples_pass_other_control_tuples_on() -> None:

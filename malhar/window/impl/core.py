@@ -36,7 +36,21 @@ from malhar.window.errors import WindowConfigError, WindowError
 from malhar.window.impl.memory import InMemoryWindowedStorage
 from malhar.window.panes import AccumulationMode, PaneInfo, Timing, WindowedTuple
 from malhar.window.protocol import Accumulation, MergeAccumulation
-from malhar.window.storage import EMPTY, Cell, WindowedStorage
+from malhar.window.storage import (
+    ACC,
+    CLOSED,
+    EMPTY,
+    LAST,
+    LAST_TIMING,
+    NEW,
+    ON_TIME,
+    PANES,
+    TIMER,
+    TRIG,
+    Cell,
+    WindowedStorage,
+    new_cell,
+)
 from malhar.window.triggers import DefaultTrigger, Trigger, TriggerContext, TriggerOption
 from malhar.window.watermark import Watermark, WatermarkTracker
 from malhar.window.windows import MAX_TIMESTAMP, Window, WindowOption, to_millis
@@ -117,9 +131,13 @@ def _check_mode(value: Any) -> str | None:
 
 
 def _check_millis(value: Any) -> str | None:
-    if value is None or (isinstance(value, int | _dt.timedelta) and not isinstance(value, bool)):
+    if value is None or (
+        isinstance(value, int | _dt.timedelta)
+        and not isinstance(value, bool)
+        and to_millis(value) >= 0
+    ):
         return None
-    return "expected milliseconds (int) or a timedelta (or None)"
+    return "expected non-negative milliseconds (int) or a timedelta (or None)"
 
 
 def _check_storage(value: Any) -> str | None:
@@ -421,7 +439,7 @@ class WindowedCore(WindowedSettings):
                 heapq.heappush(book.ends, (window.end, window.start))
             if self._lateness is not None and window.end != MAX_TIMESTAMP:
                 heapq.heappush(book.purge, (window.end, window.start))
-        return Cell(self._trigger.init(), on_time=born_late)
+        return new_cell(self._trigger.init(), on_time=born_late)
 
     def _add(self, window: Window, key: Any, value: Any, kind: int, n: int) -> None:
         """Accumulate into the cell of (window, key): a value, a second-input value, a
@@ -434,21 +452,21 @@ class WindowedCore(WindowedSettings):
                 self._book.dropped += n
                 return
             cell = self._new_cell(window, key)
-        elif cell.closed:
+        elif cell[CLOSED]:
             self._book.dropped += n
             return
         acc = self._acc
         if kind == _PARTIAL:
-            cell.acc = value if cell.acc is EMPTY else acc.merge(cell.acc, value)
+            cell[ACC] = value if cell[ACC] is EMPTY else acc.merge(cell[ACC], value)
         else:
-            current = acc.default_accumulated_value() if cell.acc is EMPTY else cell.acc
+            current = acc.default_accumulated_value() if cell[ACC] is EMPTY else cell[ACC]
             if kind == _VALUE:
-                cell.acc = acc.accumulate(current, value)
+                cell[ACC] = acc.accumulate(current, value)
             elif kind == _VALUE2:
-                cell.acc = acc.accumulate2(current, value)  # type: ignore[attr-defined]
+                cell[ACC] = acc.accumulate2(current, value)  # type: ignore[attr-defined]
             else:
-                cell.acc = acc.accumulate_batch(current, value)
-        cell.new += n
+                cell[ACC] = acc.accumulate_batch(current, value)
+        cell[NEW] += n
         self._touch(window, key)
         store.put(window, key, cell)
 
@@ -478,24 +496,28 @@ class WindowedCore(WindowedSettings):
         news = 0
         for window, cell in zip(hits, cells, strict=True):
             assert cell is not None
-            if cell.acc is not EMPTY:
-                state = cell.acc if state is EMPTY else acc.merge(state, cell.acc)
-            news += cell.new
+            if cell[ACC] is not EMPTY:
+                state = cell[ACC] if state is EMPTY else acc.merge(state, cell[ACC])
+            news += cell[NEW]
             if (
                 self._mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
-                and cell.last is not EMPTY
+                and cell[LAST] is not EMPTY
             ):
                 info = PaneInfo(
-                    cell.panes - 1, cell.last_timing or Timing.EARLY, cell.panes == 1, False, True
+                    cell[PANES] - 1,
+                    Timing(cell[LAST_TIMING] or Timing.EARLY.value),
+                    cell[PANES] == 1,
+                    False,
+                    True,
                 )
-                book.retractions.append((window, key, cell.last, info))
+                book.retractions.append((window, key, cell[LAST], info))
             store.remove(window, key)
             book.dirty.discard((window, key))
         cell = self._new_cell(merged, key)
         ctx = TriggerContext(merged, book.watermark, self.now())
-        cell.trig = self._trigger.on_merge([c.trig for c in cells if c is not None], ctx)
-        cell.acc = state
-        cell.new = news
+        cell[TRIG] = self._trigger.on_merge([c[TRIG] for c in cells if c is not None], ctx)
+        cell[ACC] = state
+        cell[NEW] = news
         store.put(merged, key, cell)
         self._add(merged, key, value, kind, n)
 
@@ -654,53 +676,57 @@ class WindowedCore(WindowedSettings):
     def _evaluate(self, window: Window, key: Any, ctx: TriggerContext, horizon: int | None) -> None:
         store = self._store
         cell = store.get(window, key)
-        if cell is None or cell.closed:
+        if cell is None or cell[CLOSED]:
             return
         ctx.window = window
         trigger = self._trigger
-        state = cell.trig
-        if cell.new:
-            state = trigger.on_elements(state, cell.new, ctx)
-            cell.new = 0
+        state = cell[TRIG]
+        if cell[NEW]:
+            state = trigger.on_elements(state, cell[NEW], ctx)
+            cell[NEW] = 0
         if trigger.should_fire(state, ctx):
             state, finished = trigger.on_fire(state, ctx)
             purged = horizon is not None and window.end <= horizon
             self._fire(window, key, cell, ctx, finished or purged)
-            cell.closed = finished
-        cell.trig = state
-        due = None if cell.closed else trigger.deadline(state)
-        if due is not None and due != cell.timer:
+            cell[CLOSED] = finished
+        cell[TRIG] = state
+        due = None if cell[CLOSED] else trigger.deadline(state)
+        if due is not None and due != cell[TIMER]:
             book = self._book
             book.seq += 1
             heapq.heappush(book.timers, (due, book.seq, window.start, window.end, key))
-        cell.timer = due
+        cell[TIMER] = due
         store.put(window, key, cell)
 
     def _fire(self, window: Window, key: Any, cell: Cell, ctx: TriggerContext, last: bool) -> None:
         if ctx.watermark is None or window.end > ctx.watermark:
             timing = Timing.EARLY
-        elif cell.on_time:
+        elif cell[ON_TIME]:
             timing = Timing.LATE
         else:
             timing = Timing.ON_TIME
-            cell.on_time = True
-        if cell.acc is EMPTY:
+            cell[ON_TIME] = True
+        if cell[ACC] is EMPTY:
             return  # nothing arrived since the last (discarding) pane
         acc = self._acc
-        value = acc.output(cell.acc)
-        if self._only_updated and cell.last is not EMPTY and value == cell.last:
+        value = acc.output(cell[ACC])
+        if self._only_updated and cell[LAST] is not EMPTY and value == cell[LAST]:
             return
-        if self._mode is AccumulationMode.ACCUMULATING_AND_RETRACTING and cell.last is not EMPTY:
+        if self._mode is AccumulationMode.ACCUMULATING_AND_RETRACTING and cell[LAST] is not EMPTY:
             info = PaneInfo(
-                cell.panes - 1, cell.last_timing or timing, cell.panes == 1, False, True
+                cell[PANES] - 1,
+                Timing(cell[LAST_TIMING]) if cell[LAST_TIMING] else timing,
+                cell[PANES] == 1,
+                False,
+                True,
             )
-            self._emit(window, key, acc.retraction(cell.last), info)
-        self._emit(window, key, value, PaneInfo(cell.panes, timing, cell.panes == 0, last, False))
-        cell.panes += 1
+            self._emit(window, key, acc.retraction(cell[LAST]), info)
+        self._emit(window, key, value, PaneInfo(cell[PANES], timing, cell[PANES] == 0, last, False))
+        cell[PANES] += 1
         if self._keeps_last:
-            cell.last, cell.last_timing = value, timing
+            cell[LAST], cell[LAST_TIMING] = value, timing.value
         if self._mode is AccumulationMode.DISCARDING:
-            cell.acc = EMPTY
+            cell[ACC] = EMPTY
 
     def _emit(self, window: Window, key: Any, value: Any, info: PaneInfo) -> None:
         t = WindowedTuple(window, value, key, info)

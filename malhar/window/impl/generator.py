@@ -85,13 +85,7 @@ class WatermarkGenerator(Operator):
 
     def process(self, value: Any) -> None:
         self.output.emit(value)
-        ts = self._ts(value)  # type: ignore[misc]
-        ts = ts if isinstance(ts, int) else to_millis(ts, what="timestamp")
-        split = None if self._split is None else self._split(value)
-        old = self.highest.get(split)
-        if old is None or ts > old:
-            self.highest[split] = ts
-        self._seen = True
+        self._update(None if self._split is None else self._split(value), self._ts(value))  # type: ignore[misc]
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         self.output.emit_batch(batch)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from malhar.codec import KeyCodec, StreamCodec
@@ -33,6 +32,11 @@ def _identity(t: Any) -> Any:
 
 
 def _first(t: Any) -> Any:
+    if isinstance(t, dict):
+        raise WindowError(
+            "a keyed windowed operator without a key property takes (key, value) pairs, got a "
+            f"dict {t!r}: set key= (a column name, several, or a callable)"
+        )
     return t[0]
 
 
@@ -285,9 +289,6 @@ class WindowKeyCodec(StreamCodec):
         else:
             k = extractor(self.key, _first)(value)  # type: ignore[misc]
         return zlib.crc32(repr(k).encode())
-
-    def partition_batch(self, batch: pa.RecordBatch) -> np.ndarray:
-        return super().partition_batch(batch)
 
     def __repr__(self) -> str:
         return f"WindowKeyCodec({self.key!r})"

@@ -64,3 +64,8 @@ class WindowedUnifier(WindowedCore, Unifier, CheckpointListener):
 
     def committed(self, window_id: int) -> None:
         self._store.committed(window_id)
+
+    def teardown(self) -> None:
+        store = self.__dict__.get("_store")
+        if store is not None:
+            store.teardown()
