@@ -11,8 +11,8 @@ One invocation, the same data, the same machine, one query at a time:
    - Spark: ``readStream.parquet(maxFilesPerTrigger=1).withWatermark("ts", "1 second")
      .groupBy(window("ts", "10 seconds"), "key").count()`` in append mode into ``noop``
      (RocksDB state store, as ``build_session`` sets it).
-   - malhar: an input operator reading the same file per window (two partitions, half of
-     each file each, emitting its watermark: largest event time - 1 s) -> shuffle by key
+   - malhar: an input operator reading the same file per window (two partitions, one row
+     group of each file each, emitting its watermark: largest event time - 1 s) -> shuffle by key
      -> ``KeyedWindowedOperator(Count(), TimeWindows(10 s), key="key", timestamp="ts")``
      x2 (the vectorized batch path, in-memory state) -> a pane counter.
    Both run as Spark streaming queries (trigger 10 ms: the next batch starts when the
@@ -79,14 +79,15 @@ def make_files(directory: Path, events: int, batch: int, keys: int, seed: int = 
             schema=SCHEMA,
         )
         path = directory / f"part-{f:05d}.parquet"
-        pq.write_table(table, path)
+        pq.write_table(table, path, row_group_size=-(-n // 2))  # a row group per reader
         files.append(path)
     return files
 
 
 # -- malhar side ---------------------------------------------------------------------------------
 class ParquetWindows(InputOperator):
-    """Window i reads file i (its partition's half of the rows); the watermark follows."""
+    """Window i reads file i (its partition's row group); the watermark follows. Two
+    partitions: the files have two row groups."""
 
     output = OutputPort("key string, ts timestamp", control_aware=True)
 
@@ -107,9 +108,7 @@ class ParquetWindows(InputOperator):
         if self._done or self._index >= len(self.files):
             return
         self._done = True
-        table = pq.read_table(self.files[self._index])
-        half = -(-table.num_rows // self._n)
-        part = table.slice(self._p * half, half).combine_chunks()
+        part = pq.ParquetFile(self.files[self._index]).read_row_group(self._p).combine_chunks()
         for b in part.to_batches():
             self.output.emit_batch(b)
         high = int(pc.max(part.column("ts").cast(pa.int64())).as_py())

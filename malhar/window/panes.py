@@ -13,7 +13,7 @@ at that moment. Every emitted :class:`WindowedTuple` carries its :class:`PaneInf
 Example:
     >>> t = WindowedTuple(Window(0, 10), 3, key="a",
     ...                   pane=PaneInfo(0, Timing.ON_TIME, is_first=True, is_last=True))
-    >>> t.timestamp
+    >>> t.event_time
     9
     >>> t.to_row()["timing"]
     'ON_TIME'
@@ -22,8 +22,7 @@ Example:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from malhar.window.windows import Window
 
@@ -62,8 +61,7 @@ class AccumulationMode(enum.Enum):
         raise WindowConfigError(f"accumulation mode {value!r}: use one of {[m.value for m in cls]}")
 
 
-@dataclass(frozen=True, slots=True)
-class PaneInfo:
+class PaneInfo(NamedTuple):
     """Where a pane stands among the firings of its window (and key)."""
 
     index: int
@@ -73,8 +71,7 @@ class PaneInfo:
     is_retraction: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class WindowedTuple:
+class WindowedTuple(NamedTuple):
     """A value with its window: what windowed operators emit, and what a windowed operator
     without a window option consumes (window propagation).
 
@@ -83,19 +80,20 @@ class WindowedTuple:
         value: the pane's value (the accumulation's output, or its retraction).
         key: the key (keyed operators), else None.
         pane: the pane info (None on tuples not made by a trigger).
-        timestamp: the event time the value stands for: the window's ``max_timestamp``
-            for panes.
+        timestamp: the event time the value stands for; None means the window's
+            ``max_timestamp`` (what panes carry); see :attr:`event_time`.
     """
 
     window: Window
     value: Any
     key: Any = None
     pane: PaneInfo | None = None
-    timestamp: int = field(default=None)  # type: ignore[assignment]
+    timestamp: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.timestamp is None:
-            object.__setattr__(self, "timestamp", self.window.max_timestamp)
+    @property
+    def event_time(self) -> int:
+        """``timestamp``, or the window's ``max_timestamp`` when it is None."""
+        return self.window.end - 1 if self.timestamp is None else self.timestamp
 
     def to_row(self, key_names: Any = "key", value_name: str = "value") -> dict[str, Any]:
         """A flat dict for table sinks: the key (one column per name in ``key_names``),
@@ -107,16 +105,17 @@ class WindowedTuple:
             key = self.key if isinstance(self.key, tuple) else (self.key,)
             row.update(zip(key_names, key, strict=True))
         pane = self.pane
-        row.update(
-            window_start=self.window.start,
-            window_end=self.window.end,
-        )
+        row["window_start"] = self.window.start
+        row["window_end"] = self.window.end
         row[value_name] = self.value
-        row.update(
-            pane_index=None if pane is None else pane.index,
-            timing=None if pane is None else pane.timing.value,
-            is_first=None if pane is None else pane.is_first,
-            is_last=None if pane is None else pane.is_last,
-            is_retraction=False if pane is None else pane.is_retraction,
-        )
+        if pane is None:
+            row.update(
+                pane_index=None, timing=None, is_first=None, is_last=None, is_retraction=False
+            )
+        else:
+            row["pane_index"] = pane.index
+            row["timing"] = pane.timing.value
+            row["is_first"] = pane.is_first
+            row["is_last"] = pane.is_last
+            row["is_retraction"] = pane.is_retraction
         return row

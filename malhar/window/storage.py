@@ -2,7 +2,8 @@
 
 A cell holds the accumulation and the bookkeeping of its triggers and panes. The
 operator reads a cell with ``get``, changes it, and writes it back with ``put``; a
-storage may hand out copies (a spillable one does), an in-memory one the object itself.
+storage may hand out copies (a spillable one does); one that hands out the stored
+object itself says ``live = True`` and is spared the ``put`` of a changed cell.
 
 Implementations:
 
@@ -70,6 +71,9 @@ def new_cell(trig: Any, *, on_time: bool = False) -> list[Any]:
 class WindowedStorage:
     """The storage interface (Malhar's ``WindowedStorage`` / ``WindowedKeyedStorage`` /
     ``SessionWindowedStorage`` in one). Non-keyed operators use the key None."""
+
+    #: ``get`` hands out the stored cell itself, so a change needs no ``put`` (in memory)
+    live = False
 
     def empty(self) -> WindowedStorage:
         """A new, empty storage configured like this one (one per operator partition)."""

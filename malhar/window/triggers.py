@@ -13,7 +13,8 @@ Two ways to say it:
 
 The protocol. A trigger is an immutable description; its state, per window and key, is
 a small picklable value (checkpointed with the operator) that the trigger's methods take
-and return: ``init()``, ``on_elements(state, n, ctx)``, ``should_fire(state, ctx)``,
+and return (an immutable value: tuples, numbers, None; never changed in place, so
+cells may share one): ``init()``, ``on_elements(state, n, ctx)``, ``should_fire(state, ctx)``,
 ``on_fire(state, ctx) -> (state, finished)``, ``on_merge(states, ctx)`` (session
 merges) and ``deadline(state)`` (the processing time at which it wants to be asked
 again). A finished trigger closes its window: later tuples of that window and key are

@@ -26,8 +26,7 @@ Example:
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -77,9 +76,9 @@ def to_millis(value: Any, *, what: str = "duration") -> int:
     )
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class Window:
-    """The event-time interval ``[start, end)``."""
+class Window(NamedTuple):
+    """The event-time interval ``[start, end)`` (a named tuple: hashing and comparing it,
+    which the operator does per tuple, stays in C)."""
 
     start: int
     end: int

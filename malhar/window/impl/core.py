@@ -297,6 +297,7 @@ class WindowedCore(WindowedSettings):
                 "ACCUMULATING or ACCUMULATING_AND_RETRACTING, not DISCARDING"
             )
         self._trigger: Trigger = trigger
+        self._init_state = trigger.init()  # trigger states are immutable values: shared
         self._mode = mode
         self._only_updated = bool(only)
         self._keeps_last = only or mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
@@ -439,14 +440,15 @@ class WindowedCore(WindowedSettings):
                 heapq.heappush(book.ends, (window.end, window.start))
             if self._lateness is not None and window.end != MAX_TIMESTAMP:
                 heapq.heappush(book.purge, (window.end, window.start))
-        return new_cell(self._trigger.init(), on_time=born_late)
+        return new_cell(self._init_state, on_time=born_late)
 
     def _add(self, window: Window, key: Any, value: Any, kind: int, n: int) -> None:
         """Accumulate into the cell of (window, key): a value, a second-input value, a
         partial accumulation or an Arrow array of values."""
         store = self._store
         cell = store.get(window, key)
-        if cell is None:
+        fresh = cell is None
+        if fresh:
             horizon = self.horizon()
             if horizon is not None and window.end <= horizon:  # a partial for a purged window
                 self._book.dropped += n
@@ -467,13 +469,14 @@ class WindowedCore(WindowedSettings):
             else:
                 cell[ACC] = acc.accumulate_batch(current, value)
         cell[NEW] += n
-        self._touch(window, key)
-        store.put(window, key, cell)
-
-    def _touch(self, window: Window, key: Any) -> None:
-        wm = self._book.watermark
-        if self._react_early or (wm is not None and window.end <= wm):
+        if self._react_early:
             self._book.dirty.add((window, key))
+        else:
+            wm = self._book.watermark
+            if wm is not None and window.end <= wm:
+                self._book.dirty.add((window, key))
+        if fresh or not store.live:
+            store.put(window, key, cell)
 
     def _session(self, key: Any, span: Window, value: Any, kind: int, n: int) -> None:
         """Add to the session of ``key`` that ``span`` (a proto-session, or a partial's
@@ -664,39 +667,53 @@ class WindowedCore(WindowedSettings):
             _, _, start, end, key = heapq.heappop(book.timers)
             todo.add((Window(start, end), key))
         if todo:
-            ctx = TriggerContext(Window(0, 0), wm, now)
-            for window, key in ordered(todo):
-                self._evaluate(window, key, ctx, horizon)
+            self._evaluate(ordered(todo), TriggerContext(Window(0, 0), wm, now), horizon)
         if horizon is not None:
             while book.purge and book.purge[0][0] <= horizon:
                 end, start = heapq.heappop(book.purge)
                 store.remove_window(Window(start, end))
         self._emit_watermark()
 
-    def _evaluate(self, window: Window, key: Any, ctx: TriggerContext, horizon: int | None) -> None:
-        store = self._store
-        cell = store.get(window, key)
-        if cell is None or cell[CLOSED]:
-            return
-        ctx.window = window
+    def _evaluate(
+        self, todo: list[tuple[Window, Any]], ctx: TriggerContext, horizon: int | None
+    ) -> None:
+        """Ask the trigger of every cell in ``todo`` (in that order), fire the panes."""
+        store, book = self._store, self._book
+        get, live = store.get, store.live
         trigger = self._trigger
-        state = cell[TRIG]
-        if cell[NEW]:
-            state = trigger.on_elements(state, cell[NEW], ctx)
-            cell[NEW] = 0
-        if trigger.should_fire(state, ctx):
-            state, finished = trigger.on_fire(state, ctx)
-            purged = horizon is not None and window.end <= horizon
-            self._fire(window, key, cell, ctx, finished or purged)
-            cell[CLOSED] = finished
-        cell[TRIG] = state
-        due = None if cell[CLOSED] else trigger.deadline(state)
-        if due is not None and due != cell[TIMER]:
-            book = self._book
-            book.seq += 1
-            heapq.heappush(book.timers, (due, book.seq, window.start, window.end, key))
-        cell[TIMER] = due
-        store.put(window, key, cell)
+        on_elements, should_fire, on_fire = (
+            trigger.on_elements,
+            trigger.should_fire,
+            trigger.on_fire,
+        )
+        deadline, fire = trigger.deadline, self._fire
+        for window, key in todo:
+            cell = get(window, key)
+            if cell is None or cell[CLOSED]:
+                continue
+            ctx.window = window
+            state = cell[TRIG]
+            if cell[NEW]:
+                state = on_elements(state, cell[NEW], ctx)
+                cell[NEW] = 0
+            if should_fire(state, ctx):
+                state, finished = on_fire(state, ctx)
+                fire(
+                    window,
+                    key,
+                    cell,
+                    ctx,
+                    finished or (horizon is not None and window.end <= horizon),
+                )
+                cell[CLOSED] = finished
+            cell[TRIG] = state
+            due = None if cell[CLOSED] else deadline(state)
+            if due is not None and due != cell[TIMER]:
+                book.seq += 1
+                heapq.heappush(book.timers, (due, book.seq, window.start, window.end, key))
+            cell[TIMER] = due
+            if not live:
+                store.put(window, key, cell)
 
     def _fire(self, window: Window, key: Any, cell: Cell, ctx: TriggerContext, last: bool) -> None:
         if ctx.watermark is None or window.end > ctx.watermark:
@@ -729,7 +746,7 @@ class WindowedCore(WindowedSettings):
             cell[ACC] = EMPTY
 
     def _emit(self, window: Window, key: Any, value: Any, info: PaneInfo) -> None:
-        t = WindowedTuple(window, value, key, info)
+        t = WindowedTuple(window, value, key, info, window.end - 1)
         self.output.emit(t.to_row(self._row_keys, self.value_name) if self._rows else t)  # type: ignore[attr-defined]
 
     def _emit_watermark(self) -> None:

@@ -30,6 +30,8 @@ class InMemoryWindowedStorage(WindowedStorage):
         1
     """
 
+    live = True
+
     def __init__(self) -> None:
         self.cells: dict[Window, dict[Any, Cell]] = {}
         #: key -> its windows by start (only with session windows)

@@ -177,7 +177,7 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
                     f"({t!r}); a retraction cannot be accumulated: use ACCUMULATING or "
                     "DISCARDING upstream, or filter retractions out before this operator"
                 )
-            inner, window, ts = t.value, t.window, t.timestamp
+            inner, window, ts = t.value, t.window, t.event_time
             key = t.key
         elif isinstance(t, dict) and "window_start" in t and "window_end" in t:
             inner, window = t, Window(t["window_start"], t["window_end"])
