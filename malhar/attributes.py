@@ -98,6 +98,12 @@ MAX_TUPLES_PER_WINDOW = _attr("MAX_TUPLES_PER_WINDOW", 100_000, int, "input admi
 UNIFIER_LIMIT = _attr(
     "UNIFIER_LIMIT", 0, int, "max upstream partitions per unifier (0: no cascade)"
 )
+STATS_LISTENERS = _attr(
+    "STATS_LISTENERS",
+    (),
+    (list, tuple),
+    "objects with process_stats(OperatorStats) -> Response, called about once per second",
+)
 # -- port -------------------------------------------------------------------------------
 STREAM_CODEC = _attr("STREAM_CODEC", None, object, "partitions tuples of an input port")
 PARALLEL_PARTITION = _attr("PARALLEL_PARTITION", False, bool, "replicate with upstream, no shuffle")
@@ -120,6 +126,7 @@ OPERATOR = {
         PROCESSING_MODE,
         MAX_TUPLES_PER_WINDOW,
         UNIFIER_LIMIT,
+        STATS_LISTENERS,
     )
 }
 PORT = {a.name: a for a in (STREAM_CODEC, PARALLEL_PARTITION)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,14 @@ class Operator(Configurable):
             return None
         return declared() if isinstance(declared, type) else declared.clone()
 
+    def metrics(self) -> Mapping[str, float]:
+        """The operator's own metrics of the window just ended (Apex's ``@AutoMetric``).
+
+        Called after ``end_window``; the values reach stats listeners and
+        ``RunningApplication.metrics()`` (summed over partitions there).
+        """
+        return {}
+
     def snapshot(self) -> Any:
         """Custom checkpointed state beyond the ``State`` fields (None: nothing).
 
@@ -145,6 +154,10 @@ class InputOperator(Operator):
     def emit_tuples(self) -> None:
         """Emit available tuples through output ports; return when none are left for now."""
         raise NotImplementedError
+
+    def backlog(self) -> int | None:
+        """What is left to read after this window (e.g. Kafka lag), or None if unknown."""
+        return None
 
 
 class Unifier(Operator):

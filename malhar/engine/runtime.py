@@ -10,7 +10,9 @@ the cached copy is not exactly the state after the previous window.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +32,7 @@ from malhar.operator import (
     OperatorContext,
 )
 from malhar.ports import BoundOutput, Emitter, ports_of
+from malhar.stats import WindowStats
 
 log = logging.getLogger("malhar.engine")
 
@@ -52,6 +55,8 @@ class PartitionRuntime:
         self.buffers: list[RouteBuffer] = []
         self._purge_pending = True  # snapshots or markers may exist that a purge can drop
         self._outputs: list[BoundOutput] = []
+        self._started = 0.0  # wall time the current window began (statistics)
+        self._bytes_in = 0  # payload bytes received in the current window
         self._app_windows = {
             name: int(self.plan.dag.operators[name].attr(A.APPLICATION_WINDOW_COUNT))
             for name in group.operators
@@ -203,6 +208,8 @@ class PartitionRuntime:
 
     # -- one window ---------------------------------------------------------------------------
     def begin(self, window: int, committed: int, shutdown: bool = False) -> None:
+        self._started = time.time()
+        self._bytes_in = 0
         dispatcher = self.dispatcher
         dispatcher.begin_window(window)
         if committed > self.committed:
@@ -263,13 +270,14 @@ class PartitionRuntime:
                     break
 
     def receive(self, row: E.Envelope) -> None:
-        if row.level != self.group.level or row.kind == E.METRIC:
+        if row.level != self.group.level or row.kind in (E.METRIC, E.STATS):
             self.forward(row)
             return
         if row.kind == E.MARKER:
             return
         route = self.plan.routes[row.route]
         dispatcher = self.dispatcher
+        self._bytes_in += len(row.payload)
         unifier = self.unifiers.get(row.route)
         if unifier is not None:
             op, port = self.unifier_name(row.route), next(iter(ports_of(type(unifier))[0]))
@@ -298,6 +306,7 @@ class PartitionRuntime:
             buf.flush()
         self.window = window
         self._metrics(window)
+        self._stats(window)
         self._save(window)
         if shutdown:
             self.teardown()
@@ -331,6 +340,42 @@ class PartitionRuntime:
                 window=window,
                 committed=self.committed,
             )
+
+    def _stats(self, window: int) -> None:
+        """This window's statistics of every operator of the group (``malhar.stats``),
+        sent to the last level, where ``observe`` hands them to the driver."""
+        ended = time.time()
+        received = self.dispatcher.received
+        report = {}
+        for name, op in self.ops.items():
+            inputs, outputs = ports_of(type(op))
+            backlog = op.backlog() if isinstance(op, InputOperator) else None
+            stats = WindowStats(
+                window=window,
+                partition=self.partition,
+                tuples_in={p: received.get((name, p), 0) for p in inputs},
+                tuples_out={p: getattr(op, p).count for p in outputs},
+                started=self._started,
+                ended=ended,
+                bytes_in=self._bytes_in,
+                backlog=backlog,
+                metrics=dict(self.dispatcher.call(name, op.metrics)),
+            )
+            report[name] = stats.to_json()
+        if not report:
+            return  # a cascade level of unifiers
+        last = len(self.plan.levels)
+        nxt = self.group.level + 1
+        self.out.add(
+            pkey=self.plan.pkeys[nxt][0] if nxt < last else 0,
+            level=last,
+            slot=0,
+            kind=E.STATS,
+            route=-1,
+            src=self.partition,
+            window=window,
+            payload=json.dumps(report, separators=(",", ":")).encode(),
+        )
 
     def _save(self, window: int) -> None:
         if self.snapshots.save(window, self.ops, self.unifiers, self.open, self._all_ops()):
