@@ -65,7 +65,7 @@ def test_corrupt_length_mid_segment_is_corruption_never_cut_and_windows_never_re
         with pytest.raises(CorruptRecordError) as err:
             m.retrieve(3)
         assert (err.value.path, err.value.offset) == (fs.describe(path), third)
-        assert [(i.offset, i.kind) for i in m.issues] == [(third, "checksum")]
+        assert [(i.offset, i.kind) for i in m.issues] == [(third, "length")]
         # the writer never accepts a lost or a completed window again
         for w in (3, 4):
             with pytest.raises(WindowOrderError):
@@ -330,7 +330,8 @@ def test_services_state_file_is_owner_only(
     cli._save({"postgres": {"connection": {"password": "s3cret"}}})
     state = tmp_path / "run" / "services.json"
     assert stat.S_IMODE(state.stat().st_mode) == 0o600
-    assert stat.S_IMODE(state.parent.stat().st_mode) == 0o700
+    # others may traverse (a PostgreSQL server run as user postgres), not list or write
+    assert stat.S_IMODE(state.parent.stat().st_mode) == 0o711
     assert cli._load() == {"postgres": {"connection": {"password": "s3cret"}}}
     os.chmod(state, 0o644)  # written by an older version: tightened on the next save
     cli._save({})
@@ -355,3 +356,9 @@ def test_run_dir_owned_by_someone_else_is_refused(
     message = str(err.value)
     assert str(foreign) in message and "owned by uid" in message
     assert "MALHAR_RUN_DIR" in message  # how to fix
+    mine = tmp_path / "mine-but-open"
+    mine.mkdir()
+    os.chmod(mine, 0o777)
+    monkeypatch.setenv("MALHAR_RUN_DIR", str(mine))
+    with pytest.raises(ServiceError, match="writable by other users"):
+        run_dir()

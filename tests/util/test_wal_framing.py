@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from malhar.util import CorruptRecordError, filesystem_for
-from malhar.util.wal import LogReader, framing
+from malhar.util.wal import LogWriter, framing
 
 payloads = st.lists(st.binary(max_size=300), min_size=1, max_size=12)
 
@@ -42,7 +42,7 @@ def test_records_round_trip(items: list[bytes]) -> None:
     data, _ = _segment(items)
     header = framing.decode_header(data)
     result = framing.scan(data, header.size)
-    assert result.tail is None and not result.gaps and result.end == len(data)
+    assert result.tail is None and not result.corrupt and result.end == len(data)
     assert [w for w, _, _ in result.records] == list(range(10, 10 + len(items)))
     assert [data[off : off + n] for _, off, n in result.records] == items
 
@@ -107,7 +107,7 @@ def test_damaged_record_is_a_torn_tail_only_if_it_is_the_last(
     else:
         assert result.tail is None
         first = result.corrupt[0]
-        assert (first.offset, first.after_window) == (offsets[victim], 10 + victim - 1)
+        assert (first.offset, first.after_window) == (offsets[victim], 9 + victim if victim else -1)
         assert accepted == [w for w in good if w != 10 + victim]
         assert result.end == len(bad)
 
@@ -119,16 +119,17 @@ def test_damaged_record_is_a_torn_tail_only_if_it_is_the_last(
 def test_reading_a_damaged_segment_gives_the_prefix_or_a_corruption_error(
     tmp_path_factory: pytest.TempPathFactory, items: list[bytes], data: st.DataObject
 ) -> None:
-    """Read back through the log reader, windows in order: either the stream is the
-    original prefix and only the last record was damaged (a torn tail: the window was
-    unfinished), or a CorruptRecordError names the file and the damaged record's offset."""
+    """Read back by the partition's writer after a restart, windows in order: either the
+    stream is the original prefix and only the last record was damaged (a torn tail: the
+    window was unfinished), or a CorruptRecordError names the file and the damaged
+    record's offset; then the windows after it are intact and no window id is reused."""
     blob, offsets = _segment(items)
     bad, victim = _damage(blob, offsets, items, data)
     log_dir = tmp_path_factory.mktemp("flip")
     (log_dir / "wal-00000000.tmp").write_bytes(bad)
     fs, path = filesystem_for(str(log_dir))
     segment = fs.describe(fs.join(path, "wal-00000000.tmp"))
-    reader = LogReader(fs, path, "pickle")
+    reader = LogWriter(fs, path, "pickle", segment_bytes=1 << 20)
     stream: list[bytes] = []
     try:
         for window in range(10, 10 + len(items)):
@@ -143,9 +144,12 @@ def test_reading_a_damaged_segment_gives_the_prefix_or_a_corruption_error(
         assert stream == items[:victim]
         # the records after the damaged one are intact and readable
         assert [reader.read(w) for w in range(11 + victim, 10 + len(items))] == items[victim + 1 :]
+        assert reader.largest_window() == 9 + len(items)  # no window id is accepted again
+        assert [(i.path, i.offset) for i in reader.issues] == [(segment, offsets[victim])]
     else:
         assert victim == len(items) - 1, f"record {victim} of {len(items)} damaged, no error"
         assert stream == items[:-1]
+        assert reader.largest_window() == (8 + len(items) if len(items) > 1 else -1)
         (issue,) = reader.issues
         assert (issue.path, issue.offset, issue.kind) == (segment, offsets[-1], "torn")
 
