@@ -97,6 +97,55 @@ def test_torn_tail_is_cut_but_kept_in_a_damaged_copy(store: Any) -> None:
     assert fs.read_all(fs.join(store.log_dir(), copy)) == data[torn_at:-5]
 
 
+def test_damaged_segment_header_followed_by_records_is_corruption(local_store: Any) -> None:
+    with local_store.manager(segment_bytes=1 << 20) as m:
+        for w in range(1, 4):
+            m.save(artifact(w), w)
+    path = local_store.segment_path(active=True)
+    data = bytearray(Path(path).read_bytes())
+    data[7] ^= 0x04  # inside the serializer name: the header checksum fails
+    Path(path).write_bytes(bytes(data))
+    with local_store.manager(segment_bytes=1 << 20) as m:
+        assert m.partition_largest_window() == 3
+        assert [m.retrieve(w) for w in (1, 2, 3)] == [artifact(w) for w in (1, 2, 3)]
+        assert [(i.offset, i.kind) for i in m.issues] == [(0, "header")]
+        m.save(artifact(4), 4)  # appended after the last valid record, nothing cut
+    assert Path(path).read_bytes()[: len(data)] == bytes(data)
+    with local_store.manager(segment_bytes=1 << 20) as m:
+        assert m.retrieve(4) == artifact(4) and m.retrieve(1) == artifact(1)
+
+
+def test_valid_record_out_of_order_at_the_end_stops_the_writer(local_store: Any) -> None:
+    """A second writer appended window 2 again: the window ids after it are unknown."""
+    with local_store.manager(segment_bytes=1 << 20) as m:
+        for w in range(1, 4):
+            m.save(artifact(w), w)
+    path = local_store.segment_path(active=True)
+    size = os.path.getsize(path)
+    with open(path, "ab") as f:
+        f.write(framing.encode_record(2, pickle.dumps(artifact(2), 5)))
+    with local_store.manager(segment_bytes=1 << 20) as m:
+        assert [m.retrieve(w) for w in (1, 2, 3)] == [artifact(w) for w in (1, 2, 3)]
+        assert [(i.offset, i.kind) for i in m.issues] == [(size, "order")]
+        with pytest.raises(CorruptRecordError, match="cannot continue safely") as err:
+            m.save(artifact(4), 4)
+        assert err.value.offset == size and err.value.path == f"file://{path}"
+    assert os.path.getsize(path) > size  # kept
+
+
+def test_manager_pickled_before_durability_existed_still_loads(local_store: Any) -> None:
+    m = local_store.manager(durability="flush")
+    state = m.__getstate__()
+    del state["durability"], state["integrity_key"]
+    state["fs_options"] = {"fsync": False}
+    old = FSWindowDataManager.__new__(FSWindowDataManager)
+    old.__setstate__(state)
+    assert old.durability == "flush" and old.fs_options == {}
+    old.save(artifact(1), 1)
+    assert old.retrieve(1) == artifact(1)
+    old.teardown()
+
+
 # -- point 3: durability ------------------------------------------------------------------------------
 class _SyncSpy:
     """Records the inode of every file descriptor fsynced/fdatasynced (the real calls run)."""

@@ -295,7 +295,10 @@ class FSWindowDataManager(WindowDataManager):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state.setdefault("durability", "fsync")  # pickled by an older version
+        if "durability" not in state:  # pickled by a version before durability=
+            fsync = dict(state.get("fs_options") or {}).pop("fsync", None)
+            state["fs_options"] = {k: v for k, v in state["fs_options"].items() if k != "fsync"}
+            state["durability"] = self._durability(None, fsync)
         state.setdefault("integrity_key", None)
         self.__dict__.update(state)
         self._segment = encode_segment(self.operator)
