@@ -51,20 +51,25 @@ def test_bad_segments_and_names_are_rejected_clearly() -> None:
         encode_segment(3)  # type: ignore[arg-type]
 
 
-def test_window_data_manager_logs_of_tricky_operator_names_stay_apart(tmp_path: Path) -> None:
-    root = tmp_path / "wal"
-    names = ["a b", "a/b", "a_b", "..", ".", "日本", "../../escape"]
+def test_window_data_manager_logs_of_tricky_operator_names_stay_apart(store: Any) -> None:
+    names = ["a b", "a/b", "a_b", "..", ".", "日本", "../../escape", "50%", "a%2Fb"]
+
+    def manager(name: str) -> FSWindowDataManager:
+        return FSWindowDataManager(f"{store.root}/inner", name, fs_options=store.fs_options)
+
     for i, name in enumerate(names):
-        with FSWindowDataManager(str(root), name) as m:
+        with manager(name) as m:
             m.save({"name": name}, i + 1)
-    assert sorted(os.listdir(tmp_path)) == ["wal"]  # nothing escaped the root
-    assert sorted(os.listdir(root)) == sorted(encode_segment(n) for n in names)
+    fs, outer = store.fs()
+    assert [e.name for e in fs.list(outer)] == ["inner"]  # nothing escaped
+    listed = sorted(e.name for e in fs.list(fs.join(outer, "inner")))
+    assert listed == sorted(encode_segment(n) for n in names)
     for i, name in enumerate(names):
-        with FSWindowDataManager(str(root), name) as m:
+        with manager(name) as m:
             assert m.retrieve(i + 1) == {"name": name}
             assert m.partition_largest_window() == i + 1  # its own log only
     with pytest.raises(StorageConfigError, match="non-empty"):
-        FSWindowDataManager(str(root), "")
+        manager("")
 
 
 def test_log_path_names_the_encoded_directory(tmp_path: Path) -> None:
