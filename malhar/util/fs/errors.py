@@ -10,6 +10,7 @@ a message in a log is enough to find the file::
     ├── StoragePermissionError        the backend refused access (EACCES, AccessControlException)
     ├── StorageUnavailableError       the backend did not answer after bounded retries
     ├── CorruptRecordError            a stored record failed its checksum / framing check
+    │   └── IntegrityError            ... or its HMAC tag (malhar.util.integrity)
     ├── WindowOrderError              save() of a window id that is not after the saved ones
     └── ConcurrentWriterError         a second writer appended to a partition log
 """
