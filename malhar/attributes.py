@@ -88,6 +88,13 @@ IDLE_RUNTIME_TIMEOUT_MS = _attr(
     int,
     "a worker tears down a partition runtime it has not run for this long (its slot moved)",
 )
+CHECKPOINT_INTEGRITY_KEY = _attr(
+    "CHECKPOINT_INTEGRITY_KEY",
+    None,
+    (str, bytes, type(None)),
+    "HMAC key over state snapshots and write-ahead-log records: bytes, or '${env:NAME}' / "
+    "'${file:/path}' (off when unset)",
+)
 # -- operator ---------------------------------------------------------------------------
 PARTITIONS = _attr("PARTITIONS", 1, int, "static partition count")
 APPLICATION_WINDOW_COUNT = _attr(
@@ -116,6 +123,7 @@ APPLICATION = {
         CHECKPOINT,
         SLOT_CLAIMS,
         IDLE_RUNTIME_TIMEOUT_MS,
+        CHECKPOINT_INTEGRITY_KEY,
     )
 }
 OPERATOR = {

@@ -23,6 +23,8 @@ class OperatorContext:
         application: the application's stable name.
         attributes: the operator's attributes (see :mod:`malhar.attributes`).
         checkpoint: the application's checkpoint root (local path or ``hdfs://``).
+        integrity_key: the application's ``CHECKPOINT_INTEGRITY_KEY`` (HMAC over what is
+            written under the checkpoint), or None.
     """
 
     name: str
@@ -31,13 +33,16 @@ class OperatorContext:
     application: str = "app"
     attributes: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None
+    integrity_key: str | bytes | None = field(default=None, repr=False)
 
     def window_data_manager(self, **options: Any) -> Any:
-        """The operator partition's window data manager (``FSWindowDataManager``)."""
+        """The operator partition's window data manager (``FSWindowDataManager``), signed
+        with the application's integrity key when it has one."""
         from malhar.util import FSWindowDataManager
 
         if self.checkpoint is None:
             raise RuntimeError(f"{self.name}: no checkpoint location, so no window data manager")
+        options.setdefault("integrity_key", self.integrity_key)
         return FSWindowDataManager(
             f"{self.checkpoint.rstrip('/')}/malhar/wal",
             self.name,

@@ -33,6 +33,7 @@ from malhar.engine.spark_io import (
     SOURCE_NAME,
     MalharSource,
     encode_plan,
+    integrity_options,
     shutdown_flag_path,
 )
 from malhar.engine.task import run_window
@@ -67,6 +68,8 @@ def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = N
     )
     if max_windows is not None:
         reader = reader.option("max_windows", str(max_windows))
+    for key, value in integrity_options(plan.integrity_key).items():
+        reader = reader.option(key, value)
     df = reader.load()
     for level in range(1, len(plan.levels)):
         df = df.repartition(plan.levels[level], "pkey").mapInArrow(
@@ -98,7 +101,7 @@ class RunningApplication:
         self.plan = plan
         self.query = query
         self.checkpoint = checkpoint
-        self.log = WindowLog(checkpoint)
+        self.log = WindowLog(checkpoint, plan.integrity_key)
         self._progress = progress
         self._spark = spark
         self._stats = stats

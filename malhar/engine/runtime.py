@@ -48,7 +48,9 @@ class PartitionRuntime:
         self.unifiers: dict[int, Operator] = {}  # route id -> unifier instance
         self.open: dict[str, bool] = {}  # application window open per operator
         self.snapshots = PartitionSnapshots(
-            StateStore(plan.checkpoint, group.key, partition) if plan.checkpoint else None
+            StateStore(plan.checkpoint, group.key, partition, plan.integrity_key)
+            if plan.checkpoint
+            else None
         )
         self.dispatcher = Dispatcher(partition, self._forward_control)
         self.out = E.EnvelopeBuffer()
@@ -79,6 +81,7 @@ class PartitionRuntime:
                 {**{n: a.default for n, a in A.OPERATOR.items()}, **meta.attributes} if meta else {}
             ),
             checkpoint=self.plan.checkpoint,
+            integrity_key=self.plan.integrity_key,
         )
 
     def unifier_name(self, rid: int) -> str:

@@ -17,8 +17,10 @@ a message in a log is enough to find the file::
 
 from __future__ import annotations
 
+from malhar.errors import MalharError
 
-class StorageError(Exception):
+
+class StorageError(MalharError):
     """A storage operation failed; ``backend`` and ``path`` say where."""
 
     def __init__(

@@ -34,6 +34,8 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
+from malhar.errors import MalharError
+
 MAGIC = b"MWAL"
 VERSION = 1
 VERSION_AUTH = 2
@@ -68,7 +70,7 @@ class Header:
     auth: str | None = None  # "hmac-sha256": every payload starts with its tag
 
 
-class HeaderError(Exception):
+class HeaderError(MalharError):
     """The segment header is missing, torn or not ours."""
 
     def __init__(self, kind: str, detail: str) -> None:
