@@ -28,6 +28,7 @@ class StateModel(RuleBasedStateMachine):
 
     root_factory = None  # set by the test: () -> conftest Root
     tiny_memory = False
+    counts: dict[str, int] = {}  # what the examples exercised, checked by the tests
 
     @initialize()
     def start(self) -> None:
@@ -125,7 +126,9 @@ class StateModel(RuleBasedStateMachine):
     @rule(skip=st.integers(min_value=1, max_value=3))
     def checkpoint(self, skip: int) -> None:
         self.window += skip
+        before = self.ms.stats["files_written"]
         self.ms.checkpoint(self.window)
+        self._count("files", self.ms.stats["files_written"] - before)
         self.snapshots[self.window] = (
             dict(self.m),
             set(self.mm),
@@ -139,8 +142,10 @@ class StateModel(RuleBasedStateMachine):
     def commit(self, data) -> None:
         done = [w for w in self.snapshots if self.committed < w <= self.window]
         c = data.draw(st.sampled_from(sorted(done)))
+        before = self.ms.stats["files_written"]
         self.ms.committed(c)
         self.committed = c
+        self._count("merges", self.ms.stats["files_written"] - before)
 
     @rule(data=st.data(), lose_disk=st.booleans())
     def crash_and_recover(self, data, lose_disk: bool) -> None:
@@ -151,6 +156,8 @@ class StateModel(RuleBasedStateMachine):
         target = data.draw(st.sampled_from(targets), label="restore to")
         self.ms = self._open()
         self.ms.restore(target)
+        self._count("recoveries")
+        self._count("rebuilds" if lose_disk else "catch_ups")
         self._recovered(target)
 
     @rule()
@@ -158,6 +165,9 @@ class StateModel(RuleBasedStateMachine):
         """The window fails in the same process: back to the last checkpoint."""
         self.ms.restore(self.window)
         self._load(self.window)
+
+    def _count(self, what: str, n: int = 1) -> None:
+        type(self).counts[what] = type(self).counts.get(what, 0) + n
 
     def _recovered(self, target: int) -> None:
         self.snapshots = {w: s for w, s in self.snapshots.items() if w <= target}
@@ -177,12 +187,13 @@ class StateModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         if hasattr(self, "ms"):
+            self._count("spills", self.ms.stats["spills"])
             self.ms.close()
 
 
-def _run(root_factory, *, tiny: bool, examples: int, steps: int) -> None:
+def _run(root_factory, *, tiny: bool, examples: int, steps: int) -> dict[str, int]:
     class Machine(StateModel):
-        pass
+        counts: dict[str, int] = {}
 
     Machine.root_factory = staticmethod(root_factory)
     Machine.tiny_memory = tiny
@@ -193,6 +204,7 @@ def _run(root_factory, *, tiny: bool, examples: int, steps: int) -> None:
         suppress_health_check=list(HealthCheck),
     )
     Machine.TestCase().runTest()
+    return Machine.counts
 
 
 def _fresh(root):
@@ -212,14 +224,21 @@ def _fresh(root):
     return make
 
 
+def _exercised(counts: dict[str, int], *what: str) -> None:
+    assert all(counts.get(w, 0) > 0 for w in what), counts
+
+
 def test_random_histories_equal_a_dict_model(root) -> None:
-    _run(_fresh(root), tiny=False, examples=60, steps=60)
+    counts = _run(_fresh(root), tiny=False, examples=60, steps=60)
+    _exercised(counts, "files", "merges", "rebuilds", "catch_ups")
 
 
 def test_random_histories_with_spills_equal_a_dict_model(root) -> None:
-    _run(_fresh(root), tiny=True, examples=25, steps=60)
+    counts = _run(_fresh(root), tiny=True, examples=25, steps=60)
+    _exercised(counts, "files", "spills", "rebuilds", "catch_ups")
 
 
 @pytest.mark.integration
 def test_random_histories_on_hdfs(hdfs_root) -> None:
-    _run(_fresh(hdfs_root), tiny=False, examples=4, steps=20)
+    counts = _run(_fresh(hdfs_root), tiny=False, examples=10, steps=50)
+    _exercised(counts, "files", "recoveries")
