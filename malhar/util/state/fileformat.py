@@ -10,7 +10,8 @@ without opening them::
 ``lo`` the file starts from (``0000000000000000`` = empty). Layout (little-endian)::
 
     header = "MSTK" | version u8 | flags u8 | 0 u16 | lo i64 | hi i64 | uid 8B | prev 8B | crc32 u32
-    block  = length u32 | crc32 u32 | type u8 | body      (crc32 covers length, type and body)
+             flags: 1 signed, 2 bodies of R and E blocks zlib-compressed
+    block  = length u32 | crc32 u32 | type u8 | body      (crc32 covers length, type and stored body)
       type R: range deletes   body = (lo_len u32 | hi_len u32 | lo | hi)*
       type E: entries         body = (op u8 | key_len u32 | value_len u32 | key | value)*  op 1 put, 2 delete
       type Z: end             body = entry count u64 | range count u64 | [HMAC-SHA256, if signed]
@@ -39,6 +40,7 @@ from malhar.util.state.errors import CorruptCheckpointError
 MAGIC = b"MSTK"
 VERSION = 1
 FLAG_SIGNED = 1
+FLAG_ZLIB = 2  # range and entry block bodies are zlib-compressed (level 1: ~8x on keys)
 ROOT = "0" * 16
 SUFFIX = ".ckpt"
 _HEADER = struct.Struct("<4sBBHqq8s8s")
@@ -126,8 +128,10 @@ class FileWriter:
         *,
         signer: bytes | None = None,
         flush_bytes: int = 32 << 20,
+        compress: bool = True,
     ) -> None:
         self.fs, self.directory = fs, directory
+        self._compress = compress
         self.name = node_name(lo, hi, uid, prev)
         self.lo, self.hi, self.uid, self.prev = lo, hi, uid, prev
         self._tmp = fs.join(directory, f".{self.name}.{os.getpid()}-{new_uid()[:8]}.tmp")
@@ -145,7 +149,7 @@ class FileWriter:
         head = _HEADER.pack(
             MAGIC,
             VERSION,
-            FLAG_SIGNED if signer else 0,
+            (FLAG_SIGNED if signer else 0) | (FLAG_ZLIB if compress else 0),
             0,
             lo,
             hi,
@@ -176,7 +180,7 @@ class FileWriter:
     def _flush_ranges(self) -> None:
         if self._ranges:
             body = b"".join(_RANGE.pack(len(lo), len(hi)) + lo + hi for lo, hi in self._ranges)
-            self._emit(_block(b"R", body))
+            self._emit(_block(b"R", zlib.compress(body, 1) if self._compress else body))
 
     def add(self, key: bytes, value: bytes | None) -> None:
         """One entry (``value`` None = delete); keys strictly increasing."""
@@ -202,7 +206,8 @@ class FileWriter:
 
     def _flush_entries(self) -> None:
         if self._entries:
-            self._emit(_block(b"E", b"".join(self._entries)))
+            body = b"".join(self._entries)
+            self._emit(_block(b"E", zlib.compress(body, 1) if self._compress else body))
             self._entries.clear()
             self._entry_bytes = 0
 
@@ -288,6 +293,7 @@ class FileReader:
                 else "file is not signed but a signer was given",
             )
         self._sign.update(head)
+        self._zlib = bool(flags & FLAG_ZLIB)
         self.lo, self.hi, self.uid, self.prev = lo, hi, uid.hex(), prev.hex()
         if node is not None and (node.lo, node.hi, node.uid, node.prev) != (
             self.lo,
@@ -340,6 +346,11 @@ class FileReader:
         if kind != b"Z":
             self._sign.update(head)
             self._sign.update(payload)
+            if self._zlib:
+                try:
+                    return kind, memoryview(zlib.decompress(payload[1:])), at
+                except zlib.error as exc:
+                    self._corrupt(at, f"block does not decompress: {exc}")
         return kind, memoryview(payload)[1:], at
 
     def ranges(self) -> list[tuple[bytes, bytes]]:

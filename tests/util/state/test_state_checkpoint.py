@@ -319,7 +319,9 @@ def test_merges_respect_range_deletes(root) -> None:
     """An older put under a newer range delete stays deleted through bottom and upper merges."""
     ms = root.new(compaction_ratio=4)
     ms.restore(-1)
-    _fill(ms, range(1000, 1400), 0)  # a big base that upper merges leave alone
+    base = ms.map("m", INT, INT_VALUE)
+    for k in range(1000, 6000):  # a big (incompressible) base that upper merges leave alone
+        base[k] = k * 2654435761 % (1 << 61)
     ms.checkpoint(0)
     ms.committed(0)
     m = ms.map("m", INT, INT_VALUE)
