@@ -136,11 +136,16 @@ class ManagedState:
         state = {k: self.__dict__[k] for k in keep}
         state["fs_options"] = self.fs_options
         state["compaction_ratio"] = self.compaction_ratio
+        # the structures' definitions (name, codecs) travel, so an operator pickled with its
+        # structures gets them back bound to this manager; their data does not
+        state["structs"] = self._structs
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        structs = state.pop("structs", {})
         self.__dict__.update(state)
         self._init_runtime()
+        self._structs = structs
 
     def __repr__(self) -> str:
         return f"ManagedState({self.operator!r}, partition={self.partition}, window={self._window})"

@@ -44,6 +44,12 @@ class Structure:
         self._evalue = value_codec.encode
         self._dvalue = value_codec.decode
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        # reloaded from the state after the next restore; never carried across processes
+        state.update(_meta_epoch=-1, _meta_value=self.META_DEFAULT, _meta_dirty=False)
+        return state
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, {self._state.where})"
 

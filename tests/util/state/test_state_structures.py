@@ -179,3 +179,34 @@ def test_pickle_keeps_only_configuration(new_state) -> None:
     clone.restore(0)
     assert clone.map("m")["a"] == 1
     clone.close()
+
+
+class _CountingOperator:
+    """How an operator would hold managed state: the manager and its structures as attributes."""
+
+    def __init__(self, ms) -> None:
+        self.ms = ms
+        self.counts = ms.map("counts", STR, INT_VALUE)
+        self.seen = ms.set_multimap("seen", STR, INT)
+
+
+def test_an_operator_pickled_with_its_structures_gets_them_back(new_state) -> None:
+    import pickle
+
+    ms = new_state()
+    op = _CountingOperator(ms)
+    ms.restore(-1)
+    op.counts["a"] = 1
+    op.seen.add("a", 1)
+    ms.checkpoint(0)
+    op.counts["uncheckpointed"] = 1
+    clone = pickle.loads(pickle.dumps(op))
+    ms.close()
+    assert clone.counts._state is clone.ms and clone.ms.map("counts") is clone.counts
+    clone.ms.restore(0)
+    assert dict(clone.counts.items()) == {"a": 1} and len(clone.counts) == 1
+    clone.counts["b"] = 2  # the size is flushed at the checkpoint: the structure is registered
+    clone.ms.checkpoint(1)
+    clone.ms.restore(1)
+    assert len(clone.counts) == 2 and clone.seen["a"] == {1}
+    clone.ms.close()
