@@ -210,3 +210,15 @@ def test_an_operator_pickled_with_its_structures_gets_them_back(new_state) -> No
     clone.ms.restore(1)
     assert len(clone.counts) == 2 and clone.seen["a"] == {1}
     clone.ms.close()
+
+
+def test_the_example_of_docs_state_md_runs(tmp_path, monkeypatch) -> None:
+    import re
+    import tempfile
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "state.md").read_text()
+    code = re.search(r"```python\n(.*?)```", doc, re.S).group(1)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the default local_dir
+    exec(compile(code.replace("/tmp/app-ckpt", str(tmp_path / "ckpt")), "state.md", "exec"), {})
+    assert (tmp_path / "ckpt" / "malhar" / "managed" / "counter" / "0").is_dir()
