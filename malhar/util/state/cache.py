@@ -54,15 +54,14 @@ class ReadCache:
         """Drop the least recently used entries until at most ``target`` bytes remain."""
         if self.bytes <= target:
             return
-        items = list(self._d.items())
-        drop = 0
+        it = iter(self._d.items())
         freed = 0
         excess = self.bytes - target
-        while drop < len(items) and freed < excess:
-            k, v = items[drop]
+        for k, v in it:  # oldest first; no list of all entries (that would be a memory spike)
             freed += len(k) + (len(v) if v is not None else 0) + ENTRY_OVERHEAD
-            drop += 1
-        self._d = dict(items[drop:])
+            if freed >= excess:
+                break
+        self._d = dict(it)
         self.bytes -= freed
 
     def clear(self) -> None:

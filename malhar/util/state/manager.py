@@ -160,13 +160,19 @@ class ManagedState:
         return f"operator {self.operator!r} partition {self.partition}"
 
     # -- structures ---------------------------------------------------------------------------
-    def _register(self, name: str, kind: bytes, factory: Callable[[], Any]) -> Any:
+    def _register(self, name: str, kind: bytes, factory: Callable[[], Any], *codecs: Any) -> Any:
         s = self._structs.get(name)
         if s is not None:
             if kind != s.KIND:
                 raise StateError(
                     f"{self.where}: state {name!r} is a {KIND_NAMES[s.KIND]}, "
                     f"not a {KIND_NAMES[kind]}"
+                )
+            have = [c.name for c in (s.key_codec, s.value_codec) if c is not None]
+            if have != [c.name for c in codecs]:
+                raise StateError(
+                    f"{self.where}: {KIND_NAMES[kind]} {name!r} exists with codecs {have}, "
+                    f"not {[c.name for c in codecs]}"
                 )
             return s
         s = self._structs[name] = factory()
@@ -179,7 +185,13 @@ class ManagedState:
         from malhar.util.state.keys import MAP
         from malhar.util.state.spillable import SpillableMap
 
-        return self._register(name, MAP, lambda: SpillableMap(self, name, key_codec, value_codec))
+        return self._register(
+            name,
+            MAP,
+            lambda: SpillableMap(self, name, key_codec, value_codec),
+            key_codec,
+            value_codec,
+        )
 
     def set_multimap(
         self, name: str, key_codec: KeyCodec = AUTO_KEY, value_codec: Codec = AUTO_KEY
@@ -189,7 +201,11 @@ class ManagedState:
         from malhar.util.state.spillable import SpillableSetMultimap
 
         return self._register(
-            name, MULTIMAP, lambda: SpillableSetMultimap(self, name, key_codec, value_codec)
+            name,
+            MULTIMAP,
+            lambda: SpillableSetMultimap(self, name, key_codec, value_codec),
+            key_codec,
+            value_codec,
         )
 
     def list(self, name: str, value_codec: Codec = AUTO_VALUE) -> Any:
@@ -197,7 +213,9 @@ class ManagedState:
         from malhar.util.state.keys import LIST
         from malhar.util.state.spillable import SpillableList
 
-        return self._register(name, LIST, lambda: SpillableList(self, name, value_codec))
+        return self._register(
+            name, LIST, lambda: SpillableList(self, name, value_codec), value_codec
+        )
 
     def time_buckets(
         self,
@@ -214,6 +232,8 @@ class ManagedState:
             name,
             TIME,
             lambda: TimeBucketedState(self, name, bucket_span, key_codec, value_codec),
+            key_codec,
+            value_codec,
         )
         if s.bucket_span != bucket_span:
             raise StateError(

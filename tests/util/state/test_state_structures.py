@@ -61,6 +61,8 @@ def test_structures_do_not_collide_and_names_are_typed(new_state) -> None:
     assert (a["x"], b["x"], len(a), len(b)) == (1, 2, 1, 1)
     with pytest.raises(StateError, match="is a SpillableMap, not a SpillableList"):
         ms.list("a")
+    with pytest.raises(StateError, match=r"exists with codecs \['auto', 'auto-value'\]"):
+        ms.map("a", key_codec=STR)
     ms.checkpoint(0)
     ms.close()
     other = type(ms)(ms.root, ms.operator, ms.partition, local_dir=ms.local_dir + "-2")
@@ -131,7 +133,7 @@ def test_time_buckets_put_get_expire(new_state) -> None:
     assert tb.horizon == 10 and list(tb.items()) == [(10, "a", 2), (20, "b", 3)]
     assert tb.delete("a", 11) and not tb.delete("a", 11)
     with pytest.raises(StateError, match="span 10, not 5"):
-        ms.time_buckets("dedup", bucket_span=5)
+        ms.time_buckets("dedup", 5, STR, INT_VALUE)
 
 
 def test_codec_errors_name_operator_structure_and_key_type(new_state) -> None:
@@ -202,7 +204,8 @@ def test_an_operator_pickled_with_its_structures_gets_them_back(new_state) -> No
     op.counts["uncheckpointed"] = 1
     clone = pickle.loads(pickle.dumps(op))
     ms.close()
-    assert clone.counts._state is clone.ms and clone.ms.map("counts") is clone.counts
+    assert clone.counts._state is clone.ms
+    assert clone.ms.map("counts", STR, INT_VALUE) is clone.counts
     clone.ms.restore(0)
     assert dict(clone.counts.items()) == {"a": 1} and len(clone.counts) == 1
     clone.counts["b"] = 2  # the size is flushed at the checkpoint: the structure is registered
