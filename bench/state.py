@@ -10,6 +10,7 @@
 (b) checkpoint cost per window with 10k keys changed per window, at 100k total keys
     and at ``--keys`` total keys (the state of (a)): p50 of ``checkpoint()`` and the
     ratio (target within 1.5x);
+    and on the HDFS fixture at 100k keys (skip with ``--no-hdfs``);
 (c) the local store comparison of ``bench/state_stores.py``.
 
 Each measurement runs in its own child process so its peak RSS is its own. The
@@ -67,24 +68,28 @@ def _load_malhar_state() -> Any:
     return state
 
 
-def child(keys: int, load: bool, budget: int) -> dict[str, Any]:
-    """Load ``keys`` counters (timed if ``load``), then COST_WINDOWS windows of 10k changes."""
+def child(
+    keys: int, load: bool, budget: int, root: str | None = None, fs_options: str = "{}"
+) -> dict[str, Any]:
+    """Load ``keys`` counters (timed if ``load``), then COST_WINDOWS windows of 10k changes.
+
+    ``root``: the checkpoint root (default: a temporary local directory).
+    """
     state = _load_malhar_state()
     tmp = tempfile.mkdtemp(prefix="malhar-bench-state-")
     out: dict[str, Any] = {"keys": keys}
     try:
         ms = state.ManagedState(
-            os.path.join(tmp, "ckpt"),
+            root or os.path.join(tmp, "ckpt"),
             "counter",
             0,
             budget_bytes=budget,
             local_dir=os.path.join(tmp, "local"),
+            fs_options=json.loads(fs_options),
         )
         counts = ms.map("counts", key_codec=state.STR, value_codec=state.INT_VALUE)
         ms.restore(-1)
         window = 0
-        names = [f"key-{i:09d}" for i in range(0)]  # keys are formatted on the fly
-        del names
         t0 = time.perf_counter()
         ckpt_s = commit_s = 0.0
         for start in range(0, keys, WINDOW_UPDATES):
@@ -145,14 +150,38 @@ def child(keys: int, load: bool, budget: int) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _spawn(keys: int, load: bool) -> dict[str, Any]:
+def _spawn(keys: int, load: bool, root: str | None = None, opts: str = "{}") -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", str(keys), "--budget", str(BUDGET)]
     if load:
         cmd.append("--load")
+    if root:
+        cmd += ["--root", root, "--fs-options", opts]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"child {cmd} failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _hdfs_cost() -> str:
+    """(b) on the project's HDFS fixture (WebHDFS): 100k keys, 10k changed per window."""
+    import uuid
+
+    from malhar.testing.services import acquire
+
+    service = acquire("hdfs")
+    try:
+        conn = service.connection()
+        opts = json.dumps({"webhdfs_url": conn["webhdfs_url"], "user": conn["user"]})
+        root = f"{conn['url']}/malhar-bench/state-{uuid.uuid4().hex[:8]}"
+        r = _spawn(100_000, load=False, root=root, opts=opts)
+    finally:
+        if not getattr(service, "external", False):
+            service.stop()
+    return (
+        f"100k keys, checkpoint root on HDFS (WebHDFS, one create + one rename per window): "
+        f"checkpoint() p50 {r['checkpoint_p50_ms']:.0f} ms (max {r['checkpoint_max_ms']:.0f}), "
+        f"committed() mean {r['committed_mean_ms']:.0f} ms"
+    )
 
 
 def _verdict(ok: bool) -> str:
@@ -165,12 +194,15 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=None)
     ap.add_argument("--store-keys", type=int, default=None)
     ap.add_argument("--skip-stores", action="store_true")
+    ap.add_argument("--no-hdfs", action="store_true", help="skip the checkpoint cost on HDFS")
+    ap.add_argument("--root", help=argparse.SUPPRESS)
+    ap.add_argument("--fs-options", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--budget", type=int, default=BUDGET, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        print(json.dumps(child(args.child, args.load, args.budget)))
+        print(json.dumps(child(args.child, args.load, args.budget, args.root, args.fs_options)))
         return
     keys = args.keys or (1_000_000 if args.quick else 10_000_000)
     store_keys = args.store_keys or (200_000 if args.quick else 1_000_000)
@@ -212,6 +244,8 @@ def main() -> None:
     print(
         f"    ratio {keys / 1e6:g}M / 100k = {ratio:.2f}x (target <= 1.5x): {_verdict(ratio <= 1.5)}"
     )
+    if not args.no_hdfs:
+        print(f"    {_hdfs_cost()}")
 
     if not args.skip_stores:
         import state_stores
