@@ -400,12 +400,26 @@ class ManagedState:
         ``window`` when the size policy says so (:func:`~malhar.util.state.chain.plan_merge`).
         """
         self._require_restored("committed")
+        assert self._window is not None
         fs, _, pdir = self._dirfs()
+        listed = [n for st in fs.list(pdir) if (n := parse_name(st.name, st.size)) is not None]
+        # another worker went on from this state (a stale instance of the operator got the
+        # call): its files are not ours to judge
+        newer = [n.name for n in listed if n.hi > self._window]
+        chain = select_chain(listed, self._window, where=fs.describe(pdir))
+        if newer or [n.name for n in chain] != [n.name for n in self._chain]:
+            log.warning(
+                "%s: committed(%d) ignored: the checkpoint moved on without this instance "
+                "(at window %d)",
+                self.where,
+                window,
+                self._window,
+            )
+            return
         on_chain = {n.name for n in self._chain}
-        for st in fs.list(pdir):
-            node = parse_name(st.name, st.size)
-            if node is not None and node.hi <= window and node.name not in on_chain:
-                fs.delete(st.path)
+        for node in listed:
+            if node.hi <= window and node.name not in on_chain:
+                fs.delete(fs.join(pdir, node.name))
         prefix = [n for n in self._chain if n.hi <= window]
         j = plan_merge([max(n.size, 1) for n in prefix], self.compaction_ratio)
         if j is None:
@@ -635,7 +649,11 @@ class ManagedState:
         """Move the overlay to the local store's pending area (a window bigger than memory)."""
         store = self._local()
         batch = store.batch()
+        cache = self._cache
         for k, v in self._overlay.items():
+            # the cache holds the base; these keys change it at the checkpoint, which only
+            # refreshes the cache from the (then) in-memory overlay
+            cache.discard(k)
             batch.put(_P + k, _P_DEL if v is None else _P_PUT + v)
             if batch.bytes >= _APPLY_BATCH_BYTES:
                 batch.commit()

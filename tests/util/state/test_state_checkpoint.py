@@ -369,3 +369,39 @@ def test_spilled_writes_of_a_crashed_window_are_not_read_back(root) -> None:
     assert 150 not in m and m.get(150) is None
     assert sorted(m)[:11] == [*range(10), 500]
     again.close()
+
+
+def test_committed_on_a_stale_instance_touches_nothing(root) -> None:
+    """Worker A is left at window 1 while worker B runs 2 and 3; a committed(3) that reaches A
+    must not delete B's files (A's chain does not know them)."""
+    a = root.new()
+    a.restore(-1)
+    _fill(a, range(5), 1)
+    a.checkpoint(1)
+    b = root.new()
+    b.restore(1)
+    for w in (2, 3):
+        _fill(b, range(w), w)
+        b.checkpoint(w)
+    expected = _state(b)
+    before = sorted(root.files())
+    a.committed(3)
+    assert sorted(root.files()) == before
+    b.committed(3)
+    fresh = root.new()
+    fresh.restore(3)
+    assert _state(fresh) == expected
+
+
+def test_spilled_keys_do_not_leave_stale_cache_entries(root) -> None:
+    """Found by the property test: a key read (and cached as absent) then written and spilled
+    in the same window must read its checkpointed value after the window."""
+    ms = root.new()
+    ms._py_budget = 2048  # the metadata written at the checkpoint spills the overlay
+    ms.restore(-1)
+    mm, lst = ms.set_multimap("mm", INT, INT), ms.list("l", INT_VALUE)
+    mm.add(0, 0)
+    lst.extend([0, 1])
+    ms.checkpoint(0)
+    ms.restore(0)
+    assert (len(mm), list(lst)) == (1, [0, 1])
