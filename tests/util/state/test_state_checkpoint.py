@@ -7,7 +7,14 @@ import shutil
 
 import pytest
 
-from malhar.util.state import INT, INT_VALUE, CorruptCheckpointError, ManagedState, StateError
+from malhar.util.state import (
+    INT,
+    INT_VALUE,
+    STR,
+    CorruptCheckpointError,
+    ManagedState,
+    StateError,
+)
 from malhar.util.state.fileformat import parse_name
 
 
@@ -400,8 +407,14 @@ def test_spilled_keys_do_not_leave_stale_cache_entries(root) -> None:
     ms._py_budget = 2048  # the metadata written at the checkpoint spills the overlay
     ms.restore(-1)
     mm, lst = ms.set_multimap("mm", INT, INT), ms.list("l", INT_VALUE)
+    m, tb = ms.map("m", INT, INT_VALUE), ms.time_buckets("tb", 10, STR, INT_VALUE)
     mm.add(0, 0)
-    lst.extend([0, 1])
+    lst.append(0)
+    m[0] = 0
+    tb.put("0", 0, 0)
+    lst.append(1)
+    assert ms.stats["spills"] == 0
     ms.checkpoint(0)
+    assert ms.stats["spills"] == 1
     ms.restore(0)
-    assert (len(mm), list(lst)) == (1, [0, 1])
+    assert (len(mm), list(lst), len(m)) == (1, [0, 1], 1)
