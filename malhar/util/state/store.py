@@ -36,7 +36,10 @@ class LocalStore:
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         memory_bytes = max(memory_bytes, 4 << 20)
-        # half for two memtables, half for the block cache (index/filter blocks included)
+        # half for two memtables, half for the block cache of data blocks. Index and bloom
+        # filter blocks stay with the table readers (~1.5 bytes per key): inside a small block
+        # cache, data blocks evict them and every miss of an absent key reads them again
+        # (measured: 480 us instead of 6 us per get at 3M keys)
         opts.set_write_buffer_size(memory_bytes // 4)
         opts.set_max_write_buffer_number(2)
         opts.set_max_open_files(256)
@@ -44,7 +47,7 @@ class LocalStore:
         table = BlockBasedOptions()
         table.set_block_cache(Cache(memory_bytes // 2))
         table.set_bloom_filter(10, False)
-        table.set_cache_index_and_filter_blocks(True)
+        table.set_cache_index_and_filter_blocks(False)
         opts.set_block_based_table_factory(table)
         try:
             self._db = Rdict(path, opts, access_type=AccessType.read_write())
