@@ -209,11 +209,10 @@ def _run(root_factory, *, tiny: bool, examples: int, steps: int) -> dict[str, in
 
 def _fresh(root):
     """A new checkpoint root per hypothesis example (examples must not share files)."""
-    from conftest import Root
 
-    def make() -> Root:
+    def make():
         sub = uuid.uuid4().hex[:8]
-        return Root(
+        return type(root)(
             root.backend,
             f"{root.url}/{sub}",
             f"{root.local_base}/{sub}",
