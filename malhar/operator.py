@@ -34,6 +34,28 @@ class OperatorContext:
     attributes: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None
     integrity_key: str | bytes | None = field(default=None, repr=False)
+    #: set by the engine (or the harness): ``(operator, **options) -> ManagedState``
+    managed: Any = field(default=None, repr=False, compare=False)
+
+    def managed_state(self, **options: Any) -> Any:
+        """This operator partition's managed state (:class:`malhar.util.state.ManagedState`).
+
+        Spillable maps, set-multimaps, lists and time buckets whose memory is bounded
+        (``budget_bytes``, 64 MiB by default) and that the engine checkpoints
+        incrementally with every window, restores on any worker and closes at teardown
+        (see ``docs/state.md``). Call it in ``setup`` and keep the structures as runtime
+        attributes::
+
+            def setup(self, context):
+                state = context.managed_state(budget_bytes=256 << 20)
+                self._seen = state.time_buckets("seen", bucket_span=60_000)
+        """
+        if self.managed is None:
+            raise RuntimeError(
+                f"operator {self.name!r}: managed state is only available inside a running "
+                "application or an OperatorHarness with a checkpoint folder"
+            )
+        return self.managed(self.name, **options)
 
     def window_data_manager(self, **options: Any) -> Any:
         """The operator partition's window data manager (``FSWindowDataManager``), signed

@@ -20,6 +20,7 @@ from malhar import attributes as A
 from malhar.control import ControlSender, ControlTuple
 from malhar.engine import envelope as E
 from malhar.engine.dispatch import Dispatcher
+from malhar.engine.managed import ManagedStates
 from malhar.engine.plan import Group, Plan
 from malhar.engine.routing import FanOut, LocalSink, RouteBuffer
 from malhar.engine.snapshots import PartitionSnapshots, restore_into
@@ -53,6 +54,7 @@ class PartitionRuntime:
             else None
         )
         self.dispatcher = Dispatcher(partition, self._forward_control)
+        self.managed = ManagedStates(plan.checkpoint, partition, plan.integrity_key)
         self.out = E.EnvelopeBuffer()
         self.buffers: list[RouteBuffer] = []
         self._purge_pending = True  # snapshots or markers may exist that a purge can drop
@@ -82,7 +84,12 @@ class PartitionRuntime:
             ),
             checkpoint=self.plan.checkpoint,
             integrity_key=self.plan.integrity_key,
+            managed=self._managed_state,
         )
+
+    def _managed_state(self, operator: str, **options: Any) -> Any:
+        # created while the operator sets up for window ``self.window + 1``
+        return self.managed.get(operator, self.window, **options)
 
     def unifier_name(self, rid: int) -> str:
         route = self.plan.routes[rid]
@@ -176,6 +183,10 @@ class PartitionRuntime:
                 op.teardown()
             except Exception:
                 log.exception("malhar: teardown of %s partition %d failed", name, self.partition)
+        try:
+            self.managed.close()
+        except Exception:
+            log.exception("malhar: closing managed state of partition %d failed", self.partition)
 
     def _forward_control(self, op: str, ctl: ControlTuple, sender: ControlSender | None) -> None:
         instance = self.dispatcher.ops[op]
@@ -219,6 +230,7 @@ class PartitionRuntime:
             for name, op in self._all_ops():
                 if isinstance(op, CheckpointListener):
                     dispatcher.call(name, op.committed, committed)
+            self.managed.committed(committed)
             store = self.snapshots.store
             if store and self._purge_pending:
                 store.purge(committed)
@@ -307,6 +319,7 @@ class PartitionRuntime:
                 self.open[name] = False
         for buf in self.buffers:
             buf.flush()
+        self.managed.checkpoint(window)
         self.window = window
         self._metrics(window)
         self._stats(window)
