@@ -8,6 +8,8 @@ For each backend it prints save and retrieve latency (p50/p99), saves/s and MB/s
 for 1 KB artifacts, next to a baseline measured in the same run: the same record
 bytes appended to a plain file (local: ``write(2)`` per record, optionally with
 ``fdatasync``; HDFS: one WebHDFS append per record with the ``hdfs`` client).
+It measures saves with ``durability="fsync"`` (the default) and ``"flush"`` in the
+same invocation and prints their ratio (the cost of the default).
 It also prints what level 0's slot claims (``malhar.engine.slot_claims``) cost per
 window on a checkpoint on that backend, against one window-data-manager save.
 """
@@ -112,20 +114,29 @@ def local_bench(windows: int, fsync_windows: int) -> list[str]:
         base_sync = raw("baseline: write(2)+fdatasync per record", fsync_windows, True)
 
         # -- the manager ------------------------------------------------------------------------
-        m = FSWindowDataManager(str(work / "wal"), "bench")
+        m = FSWindowDataManager(str(work / "wal"), "bench", durability="flush")
         m.setup()
         save = timed(
-            "save (flush per save, default)",
+            "save (durability='flush')",
             windows,
             lambda i: m.save(blob, i),
             windows * len(blob),
         )
         m.teardown()
+        mf = FSWindowDataManager(str(work / "wal-flush2"), "bench", durability="flush")
+        mf.setup()
+        save_flush = timed(  # the same number of saves as with fsync, for the ratio
+            "save (durability='flush'), as many as fsync",
+            fsync_windows,
+            lambda i: mf.save(blob, i),
+            fsync_windows * len(blob),
+        )
+        mf.teardown()
 
-        ms = FSWindowDataManager(str(work / "wal-sync"), "bench", fs_options={"fsync": True})
+        ms = FSWindowDataManager(str(work / "wal-sync"), "bench")  # the default: fsync
         ms.setup()
         save_sync = timed(
-            "save (fs_options fsync=True)",
+            "save (durability='fsync', default)",
             fsync_windows,
             lambda i: ms.save(blob, i),
             fsync_windows * len(blob),
@@ -133,7 +144,7 @@ def local_bench(windows: int, fsync_windows: int) -> list[str]:
         ms.teardown()
 
         t = time.perf_counter()
-        r = FSWindowDataManager(str(work / "wal"), "bench")
+        r = FSWindowDataManager(str(work / "wal"), "bench", durability="flush")
         r.setup()
         setup_s = time.perf_counter() - t
         retrieve = timed(
@@ -145,7 +156,10 @@ def local_bench(windows: int, fsync_windows: int) -> list[str]:
         r.teardown()
 
         # 4 partitions: replay every window of every partition
-        parts = [FSWindowDataManager(str(work / "wal4"), "bench", partition=p) for p in range(4)]
+        parts = [
+            FSWindowDataManager(str(work / "wal4"), "bench", partition=p, durability="flush")
+            for p in range(4)
+        ]
         n4 = max(1, windows // 4)
         for p in parts:
             p.setup()
@@ -170,7 +184,10 @@ def local_bench(windows: int, fsync_windows: int) -> list[str]:
             all4.row(),
             largest.row(),
             base_sync.row(),
+            save_flush.row(base_sync),
             save_sync.row(base_sync),
+            f"  durability cost, local FS: fsync {save_sync.rate:,.0f} saves/s vs flush "
+            f"{save_flush.rate:,.0f} saves/s: fsync/flush = {save_sync.rate / save_flush.rate:.3f}",
             f"  setup() of a partition log with {windows} windows "
             f"({sum(f.stat().st_size for f in (work / 'wal' / 'bench' / '0').iterdir()) / 1e6:.1f} MB): "
             f"{setup_s * 1e3:.1f} ms",
@@ -207,17 +224,42 @@ def hdfs_bench(windows: int) -> list[str]:
             lambda i: client.write(raw_path, data=record, append=True),
             windows * len(blob),
         )
-        m = FSWindowDataManager(root, "bench", fs_options=opts)
+        m = FSWindowDataManager(root, "bench", fs_options=opts, durability="flush")
         m.setup()
         save = timed(
-            "save (one WebHDFS append per save)",
+            "save, durability='flush'",
             windows,
             lambda i: m.save(blob, i),
             windows * len(blob),
         )
         m.teardown()
+        ms = FSWindowDataManager(root, "bench-sync", fs_options=opts)  # default: fsync
+        ms.setup()
+        save_sync = timed(
+            "save, durability='fsync' (default)",
+            windows,
+            lambda i: ms.save(blob, i),
+            windows * len(blob),
+        )
+        ms.teardown()
+        # what fsync changes on HDFS: CREATE with createflag=sync_block (fsync on close)
+        creates = max(5, windows // 5)
+        plain, _ = filesystem_for(root, **opts)
+        synced, _ = filesystem_for(root, **opts, fsync=True)
+        create = timed(
+            "create 1 KB file (fsync=False)",
+            creates,
+            lambda i: plain.create(f"{path}/c/plain-{i}", blob),
+            creates * len(blob),
+        )
+        create_sync = timed(
+            "create 1 KB file (fsync=True: sync_block)",
+            creates,
+            lambda i: synced.create(f"{path}/c/sync-{i}", blob),
+            creates * len(blob),
+        )
         t = time.perf_counter()
-        r = FSWindowDataManager(root, "bench", fs_options=opts)
+        r = FSWindowDataManager(root, "bench", fs_options=opts, durability="flush")
         r.setup()
         setup_s = time.perf_counter() - t
         retrieve = timed(
@@ -226,7 +268,7 @@ def hdfs_bench(windows: int) -> list[str]:
         largest = timed("largest_completed_window()", 20, lambda i: r.largest_completed_window(), 0)
         r.teardown()
         # a fresh reader in "another process": the first retrieve reads the segment
-        r2 = FSWindowDataManager(root, "bench", fs_options=opts)
+        r2 = FSWindowDataManager(root, "bench", fs_options=opts, durability="flush")
         r2.setup()
         cold = timed(
             "retrieve (first access, cold reader)",
@@ -240,6 +282,11 @@ def hdfs_bench(windows: int) -> list[str]:
         out += [
             base.row(),
             save.row(base),
+            save_sync.row(base),
+            f"  durability cost, HDFS saves: fsync {save_sync.rate:,.2f} saves/s vs flush "
+            f"{save.rate:,.2f} saves/s: fsync/flush = {save_sync.rate / save.rate:.3f}",
+            create.row(),
+            create_sync.row(create),
             claimed.row(save),
             retrieve.row(),
             cold.row(),
@@ -263,14 +310,29 @@ def main() -> None:
     args = parser.parse_args()
     print(
         f"malhar storage benchmark - {platform.node()}: {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
-        f"load average {os.getloadavg()[0]:.1f} (other processes on this machine skew figures)"
+        f"{_memory_gib():.0f} GiB, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}, load average {_load()} "
+        "(other processes on this machine skew figures)"
     )
     for line in local_bench(args.windows, args.fsync_windows):
-        print(line)
+        print(line, flush=True)
     if not args.no_hdfs:
         for line in hdfs_bench(args.hdfs_windows):
-            print(line)
+            print(line, flush=True)
+    print(f"load average at the end: {_load()}")
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _memory_gib() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(next(ln for ln in f if ln.startswith("MemTotal:")).split()[1])
+        return kib / (1 << 20)
+    except (OSError, StopIteration, ValueError):
+        return float("nan")
 
 
 if __name__ == "__main__":

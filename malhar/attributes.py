@@ -88,6 +88,13 @@ IDLE_RUNTIME_TIMEOUT_MS = _attr(
     int,
     "a worker tears down a partition runtime it has not run for this long (its slot moved)",
 )
+CHECKPOINT_INTEGRITY_KEY = _attr(
+    "CHECKPOINT_INTEGRITY_KEY",
+    None,
+    (str, bytes, type(None)),
+    "HMAC key over state snapshots and write-ahead-log records: bytes, or '${env:NAME}' / "
+    "'${file:/path}' (off when unset)",
+)
 # -- operator ---------------------------------------------------------------------------
 PARTITIONS = _attr("PARTITIONS", 1, int, "static partition count")
 APPLICATION_WINDOW_COUNT = _attr(
@@ -97,6 +104,12 @@ PROCESSING_MODE = _attr("PROCESSING_MODE", ProcessingMode.AT_LEAST_ONCE, Process
 MAX_TUPLES_PER_WINDOW = _attr("MAX_TUPLES_PER_WINDOW", 100_000, int, "input admission control")
 UNIFIER_LIMIT = _attr(
     "UNIFIER_LIMIT", 0, int, "max upstream partitions per unifier (0: no cascade)"
+)
+STATS_LISTENERS = _attr(
+    "STATS_LISTENERS",
+    (),
+    (list, tuple),
+    "objects with process_stats(OperatorStats) -> Response, called about once per second",
 )
 # -- port -------------------------------------------------------------------------------
 STREAM_CODEC = _attr("STREAM_CODEC", None, object, "partitions tuples of an input port")
@@ -110,6 +123,7 @@ APPLICATION = {
         CHECKPOINT,
         SLOT_CLAIMS,
         IDLE_RUNTIME_TIMEOUT_MS,
+        CHECKPOINT_INTEGRITY_KEY,
     )
 }
 OPERATOR = {
@@ -120,6 +134,7 @@ OPERATOR = {
         PROCESSING_MODE,
         MAX_TUPLES_PER_WINDOW,
         UNIFIER_LIMIT,
+        STATS_LISTENERS,
     )
 }
 PORT = {a.name: a for a in (STREAM_CODEC, PARALLEL_PARTITION)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,8 @@ class OperatorContext:
         application: the application's stable name.
         attributes: the operator's attributes (see :mod:`malhar.attributes`).
         checkpoint: the application's checkpoint root (local path or ``hdfs://``).
+        integrity_key: the application's ``CHECKPOINT_INTEGRITY_KEY`` (HMAC over what is
+            written under the checkpoint), or None.
     """
 
     name: str
@@ -30,13 +33,38 @@ class OperatorContext:
     application: str = "app"
     attributes: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None
+    integrity_key: str | bytes | None = field(default=None, repr=False)
+    #: set by the engine (or the harness): ``(operator, **options) -> ManagedState``
+    managed: Any = field(default=None, repr=False, compare=False)
+
+    def managed_state(self, **options: Any) -> Any:
+        """This operator partition's managed state (:class:`malhar.util.state.ManagedState`).
+
+        Spillable maps, set-multimaps, lists and time buckets whose memory is bounded
+        (``budget_bytes``, 64 MiB by default) and that the engine checkpoints
+        incrementally with every window, restores on any worker and closes at teardown
+        (see ``docs/state.md``). Call it in ``setup`` and keep the structures as runtime
+        attributes::
+
+            def setup(self, context):
+                state = context.managed_state(budget_bytes=256 << 20)
+                self._seen = state.time_buckets("seen", bucket_span=60_000)
+        """
+        if self.managed is None:
+            raise RuntimeError(
+                f"operator {self.name!r}: managed state is only available inside a running "
+                "application or an OperatorHarness with a checkpoint folder"
+            )
+        return self.managed(self.name, **options)
 
     def window_data_manager(self, **options: Any) -> Any:
-        """The operator partition's window data manager (``FSWindowDataManager``)."""
+        """The operator partition's window data manager (``FSWindowDataManager``), signed
+        with the application's integrity key when it has one."""
         from malhar.util import FSWindowDataManager
 
         if self.checkpoint is None:
             raise RuntimeError(f"{self.name}: no checkpoint location, so no window data manager")
+        options.setdefault("integrity_key", self.integrity_key)
         return FSWindowDataManager(
             f"{self.checkpoint.rstrip('/')}/malhar/wal",
             self.name,
@@ -83,6 +111,14 @@ class Operator(Configurable):
         if declared is None:
             return None
         return declared() if isinstance(declared, type) else declared.clone()
+
+    def metrics(self) -> Mapping[str, float]:
+        """The operator's own metrics of the window just ended (Apex's ``@AutoMetric``).
+
+        Called after ``end_window``; the values reach stats listeners and
+        ``RunningApplication.metrics()`` (summed over partitions there).
+        """
+        return {}
 
     def snapshot(self) -> Any:
         """Custom checkpointed state beyond the ``State`` fields (None: nothing).
@@ -145,6 +181,10 @@ class InputOperator(Operator):
     def emit_tuples(self) -> None:
         """Emit available tuples through output ports; return when none are left for now."""
         raise NotImplementedError
+
+    def backlog(self) -> int | None:
+        """What is left to read after this window (e.g. Kafka lag), or None if unknown."""
+        return None
 
 
 class Unifier(Operator):

@@ -49,7 +49,7 @@ def session_conf(
         "spark.sql.streaming.stopTimeout": "30s",
         # Spark's default ("(?i)url") plus malhar's source options: the pickled plan carries
         # operators' configuration, so it is masked wherever Spark prints plans (UI, logs)
-        "spark.sql.redaction.options.regex": "(?i)url|^plan$",
+        "spark.sql.redaction.options.regex": "(?i)url|^plan$|integrity",
     }
     jar_list = [str(j) for j in jars]
     if jar_list:

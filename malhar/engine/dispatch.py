@@ -124,6 +124,8 @@ class Dispatcher:
             defaultdict(list)
         )
         self._seen: dict[tuple[str, str], set[bytes]] = defaultdict(set)
+        #: tuples delivered per (operator, port) in this window (statistics)
+        self.received: dict[tuple[str, str], int] = defaultdict(int)
         #: operators that pass control tuples on as they came (unifiers): every copy,
         #: with its sender, so that a sender-aware port downstream hears each partition
         self.transparent: set[str] = set()
@@ -142,6 +144,7 @@ class Dispatcher:
         self.window = window
         self._seen.clear()
         self.skip.clear()
+        self.received.clear()
 
     # -- calling user code -------------------------------------------------------------
     def call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -162,6 +165,7 @@ class Dispatcher:
     def deliver_tuple(self, op: str, port: str, value: Any) -> None:
         if op in self.skip:
             return
+        self.received[(op, port)] += 1
         h = self.table[(op, port)]
         if h.process is not None:
             self.call(op, h.process, value)
@@ -169,7 +173,7 @@ class Dispatcher:
             assert h.process_batch is not None and h.schema is not None  # DAG.validate
             self.call(op, h.process_batch, pa.RecordBatch.from_pylist([value], schema=h.schema))
 
-    def deliver_objects(self, op: str, port: str, values: Iterable[Any]) -> None:
+    def deliver_objects(self, op: str, port: str, values: list[Any]) -> None:
         if op in self.skip:
             return
         h = self.table[(op, port)]
@@ -177,6 +181,7 @@ class Dispatcher:
             for v in values:
                 self.deliver_tuple(op, port, v)
             return
+        self.received[(op, port)] += len(values)
         fn, call = h.process, self.call
         for v in values:
             call(op, fn, v)
@@ -184,6 +189,7 @@ class Dispatcher:
     def deliver_batch(self, op: str, port: str, batch: pa.RecordBatch) -> None:
         if op in self.skip:
             return
+        self.received[(op, port)] += batch.num_rows
         h = self.table[(op, port)]
         if h.process_batch is not None:
             self.call(op, h.process_batch, batch)

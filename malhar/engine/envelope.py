@@ -33,9 +33,11 @@ class Kind(enum.IntEnum):
     CONTROL = 2
     #: an error port's count (``route`` = the error port's metric id)
     METRIC = 3
+    #: one group partition's window statistics (JSON, see ``malhar.stats``)
+    STATS = 4
 
 
-DATA, MARKER, CONTROL, METRIC = Kind.DATA, Kind.MARKER, Kind.CONTROL, Kind.METRIC
+DATA, MARKER, CONTROL, METRIC, STATS = Kind.DATA, Kind.MARKER, Kind.CONTROL, Kind.METRIC, Kind.STATS
 
 
 class Envelope(NamedTuple):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import atexit
 import copy
+import dataclasses
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -20,22 +20,25 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming import StreamingQuery
 
 from malhar import attributes as A
 from malhar.dag import DAG
 from malhar.engine import envelope as E
 from malhar.engine.failure import ApplicationFailed, explain
 from malhar.engine.plan import Plan, build_plan
+from malhar.engine.progress import ProgressListener, StatsDispatcher
 from malhar.engine.slot_claims import claims_root, level0_tasks
 from malhar.engine.spark_io import (
     SOURCE_NAME,
     MalharSource,
     encode_plan,
+    integrity_options,
     shutdown_flag_path,
 )
 from malhar.engine.task import run_window
 from malhar.engine.window_log import WindowLog
+from malhar.stats import OperatorMetrics, Response, StatsListener
 
 log = logging.getLogger("malhar")
 
@@ -65,6 +68,8 @@ def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = N
     )
     if max_windows is not None:
         reader = reader.option("max_windows", str(max_windows))
+    for key, value in integrity_options(plan.integrity_key).items():
+        reader = reader.option(key, value)
     df = reader.load()
     for level in range(1, len(plan.levels)):
         df = df.repartition(plan.levels[level], "pkey").mapInArrow(
@@ -74,102 +79,9 @@ def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = N
     for mid, ref in enumerate(plan.error_ports):
         cond = (F.col("kind") == E.METRIC) & (F.col("route") == mid)
         metrics.append(F.coalesce(F.sum(F.when(cond, F.col("count"))), F.lit(0)).alias(ref))
+    stats = F.when(F.col("kind") == E.STATS, F.col("payload").cast("string"))
+    metrics.append(F.collect_list(stats).alias("stats"))
     return df.observe("malhar", *metrics)
-
-
-class ErrorCounts(StreamingQueryListener):
-    """Error-port counts per window of one query run, from its observed metrics.
-
-    ``build_dataframe`` observes ``max(window)`` and the sum of each error port as
-    ``observe("malhar", ...)``; Spark reports them in the progress of each batch,
-    once the batch is in its commit log. This listener keeps the windows that had
-    errors and the largest window reported (a window up to it without an entry had
-    none). Driver memory only: counts of earlier runs are not kept.
-
-    PySpark's own bridge converts every progress event field by field, dozens of
-    py4j calls per event (measured: ~0.06 CPU-s per window, about 40% of an empty
-    window's CPU); ``_jlistener`` (PySpark's private hook that ``addListener`` and
-    ``removeListener`` use, checked on 4.3) wraps :class:`_ProgressJson` instead,
-    which asks the JVM for the progress JSON only.
-    """
-
-    def __init__(self, query_name: str, ports: list[str]) -> None:
-        self.query_name = query_name
-        self.ports = list(ports)
-        self.errors: dict[int, dict[str, int]] = {}
-        self.seen = -1
-        self._lock = threading.Lock()
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        p = event.progress
-        self.add(p.name, p.observedMetrics.get("malhar"))
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
-
-    @property
-    def _jlistener(self) -> Any:
-        from pyspark import SparkContext
-
-        if not hasattr(self, "_jlistenerobj"):
-            jvm = SparkContext._jvm
-            assert jvm is not None
-            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_ProgressJson(self))
-        return self._jlistenerobj
-
-    def add(self, query_name: str | None, metrics: Any) -> None:
-        """Take the ``observedMetrics["malhar"]`` (a Row or a dict) of one progress."""
-        if query_name != self.query_name or metrics is None:
-            return
-        values = metrics.asDict() if hasattr(metrics, "asDict") else dict(metrics)
-        if values.get("window") is None:
-            return  # a trigger without a batch
-        window = int(values["window"])
-        counts = {ref: int(values.get(ref) or 0) for ref in self.ports}
-        with self._lock:
-            if any(counts.values()):
-                self.errors[window] = counts
-            else:
-                self.errors.pop(window, None)
-            self.seen = max(self.seen, window)
-
-    def get(self, window: int) -> dict[str, int] | None:
-        """The counts of ``window``; None if it was not reported (yet)."""
-        with self._lock:
-            if window in self.errors:
-                return dict(self.errors[window])
-            if window <= self.seen:
-                return dict.fromkeys(self.ports, 0)
-        return None
-
-
-class _ProgressJson:
-    """The py4j side of :class:`ErrorCounts`: two py4j calls per progress event."""
-
-    def __init__(self, counts: ErrorCounts) -> None:
-        self.counts = counts
-
-    def onQueryStarted(self, jevent: Any) -> None:
-        pass
-
-    def onQueryProgress(self, jevent: Any) -> None:
-        progress = json.loads(jevent.progress().json())
-        self.counts.add(progress.get("name"), progress.get("observedMetrics", {}).get("malhar"))
-
-    def onQueryIdle(self, jevent: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, jevent: Any) -> None:
-        pass
-
-    class Java:
-        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
 class RunningApplication:
@@ -181,16 +93,18 @@ class RunningApplication:
         plan: Plan,
         query: StreamingQuery,
         checkpoint: str,
-        errors: ErrorCounts | None = None,
+        progress: ProgressListener | None = None,
         spark: SparkSession | None = None,
+        stats: StatsDispatcher | None = None,
     ) -> None:
         self.dag = dag
         self.plan = plan
         self.query = query
         self.checkpoint = checkpoint
-        self.log = WindowLog(checkpoint)
-        self._errors = errors
+        self.log = WindowLog(checkpoint, plan.integrity_key)
+        self._progress = progress
         self._spark = spark
+        self._stats = stats
 
     @property
     def last_window(self) -> int:
@@ -208,30 +122,40 @@ class RunningApplication:
         Known for the windows this run completed (from the query's observed metrics);
         ``{}`` for a window not completed yet, or completed by an earlier run.
         """
-        if self._errors is not None:
-            counts = self._errors.get(window)
+        if self._progress is not None:
+            counts = self._progress.get(window)
             if counts is None:  # listener events are asynchronous: ask the query
-                self._sync_errors()
-                counts = self._errors.get(window)
+                self._sync_progress()
+                counts = self._progress.get(window)
             if counts is not None:
                 return counts
         info = self.log.get(window) or {}  # windows recorded by the former Python sink
         return dict(info.get("errors", {}))
 
-    def _sync_errors(self) -> None:
-        if self._errors is not None:
+    def _sync_progress(self) -> None:
+        if self._progress is not None:
             for p in self.query.recentProgress:
-                self._errors.add(p.name, p.observedMetrics.get("malhar"))
+                self._progress.add(p.name, p.observedMetrics.get("malhar"))
+
+    def metrics(self, last_windows: int = 20) -> dict[str, OperatorMetrics]:
+        """Live per-operator metrics over the ``last_windows`` most recent windows:
+        tuples/s in and out, mean window processing time, backlog, partitions, and the
+        operators' own metrics (see :mod:`malhar.stats`)."""
+        if self._progress is None:
+            return {}
+        return self._progress.metrics(last_windows)
 
     def _finish(self) -> None:
         """After the query ended: take its last metrics, unregister the listener."""
-        if self._errors is None or self.query.isActive:
+        if self._progress is None or self.query.isActive:
             return
-        self._sync_errors()
+        if self._stats is not None:
+            self._stats.stop()
+        self._sync_progress()
         spark, self._spark = self._spark, None
         if spark is not None:
             try:
-                spark.streams.removeListener(self._errors)
+                spark.streams.removeListener(self._progress)
             except Exception:  # the session may be gone: nothing to unregister
                 log.debug("malhar: could not remove the metrics listener", exc_info=True)
 
@@ -355,6 +279,39 @@ def _remove_temporary_checkpoints() -> None:  # pragma: no cover - process exit
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _for_executors(dag: DAG) -> DAG:
+    """A copy of ``dag`` without what lives on the driver only (stats listeners): the
+    plan is pickled for the executors, and a listener need not pickle."""
+    shipped = copy.copy(dag)
+    shipped.operators = {}
+    for name, meta in dag.operators.items():
+        attributes = {k: v for k, v in meta.attributes.items() if k != A.STATS_LISTENERS.name}
+        shipped.operators[name] = dataclasses.replace(meta, attributes=attributes)
+    return shipped
+
+
+def stats_listeners(dag: DAG) -> dict[str, list[StatsListener]]:
+    """Per operator, its ``STATS_LISTENERS`` (and the operator itself when it is one)."""
+    out = {}
+    for name, meta in dag.operators.items():
+        listeners = list(meta.attr(A.STATS_LISTENERS) or ())
+        if isinstance(meta.operator, StatsListener):
+            listeners.append(meta.operator)
+        if listeners:
+            out[name] = listeners
+    return out
+
+
+def _log_response(operator: str, listener: StatsListener, response: Response) -> None:
+    if response.repartition_required:
+        log.warning(
+            "malhar: %r asks to repartition %r (%s)",
+            type(listener).__name__,
+            operator,
+            response.reason or "no reason given",
+        )
+
+
 def literal_secrets(dag: DAG) -> list[str]:
     """``operator.property`` for each property holding a secret that is not a reference."""
     from malhar.properties import properties_of
@@ -424,6 +381,7 @@ def launch(
         dag.set_attribute(A.STREAMING_WINDOW_MS.name, window_ms)
     plan = build_plan(dag)
     plan.id = uuid.uuid4().hex
+    plan.dag = _for_executors(dag)
     literal = literal_secrets(dag)
     if literal:
         log.warning(
@@ -437,11 +395,13 @@ def launch(
     df = build_dataframe(spark, plan, windows)
     period = int(dag.attr(A.STREAMING_WINDOW_MS))
     name = f"malhar-{dag.name}-{uuid.uuid4().hex[:6]}"
-    # Error-port counts come from the observed metrics of each batch; an application
-    # without error ports needs no listener (and pays no py4j call per progress event).
-    errors = ErrorCounts(name, plan.error_ports) if plan.error_ports else None
-    if errors is not None:
-        spark.streams.addListener(errors)
+    # Error-port counts and operator statistics come from the observed metrics of each
+    # batch (two py4j calls per batch; see malhar/engine/progress.py)
+    progress = ProgressListener(
+        name, plan.error_ports, {n: m.partitions for n, m in dag.operators.items()}
+    )
+    spark.streams.addListener(progress)
+    stats = StatsDispatcher(progress, stats_listeners(dag), _log_response)
     try:
         # Completed windows are recorded by the source (spark_io.MalharStreamReader):
         # the query itself writes nothing, so it ends in Spark's ``noop`` sink.
@@ -453,10 +413,9 @@ def launch(
             .start()
         )
     except BaseException:
-        if errors is not None:
-            spark.streams.removeListener(errors)
+        spark.streams.removeListener(progress)
         raise
-    return RunningApplication(dag, plan, query, checkpoint, errors, spark)
+    return RunningApplication(dag, plan, query, checkpoint, progress, spark, stats.start())
 
 
 def run(dag: DAG, windows: int, **kwargs: Any) -> RunningApplication:

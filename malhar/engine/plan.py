@@ -72,6 +72,8 @@ class Plan:
     id: str = ""  # set per launch; a worker's cached runtime belongs to one launch
     #: a worker tears down a runtime idle for this long (IDLE_RUNTIME_TIMEOUT_MS)
     idle_timeout_ms: int = 60_000
+    #: CHECKPOINT_INTEGRITY_KEY: HMAC key (bytes or a secret reference) of checkpoint files
+    integrity_key: str | bytes | None = None
 
     def group_at(self, level: int, slot: int) -> tuple[Group, int]:
         for g in self.groups:
@@ -256,6 +258,7 @@ def build_plan(dag: DAG) -> Plan:
         window_ms=dag.attr(A.STREAMING_WINDOW_MS),
         group_of=group_of,
         idle_timeout_ms=int(dag.attr(A.IDLE_RUNTIME_TIMEOUT_MS)),
+        integrity_key=dag.attr(A.CHECKPOINT_INTEGRITY_KEY),
     )
 
 

@@ -10,7 +10,9 @@ the cached copy is not exactly the state after the previous window.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +20,7 @@ from malhar import attributes as A
 from malhar.control import ControlSender, ControlTuple
 from malhar.engine import envelope as E
 from malhar.engine.dispatch import Dispatcher
+from malhar.engine.managed import ManagedStates
 from malhar.engine.plan import Group, Plan
 from malhar.engine.routing import FanOut, LocalSink, RouteBuffer
 from malhar.engine.snapshots import PartitionSnapshots, restore_into
@@ -30,6 +33,7 @@ from malhar.operator import (
     OperatorContext,
 )
 from malhar.ports import BoundOutput, Emitter, ports_of
+from malhar.stats import WindowStats
 
 log = logging.getLogger("malhar.engine")
 
@@ -45,13 +49,18 @@ class PartitionRuntime:
         self.unifiers: dict[int, Operator] = {}  # route id -> unifier instance
         self.open: dict[str, bool] = {}  # application window open per operator
         self.snapshots = PartitionSnapshots(
-            StateStore(plan.checkpoint, group.key, partition) if plan.checkpoint else None
+            StateStore(plan.checkpoint, group.key, partition, plan.integrity_key)
+            if plan.checkpoint
+            else None
         )
         self.dispatcher = Dispatcher(partition, self._forward_control)
+        self.managed = ManagedStates(plan.checkpoint, partition, plan.integrity_key)
         self.out = E.EnvelopeBuffer()
         self.buffers: list[RouteBuffer] = []
         self._purge_pending = True  # snapshots or markers may exist that a purge can drop
         self._outputs: list[BoundOutput] = []
+        self._started = 0.0  # wall time the current window began (statistics)
+        self._bytes_in = 0  # payload bytes received in the current window
         self._app_windows = {
             name: int(self.plan.dag.operators[name].attr(A.APPLICATION_WINDOW_COUNT))
             for name in group.operators
@@ -80,7 +89,13 @@ class PartitionRuntime:
                 ),
             },
             checkpoint=self.plan.checkpoint,
+            integrity_key=self.plan.integrity_key,
+            managed=self._managed_state,
         )
+
+    def _managed_state(self, operator: str, **options: Any) -> Any:
+        # created while the operator sets up for window ``self.window + 1``
+        return self.managed.get(operator, self.window, **options)
 
     def unifier_name(self, rid: int) -> str:
         route = self.plan.routes[rid]
@@ -174,6 +189,10 @@ class PartitionRuntime:
                 op.teardown()
             except Exception:
                 log.exception("malhar: teardown of %s partition %d failed", name, self.partition)
+        try:
+            self.managed.close()
+        except Exception:
+            log.exception("malhar: closing managed state of partition %d failed", self.partition)
 
     def _forward_control(self, op: str, ctl: ControlTuple, sender: ControlSender | None) -> None:
         instance = self.dispatcher.ops[op]
@@ -209,12 +228,15 @@ class PartitionRuntime:
 
     # -- one window ---------------------------------------------------------------------------
     def begin(self, window: int, committed: int, shutdown: bool = False) -> None:
+        self._started = time.time()
+        self._bytes_in = 0
         dispatcher = self.dispatcher
         dispatcher.begin_window(window)
         if committed > self.committed:
             for name, op in self._all_ops():
                 if isinstance(op, CheckpointListener):
                     dispatcher.call(name, op.committed, committed)
+            self.managed.committed(committed)
             store = self.snapshots.store
             if store and self._purge_pending:
                 store.purge(committed)
@@ -269,13 +291,14 @@ class PartitionRuntime:
                     break
 
     def receive(self, row: E.Envelope) -> None:
-        if row.level != self.group.level or row.kind == E.METRIC:
+        if row.level != self.group.level or row.kind in (E.METRIC, E.STATS):
             self.forward(row)
             return
         if row.kind == E.MARKER:
             return
         route = self.plan.routes[row.route]
         dispatcher = self.dispatcher
+        self._bytes_in += len(row.payload)
         unifier = self.unifiers.get(row.route)
         if unifier is not None:
             op, port = self.unifier_name(row.route), next(iter(ports_of(type(unifier))[0]))
@@ -302,8 +325,10 @@ class PartitionRuntime:
                 self.open[name] = False
         for buf in self.buffers:
             buf.flush()
+        self.managed.checkpoint(window)
         self.window = window
         self._metrics(window)
+        self._stats(window)
         self._save(window)
         if shutdown:
             self.teardown()
@@ -337,6 +362,42 @@ class PartitionRuntime:
                 window=window,
                 committed=self.committed,
             )
+
+    def _stats(self, window: int) -> None:
+        """This window's statistics of every operator of the group (``malhar.stats``),
+        sent to the last level, where ``observe`` hands them to the driver."""
+        ended = time.time()
+        received = self.dispatcher.received
+        report = {}
+        for name, op in self.ops.items():
+            inputs, outputs = ports_of(type(op))
+            backlog = op.backlog() if isinstance(op, InputOperator) else None
+            stats = WindowStats(
+                window=window,
+                partition=self.partition,
+                tuples_in={p: received.get((name, p), 0) for p in inputs},
+                tuples_out={p: getattr(op, p).count for p in outputs},
+                started=self._started,
+                ended=ended,
+                bytes_in=self._bytes_in,
+                backlog=backlog,
+                metrics=dict(self.dispatcher.call(name, op.metrics)),
+            )
+            report[name] = stats.to_json()
+        if not report:
+            return  # a cascade level of unifiers
+        last = len(self.plan.levels)
+        nxt = self.group.level + 1
+        self.out.add(
+            pkey=self.plan.pkeys[nxt][0] if nxt < last else 0,
+            level=last,
+            slot=0,
+            kind=E.STATS,
+            route=-1,
+            src=self.partition,
+            window=window,
+            payload=json.dumps(report, separators=(",", ":")).encode(),
+        )
 
     def _save(self, window: int) -> None:
         if self.snapshots.save(window, self.ops, self.unifiers, self.open, self._all_ops()):

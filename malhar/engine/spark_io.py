@@ -44,6 +44,15 @@ def decode_plan(text: str) -> Plan:
     return cloudpickle.loads(base64.b64decode(text))
 
 
+def integrity_options(key: str | bytes | None) -> dict[str, str]:
+    """The source options that carry CHECKPOINT_INTEGRITY_KEY (the window log is signed)."""
+    if key is None:
+        return {}
+    if isinstance(key, bytes):
+        return {"integrity_key_b64": base64.b64encode(key).decode("ascii")}
+    return {"integrity_key": key}  # a ${env:...} / ${file:...} reference
+
+
 def shutdown_flag_path(checkpoint: str) -> str:
     return f"{checkpoint.rstrip('/')}/malhar/control/shutdown"
 
@@ -77,6 +86,7 @@ class MalharStreamReader(DataSourceStreamReader):
         slots: int,
         max_windows: int | None,
         tasks: int | None = None,
+        integrity_key: str | bytes | None = None,
     ) -> None:
         self.encoded_plan = encoded_plan
         self.checkpoint = checkpoint
@@ -88,7 +98,7 @@ class MalharStreamReader(DataSourceStreamReader):
         self.first: int | None = None
         self.final: int | None = None
         self.final_recorded = False
-        self.log = WindowLog(checkpoint)
+        self.log = WindowLog(checkpoint, integrity_key)
 
     @property
     def plan(self) -> Plan:
@@ -183,10 +193,14 @@ class MalharSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         max_windows = self.options.get("max_windows")
+        key: str | bytes | None = self.options.get("integrity_key")
+        if self.options.get("integrity_key_b64"):
+            key = base64.b64decode(self.options["integrity_key_b64"])
         return MalharStreamReader(
             self.options["plan"],
             self.options["checkpoint"],
             int(self.options["slots"]),
             int(max_windows) if max_windows else None,
             int(self.options["tasks"]),
+            key,
         )

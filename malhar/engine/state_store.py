@@ -17,22 +17,49 @@ _STARTED = ".started"
 
 
 class StateStore:
-    def __init__(self, root: str, group_key: str, partition: int) -> None:
+    """The snapshots of one group partition.
+
+    Args:
+        integrity_key: an HMAC key (bytes, or a ``${env:...}`` / ``${file:...}``
+            reference): every snapshot is signed, bound to its group, partition and
+            window, and a snapshot that does not verify is refused (``IntegrityError``).
+    """
+
+    def __init__(
+        self, root: str, group_key: str, partition: int, integrity_key: str | bytes | None = None
+    ) -> None:
         self.root = root.rstrip("/")
         self.group_key = group_key
         self.partition = partition
+        self.integrity_key = integrity_key
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_fs",)}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_fs", "_signer")}
+
+    @cached_property
+    def _signer(self) -> Any:
+        from malhar.util.integrity import Signer
+
+        return Signer.from_setting(self.integrity_key, setting="CHECKPOINT_INTEGRITY_KEY")
 
     @cached_property
     def _fs(self) -> tuple[Any, str]:
         from malhar.util.fs import filesystem_for
+        from malhar.util.fs.names import encode_segment
 
         fs, base = filesystem_for(self.root)
-        path = fs.join(base, "malhar", "state", _safe(self.group_key), str(self.partition))
+        parent = fs.join(base, "malhar", "state")
+        path = fs.join(parent, encode_segment(self.group_key), str(self.partition))
+        legacy = fs.join(parent, _legacy_segment(self.group_key), str(self.partition))
+        if legacy != path and not fs.exists(path) and fs.exists(legacy):
+            # written before group names were encoded injectively: move it over once
+            fs.mkdirs(fs.dirname(path))
+            fs.rename(legacy, path)
         fs.mkdirs(path)
         return fs, path
+
+    def _context(self, window: int) -> bytes:
+        return f"{self.group_key}\0{self.partition}\0{window}".encode()
 
     def _windows(self, suffix: str) -> list[int]:
         fs, path = self._fs
@@ -54,10 +81,18 @@ class StateStore:
         if not candidates:
             return None
         w = candidates[-1]
-        return w, fs.read_all(fs.join(path, f"{w:020d}{_SUFFIX}"))
+        where = fs.join(path, f"{w:020d}{_SUFFIX}")
+        data = fs.read_all(where)
+        if self._signer is not None:
+            data = self._signer.verify(
+                data, self._context(w), path=where, offset=0, backend=fs.backend
+            )
+        return w, data
 
     def save(self, window: int, data: bytes) -> None:
         fs, path = self._fs
+        if self._signer is not None:
+            data = self._signer.sign(data, self._context(window))
         fs.write_atomic(fs.join(path, f"{window:020d}{_SUFFIX}"), data, overwrite=True)
 
     def mark_started(self, window: int) -> bool:
@@ -80,5 +115,6 @@ class StateStore:
                 fs.delete(fs.join(path, f"{w:020d}{_STARTED}"))
 
 
-def _safe(name: str) -> str:
+def _legacy_segment(name: str) -> str:
+    """How group names were turned into directories before (not injective)."""
     return "".join(c if c.isalnum() or c in "-_+." else "_" for c in name)

@@ -18,21 +18,27 @@ APP_OPERATOR = "__app__"
 
 
 class WindowLog:
-    def __init__(self, checkpoint: str) -> None:
+    def __init__(self, checkpoint: str, integrity_key: str | bytes | None = None) -> None:
         self.checkpoint = checkpoint.rstrip("/")
+        self.integrity_key = integrity_key
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"checkpoint": self.checkpoint}
+        return {"checkpoint": self.checkpoint, "integrity_key": self.integrity_key}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.checkpoint = state["checkpoint"]
+        self.integrity_key = state.get("integrity_key")
 
     @cached_property
     def _manager(self) -> Any:
         from malhar.util import FSWindowDataManager
 
         manager = FSWindowDataManager(
-            f"{self.checkpoint}/malhar/wal", APP_OPERATOR, serializer="json", segment_bytes=1 << 20
+            f"{self.checkpoint}/malhar/wal",
+            APP_OPERATOR,
+            serializer="json",
+            segment_bytes=1 << 20,
+            integrity_key=self.integrity_key,
         )
         manager.setup()
         return manager

@@ -17,7 +17,7 @@ from malhar.redaction import redact_config
 from malhar.testing.services import SERVICES, acquire, service_class
 from malhar.testing.services.base import dumps_state, stop_recorded
 from malhar.testing.services.maven import jar_dir, jar_sets
-from malhar.testing.services.paths import run_dir
+from malhar.testing.services.paths import run_dir, write_private
 
 
 def _state_file() -> Path:
@@ -30,7 +30,7 @@ def _load() -> dict[str, dict[str, Any]]:
 
 
 def _save(states: dict[str, dict[str, Any]]) -> None:
-    _state_file().write_text(dumps_state(states))
+    write_private(_state_file(), dumps_state(states))  # holds passwords: owner-only
 
 
 def _names(names: tuple[str, ...]) -> list[str]:

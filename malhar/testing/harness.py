@@ -21,10 +21,16 @@ Example:
 
 Exceptions raised by the operator reach the caller unchanged (the engine wraps them
 in :class:`~malhar.errors.OperatorError`).
+
+Managed state (``context.managed_state()``) works when the context names a
+checkpoint folder: the harness checkpoints it after every ``end_window`` like the
+engine, and :meth:`OperatorHarness.restored` brings it back to the window of the
+:meth:`checkpoint`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,6 +41,7 @@ import pyarrow as pa
 from malhar.attributes import MAX_TUPLES_PER_WINDOW
 from malhar.control import ControlSender, ControlTuple, DeliveryType
 from malhar.engine.dispatch import Dispatcher
+from malhar.engine.managed import ManagedStates
 from malhar.operator import (
     ActivationListener,
     CheckpointListener,
@@ -77,11 +84,15 @@ class CollectorSink(Emitter):
 class OperatorHarness:
     """Calls an operator's lifecycle directly and captures every output port."""
 
-    def __init__(self, operator: Operator, context: OperatorContext | None = None) -> None:
+    def __init__(
+        self, operator: Operator, context: OperatorContext | None = None, *, window: int = -1
+    ) -> None:
         self.operator = operator
-        self.context = context or OperatorContext(name=type(operator).__name__)
+        context = context or OperatorContext(name=type(operator).__name__)
+        self.managed = ManagedStates(context.checkpoint, context.partition, context.integrity_key)
+        self.context = dataclasses.replace(context, managed=self._managed_state)
         self.name = self.context.name
-        self.window = -1
+        self.window = window  #: the last window begun (the state is after it)
         self.inputs, outputs = ports_of(type(operator))
         self.sinks = {name: CollectorSink() for name in outputs}
         for name, sink in self.sinks.items():
@@ -95,9 +106,14 @@ class OperatorHarness:
         cls, operator: Operator, checkpoint: bytes, context: OperatorContext | None = None
     ) -> OperatorHarness:
         """A harness over ``operator`` (freshly configured) with the state of a
-        :meth:`checkpoint` put back, as the engine rebuilds a partition after a failure."""
-        restore_window_snapshot(operator, pickle.loads(checkpoint))
-        return cls(operator, context)
+        :meth:`checkpoint` put back, as the engine rebuilds a partition after a failure
+        (managed state included, from the same context's checkpoint folder)."""
+        saved = pickle.loads(checkpoint)
+        restore_window_snapshot(operator, saved["operator"])
+        return cls(operator, context, window=saved["window"])
+
+    def _managed_state(self, operator: str, **options: Any) -> Any:
+        return self.managed.get(operator, self.window, **options)
 
     def _forward(self, op: str, ctl: ControlTuple, sender: ControlSender | None) -> None:
         _, outputs = ports_of(type(self.operator))
@@ -158,6 +174,7 @@ class OperatorHarness:
     def end_window(self) -> None:
         self.dispatcher.end_window_controls(self.name)
         self.operator.end_window()
+        self.managed.checkpoint(self.window)
         if isinstance(self.operator, CheckpointListener):
             self.operator.checkpointed(self.window)
 
@@ -186,16 +203,19 @@ class OperatorHarness:
         self.end_window()
 
     def checkpoint(self) -> bytes:
-        """The operator's checkpointed state now (what the engine saves after a window)."""
+        """The operator's checkpointed state after the last window (what the engine saves)."""
         from pyspark import cloudpickle
 
-        return cloudpickle.dumps(window_snapshot(self.operator), protocol=pickle.HIGHEST_PROTOCOL)
+        saved = {"operator": window_snapshot(self.operator), "window": self.window}
+        return cloudpickle.dumps(saved, protocol=pickle.HIGHEST_PROTOCOL)
 
     def committed(self, window: int) -> None:
         if isinstance(self.operator, CheckpointListener):
             self.operator.committed(window)
+        self.managed.committed(window)
 
     def teardown(self) -> None:
         if isinstance(self.operator, ActivationListener):
             self.operator.deactivate()
         self.operator.teardown()
+        self.managed.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from malhar import (
     OutputPort,
     Property,
     State,
+    StreamCodec,
     Unifier,
 )
 from malhar.control import PerSenderMinimum
@@ -341,3 +343,65 @@ class SlowTeardown(Forwarder):
 
     def teardown(self) -> None:
         time.sleep(self.seconds)
+
+
+# -- managed state -----------------------------------------------------------------------------
+def managed_items(window: int, new: int = 20_000, repeats: int = 2_000) -> list[tuple[str, int]]:
+    """Window ``window``'s (key, 1) tuples: ``new`` keys never seen before, then ``repeats``
+    keys of earlier windows (deterministic)."""
+    out = [(f"k{window * new + i}", 1) for i in range(new)]
+    seen = window * new
+    out += [(f"k{(window * 37 + i * 7919) % seen}", 1) for i in range(repeats)] if seen else []
+    return out
+
+
+class ManyKeys(InputOperator):
+    """Emits ``managed_items(w)`` in window w, spread over its partitions."""
+
+    output = OutputPort()
+    new = Property(int, default=20_000)
+    repeats = Property(int, default=2_000)
+
+    def setup(self, context: OperatorContext) -> None:
+        self._p, self._n = context.partition, context.partitions
+
+    def begin_window(self, window_id: int) -> None:
+        self._w, self._done = window_id, False
+
+    def emit_tuples(self) -> None:
+        if not self._done:
+            self._done = True
+            for i, item in enumerate(managed_items(self._w, self.new, self.repeats)):
+                if i % self._n == self._p:
+                    self.output.emit(item)
+
+
+class ManagedCount(Operator):
+    """Counts per key in managed state (far more keys than its memory budget holds);
+    emits ``(key, running count)`` for the keys it saw in each window, sorted."""
+
+    input = InputPort()
+    output = OutputPort()
+    budget_bytes = Property(int, default=8 << 20)  # the smallest budget managed state takes
+
+    def setup(self, context: OperatorContext) -> None:
+        state = context.managed_state(budget_bytes=self.budget_bytes)
+        self._counts = state.map("counts")
+
+    def begin_window(self, window_id: int) -> None:
+        self._touched: set[str] = set()
+
+    def process(self, kv: tuple[str, int]) -> None:
+        self._counts[kv[0]] = self._counts.get(kv[0], 0) + kv[1]
+        self._touched.add(kv[0])
+
+    def end_window(self) -> None:
+        for key in sorted(self._touched):
+            self.output.emit((key, self._counts[key]))
+
+
+class FirstOfPair(StreamCodec):
+    """Partitions (key, value) tuples by key, stably across processes."""
+
+    def partition(self, value: Any) -> int:
+        return zlib.crc32(value[0].encode())

@@ -128,6 +128,8 @@ def test_manager_is_picklable_and_lazy(store: Any) -> None:
         "segment_bytes",
         "serializer",
         "fs_options",
+        "durability",
+        "integrity_key",
         "_superseded",
     }  # configuration only: no file handles, no HTTP sessions
     m.teardown()
@@ -202,10 +204,10 @@ def test_flipped_bytes_in_the_active_segment(store: Any) -> None:
     data[last + 20] ^= 0x01
     fs.create(path, bytes(data), overwrite=True)
     with store.manager(segment_bytes=1 << 20) as m:
-        # corrupt last record = corrupt tail: an unfinished window, cut off and kept aside
+        # a damaged last record is a torn tail: an unfinished window, cut off and kept aside
         assert m.largest_completed_window() == 4
         kinds = {(i.offset, i.kind) for i in m.issues}
-        assert kinds == {(mid, "checksum"), (last, "checksum")}
+        assert kinds == {(mid, "checksum"), (last, "torn")}
         assert all(i.path == fs.describe(path) for i in m.issues)
         with pytest.raises(CorruptRecordError) as err:
             m.retrieve(3)

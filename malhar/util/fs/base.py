@@ -12,17 +12,38 @@ Durability vocabulary used by every backend (see ``docs/storage.md``):
 - *power-loss safe*: the bytes survive an OS crash or power loss.
 
 Each backend documents which of these an operation gives when it returns.
+
+Permissions: files and directories created through this layer are owner-only
+(:data:`FILE_MODE` 0o600, :data:`DIR_MODE` 0o700): checkpoints hold offsets, state
+and possibly secrets. Existing files and directories keep their mode.
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
+import threading
 import uuid
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from malhar.util.fs.errors import StorageError
+from malhar.util.fs.errors import StorageError, StorageNotFoundError
+
+#: mode of the files this layer creates (umask-independent on the local FS)
+FILE_MODE = 0o600
+#: mode of the directories this layer creates
+DIR_MODE = 0o700
+
+#: temporary files of ``write_atomic`` (``.<name>.<uuid4 hex>.tmp``) and of the emulated
+#: HDFS truncate (``<name>.truncating``): left behind only by an interrupted writer
+TEMPORARY_RE = re.compile(r"^(\..+\.[0-9a-f]{32}\.tmp|.+\.truncating)$")
+#: a temporary file this much older than a writer's own is an interrupted write's: a live
+#: writer's lives for one create + rename, bounded by the retries and timeouts (< 10 min)
+STALE_TEMPORARY_SECONDS = 600.0
+#: directories swept once per filesystem instance (bounded: one folder per window exists)
+_SWEPT_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -34,6 +55,7 @@ class FileStatus:
     size: int
     is_dir: bool
     mtime: float  # seconds since the epoch
+    permission: int | None = None  # permission bits (0o600), None if the backend has none
 
 
 class Appender(ABC):
@@ -149,23 +171,71 @@ class FileSystem(ABC):
         Readers see the old content or the new one, never a mix. With
         ``overwrite=False`` the rename is a compare-and-swap: StorageExistsError if
         ``path`` appeared meanwhile (the temporary file is removed).
+
+        The first write into a directory (per filesystem instance, i.e. per process)
+        also deletes the temporary files that interrupted writers left there: those
+        older than this writer's own by :data:`STALE_TEMPORARY_SECONDS`.
         """
-        tmp = self.join(self.dirname(path), f".{self.basename(path)}.{uuid.uuid4().hex}.tmp")
-        self.create(tmp, data, overwrite=True)
+        parent = self.dirname(path)
+        tmp = self.join(parent, f".{self.basename(path)}.{uuid.uuid4().hex}.tmp")
+        self.create(tmp, data, overwrite=False)
         try:
             self.rename(tmp, path, overwrite=overwrite)
         except BaseException:
             try:
                 self.delete(tmp)
             except StorageError:
-                pass
+                pass  # the rename's error is the one to report
             raise
+        self._sweep_once(parent, path)
+
+    def _sweep_once(self, directory: str, own: str) -> None:
+        swept = self.__dict__.get("_swept")
+        if swept is None:
+            swept = self.__dict__.setdefault("_swept", (threading.Lock(), OrderedDict()))
+        lock, seen = swept
+        with lock:
+            if directory in seen:
+                return
+            seen[directory] = None
+            while len(seen) > _SWEPT_MAX:
+                seen.popitem(last=False)
+        self.remove_stale_temporaries(directory, own)
+
+    def remove_stale_temporaries(self, directory: str, own: str) -> list[str]:
+        """Delete the temporary files of interrupted writes in ``directory`` that are
+        older than the file ``own`` (just written by this writer) by
+        :data:`STALE_TEMPORARY_SECONDS`; return their names. Comparing with a file of
+        the same filesystem needs no clock agreement between hosts."""
+        entries = self.list(directory)
+        name = self.basename(own)
+        ref = next((e.mtime for e in entries if e.name == name), None)
+        if ref is None:
+            return []
+        removed = []
+        for entry in entries:
+            if (
+                not entry.is_dir
+                and TEMPORARY_RE.match(entry.name)
+                and entry.mtime < ref - STALE_TEMPORARY_SECONDS
+            ):
+                try:
+                    self.delete(entry.path)
+                except StorageNotFoundError:
+                    continue  # another process cleaned it up first
+                removed.append(entry.name)
+        return removed
 
     def read_all(self, path: str) -> bytes:
         return self.read(path, 0, None)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (optional)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_swept", None)  # per-process bookkeeping (and a lock)
+        return state
 
     def __enter__(self) -> FileSystem:
         return self

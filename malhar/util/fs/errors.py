@@ -10,14 +10,17 @@ a message in a log is enough to find the file::
     ├── StoragePermissionError        the backend refused access (EACCES, AccessControlException)
     ├── StorageUnavailableError       the backend did not answer after bounded retries
     ├── CorruptRecordError            a stored record failed its checksum / framing check
+    │   └── IntegrityError            ... or its HMAC tag (malhar.util.integrity)
     ├── WindowOrderError              save() of a window id that is not after the saved ones
     └── ConcurrentWriterError         a second writer appended to a partition log
 """
 
 from __future__ import annotations
 
+from malhar.errors import MalharError
 
-class StorageError(Exception):
+
+class StorageError(MalharError):
     """A storage operation failed; ``backend`` and ``path`` say where."""
 
     def __init__(

@@ -1,21 +1,30 @@
 """HDFS backend over WebHDFS (the ``hdfs`` PyPI package, ``hdfs.InsecureClient``).
 
-WebHDFS has no ``hflush``/``hsync``: every append is a complete HDFS
+WebHDFS has no ``hflush``/``hsync`` operation: every append is a complete HDFS
 ``append`` + ``close`` performed by the DataNode on our behalf. Durability when a
 call returns (see ``docs/storage.md``):
 
 - ``create()`` / ``append()`` / ``Appender.flush()`` / ``Appender.sync()``: the
-  file was closed by HDFS with the new bytes: they are *visible* to every reader,
-  the NameNode knows the new length, and they survive the death of our process,
-  a NameNode restart and a DataNode process restart. They are *power-loss safe*
-  only if the DataNodes run with ``dfs.datanode.synconclose=true`` (HDFS default:
-  false, i.e. the block file is in the DataNode's page cache).
+  file was closed by HDFS with the new bytes (more than ``hflush``: every replica
+  in the pipeline acknowledged them and the NameNode knows the new length): they
+  are *visible* to every reader and survive the death of our process, a NameNode
+  restart and a DataNode process restart. They are *power-loss safe* (``hsync``)
+  only if the DataNodes fsync a block when it is closed:
+  ``dfs.datanode.synconclose=true`` on the DataNodes (HDFS default: false), or, for
+  ``create()`` with ``fsync=True``, WebHDFS's ``createflag=create,sync_block``
+  (``CreateFlag.SYNC_BLOCK``). WebHDFS's APPEND takes no flags (the DataNode always
+  appends with ``CreateFlag.APPEND`` alone), so appends are power-loss safe only
+  with ``dfs.datanode.synconclose=true``.
 - ``rename()``: an atomic NameNode operation, persisted in the NameNode edit log
   before the call returns. ``overwrite=True`` uses WebHDFS ``renameoptions=OVERWRITE``
   (``rename2``), also atomic.
 - ``truncate()``: emulated (WebHDFS TRUNCATE leaves the last block under recovery
   and blocks appends): the kept prefix is written to ``<path>.truncating`` and
   renamed over ``path`` with OVERWRITE. Atomic: a crash leaves the old or the new file.
+
+Permissions: files are created with ``permission=600`` and directories with
+``permission=700`` (the NameNode applies ``fs.permissions.umask-mode`` to them,
+which can only remove bits; the default 022 removes none of these).
 
 Retries: transient failures (connection refused/reset, timeouts, ``RetriableException``,
 ``StandbyException``, ``SafeModeException``, lease recovery in progress) are retried
@@ -38,7 +47,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from malhar.util.fs.base import Appender, FileStatus, FileSystem
+from malhar.util.fs.base import DIR_MODE, FILE_MODE, Appender, FileStatus, FileSystem
 from malhar.util.fs.errors import (
     StorageConfigError,
     StorageError,
@@ -161,6 +170,8 @@ class HdfsFileSystem(FileSystem):
     :param backoff: first retry delay in seconds (doubles each retry).
     :param max_backoff: cap of one retry delay.
     :param timeout: requests timeout (seconds, or ``(connect, read)``).
+    :param fsync: create files with ``createflag=create,sync_block`` (the DataNode
+        fsyncs the block on close); appends depend on ``dfs.datanode.synconclose``.
     """
 
     backend = "hdfs"
@@ -175,6 +186,7 @@ class HdfsFileSystem(FileSystem):
         backoff: float = 0.1,
         max_backoff: float = 2.0,
         timeout: float | tuple[float, float] = (10.0, 120.0),
+        fsync: bool = False,
     ) -> None:
         if not webhdfs_url or urlsplit(webhdfs_url).scheme not in ("http", "https"):
             raise StorageConfigError(
@@ -188,6 +200,7 @@ class HdfsFileSystem(FileSystem):
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.timeout = tuple(timeout) if isinstance(timeout, list | tuple) else timeout
+        self.fsync = bool(fsync)
         self._client: Any = None
         self._lock = threading.Lock()
 
@@ -196,6 +209,7 @@ class HdfsFileSystem(FileSystem):
         state = self.__dict__.copy()
         state["_client"] = None
         state.pop("_lock", None)
+        state.pop("_swept", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -203,7 +217,7 @@ class HdfsFileSystem(FileSystem):
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"HdfsFileSystem({self.webhdfs_url!r}, user={self.user!r})"
+        return f"HdfsFileSystem({self.webhdfs_url!r}, user={self.user!r}, fsync={self.fsync})"
 
     def describe(self, path: str) -> str:
         if self.namenode:
@@ -329,6 +343,7 @@ class HdfsFileSystem(FileSystem):
             int(raw.get("length", 0)),
             raw.get("type") == "DIRECTORY",
             float(raw.get("modificationTime", 0)) / 1000.0,
+            int(raw["permission"], 8) if "permission" in raw else None,
         )
 
     def list(self, path: str) -> list[FileStatus]:
@@ -345,7 +360,9 @@ class HdfsFileSystem(FileSystem):
         return out
 
     def mkdirs(self, path: str) -> None:
-        self._retry("mkdirs", path, lambda: self.client.makedirs(path))
+        # parents created on the way get the same mode (plus u+wx, already in 0o700)
+        perm = f"{DIR_MODE:o}"
+        self._retry("mkdirs", path, lambda: self.client.makedirs(path, permission=perm))
 
     # -- data ------------------------------------------------------------------------------------
     def create(self, path: str, data: bytes = b"", *, overwrite: bool = False) -> None:
@@ -361,9 +378,16 @@ class HdfsFileSystem(FileSystem):
             "PUT",
             path,
             data,
-            lambda: self.client._create(path, overwrite=overwrite).headers["location"],
+            lambda: self.client._create(path, **self._create_params(overwrite)).headers["location"],
             outcome,
         )
+
+    def _create_params(self, overwrite: bool) -> dict[str, str]:
+        params = {"overwrite": "true" if overwrite else "false", "permission": f"{FILE_MODE:o}"}
+        if self.fsync:
+            # CreateFlag.SYNC_BLOCK: the DataNode fsyncs the block file when it is closed
+            params["createflag"] = "create,sync_block"
+        return params
 
     def append(self, path: str, data: bytes) -> None:
         st = self.status(path)

@@ -12,6 +12,12 @@ Durability (Linux/POSIX, see ``docs/storage.md``):
 - ``rename()``: ``rename(2)`` (atomic); with ``overwrite=False`` a ``link(2)`` +
   ``unlink(2)`` so an existing target is never replaced. The parent directory is
   fsynced so the new name is power-loss safe on return.
+- ``mkdirs()`` / ``create()`` / a created appender: every directory entry they add
+  is made durable by fsyncing its directory. A directory that cannot be fsynced is
+  an error (:class:`StorageError` naming it, operation ``fsync-dir``), never ignored.
+
+Files are created with mode 0o600 and directories with 0o700 whatever the umask
+(an explicit ``fchmod``/``chmod`` after creation): existing ones keep their mode.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import shutil
 import stat
 from collections.abc import Iterator
 
-from malhar.util.fs.base import Appender, FileStatus, FileSystem
+from malhar.util.fs.base import DIR_MODE, FILE_MODE, Appender, FileStatus, FileSystem
 from malhar.util.fs.errors import (
     StorageError,
     StorageExistsError,
@@ -55,16 +61,55 @@ def _mapped(operation: str, path: str) -> Iterator[None]:
 
 
 def _fsync_dir(path: str) -> None:
+    """fsync a directory so the names created/removed in it survive a power loss.
+
+    Errors are raised (mapped), never ignored: a name that is not durable breaks the
+    durability promised by the caller."""
+    with _mapped("fsync-dir", path):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _mkdirs(path: str) -> None:
+    """``mkdir -p`` with mode 0o700 for every directory created (umask-independent),
+    each new entry made durable by fsyncing its parent."""
+    missing = []
+    head = path
+    while not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    for folder in reversed(missing):
+        with _mapped("mkdirs", folder):
+            try:
+                os.mkdir(folder, DIR_MODE)
+            except FileExistsError:
+                if os.path.isdir(folder):
+                    continue  # created concurrently by another writer: theirs, keep its mode
+                raise
+            os.chmod(folder, DIR_MODE)  # the umask may have removed bits
+        _fsync_dir(os.path.dirname(folder))
+
+
+def _open_new(path: str, flags: int, *, overwrite: bool) -> tuple[int, bool]:
+    """Open ``path`` for writing, creating it owner-only if missing: (fd, created)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        if not overwrite:
+            raise
+        return os.open(path, flags), False
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
+        os.fchmod(fd, FILE_MODE)  # the umask may have removed bits
+    except BaseException:
         os.close(fd)
+        raise
+    return fd, True
 
 
 def _sync_fd(fd: int) -> None:
@@ -78,14 +123,16 @@ class LocalAppender(Appender):
         self.path = path
         self._fsync = fsync
         flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        created = False
         if create:
-            flags |= os.O_CREAT
-            with _mapped("mkdirs", os.path.dirname(path)):
-                os.makedirs(os.path.dirname(path), exist_ok=True)
+            _mkdirs(os.path.dirname(path))
         with _mapped("open-append", path):
-            self._fd: int | None = os.open(path, flags, 0o644)
+            if create:
+                self._fd, created = _open_new(path, flags, overwrite=True)
+            else:
+                self._fd = os.open(path, flags)
             self._size = os.fstat(self._fd).st_size
-        if create:
+        if created:
             _fsync_dir(os.path.dirname(path))
         self._buffer: list[bytes] = []
         self._pending = 0
@@ -169,6 +216,7 @@ class LocalFileSystem(FileSystem):
             st.st_size,
             stat.S_ISDIR(st.st_mode),
             st.st_mtime,
+            stat.S_IMODE(st.st_mode),
         )
 
     def list(self, path: str) -> list[FileStatus]:
@@ -181,31 +229,37 @@ class LocalFileSystem(FileSystem):
                     continue
                 out.append(
                     FileStatus(
-                        entry.name, entry.path, st.st_size, stat.S_ISDIR(st.st_mode), st.st_mtime
+                        entry.name,
+                        entry.path,
+                        st.st_size,
+                        stat.S_ISDIR(st.st_mode),
+                        st.st_mtime,
+                        stat.S_IMODE(st.st_mode),
                     )
                 )
         out.sort(key=lambda s: s.name)
         return out
 
     def mkdirs(self, path: str) -> None:
-        with _mapped("mkdirs", path):
-            os.makedirs(path, exist_ok=True)
+        _mkdirs(path)
 
     def create(self, path: str, data: bytes = b"", *, overwrite: bool = False) -> None:
         parent = os.path.dirname(path)
-        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-        flags |= os.O_TRUNC if overwrite else os.O_EXCL
+        _mkdirs(parent)
+        flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
         with _mapped("create", path):
-            os.makedirs(parent, exist_ok=True)
-            fd = os.open(path, flags, 0o644)
+            fd, created = _open_new(path, flags, overwrite=overwrite)
             try:
+                if not created:
+                    os.ftruncate(fd, 0)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
                 _sync_fd(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(parent)
+        if created:
+            _fsync_dir(parent)
 
     def append(self, path: str, data: bytes) -> None:
         with _mapped("append", path):
@@ -276,7 +330,10 @@ class LocalFileSystem(FileSystem):
                     os.rmdir(path)
             else:
                 os.unlink(path)
-        _fsync_dir(os.path.dirname(path.rstrip("/")))
+        try:
+            _fsync_dir(os.path.dirname(path.rstrip("/")))
+        except StorageNotFoundError:
+            pass  # the directory itself was removed meanwhile: nothing left to make durable
         return True
 
     def truncate(self, path: str, length: int) -> None:

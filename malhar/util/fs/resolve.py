@@ -13,7 +13,9 @@ Accepted forms:
 
 Options (``filesystem_for(url, **options)`` / ``fs_options=`` of the window data manager):
 
-- local: ``fsync`` (bool, default False): fdatasync on every flush.
+- both: ``fsync`` (bool, default False): the strongest durability of the backend on every
+  write. Local: fdatasync on every flush. HDFS: files created with ``createflag=sync_block``.
+  (The window data manager sets it from its ``durability`` argument.)
 - hdfs: ``webhdfs_url``, ``user`` (default ``?user=`` query, ``$HADOOP_USER_NAME``, OS user),
   ``retries`` (5), ``backoff`` (0.1 s), ``max_backoff`` (2 s), ``timeout`` ((10, 120) s).
 
@@ -37,7 +39,9 @@ from malhar.util.fs.local import LocalFileSystem
 WEBHDFS_ENV = "MALHAR_WEBHDFS_URL"
 
 _LOCAL_OPTIONS = frozenset({"fsync"})
-_HDFS_OPTIONS = frozenset({"webhdfs_url", "user", "retries", "backoff", "max_backoff", "timeout"})
+_HDFS_OPTIONS = frozenset(
+    {"webhdfs_url", "user", "retries", "backoff", "max_backoff", "timeout", "fsync"}
+)
 
 _cache: dict[tuple, FileSystem] = {}
 _cache_lock = threading.Lock()
@@ -113,6 +117,8 @@ def filesystem_for(url: str, **options: Any) -> tuple[FileSystem, str]:
         kwargs = {k: options[k] for k in ("retries", "backoff", "max_backoff") if k in options}
         if "timeout" in options:
             kwargs["timeout"] = _freeze(options["timeout"])
+        if options.get("fsync"):
+            kwargs["fsync"] = True
         key = ("hdfs", webhdfs, user, namenode, tuple(sorted(kwargs.items())))
         fs = _cached(key, lambda: HdfsFileSystem(webhdfs, user=user, namenode=namenode, **kwargs))
         return fs, path

@@ -30,6 +30,16 @@ Thread and process safety (see ``docs/storage.md``):
 - ``partition()`` (a driver-side operation) and the generation clean-up done by
   ``committed()`` of partition 0 update the manifest with a compare-and-swap; they
   may race safely.
+
+Durability (``durability=``): ``"fsync"`` (default) makes every ``save`` power-loss
+safe before it returns on the local FS (fdatasync of the segment; every new file and
+directory name fsynced in its parent), as durable as a transactional output the
+input feeds; on HDFS see ``docs/storage.md`` (what WebHDFS can and cannot do).
+``"flush"`` is the explicit opt-out: a save is visible and survives the death of the
+process, not an OS crash.
+
+Authentication (``integrity_key=``, off by default): an HMAC-SHA256 tag over every
+record, verified on every read (:mod:`malhar.util.integrity`).
 """
 
 from __future__ import annotations
@@ -41,19 +51,25 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any
 
+from malhar.secrets import is_reference
 from malhar.util.fs.base import FileSystem
 from malhar.util.fs.errors import (
+    CorruptRecordError,
     StorageConfigError,
     StorageError,
     StorageExistsError,
     WindowOrderError,
 )
+from malhar.util.fs.names import encode_segment
 from malhar.util.fs.resolve import filesystem_for
+from malhar.util.integrity import Signer
 from malhar.util.wal.manifest import Generation, Layout, scan_layout, write_manifest
 from malhar.util.wal.segments import LogReader, LogWriter, WalIssue
 from malhar.util.wal.serializers import Serializer, get_serializer
 
 MAX_WINDOW = (1 << 63) - 1
+#: ``durability=`` values: every save fsynced (default), or only flushed to the OS
+DURABILITY = ("fsync", "flush")
 
 
 def _window(window_id: Any) -> int:
@@ -164,7 +180,18 @@ class FSWindowDataManager(WindowDataManager):
     :param segment_bytes: rotate the active segment once it reaches this size.
     :param serializer: ``"pickle"`` (default), ``"json"`` or a serializer object.
     :param fs_options: options for :func:`~malhar.util.fs.filesystem_for`
-        (``fsync``, ``webhdfs_url``, ``user``, ``retries``, ...).
+        (``webhdfs_url``, ``user``, ``retries``, ...).
+    :param durability: ``"fsync"`` (default): every save is synced before it returns
+        (local FS: fdatasync + directory fsync of new names; HDFS: see docs/storage.md);
+        ``"flush"``: written to the OS / HDFS only (survives the process, not an OS
+        crash). ``fs_options={"fsync": bool}`` is the older spelling of the same choice.
+    :param integrity_key: authenticate every record with HMAC-SHA256 under this key:
+        ``bytes``, or a secret reference ``"${env:NAME}"`` / ``"${file:/path}"`` resolved
+        where the log is opened (keeps the key out of pickles). None: off.
+
+    The operator name may be any non-empty string: it is encoded into one safe path
+    segment (:func:`malhar.util.fs.names.encode_segment`), so ``"a b"``, ``"a/b"`` and
+    ``"a_b"`` get distinct directories and ``".."`` cannot leave ``root``.
 
     Instances hold only configuration until first use (picklable: handles are
     dropped by ``__getstate__`` and re-opened lazily in the new process).
@@ -179,13 +206,15 @@ class FSWindowDataManager(WindowDataManager):
         segment_bytes: int = 8 << 20,
         serializer: str | Serializer = "pickle",
         fs_options: dict | None = None,
+        durability: str | None = None,
+        integrity_key: bytes | str | None = None,
     ) -> None:
-        if not isinstance(operator, str) or not operator or "/" in operator:
-            raise StorageConfigError(
-                f"operator name must be a non-empty name without '/': {operator!r}"
-            )
-        if operator in (".", ".."):
-            raise StorageConfigError(f"operator name {operator!r} is reserved")
+        if not isinstance(operator, str) or not operator:
+            raise StorageConfigError(f"operator name must be a non-empty string: {operator!r}")
+        try:
+            self._segment = encode_segment(operator)
+        except ValueError as exc:
+            raise StorageConfigError(f"operator name {operator!r}: {exc}") from None
         if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
             raise StorageConfigError(f"partition must be an int >= 0, got {partition!r}")
         if not isinstance(segment_bytes, int) or segment_bytes < 1:
@@ -201,6 +230,13 @@ class FSWindowDataManager(WindowDataManager):
         self.segment_bytes = segment_bytes
         self.serializer = get_serializer(serializer)
         self.fs_options = dict(fs_options or {})
+        self.durability = self._durability(durability, self.fs_options.pop("fsync", None))
+        if integrity_key in (None, "", b""):
+            integrity_key = None
+        elif not (isinstance(integrity_key, str) and is_reference(integrity_key)):
+            Signer.from_setting(integrity_key)  # bytes: checked now; a literal str: refused
+        # a reference is resolved where the log is opened (setup), e.g. on an executor
+        self.integrity_key = integrity_key
         self._superseded = False
         self._init_runtime()
 
@@ -216,8 +252,42 @@ class FSWindowDataManager(WindowDataManager):
         self._log_id = -1
         self._writer: LogWriter | None = None
         self._readers: dict[int, LogReader] = {}
+        self._signer: Signer | None = None
 
-    _CONFIG = ("root", "operator", "partition_id", "segment_bytes", "serializer", "fs_options")
+    def _context(self, log_id: int) -> bytes:
+        """What every record tag of log ``log_id`` is bound to: a record copied to another
+        operator's or partition's log fails authentication."""
+        name = self.operator.encode("utf-8", "surrogatepass")
+        return b"malhar-wal\0" + name + b"\0" + str(log_id).encode()
+
+    _CONFIG = (
+        "root",
+        "operator",
+        "partition_id",
+        "segment_bytes",
+        "serializer",
+        "fs_options",
+        "durability",
+        "integrity_key",
+    )
+
+    @staticmethod
+    def _durability(durability: str | None, fsync: Any) -> str:
+        if durability is not None and durability not in DURABILITY:
+            raise StorageConfigError(
+                f"durability must be one of {', '.join(map(repr, DURABILITY))}, got "
+                f"{durability!r} ('fsync': every save survives an OS crash; 'flush': it "
+                "survives the process only)"
+            )
+        if fsync is None:
+            return durability or "fsync"
+        implied = "fsync" if fsync else "flush"
+        if durability is not None and durability != implied:
+            raise StorageConfigError(
+                f"fs_options fsync={fsync!r} contradicts durability={durability!r}; "
+                "pass only durability="
+            )
+        return implied
 
     def __getstate__(self) -> dict[str, Any]:
         state = {k: getattr(self, k) for k in self._CONFIG}
@@ -225,13 +295,20 @@ class FSWindowDataManager(WindowDataManager):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if "durability" not in state:  # pickled by a version before durability=
+            fsync = dict(state.get("fs_options") or {}).pop("fsync", None)
+            state["fs_options"] = {k: v for k, v in state["fs_options"].items() if k != "fsync"}
+            state["durability"] = self._durability(None, fsync)
+        state.setdefault("integrity_key", None)
         self.__dict__.update(state)
+        self._segment = encode_segment(self.operator)
         self._init_runtime()
 
     def __repr__(self) -> str:
         return (
             f"FSWindowDataManager({self.root!r}, {self.operator!r}, partition={self.partition_id}, "
-            f"serializer={self.serializer.name!r})"
+            f"serializer={self.serializer.name!r}, durability={self.durability!r}"
+            f"{', integrity_key=<set>' if self.integrity_key else ''})"
         )
 
     def _clone(self, partition: int) -> FSWindowDataManager:
@@ -242,6 +319,8 @@ class FSWindowDataManager(WindowDataManager):
             segment_bytes=self.segment_bytes,
             serializer=self.serializer,
             fs_options=dict(self.fs_options),
+            durability=self.durability,
+            integrity_key=self.integrity_key,
         )
 
     # -- setup ----------------------------------------------------------------------------------
@@ -250,9 +329,12 @@ class FSWindowDataManager(WindowDataManager):
             if self._ready:
                 return
             self._check_live()
-            fs, root_path = filesystem_for(self.root, **self.fs_options)
+            fs, root_path = filesystem_for(
+                self.root, **self.fs_options, fsync=self.durability == "fsync"
+            )
+            self._signer = Signer.from_setting(self.integrity_key)
             self._fs = fs
-            self._opdir = fs.join(root_path, self.operator)
+            self._opdir = fs.join(root_path, self._segment)
             layout = scan_layout(fs, self._opdir)
             self._layout = layout
             gens = self._generations(layout)
@@ -275,6 +357,8 @@ class FSWindowDataManager(WindowDataManager):
                 fs.join(self._opdir, str(self._log_id)),
                 self.serializer.name,
                 segment_bytes=self.segment_bytes,
+                signer=self._signer,
+                context=self._context(self._log_id),
             )
             self._writer.recover(repair=False)  # read-only: the writer may be elsewhere
             self._ready = True
@@ -339,7 +423,11 @@ class FSWindowDataManager(WindowDataManager):
         reader = self._readers.get(log_id)
         if reader is None:
             reader = self._readers[log_id] = LogReader(
-                self._fs, self._fs.join(self._opdir, str(log_id)), self.serializer.name
+                self._fs,
+                self._fs.join(self._opdir, str(log_id)),
+                self.serializer.name,
+                signer=self._signer,
+                context=self._context(log_id),
             )
         return reader
 
@@ -365,7 +453,17 @@ class FSWindowDataManager(WindowDataManager):
             self._readers.pop(self._log_id, None)
             base = self._gens[-1].base
             if w <= writer.largest or w <= base:
-                stored = writer.read(w) if w <= writer.largest else None
+                try:
+                    stored = writer.read(w) if w <= writer.largest else None
+                except CorruptRecordError as exc:
+                    raise WindowOrderError(
+                        f"window {w} may have been lost in corrupt bytes at offset {exc.offset} "
+                        f"of {exc.path}; a window id that may have been used is never saved "
+                        f"again (operator {self.operator!r} partition {self.partition_id})",
+                        backend=exc.backend,
+                        path=exc.path,
+                        operation="save",
+                    ) from exc
                 if stored is not None and stored == payload:
                     return  # idempotent re-save of the same window
                 if stored is not None:
@@ -530,12 +628,12 @@ class FSWindowDataManager(WindowDataManager):
     def issues(self) -> list[WalIssue]:
         """Problems found so far (torn/corrupt tails, corrupt records), with path and offset."""
         with self._lock:
-            out: list[WalIssue] = []
-            if self._writer is not None:
-                out.extend(self._writer.issues)
-            for reader in self._readers.values():
-                out.extend(reader.issues)
-            return out
+            out: dict[tuple, WalIssue] = {}  # the writer and a reader may see the same one
+            logs = [self._writer] if self._writer is not None else []
+            for log in [*logs, *self._readers.values()]:
+                for issue in log.issues:
+                    out.setdefault((issue.path, issue.offset, issue.kind), issue)
+            return list(out.values())
 
     def verify(self) -> list[WalIssue]:
         """Scan every segment of this partition's log; return the issues found."""

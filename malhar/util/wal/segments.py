@@ -12,9 +12,18 @@ rename to ``wal-<seq>-<first>-<last>.log`` (the window range in the name lets
 readers and ``purge`` work without opening it). A segment may exceed
 ``segment_bytes`` by one record (a window is never split).
 
-Recovery (:meth:`LogWriter.recover`) scans only the active segment: a torn or
-corrupt tail is reported, cut off (the cut bytes of a corrupt tail are kept in a
-``.damaged-<offset>`` file) and appending continues after the last whole window.
+Recovery (:meth:`LogWriter.recover`) scans only the active segment. A *torn tail*
+(damaged or incomplete bytes at the end that no valid record follows) is reported
+and cut off, the cut bytes kept in a ``.damaged-<offset>`` file; appending
+continues after the last whole window. *Corruption* (damaged bytes followed by a
+valid record) is reported with its path and offset, kept, and never cut off;
+reading a window that may have been in it raises :class:`CorruptRecordError`, and
+the writer's largest window stays the largest valid one, so a window id that was
+used is never accepted again.
+
+With a :class:`~malhar.util.integrity.Signer`, every payload is stored as
+``HMAC tag + payload`` (the tag also covers the log's identity and the window id)
+and verified on every read; a segment without authentication is then refused.
 
 One writer per log; any number of readers (in any process). Readers see finalized
 segments (immutable) and the complete records of the active segment; an incomplete
@@ -27,6 +36,7 @@ from __future__ import annotations
 import bisect
 import logging
 import re
+import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -38,12 +48,27 @@ from malhar.util.fs.errors import (
     StorageError,
     StorageNotFoundError,
 )
+from malhar.util.integrity import IntegrityError, Signer
 from malhar.util.wal import framing
 
 log = logging.getLogger("malhar.util.wal")
 
 FINAL_RE = re.compile(r"^wal-(\d{8,})-(\d+)-(\d+)\.log$")
 TMP_RE = re.compile(r"^wal-(\d{8,})\.tmp$")
+
+
+_WINDOW = struct.Struct("<q")  # the window id, as authenticated with a record
+
+
+def _corruption_issue(path: str, problem: framing.Problem) -> WalIssue:
+    upto = "" if problem.before_window is None else f"<{problem.before_window}"
+    return WalIssue(
+        path,
+        problem.offset,
+        problem.kind,
+        f"{problem.detail}; windows {problem.after_window}<w{upto} may have been lost",
+        "kept; reading such a window raises CorruptRecordError; never cut off",
+    )
 
 
 def final_name(seq: int, first: int, last: int) -> str:
@@ -70,7 +95,7 @@ class WalIssue:
 
     path: str
     offset: int | None
-    kind: str  # torn | checksum | order | header | stray
+    kind: str  # torn | checksum | length | order | header | stray
     detail: str
     action: str
 
@@ -86,17 +111,21 @@ class _Index:
     segment: Segment
     entries: dict[int, tuple[int, int]] = field(default_factory=dict)
     windows: list[int] = field(default_factory=list)
-    gaps: list[framing.Problem] = field(default_factory=list)
+    corrupt: list[framing.Problem] = field(default_factory=list)
     tail: framing.Problem | None = None
     data: bytearray | bytes | None = None  # kept for reader caches
     end: int = 0  # offset after the last usable record
     header_size: int = 0
 
     def add(self, result: framing.ScanResult) -> None:
+        if result.records:  # an earlier scan's open-ended corruption ends here
+            for problem in self.corrupt:
+                if problem.before_window is None:
+                    problem.before_window = result.records[0][0]
         for window, off, length in result.records:
             self.entries[window] = (off, length)
             self.windows.append(window)
-        self.gaps.extend(result.gaps)
+        self.corrupt.extend(result.corrupt)
         self.tail = result.tail
         self.end = result.end
 
@@ -111,10 +140,21 @@ class LogReader:
     #: finalized segments kept scanned in memory (bytes + index)
     CACHE_SEGMENTS = 2
 
-    def __init__(self, fs: FileSystem, log_dir: str, serializer: str) -> None:
+    def __init__(
+        self,
+        fs: FileSystem,
+        log_dir: str,
+        serializer: str,
+        *,
+        signer: Signer | None = None,
+        context: bytes = b"",
+    ) -> None:
         self.fs = fs
         self.log_dir = log_dir
         self.serializer = serializer
+        #: authenticates payloads (None: off); ``context`` names this log in every tag
+        self.signer = signer
+        self.context = context
         self.segments: list[Segment] = []  # finalized, by seq
         self.tmp: Segment | None = None
         self.issues: list[WalIssue] = []
@@ -143,7 +183,66 @@ class LogReader:
                 backend=self.fs.backend,
                 path=self.describe(seg.path),
             )
+        if self.signer is not None and header.auth is None:
+            raise IntegrityError(
+                "log segment is not authenticated, but an integrity key is configured: "
+                "it was written without the key, or replaced by someone who does not have it "
+                "(a log written before the key was set is readable only without the key)",
+                offset=0,
+                backend=self.fs.backend,
+                path=self.describe(seg.path),
+                operation="read",
+            )
+        if self.signer is None and header.auth is not None:
+            raise StorageConfigError(
+                f"log segment is authenticated ({header.auth}): configure the integrity_key "
+                "it was written with",
+                backend=self.fs.backend,
+                path=self.describe(seg.path),
+            )
         return header.size
+
+    def _scan_segment(
+        self, idx: _Index, data: bytes | bytearray, last_window: int
+    ) -> framing.HeaderError | None:
+        """Scan a whole segment into ``idx``. A damaged header followed by valid records
+        is corruption at offset 0 (the records stay readable); returns the header error
+        when nothing valid follows it (the segment holds no readable window)."""
+        try:
+            idx.header_size = self._check_header(idx.segment, data)
+        except framing.HeaderError as exc:
+            resume = framing.next_valid(data, 1) if exc.kind == "corrupt" else None
+            if resume is None:
+                return exc
+            result = framing.scan(data, resume, last_window=last_window)
+            first = next((w for w, _, _ in result.records), None)
+            idx.corrupt.append(
+                framing.Problem(
+                    0,
+                    "header",
+                    f"{exc.detail}; next valid record at offset {resume}",
+                    last_window,
+                    first,
+                    resume,
+                )
+            )
+            idx.header_size = resume
+            idx.add(result)
+            return None
+        idx.add(framing.scan(data, idx.header_size, last_window=last_window))
+        return None
+
+    def _payload(self, idx: _Index, window: int, raw: bytes, offset: int) -> bytes:
+        """The artifact bytes of a record read from ``idx`` (verified if signed)."""
+        if self.signer is None:
+            return raw
+        return self.signer.verify(
+            raw,
+            self.context + _WINDOW.pack(window),
+            path=self.describe(idx.segment.path),
+            offset=offset - framing.RECORD_HEADER_SIZE,
+            backend=self.fs.backend,
+        )
 
     @property
     def lasts(self) -> list[int]:
@@ -206,15 +305,13 @@ class LogReader:
             return idx
         data = self.fs.read_all(seg.path)
         idx = _Index(seg, data=data)
-        try:
-            idx.header_size = self._check_header(seg, data)
-        except framing.HeaderError as exc:
-            idx.tail = framing.Problem(0, "header", exc.detail, (seg.first or 0) - 1)
+        failed = self._scan_segment(idx, data, (seg.first or 0) - 1)
+        if failed is not None:
+            idx.tail = framing.Problem(0, "header", failed.detail, (seg.first or 0) - 1)
             self._report(
-                WalIssue(self.describe(seg.path), 0, "header", exc.detail, "segment unreadable")
+                WalIssue(self.describe(seg.path), 0, "header", failed.detail, "segment unreadable")
             )
         else:
-            idx.add(framing.scan(data, idx.header_size, last_window=(seg.first or 0) - 1))
             self._report_scan(idx, final=True)
         self._cache[seg.name] = idx
         while len(self._cache) > self.CACHE_SEGMENTS:
@@ -223,16 +320,8 @@ class LogReader:
 
     def _report_scan(self, idx: _Index, *, final: bool) -> None:
         path = self.describe(idx.segment.path)
-        for gap in idx.gaps:
-            self._report(
-                WalIssue(
-                    path,
-                    gap.offset,
-                    gap.kind,
-                    f"{gap.detail}; windows {gap.after_window}<w<{gap.before_window} unreadable",
-                    "kept, skipped",
-                )
-            )
+        for problem in idx.corrupt:
+            self._report(_corruption_issue(path, problem))
         if idx.tail is not None and final:
             self._report(
                 WalIssue(path, idx.tail.offset, idx.tail.kind, idx.tail.detail, "segment cut short")
@@ -250,29 +339,34 @@ class LogReader:
         if not new:
             return idx
         idx.data.extend(new)  # type: ignore[union-attr]
+        prev = self.segments[-1].last if self.segments else -1
         if not idx.header_size:
             try:
                 idx.header_size = self._check_header(seg, idx.data)  # type: ignore[arg-type]
             except framing.HeaderError as exc:
                 if exc.kind == "torn":
+                    return idx  # being created right now
+                resume = framing.next_valid(idx.data, 1)  # type: ignore[arg-type]
+                if resume is None:
+                    self._report(
+                        WalIssue(self.describe(seg.path), 0, "header", exc.detail, "ignored")
+                    )
                     return idx
-                self._report(WalIssue(self.describe(seg.path), 0, "header", exc.detail, "ignored"))
-                return idx
+                problem = framing.Problem(
+                    0, "header", f"{exc.detail}; next valid record at offset {resume}", prev
+                )
+                problem.end = resume
+                idx.corrupt.append(problem)
+                self._report(_corruption_issue(self.describe(seg.path), problem))
+                idx.header_size = resume
             idx.end = idx.header_size
         start = idx.end
-        prev = idx.largest if idx.windows else (self.segments[-1].last if self.segments else -1)
+        if idx.windows:
+            prev = idx.largest
         result = framing.scan(idx.data, start, last_window=prev)  # type: ignore[arg-type]
         idx.add(result)
-        for gap in result.gaps:
-            self._report(
-                WalIssue(
-                    self.describe(seg.path),
-                    gap.offset,
-                    gap.kind,
-                    f"{gap.detail}; windows {gap.after_window}<w<{gap.before_window} unreadable",
-                    "kept, skipped",
-                )
-            )
+        for problem in result.corrupt:
+            self._report(_corruption_issue(self.describe(seg.path), problem))
         return idx
 
     # -- queries --------------------------------------------------------------------------
@@ -294,15 +388,17 @@ class LogReader:
         if hit is not None:
             off, length = hit
             if idx.data is not None:
-                return bytes(idx.data[off : off + length])
-            return self.fs.read(idx.segment.path, off, length)
-        for gap in idx.gaps:
-            if gap.after_window < window and (
-                gap.before_window is None or window < gap.before_window
+                raw = bytes(idx.data[off : off + length])
+            else:
+                raw = self.fs.read(idx.segment.path, off, length)
+            return self._payload(idx, window, raw, off)
+        for problem in idx.corrupt:
+            if problem.after_window < window and (
+                problem.before_window is None or window < problem.before_window
             ):
                 raise CorruptRecordError(
-                    f"window {window} may be in a corrupt record ({gap.detail})",
-                    offset=gap.offset,
+                    f"window {window} may have been in corrupt bytes ({problem.detail})",
+                    offset=problem.offset,
                     backend=self.fs.backend,
                     path=self.describe(idx.segment.path),
                     operation="retrieve",
@@ -377,9 +473,16 @@ class LogWriter(LogReader):
     """The single writer of one partition log."""
 
     def __init__(
-        self, fs: FileSystem, log_dir: str, serializer: str, *, segment_bytes: int
+        self,
+        fs: FileSystem,
+        log_dir: str,
+        serializer: str,
+        *,
+        segment_bytes: int,
+        signer: Signer | None = None,
+        context: bytes = b"",
     ) -> None:
-        super().__init__(fs, log_dir, serializer)
+        super().__init__(fs, log_dir, serializer, signer=signer, context=context)
         if segment_bytes < 1:
             raise StorageConfigError(f"segment_bytes must be >= 1, got {segment_bytes}")
         self.segment_bytes = segment_bytes
@@ -421,7 +524,7 @@ class LogWriter(LogReader):
                 path=self.describe(idx.segment.path),
                 operation="retrieve",
             )
-        return bytes(data[off : off + length])
+        return self._payload(idx, window, bytes(data[off : off + length]), off)
 
     def largest_window(self) -> int:
         self.ensure_clean()
@@ -430,7 +533,9 @@ class LogWriter(LogReader):
     def verify(self) -> list[WalIssue]:
         """Scan every segment (with a separate reader: the writer's state is untouched)."""
         self.ensure_clean()
-        reader = LogReader(self.fs, self.log_dir, self.serializer)
+        reader = LogReader(
+            self.fs, self.log_dir, self.serializer, signer=self.signer, context=self.context
+        )
         found = reader.verify()
         for issue in found:
             self._report(issue)
@@ -457,11 +562,12 @@ class LogWriter(LogReader):
     def recover(self, *, repair: bool = True) -> list[WalIssue]:
         """Scan the log and find where to append.
 
-        With ``repair`` (done before this writer's first append), a torn or corrupt tail
-        of the active segment is cut off (the bytes of a corrupt tail are kept in a
-        ``.damaged-<offset>`` file). Without it (``setup()``: the manager may only read,
-        and the real writer may be appending right now) nothing is modified: the tail is
-        reported and ignored.
+        With ``repair`` (done before this writer's first append), a torn tail of the
+        active segment is cut off, its bytes kept in a ``.damaged-<offset>`` file.
+        Corruption (damaged bytes with a valid record after them) is reported and kept;
+        appending continues after the last valid record. Without ``repair``
+        (``setup()``: the manager may only read, and the real writer may be appending
+        right now) nothing is modified: the tail is reported and ignored.
         """
         self._drop_appender()
         before = len(self.issues)
@@ -484,45 +590,32 @@ class LogWriter(LogReader):
             path = self.describe(seg.path)
             idx: _Index | None = _Index(seg)
             assert idx is not None
-            try:
-                idx.header_size = self._check_header(seg, data)
-            except framing.HeaderError as exc:
+            failed = self._scan_segment(idx, data, last_final)  # type: ignore[arg-type]
+            if failed is not None:
                 self._needs_repair = not repair
-                if exc.kind == "torn":
+                if failed.kind == "torn":
+                    action = later
                     if repair and data:
-                        self.fs.truncate(seg.path, 0)
-                    self._report(
-                        WalIssue(path, 0, "torn", exc.detail, "truncated to 0" if repair else later)
-                    )
+                        action = self._cut(seg.path, data, 0)
+                    self._report(WalIssue(path, 0, "torn", failed.detail, action))
                     self._header_needed = True
                     idx.end = 0
                 elif repair:
                     damaged = f"{seg.path}.damaged-0"
                     self.fs.rename(seg.path, damaged, overwrite=True)
-                    self._report(WalIssue(path, 0, "header", exc.detail, f"moved to {damaged}"))
+                    self._report(WalIssue(path, 0, "header", failed.detail, f"moved to {damaged}"))
                     self.tmp = None
                     idx = None
                 else:
-                    self._report(WalIssue(path, 0, "header", exc.detail, later))
+                    self._report(WalIssue(path, 0, "header", failed.detail, later))
             else:
-                result = framing.scan(data, idx.header_size, last_window=last_final)  # type: ignore[arg-type]
-                idx.add(result)
                 self._report_scan(idx, final=False)
-                tail = result.tail
+                tail = idx.tail
                 if tail is not None and not repair:
                     self._needs_repair = True
                     self._report(WalIssue(path, tail.offset, tail.kind, tail.detail, later))
                 elif tail is not None:
-                    if tail.kind == "torn":
-                        action = f"unfinished window ignored, truncated to {tail.offset} bytes"
-                    else:
-                        damaged = f"{seg.path}.damaged-{tail.offset}"
-                        self.fs.create(damaged, bytes(data[tail.offset :]), overwrite=True)
-                        action = (
-                            f"unfinished window ignored, {len(data) - tail.offset} bytes moved "
-                            f"to {self.fs.basename(damaged)}, truncated to {tail.offset} bytes"
-                        )
-                    self.fs.truncate(seg.path, tail.offset)
+                    action = self._cut(seg.path, data, tail.offset)
                     self._report(WalIssue(path, tail.offset, tail.kind, tail.detail, action))
                     log.info("repaired %s: %s", path, action)
                     idx.tail = None
@@ -534,6 +627,33 @@ class LogWriter(LogReader):
         self._recovered = True
         self._writable = repair
         return self.issues[before:]
+
+    def _cut(self, path: str, data: bytes | bytearray, offset: int) -> str:
+        """Cut a torn tail at ``offset``, keeping the cut bytes in ``.damaged-<offset>``."""
+        damaged = f"{path}.damaged-{offset}"
+        self.fs.create(damaged, bytes(data[offset:]), overwrite=True)
+        self.fs.truncate(path, offset)
+        return (
+            f"unfinished window ignored, {len(data) - offset} bytes moved to "
+            f"{self.fs.basename(damaged)}, truncated to {offset} bytes"
+        )
+
+    def _check_appendable(self) -> None:
+        """Refuse to append after corruption whose window range has no upper bound: the
+        writer cannot tell which window ids were used, and must not reuse any."""
+        idx = self._tmp_index
+        for problem in idx.corrupt if idx is not None else ():
+            if problem.before_window is None:
+                raise CorruptRecordError(
+                    f"corrupt bytes ({problem.detail}) after window {problem.after_window} and "
+                    "no valid window after them: the window ids they held are unknown, so this "
+                    "partition cannot continue safely. Inspect the file, move it aside, and "
+                    "restart from a window id above any it may have held",
+                    offset=problem.offset,
+                    backend=self.fs.backend,
+                    path=self.describe(idx.segment.path),  # type: ignore[union-attr]
+                    operation="save",
+                )
 
     # -- writing --------------------------------------------------------------------------
     def _drop_appender(self) -> None:
@@ -564,7 +684,8 @@ class LogWriter(LogReader):
                 operation="save",
             )
         if self._header_needed:
-            header = framing.encode_header(self.serializer)
+            auth = None if self.signer is None else "hmac-sha256"
+            header = framing.encode_header(self.serializer, auth)
             appender.write(header)
             idx.header_size = len(header)
             idx.end = len(header)
@@ -574,8 +695,11 @@ class LogWriter(LogReader):
     def append(self, window: int, payload: bytes) -> None:
         """Append one window durably (per the backend's flush guarantee)."""
         self.ensure_writable()
+        self._check_appendable()
         if window <= self.largest:
             raise ValueError(f"window {window} <= largest {self.largest}")  # guarded by manager
+        if self.signer is not None:
+            payload = self.signer.sign(payload, self.context + _WINDOW.pack(window))
         record = framing.encode_record(window, payload)
         appender = self._appender
         if appender is None:

@@ -1,0 +1,667 @@
+"""``ManagedState``: the spillable, incrementally checkpointed state of one operator partition.
+
+Protocol (the engine drives it, one instance per operator partition, one writer at
+a time)::
+
+    ms = ManagedState(root, "counter", partition=3, budget_bytes=256 << 20)
+    counts = ms.map("counts", key_codec=STR, value_codec=INT_VALUE)
+    ms.restore(w - 1)        # before processing window w: exactly the state after w - 1
+    ... counts[k] = counts.get(k, 0) + 1 ...
+    ms.checkpoint(w)         # end of window w: only what changed in w becomes durable
+    ms.committed(c)          # window c is final everywhere: compact, purge
+    ms.close()
+
+Three layers (``docs/state.md``):
+
+- *overlay* (memory): this window's changes, spilled to the local store's pending
+  area when they outgrow half of the memory budget;
+- *local store* (RocksDB on local disk) + a bounded read cache: the state at the
+  last checkpoint, a cache of the checkpoint filesystem, rebuilt from it when lost;
+- *checkpoint files* under ``<root>/malhar/managed/<operator>/<partition>/``: one
+  delta file per checkpointed window that changed something (cost proportional to
+  the change), merged into bigger runs on ``committed`` (LSM-style, so restore
+  reads O(log) files).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import struct
+import tempfile
+from collections.abc import Callable, Iterator
+from hashlib import sha1
+from typing import Any
+
+from malhar.util.fs import WindowOrderError, filesystem_for
+from malhar.util.fs.base import FileSystem
+from malhar.util.state.cache import ENTRY_OVERHEAD, MISSING, ReadCache
+from malhar.util.state.chain import merge_runs, plan_merge, select_chain
+from malhar.util.state.codecs import AUTO_KEY, AUTO_VALUE, Codec, KeyCodec
+from malhar.util.state.errors import StateError
+from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, Node, new_uid, parse_name
+from malhar.util.state.keys import KIND_NAMES
+from malhar.util.state.store import LocalStore
+
+log = logging.getLogger(__name__)
+
+_B = b"B"  # base: the state at the store's checkpoint
+_P = b"P"  # pending: this window's changes spilled out of memory
+_META_AT = b"\x00at"  # which checkpoint the base holds: hi i64 | uid (16 ascii)
+_DIRTY = b"dirty"
+_P_PUT, _P_DEL = b"\x01", b"\x02"
+_AT = struct.Struct("<q16s")
+_APPLY_BATCH_BYTES = 8 << 20
+
+
+def encode_name(name: str) -> str:
+    """An injective, filesystem-safe directory name: [A-Za-z0-9.-] kept, others ``_xx``."""
+    out = []
+    for ch in name:
+        if ch.isascii() and (ch.isalnum() or ch in "-."):
+            out.append(ch)
+        else:
+            out.append("".join(f"_{b:02x}" for b in ch.encode("utf-8")))
+    enc = "".join(out)
+    return enc if enc not in ("", ".", "..") else "_" + enc.encode().hex()
+
+
+def operator_dir(fs: FileSystem, base: str, operator: str) -> str:
+    return fs.join(base, "malhar", "managed", encode_name(operator))
+
+
+class ManagedState:
+    """Managed state of one operator partition (see the module docstring for the protocol).
+
+    ``root``: the application's checkpoint root (local path or ``hdfs://``/``webhdfs://``
+    URL); ``budget_bytes``: memory for the overlay, the read cache and the local
+    store's own caches together; ``local_dir``: where the local store lives (default:
+    a per-host temporary directory derived from root, operator and partition, so a
+    new process on the same host catches up from it instead of rebuilding);
+    ``signer``: an HMAC key: checkpoint files are signed and verified with it;
+    ``fs_options``: options of :func:`malhar.util.fs.filesystem_for`;
+    ``compaction_ratio``: see :func:`malhar.util.state.chain.plan_merge`.
+
+    Not thread-safe: one task thread uses an instance. Picklable (configuration only).
+    """
+
+    def __init__(
+        self,
+        root: str,
+        operator: str,
+        partition: int,
+        *,
+        budget_bytes: int = 64 << 20,
+        local_dir: str | None = None,
+        signer: bytes | str | None = None,
+        fs_options: dict[str, Any] | None = None,
+        compaction_ratio: float = 1.0,
+    ) -> None:
+        if partition < 0:
+            raise ValueError(f"partition must be >= 0, got {partition}")
+        if budget_bytes < (8 << 20):
+            raise ValueError(f"budget_bytes must be at least 8 MiB, got {budget_bytes}")
+        self.root = root
+        self.operator = operator
+        self.partition = partition
+        self.budget_bytes = budget_bytes
+        self.local_dir = local_dir
+        self.signer = signer.encode() if isinstance(signer, str) else signer
+        self.fs_options = dict(fs_options or {})
+        self.compaction_ratio = compaction_ratio
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._structs: dict[str, Any] = {}
+        self._fs: tuple[FileSystem, str, str] | None = None
+        self._store: LocalStore | None = None
+        self._store_private = False
+        self._window: int | None = None
+        self._head: tuple[int, str] = (-1, ROOT)
+        self._chain: list[Node] = []
+        self._overlay: dict[bytes, bytes | None] = {}
+        self._overlay_bytes = 0
+        self._ranges: list[tuple[bytes, bytes]] = []
+        self._pending = False
+        self.epoch = 0  # bumped on restore: structures reload their metadata
+        store_mem = max(4 << 20, self.budget_bytes // 4)
+        self._py_budget = self.budget_bytes - store_mem
+        self._store_mem = store_mem
+        self._cache = ReadCache(self._py_budget)
+        self.stats = {"spills": 0, "files_written": 0, "bytes_written": 0, "files_applied": 0}
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("root", "operator", "partition", "budget_bytes", "local_dir", "signer")
+        state = {k: self.__dict__[k] for k in keep}
+        state["fs_options"] = self.fs_options
+        state["compaction_ratio"] = self.compaction_ratio
+        # the structures' definitions (name, codecs) travel, so an operator pickled with its
+        # structures gets them back bound to this manager; their data does not
+        state["structs"] = self._structs
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        structs = state.pop("structs", {})
+        self.__dict__.update(state)
+        self._init_runtime()
+        self._structs = structs
+
+    def __repr__(self) -> str:
+        return f"ManagedState({self.operator!r}, partition={self.partition}, window={self._window})"
+
+    @property
+    def window(self) -> int | None:
+        """The window the state is at (after ``restore``/``checkpoint``); None before."""
+        return self._window
+
+    @property
+    def where(self) -> str:
+        return f"operator {self.operator!r} partition {self.partition}"
+
+    # -- structures ---------------------------------------------------------------------------
+    def _register(self, name: str, kind: bytes, factory: Callable[[], Any], *codecs: Any) -> Any:
+        s = self._structs.get(name)
+        if s is not None:
+            if kind != s.KIND:
+                raise StateError(
+                    f"{self.where}: state {name!r} is a {KIND_NAMES[s.KIND]}, "
+                    f"not a {KIND_NAMES[kind]}"
+                )
+            have = [c.name for c in (s.key_codec, s.value_codec) if c is not None]
+            if have != [c.name for c in codecs]:
+                raise StateError(
+                    f"{self.where}: {KIND_NAMES[kind]} {name!r} exists with codecs {have}, "
+                    f"not {[c.name for c in codecs]}"
+                )
+            return s
+        s = self._structs[name] = factory()
+        return s
+
+    def map(
+        self, name: str, key_codec: KeyCodec = AUTO_KEY, value_codec: Codec = AUTO_VALUE
+    ) -> Any:
+        """A :class:`~malhar.util.state.spillable.SpillableMap` (the same object per name)."""
+        from malhar.util.state.keys import MAP
+        from malhar.util.state.spillable import SpillableMap
+
+        return self._register(
+            name,
+            MAP,
+            lambda: SpillableMap(self, name, key_codec, value_codec),
+            key_codec,
+            value_codec,
+        )
+
+    def set_multimap(
+        self, name: str, key_codec: KeyCodec = AUTO_KEY, value_codec: Codec = AUTO_KEY
+    ) -> Any:
+        """A :class:`~malhar.util.state.spillable.SpillableSetMultimap`."""
+        from malhar.util.state.keys import MULTIMAP
+        from malhar.util.state.spillable import SpillableSetMultimap
+
+        return self._register(
+            name,
+            MULTIMAP,
+            lambda: SpillableSetMultimap(self, name, key_codec, value_codec),
+            key_codec,
+            value_codec,
+        )
+
+    def list(self, name: str, value_codec: Codec = AUTO_VALUE) -> Any:
+        """A :class:`~malhar.util.state.spillable.SpillableList` (append-only)."""
+        from malhar.util.state.keys import LIST
+        from malhar.util.state.spillable import SpillableList
+
+        return self._register(
+            name, LIST, lambda: SpillableList(self, name, value_codec), value_codec
+        )
+
+    def time_buckets(
+        self,
+        name: str,
+        bucket_span: int,
+        key_codec: KeyCodec = AUTO_KEY,
+        value_codec: Codec = AUTO_VALUE,
+    ) -> Any:
+        """A :class:`~malhar.util.state.time_buckets.TimeBucketedState`."""
+        from malhar.util.state.keys import TIME
+        from malhar.util.state.time_buckets import TimeBucketedState
+
+        s = self._register(
+            name,
+            TIME,
+            lambda: TimeBucketedState(self, name, bucket_span, key_codec, value_codec),
+            key_codec,
+            value_codec,
+        )
+        if s.bucket_span != bucket_span:
+            raise StateError(
+                f"{self.where}: time buckets {name!r} exist with span {s.bucket_span}, "
+                f"not {bucket_span}"
+            )
+        return s
+
+    # -- filesystem and local store -----------------------------------------------------------
+    def _dirfs(self) -> tuple[FileSystem, str, str]:
+        if self._fs is None:
+            fs, base = filesystem_for(self.root, **self.fs_options)
+            opdir = operator_dir(fs, base, self.operator)
+            self._fs = (fs, opdir, fs.join(opdir, str(self.partition)))
+        return self._fs
+
+    def _local(self) -> LocalStore:
+        if self._store is None:
+            path = self.local_dir or os.path.join(
+                tempfile.gettempdir(),
+                f"malhar-state-{os.getuid() if hasattr(os, 'getuid') else 0}",
+                sha1(self.root.encode()).hexdigest()[:12],
+                encode_name(self.operator),
+                str(self.partition),
+            )
+            try:
+                self._store = LocalStore(path, memory_bytes=self._store_mem)
+                self._store_private = False
+            except StateError:
+                # another live process holds this partition's local store (a stale copy of
+                # the operator in another Python worker): use a private one, rebuilt
+                private = f"{path}.{os.getpid()}-{new_uid()[:8]}"
+                log.info("%s: local store %s is in use; using %s", self.where, path, private)
+                self._store = LocalStore(private, memory_bytes=self._store_mem)
+                self._store_private = True
+        return self._store
+
+    def _store_at(self, store: LocalStore) -> tuple[int, str] | None:
+        raw = store.get(_META_AT)
+        if raw is None or raw == _DIRTY:
+            return None
+        hi, uid = _AT.unpack(raw)
+        return hi, uid.decode("ascii")
+
+    # -- the engine's protocol ----------------------------------------------------------------
+    def restore(self, window: int) -> None:
+        """Bring the state to exactly "after ``window``" (-1: empty).
+
+        Files of later windows are deleted (they belong to attempts that are being
+        replayed); the local store is caught up from the checkpoint files when it
+        holds an earlier state of the same chain, else rebuilt from them (a fresh
+        worker with an empty local directory works the same way).
+        """
+        if window < -1:
+            raise ValueError(f"window must be >= -1, got {window}")
+        fs, opdir, pdir = self._dirfs()
+        from malhar.util.state.repartition import finish_pending
+
+        finish_pending(fs, opdir)
+        nodes = []
+        if fs.exists(pdir):
+            for st in fs.list(pdir):
+                node = parse_name(st.name, st.size)
+                if node is None:
+                    if st.name.startswith(".") and st.name.endswith(".tmp"):
+                        fs.delete(st.path)  # a write that died before its rename
+                    continue
+                if node.hi > window:
+                    log.info("%s: restore(%d) drops %s", self.where, window, st.name)
+                    fs.delete(st.path)
+                    continue
+                nodes.append(node)
+        else:
+            fs.mkdirs(pdir)
+        chain = select_chain(nodes, window, where=fs.describe(pdir))
+        head = (chain[-1].hi, chain[-1].uid) if chain else (-1, ROOT)
+        store = self._local()
+        at = self._store_at(store)
+        positions = {(-1, ROOT): 0} | {(n.hi, n.uid): i + 1 for i, n in enumerate(chain)}
+        start = positions.get(at) if at is not None else None
+        if start is None:
+            self._wipe(store)
+            start = 0
+        todo = chain[start:]
+        if todo:
+            self._cache.clear()  # it caches the base, which changes (never the overlay)
+        # a crashed process may have left spilled writes of an unfinished window
+        store.write(ranges=[(_P, b"Q")])
+        self._apply_nodes(store, todo)
+        self._overlay = {}
+        self._overlay_bytes = 0
+        self._ranges = []
+        self._pending = False
+        self._chain = chain
+        self._head = head
+        self._window = window
+        self.epoch += 1
+
+    def checkpoint(self, window: int) -> None:
+        """Make durable what changed since the last checkpoint, as the state after ``window``.
+
+        Atomic: one file, written under a temporary name and renamed; a crash before
+        the rename leaves the previous state restorable. Nothing is written when
+        nothing changed.
+        """
+        self._require_restored("checkpoint")
+        assert self._window is not None
+        if window <= self._window:
+            raise WindowOrderError(
+                f"{self.where}: checkpoint({window}) after window {self._window}",
+                path=self._dirfs()[2],
+                operation="checkpoint",
+            )
+        for s in self._structs.values():
+            s._flush_meta()
+        if not (self._overlay or self._ranges or self._pending):
+            self._window = window
+            return
+        fs, _, pdir = self._dirfs()
+        lo, prev = self._head
+        writer = FileWriter(fs, pdir, lo, window, new_uid(), prev, signer=self.signer)
+        try:
+            writer.add_ranges(self._ranges)
+            writer.add_all(self._changes())
+            node = writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        self.stats["files_written"] += 1
+        self.stats["bytes_written"] += node.size
+        store = self._local()
+        batch = store.batch()
+        batch.put(_META_AT, _DIRTY)
+        for lo_k, hi_k in self._ranges:
+            batch.delete_range(_B + lo_k, _B + hi_k)
+        for k, v in self._changes():
+            if v is None:
+                batch.delete(_B + k)
+            else:
+                batch.put(_B + k, v)
+            if batch.bytes >= _APPLY_BATCH_BYTES:
+                batch.commit()
+        if self._pending:
+            batch.delete_range(_P, b"Q")
+        batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
+        batch.commit()
+        cache = self._cache
+        for lo_k, hi_k in self._ranges:
+            cache.discard_range(lo_k, hi_k)
+        for k, v in self._overlay.items():
+            cache.put(k, v)
+        self._overlay = {}
+        self._overlay_bytes = 0
+        self._ranges = []
+        self._pending = False
+        self._chain.append(node)
+        self._head = (node.hi, node.uid)
+        self._window = window
+
+    def committed(self, window: int) -> None:
+        """Window ``window`` is final: restores will target it or later.
+
+        Deletes the files no such restore can reach and merges the oldest files up to
+        ``window`` when the size policy says so (:func:`~malhar.util.state.chain.plan_merge`).
+        """
+        self._require_restored("committed")
+        assert self._window is not None
+        fs, _, pdir = self._dirfs()
+        listed = [n for st in fs.list(pdir) if (n := parse_name(st.name, st.size)) is not None]
+        # another worker went on from this state (a stale instance of the operator got the
+        # call): its files are not ours to judge
+        newer = [n.name for n in listed if n.hi > self._window]
+        chain = select_chain(listed, self._window, where=fs.describe(pdir))
+        if newer or [n.name for n in chain] != [n.name for n in self._chain]:
+            log.warning(
+                "%s: committed(%d) ignored: the checkpoint moved on without this instance "
+                "(at window %d)",
+                self.where,
+                window,
+                self._window,
+            )
+            return
+        on_chain = {n.name for n in self._chain}
+        for node in listed:
+            if node.hi <= window and node.name not in on_chain:
+                fs.delete(fs.join(pdir, node.name))
+        prefix = [n for n in self._chain if n.hi <= window]
+        j = plan_merge([max(n.size, 1) for n in prefix], self.compaction_ratio)
+        if j is None:
+            return
+        group = prefix[j:]
+        merged = self._merge(fs, pdir, group)
+        self._chain = [*self._chain[:j], merged, *self._chain[len(prefix) :]]
+        for n in group:
+            if n.name != merged.name:
+                fs.delete(fs.join(pdir, n.name))
+
+    def close(self) -> None:
+        """Release the local store (a private one is deleted); the checkpoint stays."""
+        if self._store is not None:
+            if self._store_private:
+                self._store.destroy()
+            else:
+                self._store.close()
+            self._store = None
+        self._cache.clear()
+        self._overlay = {}
+        self._overlay_bytes = 0
+        self._window = None
+
+    def __enter__(self) -> ManagedState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def repartition(
+        root: str,
+        operator: str,
+        window: int,
+        old_partitions: int,
+        new_partitions: int,
+        key_partition: Callable[[bytes], int],
+        *,
+        fs_options: dict[str, Any] | None = None,
+        signer: bytes | str | None = None,
+    ) -> None:
+        """Rewrite the checkpoint of ``window`` from ``old_partitions`` to ``new_partitions``.
+
+        See :func:`malhar.util.state.repartition.repartition`.
+        """
+        from malhar.util.state.repartition import repartition
+
+        repartition(
+            root,
+            operator,
+            window,
+            old_partitions,
+            new_partitions,
+            key_partition,
+            fs_options=fs_options,
+            signer=signer.encode() if isinstance(signer, str) else signer,
+        )
+
+    # -- internals: applying and merging files ------------------------------------------------
+    def _require_restored(self, what: str) -> None:
+        if self._window is None:
+            raise StateError(f"{self.where}: call restore(window) before {what}")
+
+    def _wipe(self, store: LocalStore) -> None:
+        store.write(ranges=[(b"", b"\xff")], puts=[(_META_AT, _AT.pack(-1, ROOT.encode()))])
+        self._cache.clear()
+
+    def _apply_nodes(self, store: LocalStore, nodes: list[Node]) -> None:
+        fs, _, pdir = self._dirfs()
+        for node in nodes:
+            reader = FileReader(fs, fs.join(pdir, node.name), node, signer=self.signer)
+            batch = store.batch()
+            batch.put(_META_AT, _DIRTY)  # a crash mid-file leaves the store marked unusable
+            for lo, hi in reader.ranges():
+                batch.delete_range(_B + lo, _B + hi)
+            for k, v in reader.entries():
+                if v is None:
+                    batch.delete(_B + k)
+                else:
+                    batch.put(_B + k, v)
+                if batch.bytes >= _APPLY_BATCH_BYTES:
+                    batch.commit()
+            batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
+            batch.commit()
+            self.stats["files_applied"] += 1
+
+    def _merge(self, fs: FileSystem, pdir: str, group: list[Node]) -> Node:
+        readers = [FileReader(fs, fs.join(pdir, n.name), n, signer=self.signer) for n in group]
+        ranges, entries = merge_runs(
+            [r.ranges() for r in readers],
+            [r.entries() for r in readers],
+            bottom=group[0].lo == -1,
+        )
+        last = group[-1]
+        # the merged run ends in the same state as its last input: same uid
+        writer = FileWriter(
+            fs, pdir, group[0].lo, last.hi, last.uid, group[0].prev, signer=self.signer
+        )
+        try:
+            writer.add_ranges(ranges)
+            writer.add_all(entries)
+            node = writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        self.stats["files_written"] += 1
+        self.stats["bytes_written"] += node.size
+        return node
+
+    # -- internals: the read/write path of the structures ---------------------------------------
+    def _changes(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """This window's changes in key order: the overlay over the spilled pending area."""
+        mem = sorted(self._overlay.items())
+        if not self._pending:
+            return iter(mem)
+        return self._merge_pending(mem)
+
+    def _merge_pending(
+        self, mem: list[tuple[bytes, bytes | None]]
+    ) -> Iterator[tuple[bytes, bytes | None]]:
+        def spilled() -> Iterator[tuple[bytes, int, bytes | None]]:
+            for k, v in self._local().items(_P, b"Q"):
+                yield k[1:], 1, (None if v[:1] == _P_DEL else v[1:])
+
+        def memory() -> Iterator[tuple[bytes, int, bytes | None]]:
+            for k, v in mem:
+                yield k, 0, v
+
+        last = None
+        for k, _, v in heapq.merge(memory(), spilled()):
+            if k != last:
+                last = k
+                yield k, v
+
+    def _in_ranges(self, ik: bytes) -> bool:
+        return any(lo <= ik < hi for lo, hi in self._ranges)
+
+    def get_raw(self, ik: bytes) -> bytes | None:
+        """The current value of internal key ``ik`` (None: absent)."""
+        v = self._overlay.get(ik, MISSING)
+        if v is not MISSING:
+            return v  # type: ignore[return-value]
+        if self._window is None:
+            self._require_restored("reading state")
+        if self._pending:
+            pv = self._local().get(_P + ik)
+            if pv is not None:
+                return None if pv[:1] == _P_DEL else pv[1:]
+        if self._ranges and self._in_ranges(ik):
+            return None
+        v = self._cache.get(ik)
+        if v is not MISSING:
+            return v  # type: ignore[return-value]
+        v = self._local().get(_B + ik)
+        self._cache.put(ik, v, self._py_budget - self._overlay_bytes)
+        return v
+
+    def put_raw(self, ik: bytes, value: bytes | None) -> None:
+        """Set (``value`` None: delete) internal key ``ik`` in this window."""
+        if self._window is None:
+            self._require_restored("writing state")
+        ov = self._overlay
+        old = ov.get(ik, MISSING)
+        if old is MISSING:
+            self._overlay_bytes += len(ik) + ENTRY_OVERHEAD
+        elif old is not None:
+            self._overlay_bytes -= len(old)
+        if value is not None:
+            self._overlay_bytes += len(value)
+        ov[ik] = value
+        if self._overlay_bytes > self._py_budget // 2:
+            self._spill()
+        elif self._overlay_bytes + self._cache.bytes > self._py_budget:
+            self._cache.shrink(max(0, self._py_budget - self._overlay_bytes) // 2)
+
+    def delete_range_raw(self, lo: bytes, hi: bytes) -> None:
+        """Delete every internal key in ``[lo, hi)`` in this window: O(1) below the overlay."""
+        if self._window is None:
+            self._require_restored("writing state")
+        for k in [k for k in self._overlay if lo <= k < hi]:
+            v = self._overlay.pop(k)
+            self._overlay_bytes -= len(k) + ENTRY_OVERHEAD + (len(v) if v is not None else 0)
+        if self._pending:
+            self._local().write(ranges=[(_P + lo, _P + hi)])
+        self._ranges.append((lo, hi))
+
+    def scan_raw(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """Live ``(internal key, value)`` with ``lo <= key < hi`` in key order.
+
+        A snapshot of this window's in-memory changes is taken when the scan starts;
+        changes made while iterating may or may not be seen.
+        """
+        if self._window is None:
+            self._require_restored("reading state")
+        mem = sorted(
+            (k, 0, v) for k, v in self._overlay.items() if lo <= k and (hi is None or k < hi)
+        )
+        ranges = list(self._ranges)
+        store = self._local()
+        sources: list[Iterator[tuple[bytes, int, bytes | None]]] = [iter(mem)]
+        if self._pending:
+
+            def spilled() -> Iterator[tuple[bytes, int, bytes | None]]:
+                for k, v in store.items(_P + lo, b"Q" if hi is None else _P + hi):
+                    yield k[1:], 1, (None if v[:1] == _P_DEL else v[1:])
+
+            sources.append(spilled())
+
+        def base() -> Iterator[tuple[bytes, int, bytes | None]]:
+            for k, v in store.items(_B + lo, _B + hi if hi is not None else b"C"):
+                ik = k[1:]
+                if ranges and any(a <= ik < b for a, b in ranges):
+                    continue
+                yield ik, 2, v
+
+        sources.append(base())
+        last = None
+        for k, _, v in heapq.merge(*sources, key=lambda t: (t[0], t[1])):
+            if k == last:
+                continue
+            last = k
+            if v is not None:
+                yield k, v
+
+    def _spill(self) -> None:
+        """Move the overlay to the local store's pending area (a window bigger than memory)."""
+        store = self._local()
+        batch = store.batch()
+        cache = self._cache
+        for k, v in self._overlay.items():
+            # the cache holds the base; these keys change it at the checkpoint, which only
+            # refreshes the cache from the (then) in-memory overlay
+            cache.discard(k)
+            batch.put(_P + k, _P_DEL if v is None else _P_PUT + v)
+            if batch.bytes >= _APPLY_BATCH_BYTES:
+                batch.commit()
+        batch.commit()
+        self._overlay = {}
+        self._overlay_bytes = 0
+        self._pending = True
+        self.stats["spills"] += 1
+
+
+__all__ = ["ManagedState", "encode_name", "operator_dir"]

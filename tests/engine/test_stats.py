@@ -1,0 +1,97 @@
+"""Operator statistics: per partition and window, on the driver, to stats listeners."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from malhar import DAG, InputPort, Operator, OutputPort, run
+from malhar import attributes as A
+from malhar.stats import OperatorMetrics, OperatorStats, Response, WindowStats
+from malhar.testing.harness import OperatorHarness
+from malhar.testing.operators import Collector
+from tests.engine.ops import Numbers, SumPerKey
+
+
+class Recording:
+    """A stats listener that keeps what it was given (it lives on the driver only)."""
+
+    def __init__(self) -> None:
+        self.calls: list[OperatorStats] = []
+        self.lock = threading.Lock()  # does not pickle: proves it never leaves the driver
+
+    def process_stats(self, stats: OperatorStats) -> Response:
+        with self.lock:
+            self.calls.append(stats)
+        return Response(repartition_required=False)
+
+
+class Counting(Operator):
+    input = InputPort()
+    output = OutputPort()
+
+    def begin_window(self, window_id: int) -> None:
+        self._n = 0
+
+    def process(self, value: Any) -> None:
+        self._n += 1
+        self.output.emit(value)
+
+    def metrics(self) -> dict[str, float]:
+        return {"seen": self._n}
+
+
+def test_window_stats_rates_and_json_round_trip() -> None:
+    w = [
+        WindowStats(
+            window=i,
+            partition=p,
+            tuples_in={"input": 10},
+            tuples_out={"output": 5},
+            started=i * 1.0,
+            ended=i * 1.0 + 0.5,
+            metrics={"seen": 10},
+        )
+        for i in range(4)
+        for p in range(2)
+    ]
+    stats = OperatorStats("op", 2, w)
+    assert stats.tuples_in_per_second() == pytest.approx(80 / 3.5)
+    assert stats.tuples_in_per_second(partition=1) == pytest.approx(40 / 3.5)
+    assert WindowStats.from_json(w[3].to_json()) == w[3]
+    row = OperatorMetrics.of("op", 2, w)
+    assert row.window_ms == pytest.approx(500) and row.metrics == {"seen": 20.0}
+
+
+def test_operator_metrics_hook_through_the_harness() -> None:
+    h = OperatorHarness(Counting())
+    h.run_window([("input", 1), ("input", 2)])
+    assert h.operator.metrics() == {"seen": 2}
+
+
+@pytest.mark.integration
+def test_statistics_reach_listeners_and_the_metrics_view(spark, tmp_path: Path) -> None:
+    listener = Recording()
+    dag = DAG("stats")
+    src = dag.add_operator("src", Numbers(per_window=20), PARTITIONS=2)
+    count = dag.add_operator("count", Counting(), PARTITIONS=2)
+    agg = dag.add_operator("sum", SumPerKey())
+    out = dag.add_operator("out", Collector())
+    count.set_attribute(A.STATS_LISTENERS, [listener])
+    dag.add_stream("a", src.output, count.input)
+    dag.add_stream("b", count.output, agg.input)
+    dag.add_stream("c", agg.output, out.input)
+    app = run(dag, windows=6, spark=spark, checkpoint=str(tmp_path), window_ms=100)
+    app._stats.deliver()  # the last windows, without waiting for the next round
+    windows = [w for stats in listener.calls for w in stats.windows]
+    assert {s.operator for s in listener.calls} == {"count"}
+    assert {(w.window, w.partition) for w in windows} == {(i, p) for i in range(6) for p in (0, 1)}
+    assert sum(w.tuples_in["input"] for w in windows) == 6 * 20
+    assert all(w.tuples_out["output"] == w.tuples_in["input"] == w.metrics["seen"] for w in windows)
+    view = app.metrics()
+    assert set(view) == {"src", "count", "sum", "out"}
+    assert view["count"].partitions == 2 and view["count"].last_window == 5
+    assert view["sum"].tuples_in_per_second > 0 and view["out"].window_ms >= 0

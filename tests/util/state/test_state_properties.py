@@ -1,0 +1,243 @@
+"""Property tests: random puts, deletes, expiries, windows, crashes and recoveries equal a dict model.
+
+A crash drops everything that was not checkpointed: the manager object (its
+overlay and cache) and, half of the time, the worker's local disk too; the
+recovery restores the last checkpointed window or, as a replay would, an earlier
+one not older than the committed window.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from malhar.util.state import INT, INT_VALUE, STR, ManagedState
+
+keys = st.integers(min_value=0, max_value=12)
+values = st.integers(min_value=-5, max_value=5)
+SPAN = 10
+
+
+class StateModel(RuleBasedStateMachine):
+    """Drives a map, a set-multimap, a list and time buckets against plain Python models."""
+
+    root_factory = None  # set by the test: () -> conftest Root
+    tiny_memory = False
+    counts: dict[str, int] = {}  # what the examples exercised, checked by the tests
+
+    @initialize()
+    def start(self) -> None:
+        self.root = type(self).root_factory()
+        self.snapshots: dict[int, tuple] = {-1: ({}, set(), [], {}, -(2**63))}
+        self.window = -1
+        self.committed = -1
+        self.ms = self._open()
+        self.ms.restore(-1)
+        self._load(-1)
+
+    def _open(self) -> ManagedState:
+        ms = self.root.new(local_dir=f"{self.root.local_base}/worker")
+        if self.tiny_memory:
+            ms._py_budget = 2048  # spill nearly every window
+        return ms
+
+    def _load(self, w: int) -> None:
+        m, mm, lst, tb, horizon = self.snapshots[w]
+        self.m, self.mm, self.lst, self.tb, self.horizon = (
+            dict(m),
+            set(mm),
+            list(lst),
+            dict(tb),
+            horizon,
+        )
+
+    # -- the structures ---------------------------------------------------------------------
+    @property
+    def smap(self):
+        return self.ms.map("m", INT, INT_VALUE)
+
+    @property
+    def smm(self):
+        return self.ms.set_multimap("mm", INT, INT)
+
+    @property
+    def slist(self):
+        return self.ms.list("l", INT_VALUE)
+
+    @property
+    def stb(self):
+        return self.ms.time_buckets("tb", SPAN, STR, INT_VALUE)
+
+    @rule(k=keys, v=values)
+    def put(self, k: int, v: int) -> None:
+        self.smap[k] = v
+        self.m[k] = v
+
+    @rule(k=keys)
+    def delete(self, k: int) -> None:
+        if k in self.m:
+            del self.smap[k]
+            del self.m[k]
+        else:
+            with pytest.raises(KeyError):
+                del self.smap[k]
+
+    @rule(k=keys, v=values)
+    def add(self, k: int, v: int) -> None:
+        assert self.smm.add(k, v) == ((k, v) not in self.mm)
+        self.mm.add((k, v))
+
+    @rule(k=keys)
+    def remove_all(self, k: int) -> None:
+        gone = {(a, b) for a, b in self.mm if a == k}
+        assert self.smm.remove_all(k) == len(gone)
+        self.mm -= gone
+
+    @rule(v=values)
+    def append(self, v: int) -> None:
+        self.slist.append(v)
+        self.lst.append(v)
+
+    @rule(k=keys, t=st.integers(min_value=0, max_value=100), v=values)
+    def put_timed(self, k: int, t: int, v: int) -> None:
+        bucket = t // SPAN
+        ok = self.stb.put(str(k), t, v)
+        assert ok == (bucket >= self.horizon)
+        if ok:
+            self.tb[(bucket, str(k))] = v
+
+    @rule(t=st.integers(min_value=0, max_value=100))
+    def expire(self, t: int) -> None:
+        self.stb.expire_before(t)
+        self.horizon = max(self.horizon, t // SPAN)
+        self.tb = {bk: v for bk, v in self.tb.items() if bk[0] >= self.horizon}
+
+    @rule()
+    def clear_map(self) -> None:
+        self.smap.clear()
+        self.m.clear()
+
+    # -- windows, crashes, recoveries ---------------------------------------------------------
+    @rule(skip=st.integers(min_value=1, max_value=3))
+    def checkpoint(self, skip: int) -> None:
+        self.window += skip
+        before = self.ms.stats["files_written"]
+        self.ms.checkpoint(self.window)
+        self._count("files", self.ms.stats["files_written"] - before)
+        self.snapshots[self.window] = (
+            dict(self.m),
+            set(self.mm),
+            list(self.lst),
+            dict(self.tb),
+            self.horizon,
+        )
+
+    @precondition(lambda self: self.window > self.committed)
+    @rule(data=st.data())
+    def commit(self, data) -> None:
+        done = [w for w in self.snapshots if self.committed < w <= self.window]
+        c = data.draw(st.sampled_from(sorted(done)))
+        before = self.ms.stats["files_written"]
+        self.ms.committed(c)
+        self.committed = c
+        self._count("merges", self.ms.stats["files_written"] - before)
+
+    @rule(data=st.data(), lose_disk=st.booleans())
+    def crash_and_recover(self, data, lose_disk: bool) -> None:
+        self.ms.close()  # the process is gone: overlay, cache, open handles
+        if lose_disk:
+            shutil.rmtree(f"{self.root.local_base}/worker", ignore_errors=True)
+        targets = sorted(w for w in self.snapshots if w >= self.committed)
+        target = data.draw(st.sampled_from(targets), label="restore to")
+        self.ms = self._open()
+        self.ms.restore(target)
+        self._count("recoveries")
+        self._count("rebuilds" if lose_disk else "catch_ups")
+        self._recovered(target)
+
+    @rule()
+    def fail_window(self) -> None:
+        """The window fails in the same process: back to the last checkpoint."""
+        self.ms.restore(self.window)
+        self._load(self.window)
+
+    def _count(self, what: str, n: int = 1) -> None:
+        type(self).counts[what] = type(self).counts.get(what, 0) + n
+
+    def _recovered(self, target: int) -> None:
+        self.snapshots = {w: s for w, s in self.snapshots.items() if w <= target}
+        self.window = target
+        self._load(target)
+
+    @invariant()
+    def equal_to_model(self) -> None:
+        if not hasattr(self, "ms"):
+            return
+        assert dict(self.smap.items()) == self.m
+        assert len(self.smap) == len(self.m)
+        assert set(self.smm.items()) == self.mm and len(self.smm) == len(self.mm)
+        assert list(self.slist) == self.lst and len(self.slist) == len(self.lst)
+        got = {(b // SPAN, k): v for b, k, v in self.stb.items()}
+        assert got == self.tb
+
+    def teardown(self) -> None:
+        if hasattr(self, "ms"):
+            self._count("spills", self.ms.stats["spills"])
+            self.ms.close()
+
+
+def _run(root_factory, *, tiny: bool, examples: int, steps: int) -> dict[str, int]:
+    class Machine(StateModel):
+        counts: dict[str, int] = {}
+
+    Machine.root_factory = staticmethod(root_factory)
+    Machine.tiny_memory = tiny
+    Machine.TestCase.settings = settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    Machine.TestCase().runTest()
+    return Machine.counts
+
+
+def _fresh(root):
+    """A new checkpoint root per hypothesis example (examples must not share files)."""
+
+    def make():
+        sub = uuid.uuid4().hex[:8]
+        return type(root)(
+            root.backend,
+            f"{root.url}/{sub}",
+            f"{root.local_base}/{sub}",
+            dict(root.fs_options),
+            root.opened,
+        )
+
+    return make
+
+
+def _exercised(counts: dict[str, int], *what: str) -> None:
+    assert all(counts.get(w, 0) > 0 for w in what), counts
+
+
+def test_random_histories_equal_a_dict_model(root) -> None:
+    counts = _run(_fresh(root), tiny=False, examples=60, steps=60)
+    _exercised(counts, "files", "merges", "rebuilds", "catch_ups")
+
+
+def test_random_histories_with_spills_equal_a_dict_model(root) -> None:
+    counts = _run(_fresh(root), tiny=True, examples=25, steps=60)
+    _exercised(counts, "files", "spills", "rebuilds", "catch_ups")
+
+
+@pytest.mark.integration
+def test_random_histories_on_hdfs(hdfs_root) -> None:
+    counts = _run(_fresh(hdfs_root), tiny=False, examples=10, steps=50)
+    _exercised(counts, "files", "recoveries")

@@ -1,0 +1,167 @@
+"""Repartitioning a checkpoint N -> M by key: every key exactly once, sizes recounted."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+from malhar.util.state import INT, INT_VALUE, STR, ManagedState, StateError
+from malhar.util.state.codecs import STR as STR_CODEC
+from malhar.util.state.repartition import finish_pending
+
+
+def _route(n: int):
+    """What the engine would pass: decode the key with the structure's codec, apply its stream
+    codec (here a stable CRC of the string), modulo the partition count."""
+
+    def key_partition(encoded: bytes) -> int:
+        return zlib.crc32(STR_CODEC.decode(encoded).encode()) % n
+
+    return key_partition
+
+
+def _populate(root, old: int, window: int) -> dict:
+    """Keys routed by _route(old); a few windows each; returns the expected global state."""
+    route = _route(old)
+    parts = [root.new(partition=p) for p in range(old)]
+    for ms in parts:
+        ms.restore(-1)
+    expected = {"m": {}, "mm": set(), "tb": {}}
+    for w in range(window + 1):
+        for i in range(300):
+            k = f"k{(i * 7 + w) % 500}"
+            ms = parts[route(STR_CODEC.encode(k))]
+            ms.map("m", STR, INT_VALUE)[k] = w
+            expected["m"][k] = w
+            ms.set_multimap("mm", STR, INT).add(k, w % 3)
+            expected["mm"].add((k, w % 3))
+            if ms.time_buckets("tb", 100, STR, INT_VALUE).put(k, w * 40, i):
+                expected["tb"][(w * 40 // 100 * 100, k)] = i
+            else:
+                assert w >= 2 and w * 40 < 100, "only puts below the horizon are refused"
+        if w == 1:
+            for ms in parts:
+                ms.time_buckets("tb", 100, STR, INT_VALUE).expire_before(100)
+            expected["tb"] = {bk: v for bk, v in expected["tb"].items() if bk[0] >= 100}
+        for ms in parts:
+            ms.checkpoint(w)
+            ms.committed(w - 1)
+    for ms in parts:
+        ms.close()
+    return expected
+
+
+@pytest.mark.parametrize(("old", "new"), [(3, 5), (4, 2), (2, 1), (1, 3)])
+def test_repartition_keeps_every_key_exactly_once(root, old: int, new: int) -> None:
+    expected = _populate(root, old, window=3)
+    ManagedState.repartition(root.url, "op", 3, old, new, _route(new))
+    seen_m: dict = {}
+    seen_mm: set = set()
+    seen_tb: dict = {}
+    route = _route(new)
+    for p in range(new):
+        ms = root.new(partition=p)
+        ms.restore(3)
+        m = ms.map("m", STR, INT_VALUE)
+        items = dict(m.items())
+        assert len(m) == len(items), "map sizes are recounted per new partition"
+        assert all(route(STR_CODEC.encode(k)) == p for k in items)
+        assert not seen_m.keys() & items.keys(), "a key in two partitions"
+        seen_m.update(items)
+        mm = ms.set_multimap("mm", STR, INT)
+        pairs = set(mm.items())
+        assert len(mm) == len(pairs) and not seen_mm & pairs
+        seen_mm |= pairs
+        tb = ms.time_buckets("tb", 100, STR, INT_VALUE)
+        assert tb.horizon == 100, "the expiry horizon is carried over"
+        for t, k, v in tb.items():
+            assert (t, k) not in seen_tb
+            seen_tb[(t, k)] = v
+        # the new partitions go on checkpointing from there
+        m["new-key"] = p
+        ms.checkpoint(4)
+        ms.close()
+    assert seen_m == expected["m"]
+    assert seen_mm == expected["mm"]
+    assert seen_tb == expected["tb"]
+    assert sorted(int(x) for x in _partition_dirs(root)) == list(range(new))
+
+
+def _partition_dirs(root) -> list[str]:
+    fs, _ = root.fs()
+    opdir = fs.dirname(root.pdir())
+    return [s.name for s in fs.list(opdir) if not s.name.startswith(".")]
+
+
+def test_crash_after_the_commit_point_is_completed_by_restore(root) -> None:
+    expected = _populate(root, 2, window=1)
+    fs, _ = root.fs()
+    real_rename = fs.rename
+    moved = []
+
+    def die_after_first_move(src, dst, **kw):
+        if "/.repartition/" in src and not src.endswith("COMMIT") and ".tmp" not in src:
+            if moved:
+                raise KeyboardInterrupt("killed")
+            moved.append(src)
+        return real_rename(src, dst, **kw)
+
+    fs.rename = die_after_first_move  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ManagedState.repartition(root.url, "op", 1, 2, 3, _route(3))
+    finally:
+        fs.rename = real_rename  # type: ignore[method-assign]
+    got = {}
+    for p in range(3):
+        ms = root.new(partition=p)
+        ms.restore(1)  # completes the repartitioning first
+        got.update(ms.map("m", STR, INT_VALUE).items())
+        ms.close()
+    assert got == expected["m"]
+    assert not fs.exists(fs.join(fs.dirname(root.pdir()), ".repartition"))
+
+
+def test_crash_before_the_commit_point_leaves_the_old_checkpoint(root) -> None:
+    expected = _populate(root, 2, window=1)
+
+    def explode(encoded: bytes) -> int:
+        raise RuntimeError("stream codec failed")
+
+    with pytest.raises(RuntimeError, match="stream codec failed"):
+        ManagedState.repartition(root.url, "op", 1, 2, 3, explode)
+    fs, _ = root.fs()
+    finish_pending(fs, fs.dirname(root.pdir()))  # nothing pending
+    got = {}
+    for p in range(2):
+        ms = root.new(partition=p)
+        ms.restore(1)
+        got.update(ms.map("m", STR, INT_VALUE).items())
+        ms.close()
+    assert got == expected["m"]
+
+
+def test_bad_partition_numbers_and_lists_are_refused(root) -> None:
+    ms = root.new()
+    ms.restore(-1)
+    ms.map("m", INT, INT_VALUE)[1] = 1
+    ms.checkpoint(0)
+    with pytest.raises(StateError, match=r"returned 7 for key .* not a partition in \[0, 2\)"):
+        ManagedState.repartition(root.url, "op", 0, 1, 2, lambda k: 7)
+    ms.list("log").append("x")
+    ms.checkpoint(1)
+    ms.close()
+    with pytest.raises(StateError, match="SpillableList 'log' is not empty"):
+        ManagedState.repartition(root.url, "op", 1, 1, 2, lambda k: 0)
+
+
+def test_keys_in_two_old_partitions_are_refused(root) -> None:
+    for p in range(2):
+        ms = root.new(partition=p)
+        ms.restore(-1)
+        ms.map("m", INT, INT_VALUE)[1] = p  # not partitioned by key
+        ms.checkpoint(0)
+        ms.close()
+    with pytest.raises(StateError, match="in partitions 0 and 1"):
+        ManagedState.repartition(root.url, "op", 0, 2, 1, lambda k: 0)
