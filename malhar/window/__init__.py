@@ -11,7 +11,9 @@ on malhar's operator model. Interfaces and value types live here; the operators 
   :class:`WatermarkGenerator`;
 - triggers: :class:`TriggerOption` (Malhar's builder) and Beam's composable triggers;
   :class:`AccumulationMode`; what is emitted: :class:`WindowedTuple` with :class:`PaneInfo`;
-- the protocols: :class:`Accumulation`, :class:`MergeAccumulation`, :class:`WindowedStorage`.
+- the protocols: :class:`Accumulation`, :class:`MergeAccumulation`, :class:`WindowedStorage`;
+  the storages :class:`InMemoryWindowedStorage` (default) and
+  :class:`SpillableWindowedStorage` (managed state).
 
 See ``docs/window.md``.
 
@@ -38,6 +40,7 @@ from malhar.window.impl.operator import (
     WindowedMergeOperator,
     WindowedOperator,
 )
+from malhar.window.impl.spillable import SpillableWindowedStorage
 from malhar.window.panes import AccumulationMode, PaneInfo, Timing, WindowedTuple
 from malhar.window.protocol import Accumulation, MergeAccumulation
 from malhar.window.storage import WindowedStorage
@@ -90,6 +93,7 @@ __all__ = [
     "PaneInfo",
     "Repeatedly",
     "SessionWindows",
+    "SpillableWindowedStorage",
     "TimeWindows",
     "Timing",
     "Trigger",

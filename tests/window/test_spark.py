@@ -1,7 +1,8 @@
 """Windowed operators through the engine on Spark: keyed partitions by key codec, a
 propagated downstream window operator fed by every partition's watermark, and a
 partitioned non-keyed operator merged by its unifier; then exactly once on
-``local-cluster`` with task failures and a restart."""
+``local-cluster`` with task failures and a restart, the keyed operator's state in the
+spillable storage (managed state)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ from tests.window.ops import EventSource, PaneRecorder, event_windows, on_time, 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def build(dag: DAG, data: list, *, fail: bool = False) -> DAG:
+def build(dag: DAG, data: list, *, fail: bool = False, storage=None) -> DAG:
     """src (2) -> counts (keyed, 2, by key) -> top (propagation, 1) -> recorder
     src (2) -> totals (non-keyed, 2, fused with src) -> [unifier] -> sums (propagation) -> recorder
     """
     src = dag.add_operator("src", EventSource(data), PARTITIONS=2)
-    counts_op = KeyedWindowedOperator(Count(), TimeWindows(100), timestamp=lambda kv: kv[1])
+    counts_op = KeyedWindowedOperator(
+        Count(), TimeWindows(100), timestamp=lambda kv: kv[1], storage=storage
+    )
     counts = dag.add_operator("counts", counts_op, PARTITIONS=2)
     counts.input.set_attribute("STREAM_CODEC", counts_op.key_codec())
     top = dag.add_operator("top", WindowedOperator(TopNByKey(2)))
@@ -79,6 +82,7 @@ SCRIPT = """
 import json
 from malhar import DAG, build_session, run
 from tests.window.ops import event_windows, on_time, recorded
+from malhar.window.impl.spillable import SpillableWindowedStorage
 from tests.window.test_spark import build
 
 checkpoint = {checkpoint!r}
@@ -86,8 +90,9 @@ spark = build_session("local-cluster[2,1,1024]", shuffle_partitions=2,
                       conf={{"spark.task.maxFailures": "3"}})
 data = event_windows()
 for windows in (4, 5):  # a restart from the checkpoint in the middle
-    run(build(DAG("exactly-once-windows"), data, fail=True), windows=windows, spark=spark,
-        checkpoint=checkpoint, window_ms=100)
+    dag = build(DAG("exactly-once-windows"), data, fail=True,
+                storage=SpillableWindowedStorage(budget_bytes=16 << 20))  # managed state
+    run(dag, windows=windows, spark=spark, checkpoint=checkpoint, window_ms=100)
 out = {{}}
 for name in ("counts_out", "top_out", "sums_out"):
     out[name] = sorted([list(k), v] for k, v in on_time(recorded(checkpoint, name)).items())

@@ -317,9 +317,11 @@ class WindowedCore(WindowedSettings):
         if self._book is None:
             self._book = Book(self.inputs)
         if self._store is None:
-            self._store = (self.storage or InMemoryWindowedStorage()).empty()
+            template = self.storage if self.storage is not None else InMemoryWindowedStorage()
+            self._store = template.empty()
         self._store.setup(context, sessions=self._sessions)
         self._name = context.name
+        self._metrics_base = (self._book.late, self._book.dropped)
 
     def _key_names(self) -> Any:
         if self.key_names is not None:
@@ -332,6 +334,17 @@ class WindowedCore(WindowedSettings):
     def _core_begin(self, window_id: int) -> None:
         self._book.cur = window_id
         self._store.begin_window(window_id)
+
+    def metrics(self) -> dict[str, float]:
+        """This window's late and dropped tuples, and the cells held (``malhar.stats``)."""
+        book = self._book
+        base = self._metrics_base
+        self._metrics_base = (book.late, book.dropped)
+        return {
+            "late": book.late - base[0],
+            "dropped": book.dropped - base[1],
+            "cells": len(self._store),
+        }
 
     def _core_checkpointed(self, window_id: int) -> None:
         # the next streaming window, also when begin_window does not come (application
