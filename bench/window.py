@@ -55,7 +55,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 from malhar import DAG, InputOperator, KeyCodec, Operator, OperatorContext, Property, State  # noqa: E402
 from malhar.control import DeliveryType  # noqa: E402
 from malhar.ports import InputPort, OutputPort  # noqa: E402
-from malhar.window import MAX_TIMESTAMP, KeyedWindowedOperator, TimeWindows, Watermark  # noqa: E402
+from malhar.window import (  # noqa: E402
+    MAX_TIMESTAMP,
+    KeyedWindowedOperator,
+    TimeWindows,
+    Timing,
+    Watermark,
+)
 from malhar.window.accumulation import Count  # noqa: E402
 
 SCHEMA = pa.schema([("key", pa.string()), ("ts", pa.timestamp("ms", "UTC"))])
@@ -135,12 +141,17 @@ class PaneTally(Operator):
     def setup(self, context: OperatorContext) -> None:
         self._file = Path(self.out_dir) / f"tally-{context.partition}"
 
+    def begin_window(self, window_id: int) -> None:
+        self._panes = self._total = 0
+
     def process(self, t: Any) -> None:
-        if t.pane.timing.value == "ON_TIME":
-            self.panes += 1
-            self.total += t.value
+        if t.pane.timing is Timing.ON_TIME:
+            self._panes += 1
+            self._total += t.value
 
     def end_window(self) -> None:
+        self.panes += self._panes
+        self.total += self._total
         self._file.write_text(f"{self.panes} {self.total}")
 
 

@@ -59,6 +59,9 @@ from malhar.window.windows import MAX_TIMESTAMP, Window, WindowOption, to_millis
 DEFAULT_STREAMING_WINDOW_MS = 500
 
 _VALUE, _VALUE2, _PARTIAL, _BATCH = 0, 1, 2, 3
+_EARLY, _ON_TIME, _LATE = Timing.EARLY, Timing.ON_TIME, Timing.LATE
+#: builds a named tuple without its Python-level __new__ (panes are made per key and window)
+_tuple_new = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +304,8 @@ class WindowedCore(WindowedSettings):
         self._mode = mode
         self._only_updated = bool(only)
         self._keeps_last = only or mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
+        self._retracting = mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
+        self._discarding = mode is AccumulationMode.DISCARDING
         self._react_early = trigger.reacts_before_end()
         self._option: WindowOption | None = self.window_option
         self._sessions = self._option is not None and self._option.merging
@@ -322,6 +327,11 @@ class WindowedCore(WindowedSettings):
         self._store.setup(context, sessions=self._sessions)
         self._name = context.name
         self._metrics_base = (self._book.late, self._book.dropped)
+        # runtime aliases of the two State fields (never reassigned after setup): the hot
+        # paths read them per tuple and per pane, and a State descriptor read is a call
+        self._bk: Book = self._book
+        self._st: WindowedStorage = self._store
+        self._out = self.output.emit  # type: ignore[attr-defined]
 
     def _key_names(self) -> Any:
         if self.key_names is not None:
@@ -332,34 +342,34 @@ class WindowedCore(WindowedSettings):
         return "key"
 
     def _core_begin(self, window_id: int) -> None:
-        self._book.cur = window_id
-        self._store.begin_window(window_id)
+        self._bk.cur = window_id
+        self._st.begin_window(window_id)
 
     def metrics(self) -> dict[str, float]:
         """This window's late and dropped tuples, and the cells held (``malhar.stats``)."""
-        book = self._book
+        book = self._bk
         base = self._metrics_base
         self._metrics_base = (book.late, book.dropped)
         return {
             "late": book.late - base[0],
             "dropped": book.dropped - base[1],
-            "cells": len(self._store),
+            "cells": len(self._st),
         }
 
     def _core_checkpointed(self, window_id: int) -> None:
         # the next streaming window, also when begin_window does not come (application
         # windows of several streaming windows)
-        self._book.cur = window_id + 1
-        self._store.checkpoint(window_id)
+        self._bk.cur = window_id + 1
+        self._st.checkpoint(window_id)
 
     # -- time ----------------------------------------------------------------------------------
     def now(self) -> int:
         """The processing time: the current streaming window's implicit time."""
-        return self._book.cur * self._period
+        return self._bk.cur * self._period
 
     def horizon(self) -> int | None:
         """Tuples with event times below this are too late (None: nothing is)."""
-        wm = self._book.watermark
+        wm = self._bk.watermark
         if wm is None or self._lateness is None:
             return None
         return wm - self._lateness
@@ -381,14 +391,14 @@ class WindowedCore(WindowedSettings):
 
     def _on_control(self, payload: Any, sender: ControlSender | None, port: int = 0) -> bool:
         if isinstance(payload, Watermark):
-            self._book.trackers[port].update(payload.timestamp, sender, self._book.cur)
+            self._bk.trackers[port].update(payload.timestamp, sender, self._bk.cur)
             # an operator emits its own watermark downstream; a unifier passes them on
             return self.emits_watermarks
         return False
 
     # -- tuples ----------------------------------------------------------------------------------
     def _late(self, original: Any) -> None:
-        self._book.late += 1
+        self._bk.late += 1
         late = getattr(self, "late", None)
         if late is not None:
             late.emit(original)
@@ -430,10 +440,10 @@ class WindowedCore(WindowedSettings):
 
     def _local(self, window: Window, key: Any, value: Any, kind: int, n: int) -> None:
         """Partial mode: accumulate into this boundary's partial of (window, key)."""
-        slot = self._book.partials.get((window, key))
+        slot = self._bk.partials.get((window, key))
         acc = self._acc
         if slot is None:
-            slot = self._book.partials[(window, key)] = [acc.default_accumulated_value(), 0]
+            slot = self._bk.partials[(window, key)] = [acc.default_accumulated_value(), 0]
         if kind == _VALUE:
             slot[0] = acc.accumulate(slot[0], value)
         elif kind == _VALUE2:
@@ -445,7 +455,7 @@ class WindowedCore(WindowedSettings):
         slot[1] += n
 
     def _new_cell(self, window: Window, key: Any) -> Cell:
-        book, store = self._book, self._store
+        book, store = self._bk, self._st
         wm = book.watermark
         born_late = wm is not None and window.end <= wm
         if not store.has_window(window):
@@ -458,17 +468,17 @@ class WindowedCore(WindowedSettings):
     def _add(self, window: Window, key: Any, value: Any, kind: int, n: int) -> None:
         """Accumulate into the cell of (window, key): a value, a second-input value, a
         partial accumulation or an Arrow array of values."""
-        store = self._store
+        store = self._st
         cell = store.get(window, key)
         fresh = cell is None
         if fresh:
             horizon = self.horizon()
             if horizon is not None and window.end <= horizon:  # a partial for a purged window
-                self._book.dropped += n
+                self._bk.dropped += n
                 return
             cell = self._new_cell(window, key)
         elif cell[CLOSED]:
-            self._book.dropped += n
+            self._bk.dropped += n
             return
         acc = self._acc
         if kind == _PARTIAL:
@@ -483,11 +493,11 @@ class WindowedCore(WindowedSettings):
                 cell[ACC] = acc.accumulate_batch(current, value)
         cell[NEW] += n
         if self._react_early:
-            self._book.dirty.add((window, key))
+            self._bk.dirty.add((window, key))
         else:
-            wm = self._book.watermark
+            wm = self._bk.watermark
             if wm is not None and window.end <= wm:
-                self._book.dirty.add((window, key))
+                self._bk.dirty.add((window, key))
         if fresh or not store.live:
             store.put(window, key, cell)
 
@@ -495,7 +505,7 @@ class WindowedCore(WindowedSettings):
         """Add to the session of ``key`` that ``span`` (a proto-session, or a partial's
         session) falls in: it fits one, extends one, or bridges several (merged, the
         ones merged away retracted in ACCUMULATING_AND_RETRACTING mode)."""
-        store = self._store
+        store = self._st
         hits = [w for w in store.sessions(key) if w.intersects(span)]
         if not hits:
             self._add(span, key, value, kind, n)
@@ -506,7 +516,7 @@ class WindowedCore(WindowedSettings):
         merged = span
         for w in hits:
             merged = merged.span(w)
-        book, acc = self._book, self._acc
+        book, acc = self._bk, self._acc
         cells = [store.get(w, key) for w in hits]
         state: Any = EMPTY
         news = 0
@@ -644,7 +654,7 @@ class WindowedCore(WindowedSettings):
 
     # -- the boundary --------------------------------------------------------------------------
     def _advance_watermark(self) -> None:
-        book = self._book
+        book = self._bk
         if self._fixed is not None:
             candidate: int | None = self.now() - self._fixed
         else:
@@ -655,7 +665,7 @@ class WindowedCore(WindowedSettings):
 
     def _core_boundary(self) -> None:
         """A streaming-window boundary (``end_window``): see the module docstring."""
-        book, store = self._book, self._store
+        book, store = self._bk, self._st
         self._advance_watermark()
         if self._partial:
             self._flush_partials()
@@ -669,8 +679,11 @@ class WindowedCore(WindowedSettings):
             for window, key, value, info in book.retractions:
                 self._emit(window, key, retract(value), info)
             book.retractions = []
-        todo = book.dirty
+        dirty = book.dirty
         book.dirty = set()
+        # tuples that arrived while a window was early, for a trigger that does not react
+        # before the end, need no on_elements: only the cells marked dirty get it
+        todo = dirty if self._react_early else set(dirty)
         if wm is not None:
             while book.ends and book.ends[0][0] <= wm:
                 end, start = heapq.heappop(book.ends)
@@ -680,7 +693,8 @@ class WindowedCore(WindowedSettings):
             _, _, start, end, key = heapq.heappop(book.timers)
             todo.add((Window(start, end), key))
         if todo:
-            self._evaluate(ordered(todo), TriggerContext(Window(0, 0), wm, now), horizon)
+            ctx = TriggerContext(Window(0, 0), wm, now)
+            self._evaluate(ordered(todo), ctx, horizon, None if self._react_early else dirty)
         if horizon is not None:
             while book.purge and book.purge[0][0] <= horizon:
                 end, start = heapq.heappop(book.purge)
@@ -688,10 +702,15 @@ class WindowedCore(WindowedSettings):
         self._emit_watermark()
 
     def _evaluate(
-        self, todo: list[tuple[Window, Any]], ctx: TriggerContext, horizon: int | None
+        self,
+        todo: list[tuple[Window, Any]],
+        ctx: TriggerContext,
+        horizon: int | None,
+        dirty: set[tuple[Window, Any]] | None = None,
     ) -> None:
-        """Ask the trigger of every cell in ``todo`` (in that order), fire the panes."""
-        store, book = self._store, self._book
+        """Ask the trigger of every cell in ``todo`` (in that order), fire the panes;
+        ``dirty`` given: only those cells get ``on_elements``."""
+        store, book = self._st, self._bk
         get, live = store.get, store.live
         trigger = self._trigger
         on_elements, should_fire, on_fire = (
@@ -707,7 +726,8 @@ class WindowedCore(WindowedSettings):
             ctx.window = window
             state = cell[TRIG]
             if cell[NEW]:
-                state = on_elements(state, cell[NEW], ctx)
+                if dirty is None or (window, key) in dirty:
+                    state = on_elements(state, cell[NEW], ctx)
                 cell[NEW] = 0
             if should_fire(state, ctx):
                 state, finished = on_fire(state, ctx)
@@ -729,49 +749,49 @@ class WindowedCore(WindowedSettings):
                 store.put(window, key, cell)
 
     def _fire(self, window: Window, key: Any, cell: Cell, ctx: TriggerContext, last: bool) -> None:
-        if ctx.watermark is None or window.end > ctx.watermark:
-            timing = Timing.EARLY
+        wm = ctx.watermark
+        if wm is None or window.end > wm:
+            timing = _EARLY
         elif cell[ON_TIME]:
-            timing = Timing.LATE
+            timing = _LATE
         else:
-            timing = Timing.ON_TIME
+            timing = _ON_TIME
             cell[ON_TIME] = True
         if cell[ACC] is EMPTY:
             return  # nothing arrived since the last (discarding) pane
         acc = self._acc
         value = acc.output(cell[ACC])
-        if self._only_updated and cell[LAST] is not EMPTY and value == cell[LAST]:
+        previous = cell[LAST]
+        if self._only_updated and previous is not EMPTY and value == previous:
             return
-        if self._mode is AccumulationMode.ACCUMULATING_AND_RETRACTING and cell[LAST] is not EMPTY:
-            info = PaneInfo(
-                cell[PANES] - 1,
-                Timing(cell[LAST_TIMING]) if cell[LAST_TIMING] else timing,
-                cell[PANES] == 1,
-                False,
-                True,
-            )
-            self._emit(window, key, acc.retraction(cell[LAST]), info)
-        self._emit(window, key, value, PaneInfo(cell[PANES], timing, cell[PANES] == 0, last, False))
-        cell[PANES] += 1
+        panes = cell[PANES]
+        if self._retracting and previous is not EMPTY:
+            before = Timing(cell[LAST_TIMING]) if cell[LAST_TIMING] else timing
+            info = _tuple_new(PaneInfo, (panes - 1, before, panes == 1, False, True))
+            self._emit(window, key, acc.retraction(previous), info)
+        self._emit(
+            window, key, value, _tuple_new(PaneInfo, (panes, timing, panes == 0, last, False))
+        )
+        cell[PANES] = panes + 1
         if self._keeps_last:
             cell[LAST], cell[LAST_TIMING] = value, timing.value
-        if self._mode is AccumulationMode.DISCARDING:
+        if self._discarding:
             cell[ACC] = EMPTY
 
     def _emit(self, window: Window, key: Any, value: Any, info: PaneInfo) -> None:
-        t = WindowedTuple(window, value, key, info, window.end - 1)
-        self.output.emit(t.to_row(self._row_keys, self.value_name) if self._rows else t)  # type: ignore[attr-defined]
+        t = _tuple_new(WindowedTuple, (window, value, key, info, window.end - 1))
+        self._out(t.to_row(self._row_keys, self.value_name) if self._rows else t)
 
     def _emit_watermark(self) -> None:
-        wm = self._book.watermark
+        wm = self._bk.watermark
         if self.emits_watermarks and wm is not None:
             self.output.emit_control(Watermark(wm), DeliveryType.END_WINDOW)  # type: ignore[attr-defined]
 
     def _flush_partials(self) -> None:
-        partials = self._book.partials
+        partials = self._bk.partials
         if not partials:
             return
-        self._book.partials = {}
+        self._bk.partials = {}
         for window, key in ordered(partials):
             acc, n = partials[(window, key)]
             self.output.emit(Partial(window, key, acc, n))  # type: ignore[attr-defined]
