@@ -22,6 +22,7 @@ class InMemoryWindowedStorage(WindowedStorage):
     pickler in one piece). Purged windows leave with their cells.
 
     Example:
+        >>> from malhar.window.storage import new_cell
         >>> s = InMemoryWindowedStorage()
         >>> s.put(Window(0, 10), "a", new_cell(trig=None))
         >>> s.keys(Window(0, 10)), len(s)
