@@ -82,7 +82,9 @@ def test_deeply_nested_json_in_the_data_source_is_an_error_row(
         .option("valueFormat", "json")
         .load()
         .writeStream.foreachBatch(
-            lambda df, _: rows.extend(r.asDict() for r in df.select("offset", "value", "error").collect())
+            lambda df, _: rows.extend(
+                r.asDict() for r in df.select("offset", "value", "error").collect()
+            )
         )
         .option("checkpointLocation", str(tmp_path / "spark"))
         .start()
