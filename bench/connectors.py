@@ -50,7 +50,7 @@ if str(ROOT) not in sys.path:
 
 import pyarrow as pa  # noqa: E402
 
-from malhar import Operator  # noqa: E402
+from malhar import Operator, Property  # noqa: E402
 from malhar.io.jdbc import JdbcOutputOperator  # noqa: E402
 from malhar.io.kafka import KafkaTextInputOperator  # noqa: E402
 from malhar.operator import OperatorContext  # noqa: E402
@@ -68,18 +68,18 @@ def _append(path: str, line: str) -> None:
 
 
 class LoggedKafkaTextInput(KafkaTextInputOperator):
-    """``KafkaTextInputOperator`` that appends, per window with records, the offset ranges it
-    read to ``bench_log`` (JSON lines ``{"w": window, "ranges": [[topic, partition, start,
-    end_exclusive, n], ...]}``). Set ``bench_log`` on the instance (not a property)."""
+    """``KafkaTextInputOperator`` that appends, per new window with records, the offset ranges
+    it read to ``bench_log`` (JSON lines ``{"w": window, "ranges": [[topic, partition, start,
+    end_exclusive, n], ...]}``: its window record)."""
 
-    bench_log: str = ""
+    bench_log = Property(str, default="", doc="JSON-lines file of the ranges read per window")
 
     def end_window(self) -> None:
-        ranges = [[t, p, s, e, n] for (t, p), (s, e, n) in sorted(self._ranges.items())]
-        window = self._window
+        record = None if self.replaying else self.window_record()
+        window = self.window_id
         super().end_window()
-        if ranges and self.bench_log:
-            _append(self.bench_log, json.dumps({"w": window, "ranges": ranges}) + "\n")
+        if record and record["ranges"] and self.bench_log:
+            _append(self.bench_log, json.dumps({"w": window, "ranges": record["ranges"]}) + "\n")
 
 
 class TimedJdbcOutput(JdbcOutputOperator):
