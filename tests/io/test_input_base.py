@@ -244,6 +244,13 @@ def test_contract_misuse_fails_clearly(tmp_path: Path) -> None:
     assert WindowRecord(3, {"x": 1}).window == 3
 
 
+def test_the_howto_shows_the_tested_connector() -> None:
+    # docs/howto-input.md prints the whole example module: it must be this file, verbatim
+    doc = (ROOT / "docs" / "howto-input.md").read_text()
+    module = (ROOT / "tests" / "io" / "line_input.py").read_text()
+    assert f"```python\n{module.rstrip()}\n```" in doc
+
+
 # -- SIGKILLed driver processes ----------------------------------------------------------------
 def _start(root: Path, files: list[Path]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
