@@ -62,7 +62,7 @@ def test_new_windows_replay_exactly_and_read_on(tmp_path: Path) -> None:
     h.teardown()
     assert [len(first.get(w, [])) for w in range(5)] == [6, 6, 6, 1, 0]
     assert sorted(x for w in first.values() for x in w) == sorted(lines_a + lines_b + more)
-    records = {w: h.operator._wdm.retrieve(w) for w in range(5)}
+    records = {w: h.operator.window_data_manager.retrieve(w) for w in range(5)}
     assert records[0] == {"ranges": [[str(a), 0, 18, 6]]}  # six lines "a0" .. "a5" of 3 bytes
     assert records[4] == {"ranges": []}  # an empty window is recorded too
 
@@ -76,6 +76,14 @@ def test_new_windows_replay_exactly_and_read_on(tmp_path: Path) -> None:
     h2.run_window()  # 5: new
     assert not h2.operator.replaying
     again = windows_of(h2)
+    # committed: windows 0-4 released from the log (recorded by the first instance), 5 from
+    # memory, all in the form the log gives back
+    released: list[WindowRecord] = []
+    h2.operator.release = released.extend
+    h2.committed(5)
+    wdm = h2.operator.window_data_manager
+    assert released == [WindowRecord(w, wdm.retrieve(w)) for w in range(6)]
+    assert released[5].record == {"ranges": [[str(b), 18, 24, 2]]}  # "b6", "b7"
     h2.teardown()
     assert {w: again.get(w) for w in (2, 3, 4)} == {w: first.get(w) for w in (2, 3, 4)}
     assert again[5] == later
@@ -155,7 +163,7 @@ def test_committed_releases_each_window_once_then_purges(tmp_path: Path) -> None
     assert op._released == 3 and op._unreleased == []
     # window 3's record stays until a later release is checkpointed: a partition restored
     # from an older snapshot releases windows 2-3 again and finds their records
-    assert op._wdm.retrieve(3) == {"ranges": []}
+    assert op.window_data_manager.retrieve(3) == {"ranges": []}
     h.teardown()
 
 

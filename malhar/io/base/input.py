@@ -176,12 +176,17 @@ class ReplayableInput(InputOperator, CheckpointListener, Generic[R], metaclass=A
     @property
     def window_id(self) -> int:
         """The current window's id (-1 before the first window)."""
-        return getattr(self, "_window", -1)
+        return getattr(self, "_window_id", -1)
 
     @property
     def replaying(self) -> bool:
         """Whether the current window is a replay of a recorded one."""
-        return getattr(self, "_record", None) is not None
+        return getattr(self, "_replay_record", None) is not None
+
+    @property
+    def window_data_manager(self) -> Any:
+        """This partition's window data manager (``FSWindowDataManager``, JSON records)."""
+        return self._wdm
 
     @property
     def label(self) -> str:
@@ -198,13 +203,15 @@ class ReplayableInput(InputOperator, CheckpointListener, Generic[R], metaclass=A
                 "it does not take APPLICATION_WINDOW_COUNT (set it on the operators after it)"
             )
         engine_limit = int(attrs.get(MAX_TUPLES_PER_WINDOW.name, MAX_TUPLES_PER_WINDOW.default))
-        self._limit = min(engine_limit, self.max_records_per_window or engine_limit)
-        self._window = -1
-        self._record: Any = None
-        self._count = 0
-        self._done = True
+        self._window_limit = min(engine_limit, self.max_records_per_window or engine_limit)
+        self._window_id = -1
+        self._replay_record: Any = None
+        self._window_count = 0
+        self._window_done = True
         self._wdm = context.window_data_manager(serializer="json")
         self._wdm.setup()
+        #: window -> record saved by this instance and not released yet (as read back)
+        self._saved: dict[int, Any] = {}
         try:
             self.open(context)
         except BaseException:
@@ -213,10 +220,10 @@ class ReplayableInput(InputOperator, CheckpointListener, Generic[R], metaclass=A
             raise
 
     def begin_window(self, window_id: int) -> None:
-        self._window = window_id
-        self._count = 0
-        self._done = False
-        self._record = None
+        self._window_id = window_id
+        self._window_count = 0
+        self._window_done = False
+        self._replay_record = None
         if window_id <= self._wdm.partition_largest_window():
             record = self._wdm.retrieve(window_id)
             if record is None:
@@ -224,28 +231,28 @@ class ReplayableInput(InputOperator, CheckpointListener, Generic[R], metaclass=A
                     f"{self._label}: window {window_id} must be replayed but its record is not "
                     "in the window data manager (purged after it was committed?)"
                 )
-            self._record = record
+            self._replay_record = record
         else:
             self.begin_new_window(window_id)
 
     def emit_tuples(self) -> None:
-        if self._done:
+        if self._window_done:
             return
-        if self._record is not None:
-            self._done = True  # a replay emits the whole window at once
-            self._count = self.replay(self._record)
+        if self._replay_record is not None:
+            self._window_done = True  # a replay emits the whole window at once
+            self._window_count = self.replay(self._replay_record)
             return
-        remaining = self._limit - self._count
+        remaining = self._window_limit - self._window_count
         n = self.read(remaining) if remaining > 0 else 0
         if n <= 0:
-            self._done = True
+            self._window_done = True
         else:
-            self._count += n
+            self._window_count += n
 
     def end_window(self) -> None:
-        window = self._window
-        if self._record is not None:
-            self.advance_past(self._record)
+        window = self._window_id
+        if self._replay_record is not None:
+            self.advance_past(self._replay_record)
         else:
             record = self.window_record()
             if record is None:
@@ -254,8 +261,12 @@ class ReplayableInput(InputOperator, CheckpointListener, Generic[R], metaclass=A
                     "a JSON-able record (e.g. an empty list of ranges for a window that read "
                     "nothing) so that every window can be replayed"
                 )
+            serializer = self._wdm.serializer
             try:
                 self._wdm.save(record, window)
+                # release() gets it from memory, not by a read of the log (a WebHDFS round
+                # trip per window on HDFS), in the form a read would give
+                self._saved[window] = serializer.loads(serializer.dumps(record))
             except TypeError as exc:  # the JSON serializer's complaint
                 raise StateError(
                     f"{self._label}: the record of window {window} is not JSON-able: {exc}"
@@ -267,7 +278,12 @@ class ReplayableInput(InputOperator, CheckpointListener, Generic[R], metaclass=A
         if window_id <= self._released:
             return  # delivered again after a restart: released already
         due = [w for w in self._unreleased if w <= window_id]
-        records = [WindowRecord(w, r) for w in due if (r := self._wdm.retrieve(w)) is not None]
+        saved = self._saved
+        records = [
+            WindowRecord(w, r)
+            for w in due
+            if (r := saved.pop(w) if w in saved else self._wdm.retrieve(w)) is not None
+        ]
         if records:
             self.release(records)
         previous = self._released
