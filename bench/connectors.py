@@ -101,8 +101,7 @@ class CountingSink(Operator):
     to ``bench_log``. Keeps no state (nothing to snapshot)."""
 
     input = InputPort()
-    transient = ("_n",)
-    bench_log: str = ""
+    bench_log = Property(str, default="", doc="file the counts are appended to")
 
     def begin_window(self, window_id: int) -> None:
         self._n = 0
