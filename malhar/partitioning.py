@@ -199,16 +199,20 @@ class StatelessThroughputBasedPartitioner:
         self.minimum = minimum
         self.cooldown_ms = cooldown_ms
         self._last_change = 0.0
+        #: the rates that made the last repartition_required response (define_partitions
+        #: acts on them, not on whatever arrived while the repartitioning started)
         self._rates: dict[int, float] = {}
 
     def process_stats(self, stats: OperatorStats) -> Response:
-        self._rates = {p: stats.tuples_in_per_second(p) for p in stats.by_partition()}
+        rates = {p: stats.tuples_in_per_second(p) for p in stats.by_partition()}
         if (time.monotonic() - self._last_change) * 1000 < self.cooldown_ms:
             return Response()
-        if any(r > self.maximum for r in self._rates.values()):
+        low = [p for p, r in sorted(rates.items()) if r < self.minimum]
+        if any(r > self.maximum for r in rates.values()):
+            self._rates = rates
             return Response(True, f"a partition is above {self.maximum:g} tuples/s")
-        low = [p for p, r in sorted(self._rates.items()) if r < self.minimum]
         if any(b - a == 1 for a, b in itertools.pairwise(low)):
+            self._rates = rates
             return Response(True, f"adjacent partitions are below {self.minimum:g} tuples/s")
         return Response()
 

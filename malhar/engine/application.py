@@ -257,7 +257,9 @@ class RunningApplication:
         if self._progress is None:
             return {}
         return {
-            op: OperatorStats(op, self._progress.partitions[op], list(windows))
+            op: OperatorStats(
+                op, self._progress.partitions[op], list(windows), self._progress.window_ms
+            )
             for op, windows in self._progress.recent.items()
         }
 

@@ -227,7 +227,7 @@ def start_query(
     # Error-port counts and operator statistics come from the observed metrics of each
     # batch (two py4j calls per batch; see malhar/engine/progress.py)
     progress = ProgressListener(
-        name, plan.error_ports, {n: m.partitions for n, m in dag.operators.items()}
+        name, plan.error_ports, {n: m.partitions for n, m in dag.operators.items()}, period
     )
     spark.streams.addListener(progress)
     stats = StatsDispatcher(progress, stats_listeners(dag), on_response)

@@ -165,6 +165,28 @@ def _redistribute(
                 p.operator.__dict__[fname] = pickle.loads(next(iter(distinct)))
 
 
+def _followers(dag: DAG, chain: list[str], name: str) -> list[str]:
+    """``name`` and the operators of its fused chain that take its partition count
+    (``PARALLEL_PARTITION`` without a ``PARTITIONS`` of their own): they move with it.
+    The others were fused only because their counts happened to be equal."""
+    moving = [name]
+    for member in chain[chain.index(name) + 1 :]:
+        meta = dag.operators[member]
+        if A.PARTITIONS.name in meta.attributes:
+            continue
+        follows = any(
+            sink.operator == member
+            and stream.source is not None
+            and stream.source.operator in moving
+            and meta.port_attr(sink.port, A.PARALLEL_PARTITION)
+            for stream in dag.streams.values()
+            for sink in stream.sinks
+        )
+        if follows:
+            moving.append(member)
+    return moving
+
+
 def repartition(
     dag: DAG,
     checkpoint: str,
@@ -226,7 +248,7 @@ def repartition(
                 p.keys = keys
         table = routing_table([p.keys for p in new])  # type: ignore[misc]
         codec, typed = _codec_of(old_plan, name)
-        for member in group.operators:  # the chain fused with it moves with it
+        for member in _followers(dag, group.operators, name):  # it and what follows it
             if member == name:
                 olds, news = [p.operator for p in existing], new
             else:

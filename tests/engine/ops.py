@@ -456,3 +456,20 @@ class KeyedRunningCount(Operator):
     def end_window(self) -> None:
         for key in sorted(self._touched):
             self.output.emit((key, self.counts[key]))
+
+
+class ManagedKeyCount(KeyedRunningCount):
+    """``KeyedRunningCount`` with its counts in managed state (a spillable map)."""
+
+    counts = State(dict)  # unused: the counts live in managed state
+
+    def setup(self, context: OperatorContext) -> None:
+        self._map = context.managed_state(budget_bytes=8 << 20).map("counts")
+
+    def process(self, row: dict[str, Any]) -> None:
+        self._map[row["key"]] = self._map.get(row["key"], 0) + 1
+        self._touched.add(row["key"])
+
+    def end_window(self) -> None:
+        for key in sorted(self._touched):
+            self.output.emit((key, self._map[key]))

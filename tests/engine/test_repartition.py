@@ -3,6 +3,11 @@ application exactly once."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +29,8 @@ from malhar.stats import OperatorStats, WindowStats
 from malhar.testing.operators import Collector, collected
 from malhar.testing.services.process import wait_until
 from tests.engine.ops import KeyedRunningCount, RatedKeys, keyed_items
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def expected(window: int, per_window: int = 100, keys: int = 50) -> list[tuple[str, int]]:
@@ -137,3 +144,52 @@ def test_the_throughput_partitioner_splits_under_load_and_merges_when_idle(
         )
     finally:
         app.stop()
+
+
+def _start(checkpoint: Path, windows: int, pause: str = "") -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
+    log = open(checkpoint.parent / "driver.log", "ab")  # noqa: SIM115 - closed with the process
+    args = [str(checkpoint), str(windows), *([pause] if pause else [])]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.engine.repartition_crash_app", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_sigkill_during_a_repartitioning_recovers_to_one_partitioning(tmp_path: Path) -> None:
+    """Killed at each step of a repartitioning (before and after its commit point), the
+    next start finds the old or the new partitioning, and every window stays exact."""
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    seen = []
+    for pause in ("loaded", "snapshots", "managed", "committed"):
+        proc = _start(checkpoint, 0, pause)
+        wait_until(
+            lambda: (checkpoint / "paused").exists(),
+            timeout=300,
+            what=f"the repartitioning to reach {pause!r}",
+            alive=lambda p=proc: None if p.poll() is None else f"driver exited {p.returncode}",
+        )
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        (checkpoint / "paused").unlink()
+        gen = generations.load(str(checkpoint))
+        seen.append((pause, gen.generation))
+        parts = {op: gen.operators[op].partitions for op in gen.operators}
+        assert parts in ({}, {"fields": 3, "managed": 3}), parts  # never a mix
+    # before the commit point the old partitioning stays, after it the new one
+    assert [g for _, g in seen][:3] == [0, 0, 0] and seen[3][1] == 1
+    proc = _start(checkpoint, 8)
+    assert proc.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    for out in ("out1", "out2"):
+        got = collected(str(checkpoint), out)
+        assert sorted(got) == list(range(max(got) + 1)), out
+        assert all(sorted(got[w]) == expected(w) for w in got), out
+    journal = [json.loads(x) for x in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    assert all(sorted(map(tuple, e["v"])) == expected(e["w"]) for e in journal)
