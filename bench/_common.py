@@ -97,7 +97,7 @@ def chain_expected(rows_per_partition: int, partitions: int, windows: int) -> in
 
 
 # -- malhar operators -----------------------------------------------------------------------------
-from malhar import InputOperator, InputPort, Operator, OutputPort  # noqa: E402
+from malhar import InputOperator, InputPort, Operator, OutputPort, Property, State  # noqa: E402
 from malhar.operator import OperatorContext  # noqa: E402
 
 
@@ -148,11 +148,11 @@ class BatchGen(InputOperator):
     """Emits one pre-built Arrow batch per window (``kind`` "chain" or "keyed")."""
 
     output = OutputPort(CHAIN_DDL)  # replaced per kind in KeyedGen
-    transient = ("_done", "_batch")
+    rows = Property(int, default=0)
+    keys = Property(int, default=0)
 
     def __init__(self, rows: int, keys: int = 0) -> None:
-        self.rows = rows
-        self.keys = keys
+        self.configure(rows=rows, keys=keys)
 
     def make(self) -> pa.RecordBatch:
         return chain_batch(self.rows)
@@ -206,9 +206,7 @@ class RowCount(Operator):
     """Counts the rows it receives (state: one int, checkpointed with every window)."""
 
     input = InputPort(PROJECTED_DDL)
-
-    def __init__(self) -> None:
-        self.rows = 0
+    rows = State(default=0)
 
     def setup(self, context: OperatorContext) -> None:
         _setup_log(context)

@@ -3,6 +3,7 @@
     python bench/connectors.py                # ~1 min: starts Kafka and PostgreSQL
     python bench/connectors.py --quick        # one round, smaller data
     python bench/connectors.py --records 500000 --rows 200000
+    python bench/connectors.py --kafka-only   # the Kafka input part alone (no PostgreSQL)
 
 Measured in the same invocation, on the same data (method: docs/performance-wordcount.md §5):
 
@@ -49,7 +50,7 @@ if str(ROOT) not in sys.path:
 
 import pyarrow as pa  # noqa: E402
 
-from malhar import Operator  # noqa: E402
+from malhar import Operator, Property  # noqa: E402
 from malhar.io.jdbc import JdbcOutputOperator  # noqa: E402
 from malhar.io.kafka import KafkaTextInputOperator  # noqa: E402
 from malhar.operator import OperatorContext  # noqa: E402
@@ -67,18 +68,18 @@ def _append(path: str, line: str) -> None:
 
 
 class LoggedKafkaTextInput(KafkaTextInputOperator):
-    """``KafkaTextInputOperator`` that appends, per window with records, the offset ranges it
-    read to ``bench_log`` (JSON lines ``{"w": window, "ranges": [[topic, partition, start,
-    end_exclusive, n], ...]}``). Set ``bench_log`` on the instance (not a property)."""
+    """``KafkaTextInputOperator`` that appends, per new window with records, the offset ranges
+    it read to ``bench_log`` (JSON lines ``{"w": window, "ranges": [[topic, partition, start,
+    end_exclusive, n], ...]}``: its window record)."""
 
-    bench_log: str = ""
+    bench_log = Property(str, default="", doc="JSON-lines file of the ranges read per window")
 
     def end_window(self) -> None:
-        ranges = [[t, p, s, e, n] for (t, p), (s, e, n) in sorted(self._ranges.items())]
-        window = self._window
+        record = None if self.replaying else self.window_record()
+        window = self.window_id
         super().end_window()
-        if ranges and self.bench_log:
-            _append(self.bench_log, json.dumps({"w": window, "ranges": ranges}) + "\n")
+        if record and record["ranges"] and self.bench_log:
+            _append(self.bench_log, json.dumps({"w": window, "ranges": record["ranges"]}) + "\n")
 
 
 class TimedJdbcOutput(JdbcOutputOperator):
@@ -100,8 +101,7 @@ class CountingSink(Operator):
     to ``bench_log``. Keeps no state (nothing to snapshot)."""
 
     input = InputPort()
-    transient = ("_n",)
-    bench_log: str = ""
+    bench_log = Property(str, default="", doc="file the counts are appended to")
 
     def begin_window(self, window_id: int) -> None:
         self._n = 0
@@ -361,9 +361,8 @@ def run_connectors(
     small: int = 200,
 ) -> dict[str, Any]:
     """Measure everything above; ``topic`` (already holding ``records`` records) is reused if
-    given. Returns the figures (medians over ``rounds``, raw and operator interleaved)."""
-    import psycopg2
-
+    given; ``pg=None`` measures the Kafka part only. Returns the figures (medians over
+    ``rounds``, raw and operator interleaved)."""
     out: dict[str, Any] = {"load": [loadavg()]}
     if topic is None:
         topic = f"bench-conn-{uuid.uuid4().hex[:6]}"
@@ -379,6 +378,11 @@ def run_connectors(
     out["kafka_raw"], out["kafka_op"] = raw, oper
     out["kafka_raw_tuned"], out["kafka_op_tuned"] = raw_tuned, tuned
     out["load"].append(loadavg())
+    out["records"], out["rows"] = records, rows
+    if pg is None:
+        return out
+
+    import psycopg2
 
     conn = psycopg2.connect(pg.dsn)
     try:
@@ -405,7 +409,6 @@ def run_connectors(
     finally:
         conn.close()
     out["load"].append(loadavg())
-    out["records"], out["rows"] = records, rows
     return out
 
 
@@ -413,8 +416,7 @@ def print_connectors(r: dict[str, Any]) -> list[tuple[str, float, float]]:
     """Print the section; return ``(target, ratio, goal)`` rows."""
     kr, ko = median(r["kafka_raw"]), median(r["kafka_op"])
     krt, kt = median(r["kafka_raw_tuned"]), median(r["kafka_op_tuned"])
-    ci, oi = median(r["copy"]), median(r["op_insert"])
-    cm, om = median(r["merge"]), median(r["op_merge"])
+    jdbc = "copy" in r
     rng = lambda xs: f"{min(xs):,.0f}-{max(xs):,.0f}"  # noqa: E731
     print(f"\nConnectors ({r['records']:,} Kafka records, {r['rows']:,} (word, count) rows)")
     print(f"  {'path':<62} {'median/s':>10}  {'range':>17}  {'vs raw':>7}")
@@ -423,25 +425,34 @@ def print_connectors(r: dict[str, Any]) -> list[tuple[str, float, float]]:
         ("KafkaTextInputOperator, windows in-process", r["kafka_op"], kr),
         ("raw consume, larger fetches (FETCH_CONFIG)", r["kafka_raw_tuned"], None),
         ("KafkaTextInputOperator, FETCH_CONFIG", r["kafka_op_tuned"], krt),
-        ("raw COPY of a prebuilt CSV (insert)", r["copy"], None),
-        ("JdbcOutputOperator insert, one Arrow batch", r["op_insert"], ci),
-        ("raw COPY into temp + INSERT ON CONFLICT add (50% exist)", r["merge"], None),
-        ("JdbcOutputOperator merge_add, one Arrow batch", r["op_merge"], cm),
     ]
+    verdicts = [
+        ("Kafka input >= 60% of raw consume (defaults)", ko / kr, 0.60),
+        ("Kafka input >= 60% of raw consume (FETCH_CONFIG)", kt / krt, 0.60),
+    ]
+    if jdbc:
+        ci, oi = median(r["copy"]), median(r["op_insert"])
+        cm, om = median(r["merge"]), median(r["op_merge"])
+        lines += [
+            ("raw COPY of a prebuilt CSV (insert)", r["copy"], None),
+            ("JdbcOutputOperator insert, one Arrow batch", r["op_insert"], ci),
+            ("raw COPY into temp + INSERT ON CONFLICT add (50% exist)", r["merge"], None),
+            ("JdbcOutputOperator merge_add, one Arrow batch", r["op_merge"], cm),
+        ]
+        verdicts += [
+            ("JDBC output (insert) >= 60% of raw COPY", oi / ci, 0.60),
+            ("JDBC merge_add / raw COPY+merge (report)", om / cm, float("nan")),
+        ]
     for name, xs, base in lines:
         ratio = f"{median(xs) / base:6.0%}" if base else "      -"
         print(f"  {name:<62} {median(xs):>10,.0f}  {rng(xs):>17}  {ratio:>7}")
-    print(
-        f"  small window (34 rows merge_add): operator {r['small_op_ms']:.2f} ms, "
-        f"hand-written psycopg2 {r['small_raw_ms']:.2f} ms per window"
-    )
+    if jdbc:
+        print(
+            f"  small window (34 rows merge_add): operator {r['small_op_ms']:.2f} ms, "
+            f"hand-written psycopg2 {r['small_raw_ms']:.2f} ms per window"
+        )
     print("  load average (1 min): " + ", ".join(f"{x:.2f}" for x in r["load"]))
-    return [
-        ("Kafka input >= 60% of raw consume (defaults)", ko / kr, 0.60),
-        ("Kafka input >= 60% of raw consume (FETCH_CONFIG)", kt / krt, 0.60),
-        ("JDBC output (insert) >= 60% of raw COPY", oi / ci, 0.60),
-        ("JDBC merge_add / raw COPY+merge (report)", om / cm, float("nan")),
-    ]
+    return verdicts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -450,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=None, help="Kafka records (500k)")
     parser.add_argument("--rows", type=int, default=None, help="rows per COPY (200k)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (3; quick: 1)")
+    parser.add_argument(
+        "--kafka-only", action="store_true", help="the Kafka input part only (no PostgreSQL)"
+    )
     args = parser.parse_args(argv)
     records = args.records or (200_000 if args.quick else 500_000)
     rows = args.rows or (100_000 if args.quick else 200_000)
@@ -458,8 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     from malhar.testing.services import acquire
 
     print(f"uptime: {os.popen('uptime').read().strip()}")
-    with acquire("kafka") as kafka, acquire("postgres") as pg:
-        r = run_connectors(kafka, pg, records=records, rows=rows, rounds=rounds)
+    if args.kafka_only:
+        with acquire("kafka") as kafka:
+            r = run_connectors(kafka, None, records=records, rows=rows, rounds=rounds)
+    else:
+        with acquire("kafka") as kafka, acquire("postgres") as pg:
+            r = run_connectors(kafka, pg, records=records, rows=rows, rounds=rounds)
     verdicts = print_connectors(r)
     print()
     for name, ratio, goal in verdicts:

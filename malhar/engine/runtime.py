@@ -49,12 +49,14 @@ class PartitionRuntime:
         self.unifiers: dict[int, Operator] = {}  # route id -> unifier instance
         self.open: dict[str, bool] = {}  # application window open per operator
         self.snapshots = PartitionSnapshots(
-            StateStore(plan.checkpoint, group.key, partition, plan.integrity_key)
+            StateStore(plan.state_root or plan.checkpoint, group.key, partition, plan.integrity_key)
             if plan.checkpoint
             else None
         )
         self.dispatcher = Dispatcher(partition, self._forward_control)
-        self.managed = ManagedStates(plan.checkpoint, partition, plan.integrity_key)
+        self.managed = ManagedStates(
+            plan.checkpoint, partition, plan.integrity_key, roots=plan.managed_roots
+        )
         self.out = E.EnvelopeBuffer()
         self.buffers: list[RouteBuffer] = []
         self._purge_pending = True  # snapshots or markers may exist that a purge can drop

@@ -11,11 +11,14 @@ import importlib
 from typing import Any
 
 _EXPORTS: dict[str, str] = {
+    # connector bases (malhar.io.base)
+    "ReplayableInput": "malhar.io.base",
     # Kafka (malhar[kafka]: confluent-kafka)
     "KafkaInputOperator": "malhar.io.kafka",
     "KafkaTextInputOperator": "malhar.io.kafka",
     "KafkaJsonInputOperator": "malhar.io.kafka",
     "KafkaSource": "malhar.io.kafka",
+    "KafkaSettings": "malhar.io.kafka",
     "InitialOffset": "malhar.io.kafka",
     # JDBC (malhar[jdbc]: SQLAlchemy, psycopg2)
     "JdbcOutputOperator": "malhar.io.jdbc",

@@ -20,8 +20,8 @@ from malhar.io.kafka import (
     KafkaSource,
     KafkaTextInputOperator,
     TopicNotFoundError,
-    assign,
 )
+from malhar.io.kafka.assignment import assign
 from malhar.io.kafka.client import KafkaClient
 from malhar.testing.operators import Collector, collected
 from malhar.testing.services.process import wait_until
@@ -673,6 +673,8 @@ def test_broker_outage_fails_clearly_and_a_restart_resumes_exactly(
 ) -> None:
     topic = kafka_client.topic("outage", partitions=2)
     first = kafka_client.produce_numbers(topic, 2, 10)
+    secret_file = tmp_path / "password"  # read by the Python workers, in setup
+    secret_file.write_text(SECRET)
     args = op_args(
         kafka_client,
         topic,
@@ -680,13 +682,13 @@ def test_broker_outage_fails_clearly_and_a_restart_resumes_exactly(
         retry_attempts=3,
         retry_backoff_ms=200,
         request_timeout_ms=1000,
-        consumer_config={"sasl.username": "app", "sasl.password": SECRET},
+        consumer_config={"sasl.username": "app", "sasl.password": f"${{file:{secret_file}}}"},
     )
     dag = DAG(kafka_unique("outage"))
     src = dag.add_operator("in", KafkaInputOperator(**args), PARTITIONS=2)
     out = dag.add_operator("out", Collector())
     dag.add_stream("s", src.output, out.input)
-    checkpoint = str(tmp_path)
+    checkpoint = str(tmp_path / "ckpt")
 
     app = launch(dag, spark=spark, checkpoint=checkpoint, window_ms=100)
     try:

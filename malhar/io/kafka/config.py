@@ -3,12 +3,17 @@
 Any librdkafka setting (``security.protocol``, ``sasl.*``, ``ssl.*``, ``fetch.*`` ...) is
 passed through unchanged; a few are enforced because exactly-once replay depends on them
 (:data:`ENFORCED`). :func:`describe` is what logs and error messages show: secret values
-are masked with :func:`malhar.redaction.redact_config`. A value ``${env:NAME}`` or
-``${file:/path}`` is read when the consumer is created (:func:`resolve`).
+are masked with :func:`malhar.redaction.redact_config`. A secret setting (any key that
+:func:`malhar.redaction.is_secret_key` names: ``sasl.password``, ``ssl.key.password``,
+``sasl.oauthbearer.client.secret`` ...) must be a reference, ``${env:NAME}`` or
+``${file:/path}``, read when the consumer is created (:func:`resolve`); a literal one is
+refused (:func:`literal_secrets`), since the configuration travels with the application
+plan and Spark's tasks.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,7 +22,7 @@ from typing import Any
 
 from malhar import secrets
 from malhar.io.kafka.errors import KafkaConfigError
-from malhar.redaction import redact_config
+from malhar.redaction import is_secret_key, redact_config
 
 #: librdkafka's own log lines go to this logger (instead of the process's stderr)
 CLIENT_LOG = logging.getLogger("malhar.io.kafka.librdkafka")
@@ -50,6 +55,26 @@ class InitialOffset(StrEnum):
         except ValueError:
             raise KafkaConfigError(
                 f"initial offset {value!r} is not one of {[m.value for m in cls]}"
+            ) from None
+
+    @classmethod
+    def parse_start(cls, value: str) -> InitialOffset | dict[tuple[str, int], int]:
+        """A mode, or explicit offsets from JSON ``{"topic": {"0": 42}}`` (partitions not
+        named there start at their earliest offset)."""
+        text = str(value).strip()
+        if not text.startswith("{"):
+            return cls.parse(text)
+        try:
+            given = json.loads(text)
+            return {
+                (str(t), int(p)): int(o)
+                for t, parts in given.items()
+                for p, o in dict(parts).items()
+            }
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise KafkaConfigError(
+                f"initial offsets {text!r} are not JSON of the form "
+                f'{{"topic": {{"0": 42, "1": 17}}}}: {exc}'
             ) from None
 
     @property
@@ -134,6 +159,15 @@ def resolve(value: Any, key: str = "?") -> Any:
         return secrets.resolve(value, key)
     except secrets.SecretReferenceError as exc:
         raise KafkaConfigError(str(exc)) from None
+
+
+def literal_secrets(config: Mapping[str, Any]) -> list[str]:
+    """The secret settings of ``config`` given as literal values instead of references."""
+    return sorted(
+        str(key)
+        for key, value in config.items()
+        if is_secret_key(str(key)) and value not in (None, "") and not secrets.is_reference(value)
+    )
 
 
 def consumer_config(

@@ -1,13 +1,20 @@
 """Value deserializers: raw bytes, UTF-8 text, JSON.
 
 A deserializer turns the values of a list of records into one column and reports the
-records it cannot decode (index -> reason); the operator routes those to its error port.
-``None`` values (tombstones) stay ``None`` in every format.
+records it cannot decode (index -> reason); the operator routes those to its error port,
+the data source to its ``error`` column. ``None`` values (tombstones) stay ``None`` in every
+format.
+
+JSON documents nested deeper than :data:`MAX_JSON_DEPTH` arrays/objects are errors too: a
+deeper document makes ``json.loads`` raise ``RecursionError`` (from about 1,000 levels,
+depending on the stack in use), and a parsed one that deep breaks pickling and copying
+downstream. A fixed bound makes the outcome the same in a replay as in the first run.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -67,6 +74,46 @@ class TextDeserializer(Deserializer):
         return pa.array(out, pa.string()), errors
 
 
+#: arrays/objects a JSON value may nest (deeper ones go to the error port)
+MAX_JSON_DEPTH = 256
+#: a JSON string (brackets inside it do not nest)
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def json_depth(value: bytes) -> int:
+    """How deeply arrays and objects nest in the JSON text ``value`` (0 for a scalar)."""
+    depth = deepest = 0
+    for m in _BRACKET.finditer(_JSON_STRING.sub(b'""', value)):
+        if m.group() in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def parse_json(value: bytes) -> tuple[Any, str | None]:
+    """``(document, None)``, or ``(None, reason)`` for a value that is not valid JSON, not
+    UTF-8, or nested deeper than :data:`MAX_JSON_DEPTH`."""
+    # cheap bound first (two C scans): only a value with that many brackets can be too deep
+    if value.count(b"[") + value.count(b"{") > MAX_JSON_DEPTH:
+        depth = json_depth(value)
+        if depth > MAX_JSON_DEPTH:
+            return None, (
+                f"value is nested {depth} arrays/objects deep, more than the {MAX_JSON_DEPTH} "
+                "a JSON value may have"
+            )
+    try:
+        return json.loads(value), None
+    except UnicodeDecodeError as exc:
+        return None, f"value is not valid UTF-8 JSON: {exc}"
+    except ValueError as exc:
+        return None, f"value is not valid JSON: {exc}"
+    except RecursionError:  # not reached with the bound above; never fail the window on it
+        return None, "value is nested too deeply to parse"
+
+
 class JsonDeserializer(Deserializer):
     """JSON documents (UTF-8) as Python objects (dict, list, str, number, bool, None)."""
 
@@ -76,19 +123,14 @@ class JsonDeserializer(Deserializer):
     def decode(self, values: list[bytes | None]) -> tuple[Any, dict[int, str]]:
         out: list[Any] = []
         errors: dict[int, str] = {}
-        loads = json.loads
         for i, v in enumerate(values):
             if v is None:
                 out.append(None)
                 continue
-            try:
-                out.append(loads(v))
-            except UnicodeDecodeError as exc:
-                out.append(None)
-                errors[i] = f"value is not valid UTF-8 JSON: {exc}"
-            except ValueError as exc:
-                out.append(None)
-                errors[i] = f"value is not valid JSON: {exc}"
+            doc, error = parse_json(v)
+            out.append(doc)
+            if error is not None:
+                errors[i] = error
         return out, errors
 
 

@@ -1,13 +1,17 @@
-"""Errors of the Kafka connector: each names what failed (topic, partition, brokers), never a secret."""
+"""Errors of the Kafka connector: each names what failed (topic, partition, brokers), never a
+secret. All derive from :class:`malhar.errors.MalharError`."""
 
 from __future__ import annotations
 
+from malhar.errors import ConfigError, MalharError
+from malhar.io.base.input import ReplayError as InputReplayError
 
-class KafkaConnectorError(RuntimeError):
+
+class KafkaConnectorError(MalharError, RuntimeError):
     """Base class of the Kafka connector's errors."""
 
 
-class KafkaConfigError(KafkaConnectorError, ValueError):
+class KafkaConfigError(KafkaConnectorError, ConfigError):
     """A setting of the connector that cannot work (bad initial offset, no topics, ...)."""
 
 
@@ -32,5 +36,5 @@ class DataLossError(KafkaReadError):
     """Records the connector must read are gone (retention, compaction, a truncated log)."""
 
 
-class ReplayError(KafkaConnectorError):
+class ReplayError(KafkaConnectorError, InputReplayError):
     """A window cannot be replayed with exactly the records it had."""

@@ -1,10 +1,10 @@
 """The Kafka input operators (Malhar's ``KafkaSinglePortInputOperator``), exactly once.
 
-Per window and operator partition the offset range read from each Kafka partition
-(``start``, ``end`` exclusive, record count) is saved in the operator partition's window
-data manager (local FS or HDFS, under the checkpoint) in ``end_window``. A window the
-engine replays after a failure is read again from exactly those ranges, so it has exactly
-the same records; a new window reads on from the operator's position (checkpointed state).
+A :class:`~malhar.io.base.ReplayableInput`: per window and operator partition the record
+saved in the window data manager is the offset range read from each Kafka partition,
+``{"ranges": [[topic, partition, start, end (exclusive), records], ...]}``; a replayed
+window reads exactly those ranges again; ``committed`` commits the offsets to the consumer
+group. The position (next offset per partition) is checkpointed state.
 
 Classes (one per value format, since a port's schema belongs to the class):
 
@@ -13,7 +13,9 @@ Classes (one per value format, since a port's schema belongs to the class):
 - :class:`KafkaJsonInputOperator`: an untyped port emitting dicts whose ``value`` is the
   parsed JSON document
 
-Records that cannot be decoded go to the ``error`` port (counted per window).
+Records that cannot be decoded go to the ``error`` port (counted per window). The settings
+are :class:`~malhar.io.kafka.settings.KafkaSettings` (shared with the Spark data source)
+plus the window limits below.
 """
 
 from __future__ import annotations
@@ -26,10 +28,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from malhar import attributes as A
+from malhar.io.base.input import ReplayableInput, WindowRecord
 from malhar.io.kafka.assignment import assign
 from malhar.io.kafka.client import TP, KafkaClient, format_tps
-from malhar.io.kafka.config import InitialOffset, RetryPolicy, topic_list
 from malhar.io.kafka.deserializers import Deserializer, get_deserializer
 from malhar.io.kafka.errors import KafkaConfigError, ReplayError
 from malhar.io.kafka.records import (
@@ -41,36 +42,26 @@ from malhar.io.kafka.records import (
     record_dicts,
     record_schema,
 )
-from malhar.operator import CheckpointListener, InputOperator, OperatorContext
+from malhar.io.kafka.settings import KafkaSettings
+from malhar.operator import OperatorContext
 from malhar.ports import OutputPort
 from malhar.properties import Property
 from malhar.state import State
 
 log = logging.getLogger("malhar.io.kafka")
 
-_MODES = tuple(m.value for m in InitialOffset)
-
 #: seconds one consume() call waits once a window has its first records
 _NEXT_WAIT = 0.01
 
-
-def _check_topics(value: Any) -> str | None:
-    try:
-        topic_list(value)
-    except KafkaConfigError as exc:
-        return str(exc)
-    return None
+#: the window record: {"ranges": [[topic, partition, start, end (exclusive), records], ...]}
+Ranges = dict[str, list[list[Any]]]
 
 
-def _check_mode(value: Any) -> str | None:
-    try:
-        InitialOffset.parse(value)
-    except KafkaConfigError as exc:
-        return str(exc)
-    return None
+def _ranges(record: Ranges) -> dict[TP, tuple[int, int, int]]:
+    return {(t, int(p)): (int(s), int(e), int(n)) for t, p, s, e, n in record["ranges"]}
 
 
-class KafkaInputOperator(InputOperator, CheckpointListener):
+class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
     """Reads Kafka topics with exactly-once replay (values as bytes).
 
     Example:
@@ -80,7 +71,8 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         ...     topics="events",
         ...     initial_offset="APPLICATION_OR_EARLIEST",
         ...     max_records_per_window=50_000,
-        ...     consumer_config={"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"},
+        ...     consumer_config={"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+        ...                      "sasl.password": "${env:KAFKA_PASSWORD}"},
         ... )
     """
 
@@ -90,30 +82,8 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
     #: value format of this class: "bytes", "text" or "json" (see deserializers)
     value_format: ClassVar[str] = "bytes"
 
-    bootstrap_servers = Property(str, not_null=True, doc="Kafka brokers, host:port[,host:port]")
-    topics = Property(
-        (str, list, tuple), not_null=True, check=_check_topics, doc="'a' or 'a,b' or ['a','b']"
-    )
-    initial_offset = Property(
-        str,
-        default=InitialOffset.APPLICATION_OR_LATEST.value,
-        check=_check_mode,
-        doc=f"where a partition starts without a position of its own: one of {list(_MODES)}",
-    )
-    group_id = Property(
-        str, default=None, doc="consumer group; default 'malhar-<application>-<operator>'"
-    )
-    max_records_per_window = Property(
-        int, default=None, min=1, doc="records per window and partition (and MAX_TUPLES_PER_WINDOW)"
-    )
     max_bytes_per_window = Property(
         int, default=None, min=1, doc="key+value bytes per window and partition (>= 1 record)"
-    )
-    consumer_config = Property(
-        dict,
-        default=None,
-        doc="any librdkafka setting (SASL, SSL, fetch.*); '${env:NAME}' / '${file:/path}' "
-        "values are read in setup; secrets are never logged",
     )
     max_message_bytes = Property(
         int,
@@ -121,7 +91,6 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         min=1,
         doc="records whose key+value exceed this go to the error port instead of the output",
     )
-    fetch_batch = Property(int, default=10_000, min=1, doc="records per consume() call")
     poll_timeout_ms = Property(
         int,
         default=100,
@@ -135,17 +104,14 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         doc="a window stops reading after this long even if partitions have more records "
         "and the caps are not reached (None: no time limit)",
     )
-    retry_attempts = Property(int, default=5, min=1, doc="requests to a silent cluster")
-    retry_backoff_ms = Property(int, default=500, min=0, doc="first backoff, doubling")
-    request_timeout_ms = Property(int, default=5_000, min=100, doc="one request's timeout")
     commit_offsets = Property(
         bool, default=True, doc="commit each committed window's offsets to the consumer group"
     )
 
     #: (topic, partition) -> next offset to read: the operator's position
     _next = State(dict)
-    #: [(window, position after it)] since the last committed window
-    _history = State(list)
+    #: the position after the last released (committed) window: what the group should hold
+    _released_position = State(dict)
     #: what was last committed to the consumer group, per partition
     _group_committed = State(dict)
     #: the partition count the checkpoint was written with
@@ -161,159 +127,97 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
             self.bootstrap_servers = bootstrap_servers
         if topics is not None:
             self.topics = topics if isinstance(topics, str) else list(topics)
-        for name, value in properties.items():
-            if not isinstance(getattr(type(self), name, None), Property):
-                raise TypeError(f"{type(self).__name__} has no property {name!r}")
-            setattr(self, name, value)
+        self.configure(**properties)
 
-    # -- lifecycle -------------------------------------------------------------------------
-    def setup(self, context: OperatorContext) -> None:
-        self._label = f"operator {context.name!r} partition {context.partition}"
+    # -- ReplayableInput ---------------------------------------------------------------------
+    def open(self, context: OperatorContext) -> None:
         if self._partitions is not None and self._next and self._partitions != context.partitions:
             raise KafkaConfigError(
-                f"{self._label}: the checkpoint was written with {self._partitions} partitions, "
+                f"{self.label}: the checkpoint was written with {self._partitions} partitions, "
                 f"now {context.partitions}: a Kafka input keeps its partition count for the "
                 "life of its checkpoint"
             )
         self._partitions = context.partitions
         self._deser: Deserializer = get_deserializer(self.value_format)
         self._schema = record_schema(self._deser.ddl) if self._deser.ddl else None
-        mode = InitialOffset.parse(self.initial_offset)
-        engine_limit = int(
-            context.attributes.get(A.MAX_TUPLES_PER_WINDOW.name, A.MAX_TUPLES_PER_WINDOW.default)
-        )
-        self._limit = min(engine_limit, self.max_records_per_window or engine_limit)
-        retry = RetryPolicy(
-            attempts=self.retry_attempts,
-            backoff_ms=self.retry_backoff_ms,
-            max_backoff_ms=max(self.retry_backoff_ms, 8_000),
-            request_timeout_ms=self.request_timeout_ms,
-        )
         group = self.group_id or f"malhar-{context.application}-{context.name}"
-        self._client = KafkaClient(
-            self.bootstrap_servers, group, self.consumer_config, retry, label=self._label
-        )
-        self._wdm = context.window_data_manager(serializer="json")
-        self._wdm.setup()
+        self._client: KafkaClient = self.make_client(group, self.label)
         self._tps: list[TP] = assign(
-            self._client.partitions(topic_list(self.topics)), context.partition, context.partitions
+            self._client.partitions(self.topic_list()), context.partition, context.partitions
         )
         topics = {t for t, _ in self._tps}
         #: the only topic this partition reads (its records need no topic() call), else None
         self._topic: str | None = topics.pop() if len(topics) == 1 else None
         missing = [tp for tp in self._tps if tp not in self._next]
         if missing:
-            found = self._client.start_offsets(missing, mode.earliest, mode.uses_group)
+            found = self.start_offsets(self._client, missing)
             self._next.update(found)
+            for tp, offset in found.items():  # committed with the first released window
+                self._released_position.setdefault(tp, offset)
             log.info(
-                "%s: %s starts at %s (%s)", self._label, format_tps(missing), found, mode.value
+                "%s: %s starts at %s (%s)",
+                self.label,
+                format_tps(missing),
+                found,
+                self.initial_offset,
             )
         self._live = False
         self._pending: list[Any] = []
-        self._window = -1
-        self._replay: dict[TP, tuple[int, int, int]] | None = None
         log.info(
             "%s reads %s; consumer config: %s",
-            self._label,
+            self.label,
             format_tps(self._tps),
             self._client.describe(),
         )
 
-    def teardown(self) -> None:
+    def close(self) -> None:
         client = getattr(self, "_client", None)
         if client is not None:
             client.close()
-        wdm = getattr(self, "_wdm", None)
-        if wdm is not None:
-            wdm.teardown()
 
-    # -- windows ---------------------------------------------------------------------------
-    def begin_window(self, window_id: int) -> None:
-        self._window = window_id
-        self._count = 0
+    def begin_new_window(self, window_id: int) -> None:
         self._bytes = 0
         self._ranges: dict[TP, list[int]] = {}
         self._first_call = True
         self._began = 0.0
         self._eof_mark: dict[TP, int] = {}
-        self._replay = None
-        self._replayed = False
-        if window_id <= self._wdm.partition_largest_window():
-            saved = self._wdm.retrieve(window_id)
-            if saved is None:
-                raise ReplayError(
-                    f"{self._label}: window {window_id} must be replayed but its offsets are not "
-                    "in the window data manager (purged after it was committed?)"
-                )
-            self._replay = {
-                (t, int(p)): (int(s), int(e), int(n)) for t, p, s, e, n in saved["ranges"]
-            }
-        else:
-            self._go_live()  # fetching starts now, while the engine begins other partitions
+        self._go_live()  # fetching starts now, while the engine begins other partitions
 
-    def _go_live(self) -> None:
-        """Assign the partitions at the operator's position (once; a replay moves them)."""
-        if not self._live and self._tps:
-            self._client.assign({tp: self._next[tp] for tp in self._tps})
-            self._pending.clear()
-            self._live = True
-
-    def emit_tuples(self) -> None:
+    def read(self, limit: int) -> int:
         # Tens of thousands of fresh message objects per call make CPython's cyclic GC run
         # full collections over and over (measured: half the throughput); nothing here
         # creates reference cycles, so the collector waits until the call returns.
         enabled = gc.isenabled()
         gc.disable()
         try:
-            self._emit_tuples()
+            return self._read(limit)
         finally:
             if enabled:
                 gc.enable()
 
-    def _emit_tuples(self) -> None:
-        if self._replay is not None:
-            if not self._replayed:
-                self._replayed = True
-                self._emit_replay(self._replay)
-            return
-        remaining = self._limit - self._count
-        max_bytes = self.max_bytes_per_window
-        if not self._tps or remaining <= 0 or (max_bytes and self._bytes >= max_bytes):
-            return
-        self._go_live()
-        msgs = self._take(min(remaining, self.fetch_batch))
-        if not msgs:
-            return
-        cols = MessageColumns(msgs, self._topic)
-        if max_bytes:
-            kept = self._cut_bytes(msgs, cols, max_bytes)
-            if not kept:
-                return
-            if kept < len(msgs):
-                msgs = msgs[:kept]
-                cols = MessageColumns(msgs, self._topic)
-        self._advance(cols)
-        self._emit(msgs, cols)
+    def window_record(self) -> Ranges:
+        return {"ranges": sorted([t, p, s, e, n] for (t, p), (s, e, n) in self._ranges.items())}
 
-    def end_window(self) -> None:
-        if self._replay is not None:
-            for tp, (_, end, _) in self._replay.items():
-                self._next[tp] = end
-            self._live = False  # the consumer was moved for the replay
-        else:
-            ranges = sorted([t, p, s, e, n] for (t, p), (s, e, n) in self._ranges.items())
-            self._wdm.save({"ranges": ranges}, self._window)
-        if self._ranges or self._replay:
-            position = dict(self._next)
-            if not self._history or self._history[-1][1] != position:
-                self._history.append((self._window, position))
+    def replay(self, record: Ranges) -> int:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._replay(_ranges(record))
+        finally:
+            if enabled:
+                gc.enable()
 
-    def committed(self, window_id: int) -> None:
-        self._wdm.committed(window_id)
-        position = None
-        while self._history and self._history[0][0] <= window_id:
-            position = self._history.pop(0)[1]
-        if position is None or not self.commit_offsets:
+    def advance_past(self, record: Ranges) -> None:
+        for tp, (_, end, _) in _ranges(record).items():
+            self._next[tp] = end
+        self._live = False  # a replay moved the consumer; an at-most-once skip did not read
+
+    def release(self, records: list[WindowRecord[Ranges]]) -> None:
+        position = self._released_position
+        for _, record in records:
+            for tp, (_, end, _) in _ranges(record).items():
+                position[tp] = end
+        if not self.commit_offsets:
             return
         if self._client.commit_failures:
             self._client.commit_failures = 0
@@ -323,7 +227,34 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
             self._client.commit(changed)
             self._group_committed.update(changed)
 
-    # -- reading ---------------------------------------------------------------------------
+    # -- reading -------------------------------------------------------------------------------
+    def _go_live(self) -> None:
+        """Assign the partitions at the operator's position (once; a replay moves them)."""
+        if not self._live and self._tps:
+            self._client.assign({tp: self._next[tp] for tp in self._tps})
+            self._pending.clear()
+            self._live = True
+
+    def _read(self, limit: int) -> int:
+        max_bytes = self.max_bytes_per_window
+        if not self._tps or (max_bytes and self._bytes >= max_bytes):
+            return 0
+        self._go_live()
+        msgs = self._take(min(limit, self.fetch_batch))
+        if not msgs:
+            return 0
+        cols = MessageColumns(msgs, self._topic)
+        if max_bytes:
+            kept = self._cut_bytes(msgs, cols, max_bytes)
+            if not kept:
+                return 0
+            if kept < len(msgs):
+                msgs = msgs[:kept]
+                cols = MessageColumns(msgs, self._topic)
+        self._advance(cols)
+        self._emit(msgs, cols)
+        return cols.n
+
     def _take(self, n: int) -> list[Any]:
         """The next records of this window; ``[]`` ends the window.
 
@@ -397,7 +328,7 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
         total = self._bytes
         keep = 0
         for size in cols.sizes(msgs):
-            if total + size > max_bytes and (keep or self._count):
+            if total + size > max_bytes and (keep or self._ranges):
                 break
             total += size
             keep += 1
@@ -417,22 +348,21 @@ class KafkaInputOperator(InputOperator, CheckpointListener):
             r[1] = last + 1
             r[2] += n
             position[tp] = last + 1
-        self._count += cols.n
 
-    def _emit_replay(self, ranges: dict[TP, tuple[int, int, int]]) -> None:
+    def _replay(self, ranges: dict[TP, tuple[int, int, int]]) -> int:
         read = self._client.read_ranges({tp: (s, e) for tp, (s, e, _) in ranges.items()})
         for tp in sorted(read):
             msgs = read[tp]
-            expected = ranges[tp][2]
+            start, end, expected = ranges[tp]
             if len(msgs) != expected:
                 raise ReplayError(
-                    f"{self._label}: window {self._window} had {expected} records of "
-                    f"{format_tps([tp])} in offsets [{ranges[tp][0]}, {ranges[tp][1]}), the log "
-                    f"now has {len(msgs)} there (compacted or truncated): cannot replay exactly"
+                    f"{self.label}: window {self.window_id} had {expected} records of "
+                    f"{format_tps([tp])} in offsets [{start}, {end}), the log now has "
+                    f"{len(msgs)} there (compacted or truncated): cannot replay exactly"
                 )
             if msgs:
                 self._emit(msgs)
-        self._count = sum(len(v) for v in read.values())
+        return sum(len(v) for v in read.values())
 
     def _emit(self, msgs: list[Any], cols: MessageColumns | None = None) -> None:
         if cols is None:

@@ -16,35 +16,35 @@ records. ``commit(end)`` commits ``end`` to the consumer group (when ``groupId``
 ...       .option("valueFormat", "text")
 ...       .load())
 
-Options (names are case-insensitive):
+Options (names are case-insensitive; a name it does not know fails, naming the closest
+ones): the settings of :class:`~malhar.io.kafka.settings.KafkaSourceSettings`, one
+declaration each, shared with the input operators.
 
-=====================  =====================================================================
-``bootstrap.servers``  brokers (also ``kafka.bootstrap.servers``); required
-``topics``             ``a`` or ``a,b`` (also ``subscribe``); required
-``startingOffsets``    ``earliest``, ``latest`` (default), ``application_or_earliest``,
-                       ``application_or_latest`` (the group's committed offsets first), or
-                       JSON ``{"topic": {"0": 5}}``; only for a query without checkpoint
-``maxRecordsPerBatch`` records per micro-batch over all partitions (default: all available)
-``valueFormat``        ``bytes`` (``value binary``), ``text`` or ``json`` (``value string``,
-                       plus an ``error string`` column: for a record that cannot be decoded
-                       ``value`` is null and ``error`` says why)
-``groupId``            consumer group for ``commit`` and ``application_or_*`` (also
-                       ``kafka.group.id``); without it nothing is committed
-``kafka.<setting>``    any librdkafka setting (``kafka.security.protocol``,
-                       ``kafka.sasl.password`` ...); secrets are never logged
+========================  =====================================================================
+``bootstrap.servers``     brokers (also ``kafka.bootstrap.servers``); required
+``topics``                ``a`` or ``a,b`` (also ``subscribe``); required
+``startingOffsets``       ``earliest``, ``latest`` (default), ``application_or_earliest``,
+                          ``application_or_latest`` (the group's committed offsets first), or
+                          JSON ``{"topic": {"0": 5}}``; only for a query without checkpoint
+``maxRecordsPerBatch``    records per micro-batch over all partitions (default: all available)
+``valueFormat``           ``bytes`` (``value binary``), ``text`` or ``json`` (``value string``,
+                          plus an ``error string`` column: for a record that cannot be decoded
+                          ``value`` is null and ``error`` says why)
+``groupId``               consumer group for ``commit`` and ``application_or_*`` (also
+                          ``kafka.group.id``); without it nothing is committed
+``kafka.<setting>``       any librdkafka setting (``kafka.security.protocol`` ...); secret ones
+                          as ``${env:NAME}`` / ``${file:/path}`` references; never logged
 ``retryAttempts``, ``retryBackoffMs``, ``requestTimeoutMs``: bounded retries
-``fetchBatch``         records per ``consume()`` call (default 10000)
-=====================  =====================================================================
+``fetchBatch``            records per ``consume()`` call (default 10000)
+========================  =====================================================================
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import time
-import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -52,87 +52,13 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from malhar.io.kafka.client import TP, KafkaClient
-from malhar.io.kafka.config import InitialOffset, RetryPolicy, topic_list
-from malhar.io.kafka.deserializers import TextDeserializer, get_deserializer
+from malhar.io.kafka.config import InitialOffset
+from malhar.io.kafka.deserializers import TextDeserializer, parse_json
 from malhar.io.kafka.errors import KafkaConfigError
 from malhar.io.kafka.records import MessageColumns, build_batch, record_ddl, record_schema
+from malhar.io.kafka.settings import KafkaSourceSettings
 
 SOURCE_NAME = "malhar_kafka"
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """The data source's options, parsed and checked once on the driver."""
-
-    bootstrap_servers: str
-    topics: tuple[str, ...]
-    starting: str = "LATEST"
-    max_records: int | None = None
-    value_format: str = "bytes"
-    group_id: str | None = None
-    config: dict[str, str] = field(default_factory=dict)
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    fetch_batch: int = 10_000
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        opts = {str(k).lower(): v for k, v in options.items()}
-        config = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
-        servers = opts.get("bootstrap.servers") or config.pop("bootstrap.servers", None)
-        config.pop("bootstrap.servers", None)
-        if not servers:
-            raise KafkaConfigError("malhar_kafka: set the option 'bootstrap.servers'")
-        topics = opts.get("topics") or opts.get("subscribe")
-        if not topics:
-            raise KafkaConfigError("malhar_kafka: set the option 'topics' ('a' or 'a,b')")
-        group = opts.get("groupid") or config.pop("group.id", None)
-        config.pop("group.id", None)
-        starting = str(opts.get("startingoffsets", "latest")).strip()
-        if not starting.startswith("{"):
-            starting = InitialOffset.parse(starting).value
-        fmt = str(opts.get("valueformat", "bytes")).lower()
-        get_deserializer(fmt)  # checks the name
-
-        def number(name: str, default: int | None) -> int | None:
-            value = opts.get(name.lower())
-            if value in (None, ""):
-                return default
-            try:
-                n = int(value)
-            except ValueError:
-                raise KafkaConfigError(f"malhar_kafka: option {name!r} must be an int") from None
-            if n < 1 and name != "retryBackoffMs":
-                raise KafkaConfigError(f"malhar_kafka: option {name!r} must be >= 1")
-            return n
-
-        retry = RetryPolicy(
-            attempts=number("retryAttempts", 5) or 5,
-            backoff_ms=number("retryBackoffMs", 500) or 0,
-            request_timeout_ms=number("requestTimeoutMs", 5_000) or 5_000,
-        )
-        return cls(
-            bootstrap_servers=str(servers),
-            topics=tuple(topic_list(topics)),
-            starting=starting,
-            max_records=number("maxRecordsPerBatch", None),
-            value_format=fmt,
-            group_id=group,
-            config=config,
-            retry=retry,
-            fetch_batch=number("fetchBatch", 10_000) or 10_000,
-        )
-
-    @property
-    def value_ddl(self) -> str:
-        return "binary" if self.value_format == "bytes" else "string"
-
-    @property
-    def extra_ddl(self) -> str:
-        return "" if self.value_format == "bytes" else "error string"
-
-    def client(self, label: str) -> KafkaClient:
-        group = self.group_id or f"malhar-spark-{uuid.uuid4().hex[:12]}"
-        return KafkaClient(self.bootstrap_servers, group, self.config, self.retry, label=label)
 
 
 def encode_offsets(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
@@ -186,49 +112,43 @@ class KafkaStreamReader(DataSourceStreamReader):
     #: seconds the driver keeps the topics' partition list (new partitions show up after it)
     METADATA_TTL = 10.0
 
-    def __init__(self, options: SourceOptions) -> None:
-        self.options = options
+    def __init__(self, settings: KafkaSourceSettings) -> None:
+        self.settings = settings
         self._client: KafkaClient | None = None
         self._tps: list[TP] = []
         self._tps_at = 0.0
 
     def __getstate__(self) -> dict[str, Any]:  # the driver's consumer stays on the driver
-        return {"options": self.options, "_client": None, "_tps": [], "_tps_at": 0.0}
+        return {"settings": self.settings, "_client": None, "_tps": [], "_tps_at": 0.0}
 
     def _partitions(self) -> list[TP]:
         now = time.monotonic()
         if not self._tps or now - self._tps_at > self.METADATA_TTL:
-            self._tps = self.client.partitions(self.options.topics)
+            self._tps = self.client.partitions(self.settings.topic_list())
             self._tps_at = now
         return self._tps
 
     @property
     def client(self) -> KafkaClient:
         if self._client is None:
-            self._client = self.options.client(f"{SOURCE_NAME} source (driver)")
+            self._client = self.settings.client(f"{SOURCE_NAME} source (driver)")
         return self._client
 
     def initialOffset(self) -> dict:
-        opts = self.options
-        tps = self._partitions()
-        if opts.starting.startswith("{"):
-            given = decode_offsets(json.loads(opts.starting))
-            missing = [tp for tp in tps if tp not in given]
-            found = self.client.start_offsets(missing, earliest=True, use_group=False)
-            return encode_offsets({**found, **{tp: given[tp] for tp in tps if tp in given}})
-        mode = InitialOffset(opts.starting)
-        if mode.uses_group and not opts.group_id:
+        settings = self.settings
+        start = InitialOffset.parse_start(settings.initial_offset)
+        if isinstance(start, InitialOffset) and start.uses_group and not settings.group_id:
             raise KafkaConfigError(
-                f"malhar_kafka: startingOffsets {mode.value} needs the option 'groupId'"
+                f"malhar_kafka: startingOffsets {start.value} needs the option 'groupId'"
             )
-        return encode_offsets(self.client.start_offsets(tps, mode.earliest, mode.uses_group))
+        return encode_offsets(settings.start_offsets(self.client, self._partitions()))
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        n = self.options.max_records
+        n = self.settings.max_records_per_batch
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        if self.options.group_id and self._client is not None:
+        if self.settings.group_id and self._client is not None:
             self.client.settle_commits()  # Spark polls this often, also while idle
         current = decode_offsets(start)
         tps = self._partitions()
@@ -253,26 +173,26 @@ class KafkaStreamReader(DataSourceStreamReader):
         ]
 
     def read(self, partition: KafkaRange) -> Iterator[pa.RecordBatch]:
-        opts = self.options
-        schema = record_schema(opts.value_ddl, extra=opts.extra_ddl)
+        settings = self.settings
+        schema = record_schema(settings.value_ddl, extra=settings.extra_ddl)
         tp = (partition.topic, partition.partition)
-        client = opts.client(
+        client = settings.client(
             f"{SOURCE_NAME} source task for {partition.topic}[{partition.partition}]"
         )
         enabled = gc.isenabled()
         gc.disable()  # see KafkaInputOperator.emit_tuples: no cycles, much less GC work
         try:
             for chunk in client.iter_ranges(
-                {tp: (partition.start, partition.end)}, opts.fetch_batch
+                {tp: (partition.start, partition.end)}, settings.fetch_batch
             ):
-                yield _to_batch(chunk, opts.value_format, schema, partition.topic)
+                yield _to_batch(chunk, settings.value_format, schema, partition.topic)
         finally:
             client.close()
             if enabled:
                 gc.enable()
 
     def commit(self, end: dict) -> None:
-        if self.options.group_id:
+        if self.settings.group_id:
             self.client.commit(decode_offsets(end))
 
     def stop(self) -> None:
@@ -290,17 +210,16 @@ def _to_batch(
         return build_batch(msgs, pa.array(values, pa.binary()), schema, cols=cols)
     column, errors = TextDeserializer().decode(values)
     if value_format == "json" and column.null_count < len(column):
-        texts = column.to_pylist()
-        for i, text in enumerate(texts):
-            if text is None or i in errors:
-                continue
-            try:
-                json.loads(text)
-            except ValueError as exc:
-                errors[i] = f"value is not valid JSON: {exc}"
+        # the same check as the JSON operator's (parse_json), the text stays as it is
+        for i, value in enumerate(values):
+            if value is not None and i not in errors:
+                _, error = parse_json(value)
+                if error is not None:
+                    errors[i] = error
         if errors:
             column = pa.array(
-                [None if i in errors else t for i, t in enumerate(texts)], pa.string()
+                [None if i in errors else t for i, t in enumerate(column.to_pylist())],
+                pa.string(),
             )
     error_col = [errors.get(i) for i in range(len(msgs))] if errors else [None] * len(msgs)
     return build_batch(msgs, column, schema, extra={"error": error_col}, cols=cols)
@@ -314,11 +233,11 @@ class KafkaSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        opts = SourceOptions.parse(self.options)
-        return record_ddl(opts.value_ddl, extra=opts.extra_ddl)
+        settings = KafkaSourceSettings.from_options(self.options)
+        return record_ddl(settings.value_ddl, extra=settings.extra_ddl)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return KafkaStreamReader(SourceOptions.parse(self.options))
+        return KafkaStreamReader(KafkaSourceSettings.from_options(self.options))
 
 
 def register(spark: Any) -> None:
