@@ -87,7 +87,7 @@ class TimedJdbcOutput(JdbcOutputOperator):
     ``bench_log`` for every window it wrote (the time is taken right after the window's
     transaction returned, i.e. after the database acknowledged the ``COMMIT``)."""
 
-    bench_log: str = ""
+    bench_log = Property(str, default="", doc="file the commit times are appended to")
 
     def end_window(self) -> None:
         rows, window, skip = len(self._buffer), self._window, self._skip
