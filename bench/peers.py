@@ -287,17 +287,17 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(","))
     W.WORK = Path(tempfile.mkdtemp(prefix="malhar-bench-peers-"))
 
+    import warnings
+
     from malhar import build_session
     from malhar.testing.services import acquire
     from malhar.testing.services.maven import jars
 
-    import warnings
-
     warnings.filterwarnings("ignore", module="authlib")
+    from importlib.metadata import version
+
     import bytewax as _bw  # noqa: F401  (installed?)
     import quixstreams
-
-    from importlib.metadata import version
 
     print(
         f"bench/peers.py: {platform.node()}, {os.cpu_count()} cores, Python "
@@ -343,13 +343,9 @@ def main(argv: list[str] | None = None) -> int:
         if "throughput" in only:
             args.quix_commit_interval = args.quix_commit_interval or 1.0
             res = throughput(args, engines, kafka, pg)
-            by = {
-                t: W.med([r["lines_s"] for r in res if r["engine"] == t])
-                for t in tools
-            }
+            by = {t: W.med([r["lines_s"] for r in res if r["engine"] == t]) for t in tools}
             steady = {
-                t: W.med([r["steady_lines_s"] for r in res if r["engine"] == t])
-                for t in tools
+                t: W.med([r["steady_lines_s"] for r in res if r["engine"] == t]) for t in tools
             }
             print(f"  all exact: {all(r['exact'] for r in res)}")
             print("  median lines/s end to end (after first commit):")
@@ -365,7 +361,11 @@ def main(argv: list[str] | None = None) -> int:
                 peers = [by[t] for t in ("quix", "bytewax") if t in by]
                 if peers:
                     verdicts.append(
-                        ("malhar >= 2x the faster peer (end to end)", by["malhar"] / max(peers), 2.0)
+                        (
+                            "malhar >= 2x the faster peer (end to end)",
+                            by["malhar"] / max(peers),
+                            2.0,
+                        )
                     )
         if "latency" in only:
             if "throughput" in only:

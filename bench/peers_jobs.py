@@ -122,8 +122,7 @@ def quix(cfg: dict[str, Any]) -> None:
             self.conn.commit()
             _append(
                 logs / "commits.log",
-                json.dumps({"t": time.time(), "runs": [[batch.partition, first, last + 1]]})
-                + "\n",
+                json.dumps({"t": time.time(), "runs": [[batch.partition, first, last + 1]]}) + "\n",
             )
 
     app = Application(
