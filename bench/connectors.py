@@ -365,20 +365,23 @@ def run_connectors(
     import psycopg2
 
     out: dict[str, Any] = {"load": [loadavg()]}
-    if topic is None:
+    if kafka is None:  # --jdbc-only
+        out.update(kafka_raw=[], kafka_op=[], kafka_raw_tuned=[], kafka_op_tuned=[])
+    elif topic is None:
         topic = f"bench-conn-{uuid.uuid4().hex[:6]}"
         kafka.create_topic(topic, partitions=4)
         preload(kafka.bootstrap_servers, topic, records)
-    raw, oper, raw_tuned, tuned = [], [], [], []
-    bs = kafka.bootstrap_servers
-    for _ in range(rounds):
-        raw.append(raw_consume(bs, topic, records))
-        oper.append(operator_consume(bs, topic, records, per_window))
-        raw_tuned.append(raw_consume(bs, topic, records, FETCH_CONFIG))
-        tuned.append(operator_consume(bs, topic, records, per_window, FETCH_CONFIG))
-    out["kafka_raw"], out["kafka_op"] = raw, oper
-    out["kafka_raw_tuned"], out["kafka_op_tuned"] = raw_tuned, tuned
-    out["load"].append(loadavg())
+    if kafka is not None:
+        raw, oper, raw_tuned, tuned = [], [], [], []
+        bs = kafka.bootstrap_servers
+        for _ in range(rounds):
+            raw.append(raw_consume(bs, topic, records))
+            oper.append(operator_consume(bs, topic, records, per_window))
+            raw_tuned.append(raw_consume(bs, topic, records, FETCH_CONFIG))
+            tuned.append(operator_consume(bs, topic, records, per_window, FETCH_CONFIG))
+        out["kafka_raw"], out["kafka_op"] = raw, oper
+        out["kafka_raw_tuned"], out["kafka_op_tuned"] = raw_tuned, tuned
+        out["load"].append(loadavg())
 
     conn = psycopg2.connect(pg.dsn)
     try:
@@ -418,11 +421,14 @@ def print_connectors(r: dict[str, Any]) -> list[tuple[str, float, float]]:
     rng = lambda xs: f"{min(xs):,.0f}-{max(xs):,.0f}"  # noqa: E731
     print(f"\nConnectors ({r['records']:,} Kafka records, {r['rows']:,} (word, count) rows)")
     print(f"  {'path':<62} {'median/s':>10}  {'range':>17}  {'vs raw':>7}")
-    lines = [
+    kafka_lines = [
         ("raw confluent-kafka consume (1 consumer, 4 partitions)", r["kafka_raw"], None),
         ("KafkaTextInputOperator, windows in-process", r["kafka_op"], kr),
         ("raw consume, larger fetches (FETCH_CONFIG)", r["kafka_raw_tuned"], None),
         ("KafkaTextInputOperator, FETCH_CONFIG", r["kafka_op_tuned"], krt),
+    ]
+    lines = [
+        *(kafka_lines if r["kafka_raw"] else []),
         ("raw COPY of a prebuilt CSV (insert)", r["copy"], None),
         ("JdbcOutputOperator insert, one Arrow batch", r["op_insert"], ci),
         ("raw COPY into temp + INSERT ON CONFLICT add (50% exist)", r["merge"], None),
@@ -436,9 +442,12 @@ def print_connectors(r: dict[str, Any]) -> list[tuple[str, float, float]]:
         f"hand-written psycopg2 {r['small_raw_ms']:.2f} ms per window"
     )
     print("  load average (1 min): " + ", ".join(f"{x:.2f}" for x in r["load"]))
-    return [
+    kafka_verdicts = [
         ("Kafka input >= 60% of raw consume (defaults)", ko / kr, 0.60),
         ("Kafka input >= 60% of raw consume (FETCH_CONFIG)", kt / krt, 0.60),
+    ]
+    return [
+        *(kafka_verdicts if r["kafka_raw"] else []),
         ("JDBC output (insert) >= 60% of raw COPY", oi / ci, 0.60),
         ("JDBC merge_add / raw COPY+merge (report)", om / cm, float("nan")),
     ]
@@ -450,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=None, help="Kafka records (500k)")
     parser.add_argument("--rows", type=int, default=None, help="rows per COPY (200k)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (3; quick: 1)")
+    parser.add_argument(
+        "--jdbc-only", action="store_true", help="only the JDBC output (no Kafka broker)"
+    )
     args = parser.parse_args(argv)
     records = args.records or (200_000 if args.quick else 500_000)
     rows = args.rows or (100_000 if args.quick else 200_000)
@@ -458,8 +470,12 @@ def main(argv: list[str] | None = None) -> int:
     from malhar.testing.services import acquire
 
     print(f"uptime: {os.popen('uptime').read().strip()}")
-    with acquire("kafka") as kafka, acquire("postgres") as pg:
-        r = run_connectors(kafka, pg, records=records, rows=rows, rounds=rounds)
+    if args.jdbc_only:
+        with acquire("postgres") as pg:
+            r = run_connectors(None, pg, records=0, rows=rows, rounds=rounds)
+    else:
+        with acquire("kafka") as kafka, acquire("postgres") as pg:
+            r = run_connectors(kafka, pg, records=records, rows=rows, rounds=rounds)
     verdicts = print_connectors(r)
     print()
     for name, ratio, goal in verdicts:
