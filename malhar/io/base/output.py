@@ -677,6 +677,10 @@ class TransactionalOutputOperator(
     #: the open window's tuples, id and replay flag (see WindowBuffer)
     _buffer = State(WindowBuffer)
 
+    def __init__(self, **properties: Any) -> None:
+        """Set properties by name (an unknown name fails naming the closest ones)."""
+        self.configure(**properties)
+
     # -- to fill ------------------------------------------------------------------------------
     def create_store(self, context: OperatorContext) -> TransactionalStore[Any]:
         """The store of this partition (not opened yet), built from the properties."""
