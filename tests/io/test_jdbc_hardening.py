@@ -387,7 +387,10 @@ def test_spark_sink_rerun_with_rows_in_other_partitions(spark, postgres_service,
             .start()
         )
         try:
-            query.processAllAvailable()
+            if fail_batch >= 0:
+                query.awaitTermination(240)  # until the injected failure stops it
+            else:
+                query.processAllAvailable()
             return None
         except Exception as exc:
             return exc
