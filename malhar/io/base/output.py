@@ -208,6 +208,9 @@ class TransactionalStore(ABC, Generic[Txn]):
     #: True when :meth:`store_rejected` keeps rejected rows with their window, so that a
     #: replay re-emits them (:meth:`read_rejected`)
     records_rejected: bool = False
+    #: True when the store implements :meth:`committed_partitions`, :meth:`stage`,
+    #: :meth:`staged` and :meth:`drop_staged` (the Spark sink's partly committed batches)
+    stages_batches: bool = False
 
     def __init__(self, key: WindowKey) -> None:
         self.key = key
@@ -289,7 +292,7 @@ class TransactionalStore(ABC, Generic[Txn]):
             f"{what} for {self.key} into {self.describe()} failed: {type(error).__name__}: {error}"
         )
 
-    # -- optional, for the Spark sink's re-run checks (see TransactionalStreamWriter) ------
+    # -- optional (stages_batches), the Spark sink's re-runs (see TransactionalStreamWriter) --
     def committed_partitions(self, window: int) -> dict[int, str | None]:
         """Partitions of this key's application and operator whose committed window is
         ``window`` or later, with the run that committed each."""
@@ -979,7 +982,7 @@ class TransactionalStreamWriter(DataSourceStreamArrowWriter):
             verified = committer.verify(batch, digest)
             return SinkCommit(partition, batch, skipped=True, verified=verified, digest=digest)
         store = committer.store
-        if verify and self._partial(committer, batch, partition):
+        if verify and store.stages_batches and self._partial(committer, batch, partition):
             committer.retrying(f"staging batch {batch}", lambda: store.stage(batch, self.run, data))
             return SinkCommit(partition, batch, staged=self.run, digest=digest)
         if not data.num_rows:

@@ -76,6 +76,8 @@ class JdbcStore(TransactionalStore[sa.Connection]):
         key: the partition's identity in the meta table.
     """
 
+    stages_batches = True
+
     def __init__(self, settings: JdbcSettings, key: WindowKey) -> None:
         super().__init__(key)
         self.settings = settings.check()
