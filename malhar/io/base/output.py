@@ -147,7 +147,14 @@ class CommitMark:
 
 def rejected_row(row: Any, reason: str) -> dict[str, Any]:
     """An error-port row: the fields of ``row`` (or ``{"value": row}`` when it is not a
-    mapping) plus ``"error": reason``."""
+    mapping) plus ``"error": reason``.
+
+    Example:
+        >>> rejected_row({"k": "a", "n": 1}, "too long")
+        {'k': 'a', 'n': 1, 'error': 'too long'}
+        >>> rejected_row(("a", 1, 2), "3 value(s) for the 2 columns ['k', 'n']")
+        {'value': ['a', 1, 2], 'error': "3 value(s) for the 2 columns ['k', 'n']"}
+    """
     if isinstance(row, Mapping):
         out = dict(row)
     elif dataclasses.is_dataclass(row) and not isinstance(row, type):
@@ -167,6 +174,14 @@ def batch_digest(table: pa.Table) -> str:
 
     Two tables with the same rows in any order (and any chunking) have the same digest;
     it is what the Spark sink compares when a micro-batch re-runs.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> a = pa.table({"k": ["x", "y"], "n": [1, 2]})
+        >>> batch_digest(a) == batch_digest(a.take([1, 0]))
+        True
+        >>> batch_digest(a).split(":")[0]
+        '2'
     """
     if table.num_rows == 0:
         return "0:0"
@@ -319,6 +334,10 @@ class RetryPolicy:
 
     ``attempts`` tries in all; the waits start at ``backoff`` seconds and double up to
     ``max_backoff``.
+
+    Example:
+        >>> list(RetryPolicy(attempts=5, backoff=0.5, max_backoff=1.5).delays())
+        [0.5, 1.0, 1.5, 1.5]
     """
 
     attempts: int = 8

@@ -65,25 +65,13 @@ def text_value(value: Any) -> Any:
     return str(value)
 
 
-def column_array(values: Sequence[Any]) -> pa.Array:
-    """An Arrow array for one column of Python values.
+def _column(values: Sequence[Any]) -> tuple[pa.Array, dict[int, str]]:
+    """An Arrow array for one column of Python values, and the rows whose value cannot be
+    converted at all (index -> why).
 
     Dicts and lists become JSON text (as they are: Arrow structs would add the keys of
     other rows); mixed types become text that the database parses.
-
-    Raises:
-        ValueError: a value has no text form at all.
     """
-    array, bad = _column(values)
-    if bad:
-        i, why = next(iter(bad.items()))
-        raise ValueError(f"the value at {i} cannot be converted: {why}")
-    return array
-
-
-def _column(values: Sequence[Any]) -> tuple[pa.Array, dict[int, str]]:
-    """:func:`column_array`, with the rows whose value cannot be converted at all
-    (index -> why) instead of an exception."""
     sample = next((v for v in values if v is not None), None)
     if not isinstance(sample, dict | list | tuple):
         try:
