@@ -148,7 +148,8 @@ class JdbcSettings(TransactionalSettings):
         return self
 
     def sqlalchemy_url(self) -> Any:
-        """The ``sqlalchemy.URL`` to connect to (with the password, if given separately)."""
+        """The ``sqlalchemy.URL`` to connect to (with the password, if given separately); a
+        libpq URL (``postgresql://``, ``postgres://``) connects through psycopg2."""
         from sqlalchemy.engine import make_url
 
         try:
@@ -156,6 +157,10 @@ class JdbcSettings(TransactionalSettings):
             password = secrets.resolve(self.password, "password")
         except secrets.SecretReferenceError as exc:
             raise JdbcConfigError(str(exc)) from None
+        if url.drivername in ("postgresql", "postgres"):
+            # a libpq URL: use psycopg2, the driver malhar[jdbc] installs (SQLAlchemy 2.1
+            # defaults to psycopg 3)
+            url = url.set(drivername="postgresql+psycopg2")
         if password:
             url = url.set(password=password)
         return url
