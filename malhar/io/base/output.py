@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from malhar.attributes import APPLICATION_NAME
@@ -185,17 +186,28 @@ def batch_digest(table: pa.Table) -> str:
     """
     if table.num_rows == 0:
         return "0:0"
-    import pandas as pd
+    texts = pa.table(
+        [_as_strings(c) for c in table.columns], names=[str(i) for i in range(table.num_columns)]
+    )
+    order = pc.sort_indices(texts, sort_keys=[(n, "ascending") for n in texts.column_names])
+    h = hashlib.sha256(",".join(f"{f.name}:{f.type}" for f in table.schema).encode())
+    for column in texts.take(order).columns:  # canonical: sorted rows, contiguous buffers
+        arr = column.combine_chunks()
+        h.update(np.packbits(arr.is_null().to_numpy(zero_copy_only=False)).tobytes())
+        arr = pc.fill_null(arr, "")
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)
+        offsets = offsets[arr.offset : arr.offset + len(arr) + 1]
+        h.update((offsets - offsets[0]).tobytes())
+        h.update(memoryview(arr.buffers()[2])[offsets[0] : offsets[-1]])
+    return f"{table.num_rows}:{h.hexdigest()[:24]}"
 
-    frame = table.to_pandas(integer_object_nulls=True)
-    frame.columns = [str(i) for i in range(len(frame.columns))]
-    # object columns (strings, lists, decimals) are hashed from their text
-    hashes = pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        total = int(hashes.sum(dtype=np.uint64))
-    schema = ",".join(f"{f.name}:{f.type}" for f in table.schema)
-    kind = hashlib.sha1(schema.encode(), usedforsecurity=False).hexdigest()[:6]
-    return f"{table.num_rows}:{total:016x}:{kind}"
+
+def _as_strings(column: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    """The column as text (Arrow's cast; ``repr`` of the values for types it cannot cast)."""
+    try:
+        return pc.cast(column, pa.string())
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([None if v is None else repr(v) for v in column.to_pylist()], pa.string())
 
 
 # -- the store contract ------------------------------------------------------------------------
