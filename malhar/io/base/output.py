@@ -282,7 +282,8 @@ class TransactionalStore(ABC, Generic[Txn]):
     @abstractmethod
     def abort(self, txn: Txn, error: BaseException | None) -> None:
         """Roll ``txn`` back (best effort; ``error`` is why, None for a skipped window).
-        Must not raise."""
+        Also called after :meth:`commit` raised (the commit may or may not have taken
+        effect: the retry's :meth:`read_committed_locked` tells). Must not raise."""
 
     def is_transient(self, error: BaseException) -> bool:
         """True when ``error`` means "unavailable, retry the window" (refused, restarted,
@@ -538,12 +539,14 @@ class WindowCommitter(Generic[Txn]):
             result.attempts += 1
             result.skipped, result.replayed, result.written, result.rejected = False, False, 0, []
             txn = store.begin(window)
+            aborted = False
             try:
                 found = store.read_committed_locked(txn)
                 if self.is_committed(window, found.window):
-                    store.abort(txn, None)
                     self._remember(found)
                     self.verify(window, digest, found)
+                    aborted = True
+                    store.abort(txn, None)  # nothing to write: a replay
                     result.skipped, result.replayed = True, True
                     result.rejected = store.read_rejected(window) if store.records_rejected else []
                     return
@@ -558,7 +561,8 @@ class WindowCommitter(Generic[Txn]):
                     before_commit(txn, window)
                 store.commit(txn)
             except BaseException as exc:
-                store.abort(txn, exc)
+                if not aborted:  # also after a commit that raised: release the transaction
+                    store.abort(txn, exc)
                 raise
             result.written = rows.num_rows - len(refused)
             result.rejected = every
@@ -955,8 +959,14 @@ class TransactionalStreamWriter(DataSourceStreamArrowWriter):
         return rows, []
 
     def on_rejected(self, txn: Any, window: int, rejected: list[dict[str, Any]]) -> None:
-        """Called in the transaction with the batch's rejected rows: by default the batch
-        fails unless the store records them."""
+        """Called in the transaction with the batch's rejected rows when the store does not
+        record them (a sink has no error port): by default the batch fails, naming the
+        first reason."""
+        raise OutputError(
+            f"{type(self).__name__} {self.settings.name}: {len(rejected)} row(s) of batch "
+            f"{window} cannot be written ({rejected[0].get(ERROR_FIELD)}), and the store "
+            "keeps no rejected rows"
+        )
 
     def before_commit(self, txn: Any, window: int) -> None:
         """Called inside the transaction just before commit."""
@@ -1056,7 +1066,7 @@ class TransactionalStreamWriter(DataSourceStreamArrowWriter):
             rejected=bad,
             digest=digest,
             run=run,
-            on_rejected=self.on_rejected,
+            on_rejected=None if store.records_rejected else self.on_rejected,
             before_commit=before,
         )
 

@@ -68,12 +68,12 @@ class JdbcStreamWriter(TransactionalStreamWriter):
         )
 
     def on_rejected(self, txn: Any, window: int, rejected: list[dict[str, Any]]) -> None:
-        if not self.settings.error_table:
-            raise JdbcError(
-                f"{SINK_NAME} {self.settings.name}: {len(rejected)} row(s) of batch {window} "
-                f"cannot be written ({rejected[0].get('error')}); set option error_table to "
-                "keep them instead"
-            )
+        """Without ``error_table``, a row that cannot be written fails the batch."""
+        raise JdbcError(
+            f"{SINK_NAME} {self.settings.name}: {len(rejected)} row(s) of batch {window} "
+            f"cannot be written ({rejected[0].get('error')}); set option error_table to "
+            "keep them instead"
+        )
 
 
 class JdbcSink(DataSource):
