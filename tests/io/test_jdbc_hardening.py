@@ -453,3 +453,39 @@ def test_spark_sink_exactly_once_needs_no_fingerprint_when_disabled(
     assert set(_sql(pg, "SELECT window_digest FROM malhar_meta WHERE app_id = %s", (name,))) == {
         (None,)
     }
+
+
+def test_spark_sink_without_error_table_fails_a_batch_with_a_rejected_row(
+    spark, postgres_service, tmp_path: Path
+) -> None:
+    """A sink has no error port: without error_table, a row the database refuses fails the
+    batch (and the batch writes nothing), naming the reason."""
+    pg = postgres_service
+    table = _table(pg, "norej", "id bigint NOT NULL CHECK (id < 103), batch bigint NOT NULL")
+    name = _name("norej")
+    spark.dataSource.register(ShiftingSource)
+    register(spark)
+    df = (
+        spark.readStream.format("malhar_test_shifting")
+        .option("batches", 2)
+        .option("rows", 4)
+        .option("layout", "even")
+        .load()
+    )
+    query = (
+        df.writeStream.format("malhar_jdbc")
+        .option("url", pg.sqlalchemy_url)
+        .option("name", name)
+        .option("table", table)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        with pytest.raises(Exception, match="set option error_table") as err:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    assert "violates check constraint" in str(err.value)
+    # batch 0 committed; of batch 1, partition 0 (100, 102) may have committed, never 103
+    ids = {i for (i,) in _sql(pg, f"SELECT id FROM {table}")}
+    assert {0, 1, 2, 3} <= ids and 103 not in ids and 101 not in ids

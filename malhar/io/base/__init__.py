@@ -1,6 +1,7 @@
 """Connector bases: what a connector author subclasses (see ``docs/howto-output.md``)."""
 
 from malhar.io.base.output import (
+    NO_WINDOW,
     CommitMark,
     OutputError,
     RetryPolicy,
@@ -12,9 +13,11 @@ from malhar.io.base.output import (
     WindowCommitter,
     WindowKey,
     WindowRegressionError,
+    rejected_row,
 )
 
 __all__ = [
+    "NO_WINDOW",
     "CommitMark",
     "OutputError",
     "RetryPolicy",
@@ -26,4 +29,5 @@ __all__ = [
     "WindowCommitter",
     "WindowKey",
     "WindowRegressionError",
+    "rejected_row",
 ]
