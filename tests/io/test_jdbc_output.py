@@ -20,11 +20,11 @@ import pytest
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from malhar import DAG, KeyCodec, OperatorContext, Property, launch, run
+from malhar.io.base.output import WindowKey
 from malhar.io.jdbc import (
     JdbcConfigError,
     JdbcConnectionError,
     JdbcOutputOperator,
-    WindowKey,
     WindowRegressionError,
     register,
 )
@@ -287,21 +287,22 @@ def test_password_reference_stays_out_of_state(postgres_service, monkeypatch) ->
 
 @pytest.mark.integration
 def test_partitions_racing_to_create_the_meta_table(postgres_service) -> None:
-    from malhar.io.jdbc import JdbcOptions, JdbcTransactionalStore
+    from malhar.io.jdbc import JdbcSettings
     from malhar.io.jdbc.connection import create_engine
+    from malhar.io.jdbc.meta_store import MetaTable
 
     pg = postgres_service
     meta = _name("meta")
-    engine = create_engine(JdbcOptions(pg.sqlalchemy_url, table="unused"))
+    engine = create_engine(JdbcSettings().configure(url=pg.sqlalchemy_url, table="unused"))
     start = threading.Barrier(4)
     failures: list[BaseException] = []
 
     def create(partition: int) -> None:
-        store = JdbcTransactionalStore(meta)
+        store = MetaTable(meta)
         try:
             start.wait(30)
-            store.ensure_table(engine)
-            store.ensure_row(engine, WindowKey("race", "out", partition % 2))
+            store.ensure(engine)
+            store.ensure_row(engine, WindowKey("race", "out", partition % 2), "public.t")
         except BaseException as exc:
             failures.append(exc)
 
