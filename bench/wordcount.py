@@ -258,6 +258,8 @@ def malhar_breakdown(progress: list[Any], t0: float, t1: float) -> dict:
         l0_end = max(x["e"] for op in ("lines", "split", "count") for x in stats.get(op, ()))
         w_begin = min(x["s"] for x in stats["words"])
         w_end = max(x["e"] for x in stats["words"])
+        if w_begin < l0_end:  # fused: the JDBC output runs in the readers' pass, no stage 1
+            l0_end = w_begin = w_end
         nxt = _ts(progress[i + 1]) if i + 1 < len(progress) else float("nan")
         rows.append(
             {
@@ -266,7 +268,9 @@ def malhar_breakdown(progress: list[Any], t0: float, t1: float) -> dict:
                     l0_begin - add_start
                 )
                 * 1000,
-                "stage 0: Kafka read (first poll wait incl.) + split + count": (l0_end - l0_begin)
+                "stage 0: Kafka read (first poll wait incl.) + split + count (fused: + JDBC)": (
+                    l0_end - l0_begin
+                )
                 * 1000,
                 "stage 0 end -> stage 1 begin: shuffle, task launch": (w_begin - l0_end) * 1000,
                 "stage 1: unifier + PostgreSQL transaction": (w_end - w_begin) * 1000,
@@ -340,15 +344,15 @@ class Malhar:
         label: str = "malhar",
         poll_timeout_ms: int | None = None,
         async_progress: bool = False,
+        fused: bool = False,
     ) -> None:
         self.args, self.kafka, self.pg, self.spark = args, kafka, pg, spark
-        #: a prototyped latency cut (section 4): the Kafka input's ``poll_timeout_ms`` and
-        #: Spark's async progress tracking on the query's ``noop`` sink
-        self.name, self.poll_timeout_ms, self.async_progress = (
-            label,
-            poll_timeout_ms,
-            async_progress,
-        )
+        #: prototyped latency cuts (section 4): the Kafka input's ``poll_timeout_ms``, Spark's
+        #: async progress tracking on the query's ``noop`` sink, and ``fused``: the JDBC output
+        #: in every reader's pass (``PARALLEL_PARTITION``, one transaction and meta row per
+        #: reader partition), so a window is one Spark stage
+        self.name, self.poll_timeout_ms = label, poll_timeout_ms
+        self.async_progress, self.fused = async_progress, fused
 
     def start(
         self, topic: str, table: str, *, logged: bool = False, logs: Path | None = None
@@ -377,6 +381,8 @@ class Malhar:
             output = K.TimedJdbcOutput()
             output.bench_log = str(logs / "commits.log")
         populate(dag, settings, output=output)
+        if self.fused:
+            dag.set_port_attribute("words", "input", "PARALLEL_PARTITION", True)
         reader = dag.operators["lines"].operator
         if logged:
             reader.__class__ = K.LoggedKafkaTextInput  # same ports and properties, plus a log
@@ -544,6 +550,78 @@ class SparkBaseline:
                     out.append((b, p, s, e))
             prev = ends[b]
         return out
+
+
+class SparkRealTime:
+    """PySpark in real-time mode (``trigger(realTime=...)``, Spark 4.1+) or continuous mode
+    (``trigger(continuous=...)``): Spark's Kafka source -> ``foreach`` writer
+    (``peers_jobs.FencedForeachWriter``: per task, counts merge-added every ~20 ms in one
+    transaction with a per-Kafka-partition offset fence, so exact under replays). Neither mode
+    takes ``foreachBatch`` or a ``groupBy`` aggregation, so the count is the writer's."""
+
+    def __init__(
+        self, args: argparse.Namespace, kafka: Any, pg: Any, spark: Any, *, mode: str
+    ) -> None:
+        self.args, self.kafka, self.pg, self.spark, self.mode = args, kafka, pg, spark, mode
+        self.name = f"pyspark-{mode}"
+
+    def start(
+        self, topic: str, table: str, *, logged: bool = False, logs: Path | None = None
+    ) -> Any:
+        import psycopg2
+        from peers_jobs import FencedForeachWriter
+
+        self.logs = logs or Path(tempfile.mkdtemp(prefix="rt-", dir=WORK))
+        with contextlib.closing(psycopg2.connect(self.pg.dsn)) as conn, conn.cursor() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS rt_meta (app text, partition int, next_offset bigint "
+                "NOT NULL, PRIMARY KEY (app, partition))"
+            )
+            conn.commit()
+        app = f"bench-rt-{uuid.uuid4().hex[:8]}"
+        writer = FencedForeachWriter(self.pg.dsn, table, app, str(self.logs / "commits.log"))
+        trigger = (
+            {"realTime": "5 seconds"} if self.mode == "realtime" else {"continuous": "1 second"}
+        )
+        self.query = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .options(**SPARK_FETCH)
+            .load()
+            .selectExpr("partition", "offset", "CAST(value AS STRING) AS line")
+            .writeStream.foreach(writer)
+            .outputMode("update")  # real-time mode refuses append
+            .option("checkpointLocation", checkpoint_dir("rt-"))
+            .trigger(**trigger)
+            .start()
+        )
+        return self.query
+
+    def failed(self) -> str | None:
+        exc = self.query.exception()
+        return None if exc is None else f"{self.name} query failed: {exc}"
+
+    def batches(self) -> list[dict]:
+        return [p for p in self.query.recentProgress if p.numInputRows]
+
+    def stop(self) -> None:
+        self.query.stop()
+
+    def _commits(self) -> list[dict]:
+        path = self.logs / "commits.log"
+        if not path.exists():
+            return []
+        return [json.loads(x) for x in path.read_text().split("\n") if x]
+
+    def commit_times(self, logs: Path) -> dict[int, float]:
+        commits = self._commits()
+        self.n_commits = len(commits)
+        return {i: c["t"] for i, c in enumerate(commits)}
+
+    def windows_of_records(self, logs: Path) -> list[tuple[int, int, int, int]]:
+        return [(i, p, s, e) for i, c in enumerate(self._commits()) for p, s, e in c["runs"]]
 
 
 # -- section 1: throughput -----------------------------------------------------------------------------
@@ -767,11 +845,13 @@ def latency(args: argparse.Namespace, engines: list[Any], kafka: Any, pg: Any) -
 
 def breakdown(args: argparse.Namespace, kafka: Any, pg: Any, spark: Any) -> list[dict]:
     """Section 4: the latency run of each prototyped cut, one after the other."""
+    M, S = Malhar, SparkBaseline
     variants: list[Any] = [
-        SparkBaseline(args, kafka, pg, spark),
-        Malhar(args, kafka, pg, spark),
-        Malhar(args, kafka, pg, spark, label="malhar+poll10", poll_timeout_ms=10),
-        Malhar(
+        S(args, kafka, pg, spark),
+        M(args, kafka, pg, spark),
+        M(args, kafka, pg, spark, label="malhar+poll10", poll_timeout_ms=10),
+        M(args, kafka, pg, spark, label="malhar+async", async_progress=True),
+        M(
             args,
             kafka,
             pg,
@@ -780,8 +860,21 @@ def breakdown(args: argparse.Namespace, kafka: Any, pg: Any, spark: Any) -> list
             poll_timeout_ms=10,
             async_progress=True,
         ),
-        SparkBaseline(args, kafka, pg, spark, label="pyspark+async", async_progress=True),
+        M(
+            args,
+            kafka,
+            pg,
+            spark,
+            label="malhar+fused+poll10+async",
+            poll_timeout_ms=10,
+            async_progress=True,
+            fused=True,
+        ),
+        S(args, kafka, pg, spark, label="pyspark+async", async_progress=True),
+        SparkRealTime(args, kafka, pg, spark, mode="realtime"),
+        SparkRealTime(args, kafka, pg, spark, mode="continuous"),
     ]
+    variants = [v for v in variants if v.name in args.variants] if args.variants else variants
     print(
         f"\n[4] latency cuts: {args.rate:,} lines/s for {args.duration:.0f}s each, trigger "
         f"{args.trigger_ms} ms; poll10 = the Kafka input's poll_timeout_ms 100 -> 10; async = "
@@ -789,25 +882,33 @@ def breakdown(args: argparse.Namespace, kafka: Any, pg: Any, spark: Any) -> list
         flush=True,
     )
     out = []
-    for engine in variants:
-        try:
-            out += latency(args, [engine], kafka, pg)
-        except Exception as exc:  # a variant Spark refuses is a result too
-            print(f"  {engine.name}: failed: {str(exc).splitlines()[0][:300]}", flush=True)
-            with contextlib.suppress(Exception):
-                engine.stop()
-            out.append({"engine": engine.name, "failed": str(exc)})
-    print("  summary (one invocation):")
-    for r in out:
+    refused: set[str] = set()
+    for rnd in range(args.cut_rounds):
+        k = rnd % len(variants)
+        for engine in variants[k:] + variants[:k]:  # each round starts one later
+            if engine.name in refused:
+                continue
+            try:
+                (r,) = latency(args, [engine], kafka, pg)
+                r["round"] = rnd
+                out.append(r)
+            except Exception as exc:  # a variant Spark refuses is a result too
+                print(f"  {engine.name}: failed: {str(exc).splitlines()[0][:300]}", flush=True)
+                with contextlib.suppress(Exception):
+                    engine.stop()
+                refused.add(engine.name)
+                out.append({"engine": engine.name, "failed": str(exc).splitlines()[0][:200]})
+    print("  summary (one invocation, every round; windows/s and trigger: malhar / foreachBatch):")
+    for r in sorted(out, key=lambda r: [v.name for v in variants].index(r["engine"])):
         if "failed" in r:
-            print(f"    {r['engine']:<22} failed")
+            print(f"    {r['engine']:<26} refused: {r['failed'][:120]}")
             continue
         b = r.get("breakdown") or {}
         trig = (b.get("median") or {}).get("= triggerExecution", float("nan"))
         print(
-            f"    {r['engine']:<22} p50 {r['p50']:6.0f} ms  p99 {r['p99']:6.0f} ms  "
-            f"{b.get('rate', float('nan')):5.2f} windows/s  median trigger {trig:5.0f} ms  "
-            f"exact={r['exact']}"
+            f"    {r['engine']:<26} round {r['round']}  p50 {r['p50']:6.0f} ms  p99 {r['p99']:6.0f} ms"
+            f"  {b.get('rate', float('nan')):5.2f} windows/s  median trigger {trig:5.0f} ms  "
+            f"exact={r['exact']}  load {r['load'][0]:.1f}"
         )
     return out
 
@@ -847,6 +948,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--warmup", type=float, default=5.0, help="latency: seconds left out")
     parser.add_argument(
+        "--cut-rounds", type=int, default=None, help="section 4 (breakdown) rounds (2; quick 1)"
+    )
+    parser.add_argument(
+        "--variants", default="", help="section 4: only these variants (comma separated)"
+    )
+    parser.add_argument(
         "--only",
         default="throughput,latency,breakdown,connectors",
         help="sections, comma separated",
@@ -867,6 +974,8 @@ def main(argv: list[str] | None = None) -> int:
     args.readers = args.input_partitions if args.plan == "shuffle" else args.counters
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.duration = args.duration or (15.0 if args.quick else 30.0)
+    args.cut_rounds = args.cut_rounds or (1 if args.quick else 2)
+    args.variants = [v for v in args.variants.split(",") if v]
     only = set(args.only.split(","))
     if args.hdfs and only != {"throughput"}:
         parser.error("--hdfs measures throughput only: add --only throughput")
