@@ -12,10 +12,11 @@ the same Kafka broker and PostgreSQL server (``malhar.testing.services``), one S
 classpath for both engines):
 
 - **malhar**: the flagship as committed (``samples.wordcount_exactly_once.app.populate``):
-  ``KafkaTextInputOperator`` -> ``WordSplitter`` -> ``UniqueCounter``, 4 partitions of each fused
-  into one pass per reader -> unifier -> ``JdbcOutputOperator`` merge-add into
-  ``words(word, count)`` with its meta row (``--plan shuffle``: 2 readers, every word shuffled
-  by ``KeyCodec("word")`` to the 4 counters).
+  ``KafkaTextInputOperator`` -> ``WordSplitter`` -> ``UniqueCounter`` -> ``JdbcOutputOperator``
+  merge-add into ``words(word, count)``, 4 partitions of each fused into one pass per reader,
+  each writer with its meta row (``--plan combine``: partial counts shuffled to a unifier and
+  one writer; ``--plan shuffle``: 2 readers, every word shuffled by ``KeyCodec("word")`` to
+  the 4 counters).
 - **PySpark baseline**: ``spark.readStream.format("kafka")`` (Spark's own source) ->
   ``foreachBatch``: ``explode(split(value, " "))`` + ``groupBy(word).count()`` collected on the
   driver, written with psycopg2 in one transaction that locks the meta row ``(app) -> batch_id``
@@ -344,15 +345,15 @@ class Malhar:
         label: str = "malhar",
         poll_timeout_ms: int | None = None,
         async_progress: bool = False,
-        fused: bool = False,
+        plan: str | None = None,
     ) -> None:
         self.args, self.kafka, self.pg, self.spark = args, kafka, pg, spark
-        #: prototyped latency cuts (section 4): the Kafka input's ``poll_timeout_ms``, Spark's
-        #: async progress tracking on the query's ``noop`` sink, and ``fused``: the JDBC output
-        #: in every reader's pass (``PARALLEL_PARTITION``, one transaction and meta row per
-        #: reader partition), so a window is one Spark stage
+        #: latency variants (section 4): the Kafka input's ``poll_timeout_ms``, Spark's async
+        #: progress tracking on the query's ``noop`` sink, and the flagship's ``plan`` ("direct":
+        #: the JDBC output in every reader's pass, one Spark stage per window; "combine": partial
+        #: counts shuffled to one writer, two stages)
         self.name, self.poll_timeout_ms = label, poll_timeout_ms
-        self.async_progress, self.fused = async_progress, fused
+        self.async_progress, self.plan = async_progress, plan
 
     def start(
         self, topic: str, table: str, *, logged: bool = False, logs: Path | None = None
@@ -367,7 +368,7 @@ class Malhar:
             url=self.pg.sqlalchemy_url,
             table=table,
             counters=a.counters,
-            plan=a.plan,
+            plan=self.plan or a.plan,
             input_partitions=a.input_partitions,
             max_records_per_window=max(1, a.batch // a.readers),
             initial_offset="EARLIEST",
@@ -381,8 +382,6 @@ class Malhar:
             output = K.TimedJdbcOutput()
             output.bench_log = str(logs / "commits.log")
         populate(dag, settings, output=output)
-        if self.fused:
-            dag.set_port_attribute("words", "input", "PARALLEL_PARTITION", True)
         reader = dag.operators["lines"].operator
         if logged:
             reader.__class__ = K.LoggedKafkaTextInput  # same ports and properties, plus a log
@@ -849,27 +848,9 @@ def breakdown(args: argparse.Namespace, kafka: Any, pg: Any, spark: Any) -> list
     variants: list[Any] = [
         S(args, kafka, pg, spark),
         M(args, kafka, pg, spark),
+        M(args, kafka, pg, spark, label="malhar-combine", plan="combine"),
         M(args, kafka, pg, spark, label="malhar+poll10", poll_timeout_ms=10),
         M(args, kafka, pg, spark, label="malhar+async", async_progress=True),
-        M(
-            args,
-            kafka,
-            pg,
-            spark,
-            label="malhar+poll10+async",
-            poll_timeout_ms=10,
-            async_progress=True,
-        ),
-        M(
-            args,
-            kafka,
-            pg,
-            spark,
-            label="malhar+fused+poll10+async",
-            poll_timeout_ms=10,
-            async_progress=True,
-            fused=True,
-        ),
         S(args, kafka, pg, spark, label="pyspark+async", async_progress=True),
         SparkRealTime(args, kafka, pg, spark, mode="realtime"),
         SparkRealTime(args, kafka, pg, spark, mode="continuous"),
@@ -877,8 +858,9 @@ def breakdown(args: argparse.Namespace, kafka: Any, pg: Any, spark: Any) -> list
     variants = [v for v in variants if v.name in args.variants] if args.variants else variants
     print(
         f"\n[4] latency cuts: {args.rate:,} lines/s for {args.duration:.0f}s each, trigger "
-        f"{args.trigger_ms} ms; poll10 = the Kafka input's poll_timeout_ms 100 -> 10; async = "
-        f"Spark's asyncProgressTrackingEnabled (offset/commit logs written every 1 s)",
+        f"{args.trigger_ms} ms; malhar = plan {args.plan}; malhar-combine = the partial counts "
+        f"shuffled to one writer (2 stages); poll10 = the Kafka input's poll_timeout_ms 100 -> "
+        f"10; async = Spark's asyncProgressTrackingEnabled (offset/commit logs every 1 s)",
         flush=True,
     )
     out = []
@@ -937,10 +919,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--plan",
-        choices=("combine", "shuffle"),
-        default="combine",
-        help="the flagship's plan: counters fused into the readers, partial counts shuffled to "
-        "the unifier (combine, the default), or every word shuffled by KeyCodec (shuffle)",
+        choices=("direct", "combine", "shuffle"),
+        default="direct",
+        help="the flagship's plan: counters and writers fused into the readers (direct, the "
+        "default), partial counts shuffled to one writer (combine), or every word shuffled "
+        "by KeyCodec (shuffle)",
     )
     parser.add_argument("--rate", type=int, default=2_000, help="latency: lines/s")
     parser.add_argument(
@@ -957,6 +940,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default="throughput,latency,breakdown,connectors",
         help="sections, comma separated",
+    )
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master (local[2]); Spark's real-time and continuous modes run one "
+        "long-lived task per Kafka partition at once, so they need local[4] for 4 partitions",
     )
     parser.add_argument(
         "--hdfs",
@@ -994,7 +983,8 @@ def main(argv: list[str] | None = None) -> int:
         f"settings: batch {args.batch:,} lines (malhar {args.readers} readers x "
         f"{args.batch // args.readers:,}; Spark maxOffsetsPerTrigger {args.batch:,}), "
         f"trigger {args.trigger_ms} ms, malhar plan {args.plan}, counters {args.counters}, Kafka fetch "
-        f"{K.FETCH_CONFIG if args.fetch_tuned else 'client defaults'}, malhar slot claims "
+        f"{K.FETCH_CONFIG if args.fetch_tuned else 'client defaults'}, Spark {args.master}, "
+        f"malhar slot claims "
         f"{'on' if args.slot_claims else 'off'}"
     )
     t_all = time.monotonic()
@@ -1008,7 +998,7 @@ def main(argv: list[str] | None = None) -> int:
             HDFS_ROOT = f"{hdfs.url}/bench-wordcount-{uuid.uuid4().hex[:6]}"
             print(f"checkpoints on HDFS: {HDFS_ROOT}")
         spark = build_session(
-            "local[2]",
+            args.master,
             app_name="bench-wordcount",
             shuffle_partitions=2,
             jars=jars("spark-kafka"),

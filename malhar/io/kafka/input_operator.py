@@ -273,7 +273,15 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
             self._first_call = False
             self._began = time.monotonic()
             self._eof_mark = dict(client.eof)
-            msgs = client.fetch(n, self.poll_timeout_ms / 1000)
+            # ``consume(n, timeout)`` returns only once ``n`` records came or ``timeout`` ran
+            # out, so one call with ``poll_timeout_ms`` made every window of a live topic
+            # (fewer records than ``n``) wait the whole timeout, per reader, one reader after
+            # the other in a task (docs/performance-wordcount.md §7). Take what librdkafka
+            # already holds at once; wait in short steps only while nothing has come.
+            msgs = client.fetch(n, 0)
+            deadline = self._began + self.poll_timeout_ms / 1000
+            while not msgs and (left := deadline - time.monotonic()) > 0:
+                msgs = client.fetch(n, min(left, _NEXT_WAIT))
             if msgs:
                 return msgs
             # nothing yet: idle only if the broker said so (a watermark or an end reached);
