@@ -44,9 +44,16 @@ Sections (method and figures: docs/performance-wordcount.md):
    the first ``--warmup`` s are left out. p50 / p99 / max over all other records.
 3. **connectors**: raw ceilings (``bench/connectors.py``): confluent-kafka consume-only rate vs
    ``KafkaTextInputOperator``; PostgreSQL ``COPY`` vs ``JdbcOutputOperator``.
+4. **breakdown** (latency variants): the latency run of each variant (``--variants``): malhar
+   with ``--plan combine``, ``poll_timeout_ms=10``, async progress tracking; PySpark with
+   async progress (refused with ``foreachBatch``), in real-time and continuous mode (a fenced
+   ``foreach`` writer; these modes run one long-lived task per Kafka partition, so they need
+   ``--master local[4]``). Sections 2 and 4 print the per-stage breakdown of the windows and
+   batches (docs/performance-wordcount.md §7).
 
-Targets: malhar >= 1.0x the baseline's throughput; Kafka input >= 60% of raw consume; JDBC output
->= 60% of raw COPY. The 1-minute load average is printed with every section.
+Targets: malhar >= 1.0x the baseline's throughput; malhar's p50 and p99 below the baseline's and
+its window rate >= the baseline's batch rate (section 2); Kafka input >= 60% of raw consume; JDBC
+output >= 60% of raw COPY. The 1-minute load average is printed with every section.
 """
 
 from __future__ import annotations
