@@ -67,6 +67,7 @@ class KafkaTestClient:
                 key=r.get("key"),
                 partition=r.get("partition", 0),
                 headers=r.get("headers"),
+                timestamp=r.get("timestamp_ms", 0),  # 0: now
                 on_delivery=report(i),
             )
             producer.poll(0)
