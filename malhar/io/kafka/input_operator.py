@@ -133,6 +133,13 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
     commit_offsets = Property(
         bool, default=True, doc="commit each committed window's offsets to the consumer group"
     )
+    partition_discovery_ms = Property(
+        int,
+        default=10_000,
+        min=1,
+        doc="how often a reader looks for partitions added to its topics (read from their "
+        "earliest offset); None: never, the partitions of the launch only",
+    )
     event_time = Property(
         object,
         default=None,
@@ -177,6 +184,7 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
 
     # -- ReplayableInput ---------------------------------------------------------------------
     def open(self, context: OperatorContext) -> None:
+        restored = self._partitions is not None  # a checkpoint of an earlier run
         if self._partitions is not None and self._next and self._partitions != context.partitions:
             raise KafkaConfigError(
                 f"{self.label}: the checkpoint was written with {self._partitions} partitions, "
@@ -189,25 +197,15 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         self._event_time = self._event_time_extractor()
         group = self.group_id or f"malhar-{context.application}-{context.name}"
         self._client: KafkaClient = self.make_client(group, self.label)
+        self._index = context.partition
         self._tps: list[TP] = assign(
             self._client.partitions(self.topic_list()), context.partition, context.partitions
         )
         topics = {t for t, _ in self._tps}
         #: the only topic this partition reads (its records need no topic() call), else None
         self._topic: str | None = topics.pop() if len(topics) == 1 else None
-        missing = [tp for tp in self._tps if tp not in self._next]
-        if missing:
-            found = self.start_offsets(self._client, missing)
-            self._next.update(found)
-            for tp, offset in found.items():  # committed with the first released window
-                self._released_position.setdefault(tp, offset)
-            log.info(
-                "%s: %s starts at %s (%s)",
-                self.label,
-                format_tps(missing),
-                found,
-                self.initial_offset,
-            )
+        self._discovered_at = time.monotonic()
+        self._adopt([tp for tp in self._tps if tp not in self._next], restored)
         self._live = False
         self._pending: list[Any] = []
         log.info(
@@ -216,6 +214,49 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
             format_tps(self._tps),
             self._client.describe(),
         )
+
+    def _adopt(self, missing: list[TP], restored: bool) -> None:
+        """Start positions of Kafka partitions this reader has no position for.
+
+        At the first launch they start per ``initial_offset``. Later (a restored checkpoint,
+        or partitions found while running) they are partitions added to the topic after the
+        application started: read from their earliest offset, so that nothing written to
+        them before they were found is skipped.
+        """
+        if missing:
+            if restored:
+                found = self._client.start_offsets(missing, earliest=True, use_group=False)
+            else:
+                found = self.start_offsets(self._client, missing)
+            self._next.update(found)
+            for tp, offset in found.items():  # committed with the first released window
+                self._released_position.setdefault(tp, offset)
+            log.info(
+                "%s: %s starts at %s (%s)",
+                self.label,
+                format_tps(missing),
+                found,
+                "new partitions: earliest" if restored else self.initial_offset,
+            )
+
+    def _discover(self) -> None:
+        """Take on partitions added to the topics since the last look (new windows only: a
+        replayed window reads the ranges it recorded, whatever the partitions are now)."""
+        every = self.partition_discovery_ms
+        now = time.monotonic()
+        if every is None or (now - self._discovered_at) * 1000 < every:
+            return
+        self._discovered_at = now
+        mine = assign(
+            self._client.partitions(self.topic_list()), self._index, self._partitions or 1
+        )
+        new = [tp for tp in mine if tp not in self._tps]
+        if new:
+            self._adopt([tp for tp in new if tp not in self._next], restored=True)
+            self._tps = sorted([*self._tps, *new])
+            self._live = False  # assign the consumer again, with the new partitions
+            log.info("%s: partitions added to the topics: now reads %s", self.label,
+                     format_tps(self._tps))  # fmt: skip
 
     def _event_time_extractor(self) -> Any:
         spec = self.event_time
@@ -257,6 +298,7 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         self._first_call = True
         self._began = 0.0
         self._eof_mark: dict[TP, int] = {}
+        self._discover()
         self._go_live()  # fetching starts now, while the engine begins other partitions
 
     def read(self, limit: int) -> int:
