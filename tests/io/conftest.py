@@ -133,6 +133,19 @@ def kafka_client(kafka_service: Any) -> Iterator[KafkaTestClient]:
     client.close()
 
 
+def kafka_op_args(client: Any, topics: Any, **extra: Any) -> dict[str, Any]:
+    """Kafka input settings of the tests: the session broker, from the earliest offset, a
+    group of its own, short idle windows; ``extra`` overrides."""
+    return {
+        "bootstrap_servers": client.bootstrap,
+        "topics": topics,
+        "initial_offset": "EARLIEST",
+        "group_id": kafka_unique("g"),
+        "poll_timeout_ms": 200,
+        **extra,
+    }
+
+
 def kafka_harness(op: InputOperator, checkpoint: str, **context: Any) -> OperatorHarness:
     """A harness with a real operator context (window data manager under ``checkpoint``)."""
     ctx = OperatorContext(name=context.pop("name", "kin"), checkpoint=checkpoint, **context)

@@ -16,21 +16,11 @@ from malhar import DAG, run
 from malhar.io.kafka import KafkaConfigError, KafkaJsonInputOperator, KafkaTextInputOperator
 from malhar.window import KeyedWindowedOperator, TimeWindows, Watermark
 from malhar.window.accumulation import Count
-from tests.io.conftest import kafka_harness, kafka_run_window, kafka_unique
+from tests.io.conftest import kafka_harness, kafka_run_window
+from tests.io.conftest import kafka_op_args as args
 from tests.window.ops import PaneRecorder, on_time, recorded
 
 pytestmark = pytest.mark.integration
-
-
-def args(client: Any, topic: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "bootstrap_servers": client.bootstrap,
-        "topics": topic,
-        "initial_offset": "EARLIEST",
-        "group_id": kafka_unique("g"),
-        "poll_timeout_ms": 300,
-        **extra,
-    }
 
 
 def at(partition: int, ms: int, value: str = "x") -> dict[str, Any]:

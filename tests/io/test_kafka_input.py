@@ -25,22 +25,19 @@ from malhar.io.kafka.assignment import assign
 from malhar.io.kafka.client import KafkaClient
 from malhar.testing.operators import Collector, collected
 from malhar.testing.services.process import wait_until
-from tests.io.conftest import kafka_harness, kafka_key, kafka_run_window, kafka_unique
+from tests.io.conftest import (
+    kafka_harness,
+    kafka_key,
+    kafka_run_window,
+    kafka_unique,
+)
+from tests.io.conftest import (
+    kafka_op_args as op_args,
+)
 
 pytestmark = pytest.mark.integration
 
 SECRET = "s3cr3t-never-shown"
-
-
-def op_args(client: Any, topics: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        "bootstrap_servers": client.bootstrap,
-        "topics": topics,
-        "initial_offset": "EARLIEST",
-        "group_id": kafka_unique("g"),
-        "poll_timeout_ms": 200,
-        **extra,
-    }
 
 
 def rows_of(result: dict[int, list[Any]]) -> list[dict[str, Any]]:
