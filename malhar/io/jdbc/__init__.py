@@ -1,11 +1,15 @@
-"""Transactional JDBC output: exactly-once rows in a database, one transaction per window.
+"""JDBC connectors: the transactional output (exactly-once rows in a database, one
+transaction per window) and the replayable poll input (a table read incrementally).
 
 - :class:`JdbcOutputOperator`: the malhar operator (entry point ``JdbcOutput``);
 - :class:`JdbcSink`: the same as a Spark sink, ``df.writeStream.format("malhar_jdbc")``
   (call :func:`register` once per session);
 - :class:`JdbcSettings` / :class:`JdbcSinkSettings`: the settings, declared once;
 - :class:`JdbcStore`: one partition's window transactions (a
-  :class:`~malhar.io.base.output.TransactionalStore`).
+  :class:`~malhar.io.base.output.TransactionalStore`);
+- :class:`JdbcPollInputOperator`: a table or query read incrementally by a growing key,
+  partitioned by key ranges, exactly once (a :class:`~malhar.io.base.ReplayableInput`;
+  entry point ``JdbcPollInput``); :class:`JdbcPollSettings`, its settings.
 
 See ``docs/connectors/jdbc.md``.
 """
@@ -23,6 +27,8 @@ from malhar.io.jdbc.errors import (
     JdbcTargetConflictError,
 )
 from malhar.io.jdbc.output_operator import JdbcOutputOperator
+from malhar.io.jdbc.poll_operator import JdbcPollInputOperator
+from malhar.io.jdbc.poll_settings import JdbcPollSettings
 from malhar.io.jdbc.store import JdbcStore
 
 __all__ = [
@@ -32,6 +38,8 @@ __all__ = [
     "JdbcConnectionError",
     "JdbcError",
     "JdbcOutputOperator",
+    "JdbcPollInputOperator",
+    "JdbcPollSettings",
     "JdbcSettings",
     "JdbcSink",
     "JdbcSinkSettings",
