@@ -48,7 +48,12 @@ class JdbcConnectionSettings(Configurable):
     (:mod:`malhar.secrets`), which keeps the secret out of the plan and the checkpoints.
     """
 
-    url = Property(str, not_null=True, doc="SQLAlchemy URL; its password is never shown")
+    url = Property(
+        str,
+        not_null=True,
+        references=True,
+        doc="SQLAlchemy URL; its password is never shown",
+    )
     password = Property(str, secret=True, doc="password, when not in the URL")
     connect_timeout = Property(int, default=10, min=1, doc="connection timeout (s)")
     lock_timeout = Property(
