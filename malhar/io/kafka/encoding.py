@@ -131,7 +131,9 @@ class RecordEncoder:
             if s.key_column not in names:
                 _reject_all(rejected, n, f"no key_column {s.key_column!r} (the row has {names})")
             else:
-                keys, bad = self.key_serializer.serialize(rows.select([s.key_column]))
+                keys, bad = self.key_serializer.serialize(
+                    _one(rows, s.key_column, self.key_serializer)
+                )
                 _merge(rejected, bad, "key")
         values = self._values(rows, rejected)
         partitions = self._partitions(rows, rejected, keys)
@@ -149,9 +151,7 @@ class RecordEncoder:
             )
             return [None] * n
         else:
-            data = rows.select([source])
-            if not self.value_serializer.single_column:
-                data = data.rename_columns([_SINGLE])
+            data = _one(rows, source, self.value_serializer)
         values, bad = self.value_serializer.serialize(data)
         _merge(rejected, bad, "value")
         return values
@@ -221,6 +221,13 @@ class RecordEncoder:
                 out.append(None)
                 rejected.setdefault(i, f"headers in column {column!r} are not usable: {exc}")
         return out
+
+
+def _one(rows: pa.Table, column: str, serializer: Serializer) -> pa.Table:
+    """One column for ``serializer`` (a whole-row serializer encodes the column's value, not
+    ``{column: value}``)."""
+    data = rows.select([column])
+    return data if serializer.single_column else data.rename_columns([_SINGLE])
 
 
 def _reject_all(rejected: dict[int, str], n: int, reason: str) -> None:

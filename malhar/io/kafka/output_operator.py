@@ -96,8 +96,11 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
                 )
                 continue
             rows: list[dict[str, Any]] = []
+            headers = self.headers_column
             for value in piece:
                 row = _as_row(value)
+                if headers and row is not None and row.get(headers) is not None:
+                    row = {**row, headers: _header_list(row[headers])}
                 if row is None:
                     bad.append(
                         rejected_row(
@@ -130,6 +133,23 @@ def _as_row(value: Any) -> dict[str, Any] | None:
         if callable(fn):
             return dict(fn())
     return None
+
+
+def _header_list(value: Any) -> Any:
+    """Per-row headers as ``[{"key", "value"}]`` (the Kafka input's ``headers`` shape), from a
+    mapping or (key, value) pairs; text values as UTF-8. Anything else is left for the
+    encoder to refuse."""
+    try:
+        pairs = value.items() if isinstance(value, Mapping) else value
+        out = []
+        for pair in pairs:
+            if isinstance(pair, Mapping):
+                pair = (pair.get("key"), pair.get("value"))
+            k, v = pair
+            out.append({"key": k, "value": v.encode() if isinstance(v, str) else v})
+        return out
+    except (TypeError, ValueError):
+        return value
 
 
 def _kind(value: Any) -> str:

@@ -69,6 +69,7 @@ from malhar.io.kafka.encoding import (
 )
 from malhar.io.kafka.errors import (
     KafkaAuthorizationError,
+    KafkaConnectorError,
     KafkaOutputConfigError,
     KafkaOutputError,
     KafkaOutputUnavailableError,
@@ -106,9 +107,10 @@ RECORD_OVERHEAD = 100
 DEFAULT_MESSAGE_MAX = 1_000_000
 
 
-class RecordsRefused(KafkaOutputError, ConnectionError):
+class RecordsRefused(KafkaConnectorError, ConnectionError):
     """Some records of the window were refused by the cluster inside the transaction (which
-    must then abort); the window is tried again without them (transient)."""
+    must then abort); the window is tried again without them (transient, so not an
+    :class:`~malhar.io.base.output.OutputError`, which the retry loop passes through)."""
 
 
 def kafka_error(exc: BaseException) -> KafkaError | None:
@@ -304,10 +306,8 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
             limit = topic_limit
             if "message.max.bytes" not in given:
                 self._config["message.max.bytes"] = max(1000, topic_limit)
-            if "batch.size" not in given:
-                self._config["batch.size"] = max(
-                    1, min(int(self._config["batch.size"]), topic_limit)
-                )
+        if "batch.size" not in given:
+            self._config["batch.size"] = max(1, min(int(self._config["batch.size"]), limit))
         self._limits = (producer_limit, topic_limit)
         self.max_record_bytes = s.max_record_bytes or max(1, limit - RECORD_OVERHEAD)
 
@@ -575,8 +575,11 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
                 txn.producer.commit_transaction(self.timeout)
             except KafkaException as exc:
                 err = kafka_error(exc)
-                if err is not None and err.code() in RECORD_CODES:
+                if err is not None and (err.code() in RECORD_CODES or err.txn_requires_abort()):
+                    # a record may have been refused: the next attempt reports each record's
+                    # delivery, to find it
                     self._diagnose.add(txn.window)
+                if err is not None and err.code() in RECORD_CODES:
                     raise RecordsRefused(
                         f"{self.key}: {self.settings.target} refused records of window "
                         f"{txn.window} ({err.name()}: {err.str()}); the window is written "
