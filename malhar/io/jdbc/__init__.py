@@ -9,7 +9,9 @@ transaction per window) and the replayable poll input (a table read incrementall
   :class:`~malhar.io.base.output.TransactionalStore`);
 - :class:`JdbcPollInputOperator`: a table or query read incrementally by a growing key,
   partitioned by key ranges, exactly once (a :class:`~malhar.io.base.ReplayableInput`;
-  entry point ``JdbcPollInput``); :class:`JdbcPollSettings`, its settings.
+  entry point ``JdbcPollInput``); :class:`JdbcPollSettings`, its settings;
+- :class:`JdbcPollSource`: the same as a Spark data source,
+  ``spark.readStream.format("malhar_jdbc_poll")``.
 
 See ``docs/connectors/jdbc.md``.
 """
@@ -40,6 +42,7 @@ __all__ = [
     "JdbcOutputOperator",
     "JdbcPollInputOperator",
     "JdbcPollSettings",
+    "JdbcPollSource",
     "JdbcSettings",
     "JdbcSink",
     "JdbcSinkSettings",
@@ -53,6 +56,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:  # the Spark sink imports pyspark's data source API: lazily
+    if name == "JdbcPollSource":
+        from malhar.io.jdbc.poll_source import JdbcPollSource
+
+        return JdbcPollSource
     if name in ("JdbcSink", "JdbcStreamWriter", "register", "SINK_NAME"):
         from malhar.io.jdbc import spark_sink
 
