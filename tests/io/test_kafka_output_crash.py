@@ -1,6 +1,7 @@
 """Kafka output exactly once under SIGKILL: the counts sample (Kafka -> count -> PostgreSQL and
 a Kafka counts topic) runs as a real driver process, killed at random points and restarted
-(the last time without its Spark checkpoint); a ``read_committed`` consumer of the counts
+(the last time without its Spark checkpoint; the broker is SIGKILLed and restarted under the
+second run); a ``read_committed`` consumer of the counts
 topic then finds every (window, word) record once, and the counts summed per word equal the
 ground truth read from the input topic (and the table)."""
 
@@ -75,17 +76,21 @@ class CountsApp(Flagship):
         self._log_offset = len(self.log_path.read_text(errors="replace"))
 
 
-def test_sigkill_three_times_counts_topic_exactly_once(
+def test_sigkill_three_times_and_a_broker_crash_counts_topic_exactly_once(
     kafka_service: Any, postgres_service: Any, tmp_path: Path
 ) -> None:
     app = CountsApp(kafka_service, postgres_service, tmp_path, str(tmp_path / "ckpt"))
     try:
         rng = random.Random(16)
         parts = list(chunks(corpus(4_000, seed=16), 4))
-        for part in parts[:-1]:
+        for run, part in enumerate(parts[:-1]):
             app.produce(part)
             app.start()
             app.await_windows(rng.randint(1, 3))
+            if run == 1:  # the broker crashes under the running application, comes back
+                kafka_service.restart(graceful=False)
+                app.mark()
+                app.await_windows(2)
             time.sleep(rng.uniform(0.0, 0.4))  # not synchronization: moves the kill in a window
             app.kill()
         shutil.rmtree(tmp_path / "ckpt" / "spark")  # the last restart without it
