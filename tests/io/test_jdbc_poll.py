@@ -86,6 +86,14 @@ def test_settings_problems_and_redaction() -> None:
     assert SECRET not in repr(op)
 
 
+def test_registered_for_malhar_list_and_info() -> None:
+    from malhar.io.kafka import KafkaOutputOperator
+    from malhar.registry import load
+
+    assert load("JdbcPollInput") is JdbcPollInputOperator
+    assert load("KafkaOutputOperator") is KafkaOutputOperator
+
+
 # -- partitions, replay, polling -----------------------------------------------------------------
 @pytest.mark.integration
 def test_key_range_partitions_poll_new_rows_and_replay_exactly(
