@@ -6,7 +6,7 @@ raw ceilings, in one invocation (starts Kafka and PostgreSQL through ``malhar.te
 
 - **Kafka output**: the same Arrow rows (``word``, ``count``; ~40-byte JSON values, keyed)
   written in windows of ``--per-window`` records. Raw: one confluent-kafka transactional
-  producer, per window ``begin_transaction`` / ``produce`` each pre-encoded record /
+  producer with the operator's librdkafka settings (``PRODUCER_DEFAULTS``), per window ``begin_transaction`` / ``produce`` each pre-encoded record /
   ``send_offsets_to_transaction`` / ``commit_transaction``. Malhar: ``KafkaOutputOperator``
   (exactly_once) through the operator harness: JSON encoding, the window header, the
   partitioner, the committed-window check, the transaction. Target: >= 60% of raw.
