@@ -555,9 +555,16 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
             txn.errors.append(err)
 
     def _flush(self, txn: KafkaTxn) -> None:
-        left = txn.producer.flush(self.timeout)
-        if left:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        """Wait for every record's delivery report. In a transaction, a refused record
+        poisons it and librdkafka may keep the others queued: once a refusal is known the
+        wait stops (the window is written again without the refused records)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = txn.producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+            if not left or (self.delivery == "exactly_once" and txn.refused):
+                return
+            if time.monotonic() >= deadline:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
 
     def store_committed(self, txn: KafkaTxn, mark: CommitMark) -> None:
         txn.mark = mark
