@@ -475,6 +475,8 @@ def test_records_the_topic_refuses_are_found_and_the_window_still_commits(
             value_serializer="string",
             max_record_bytes=10_000_000,
             producer_config={"message.max.bytes": 1_000_000, "batch.size": 500},
+            # the poisoned first attempt's commit waits this long for the queued record
+            request_timeout_ms=8_000,
             **quick(),
         ),
         app,
