@@ -9,7 +9,8 @@ from typing import Any
 from malhar.io.base.output import RetryPolicy
 from malhar.io.jdbc.config import JdbcConnectionSettings, names
 from malhar.io.jdbc.errors import JdbcConfigError
-from malhar.properties import Property, PropertyError
+from malhar.properties import Property, PropertyError, properties_of
+from malhar.redaction import Scrubber
 
 __all__ = ["JdbcPollSettings"]
 
@@ -92,6 +93,19 @@ class JdbcPollSettings(JdbcConnectionSettings):
         (int, float), default=0.5, min=0, doc="first wait between tries (s), doubling"
     )
     max_backoff = Property((int, float), default=10.0, min=0, doc="longest wait (s)")
+
+    def __repr__(self) -> str:
+        """The settings that differ from their defaults, secrets (and the URL's password)
+        masked."""
+        scrub = Scrubber()
+        shown = []
+        for name, prop in properties_of(type(self)).items():
+            value = getattr(self, name)
+            if value is None or value == prop.default:
+                continue
+            scrub.add(value, name, secret=prop.secret)
+            shown.append(f"{name}={'***' if prop.secret else repr(value)}")
+        return scrub(f"{type(self).__name__}({', '.join(shown)})")
 
     @property
     def column_names(self) -> tuple[str, ...]:

@@ -104,7 +104,7 @@ class KafkaOutputSettings(TransactionalSettings):
         >>> s.transactional_id(WindowKey("wc", "out", 3))
         'malhar.wc.out.3'
         >>> s
-        KafkaOutputSettings(bootstrap_servers='b:9092', topic='counts', producer_config={'compression.type': 'lz4', 'sasl.password': '${env:PW}'}, key_column='word')
+        KafkaOutputSettings(bootstrap_servers='b:9092', topic='counts', producer_config={'compression.type': 'lz4', 'sasl.password': '***'}, key_column='word')
     """
 
     config_error = KafkaOutputConfigError
