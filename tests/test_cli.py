@@ -117,8 +117,10 @@ def test_list_json_and_kind_filter(site: FakeSite) -> None:
     only = json.loads(invoke("list", "--json", "--kind", "connector", "--kind", "input").output)
     builtin_connectors = {
         "JdbcOutput",
+        "JdbcPollInput",
         "KafkaInputOperator",
         "KafkaJsonInputOperator",
+        "KafkaOutputOperator",
         "KafkaTextInputOperator",
     }
     assert {e["name"] for e in only} == {"LineOutput", "ListInput", *builtin_connectors}

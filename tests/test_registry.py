@@ -65,8 +65,10 @@ def test_a_third_party_pack_is_listed_and_loadable(site: FakeSite) -> None:
     assert kinds == sorted(kinds, key=registry.KINDS.index)
     builtin_connectors = {
         "JdbcOutput",
+        "JdbcPollInput",
         "KafkaInputOperator",
         "KafkaJsonInputOperator",
+        "KafkaOutputOperator",
         "KafkaTextInputOperator",
     }
     assert {e.name for e in registry.entries(("connector",))} == {"LineOutput", *builtin_connectors}

@@ -14,7 +14,7 @@ from typing import Any
 from malhar import secrets
 from malhar.io.base.output import TransactionalSettings, TransactionalSinkSettings
 from malhar.io.jdbc.errors import JdbcConfigError
-from malhar.properties import Property
+from malhar.properties import Configurable, Property
 from malhar.redaction import redact_url
 
 #: how rows are applied to the table
@@ -39,13 +39,80 @@ def split_table(name: str) -> tuple[str | None, str]:
     return (schema or None, table) if dot else (None, name)
 
 
-class JdbcSettings(TransactionalSettings):
-    """Where and how a window's rows are written (and the retry settings of
-    :class:`~malhar.io.base.output.TransactionalSettings`).
+class JdbcConnectionSettings(Configurable):
+    """Where the database is: the connection settings every JDBC connector shares (the
+    output's :class:`JdbcSettings`, the poll input's ``JdbcPollSettings``).
 
     ``url`` may hold the password (only ever shown redacted); ``password`` and ``url`` may
-    be references ``${env:NAME}`` / ``${file:/path}`` read where the rows are written
+    be references ``${env:NAME}`` / ``${file:/path}`` read where the connection is made
     (:mod:`malhar.secrets`), which keeps the secret out of the plan and the checkpoints.
+    """
+
+    url = Property(
+        str,
+        not_null=True,
+        references=True,
+        doc="SQLAlchemy URL; its password is never shown",
+    )
+    password = Property(str, secret=True, doc="password, when not in the URL")
+    connect_timeout = Property(int, default=10, min=1, doc="connection timeout (s)")
+    lock_timeout = Property(
+        (int, float),
+        default=30,
+        min=0,
+        doc="longest wait for a lock, e.g. a zombie writer's meta row (s; 0: no limit)",
+    )
+    statement_timeout = Property(
+        (int, float), default=300, min=0, doc="longest statement (s; 0: no limit)"
+    )
+
+    @property
+    def redacted_url(self) -> str:
+        """The URL with its password masked: safe for logs and errors."""
+        return redact_url(self.url or "")
+
+    def connection_key(self) -> tuple:
+        """What identifies the connection settings (engines are shared per process by it)."""
+        return (
+            self.url,
+            self.password,
+            self.connect_timeout,
+            self.lock_timeout,
+            self.statement_timeout,
+        )
+
+    def connection_problems(self) -> list[str]:
+        """Why the URL cannot work (a reference is read where it is used: not checked)."""
+        if self.url and not secrets.is_reference(self.url):
+            try:
+                self.sqlalchemy_url()
+            except Exception as exc:
+                return [f"url {self.redacted_url!r} is not a SQLAlchemy URL: {exc}"]
+        return []
+
+    def sqlalchemy_url(self) -> Any:
+        """The ``sqlalchemy.URL`` to connect to (with the password, if given separately); a
+        libpq URL (``postgresql://``, ``postgres://``) connects through psycopg2."""
+        from sqlalchemy.engine import make_url
+
+        try:
+            url = make_url(secrets.resolve(self.url, "url"))
+            password = secrets.resolve(self.password, "password")
+        except secrets.SecretReferenceError as exc:
+            raise JdbcConfigError(str(exc)) from None
+        if url.drivername in ("postgresql", "postgres"):
+            # a libpq URL: use psycopg2, the driver malhar[jdbc] installs (SQLAlchemy 2.1
+            # defaults to psycopg 3)
+            url = url.set(drivername="postgresql+psycopg2")
+        if password:
+            url = url.set(password=password)
+        return url
+
+
+class JdbcSettings(TransactionalSettings, JdbcConnectionSettings):
+    """Where and how a window's rows are written: the connection settings of
+    :class:`JdbcConnectionSettings`, the retry settings of
+    :class:`~malhar.io.base.output.TransactionalSettings`, and the target.
 
     Example:
         >>> s = JdbcSettings().configure(url="postgresql+psycopg2://app:pw@db/shop",
@@ -58,13 +125,6 @@ class JdbcSettings(TransactionalSettings):
 
     config_error = JdbcConfigError
 
-    url = Property(
-        str,
-        not_null=True,
-        references=True,
-        doc="SQLAlchemy URL; its password is never shown",
-    )
-    password = Property(str, secret=True, doc="password, when not in the URL")
     table = Property(str, doc="target table (schema.table allowed); must exist")
     mode = Property(str, default="insert", one_of=MODES, doc="insert, upsert or merge_add")
     key_columns = Property(_NAMES, doc="conflict key of upsert / merge_add (list or 'a,b')")
@@ -76,16 +136,6 @@ class JdbcSettings(TransactionalSettings):
     )
     error_table = Property(
         str, doc="rejected rows, kept with their window (created if missing); replays re-emit them"
-    )
-    connect_timeout = Property(int, default=10, min=1, doc="connection timeout (s)")
-    lock_timeout = Property(
-        (int, float),
-        default=30,
-        min=0,
-        doc="longest wait for a lock, e.g. a zombie writer's meta row (s; 0: no limit)",
-    )
-    statement_timeout = Property(
-        (int, float), default=300, min=0, doc="longest statement (s; 0: no limit)"
     )
 
     # -- derived -------------------------------------------------------------------------
@@ -100,35 +150,15 @@ class JdbcSettings(TransactionalSettings):
         return names(self.columns)
 
     @property
-    def redacted_url(self) -> str:
-        """The URL with its password masked: safe for logs and errors."""
-        return redact_url(self.url or "")
-
-    @property
     def target(self) -> str:
         """What errors name: the table (or the statement) and the redacted URL."""
         what = f"table {self.table!r}" if self.table else "the user statement"
         return f"{what} at {self.redacted_url}"
 
-    def connection_key(self) -> tuple:
-        """What identifies the connection settings (engines are shared per process by it)."""
-        return (
-            self.url,
-            self.password,
-            self.connect_timeout,
-            self.lock_timeout,
-            self.statement_timeout,
-        )
-
     # -- checks ----------------------------------------------------------------------------
     def settings_problems(self) -> list[str]:
         """Every reason these settings cannot work (empty when they can)."""
-        out = self.property_problems()
-        if self.url and not secrets.is_reference(self.url):  # a reference is read on workers
-            try:
-                self.sqlalchemy_url()
-            except Exception as exc:
-                out.append(f"url {self.redacted_url!r} is not a SQLAlchemy URL: {exc}")
+        out = self.property_problems() + self.connection_problems()
         if self.statement:
             if self.mode != "insert":
                 out.append(
@@ -151,24 +181,6 @@ class JdbcSettings(TransactionalSettings):
         """Raise :class:`JdbcConfigError` listing every problem; return self when fine."""
         self.check_settings()
         return self
-
-    def sqlalchemy_url(self) -> Any:
-        """The ``sqlalchemy.URL`` to connect to (with the password, if given separately); a
-        libpq URL (``postgresql://``, ``postgres://``) connects through psycopg2."""
-        from sqlalchemy.engine import make_url
-
-        try:
-            url = make_url(secrets.resolve(self.url, "url"))
-            password = secrets.resolve(self.password, "password")
-        except secrets.SecretReferenceError as exc:
-            raise JdbcConfigError(str(exc)) from None
-        if url.drivername in ("postgresql", "postgres"):
-            # a libpq URL: use psycopg2, the driver malhar[jdbc] installs (SQLAlchemy 2.1
-            # defaults to psycopg 3)
-            url = url.set(drivername="postgresql+psycopg2")
-        if password:
-            url = url.set(password=password)
-        return url
 
 
 class JdbcSinkSettings(JdbcSettings, TransactionalSinkSettings):

@@ -8,14 +8,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from malhar.io.jdbc.config import JdbcSettings
+from malhar.io.jdbc.config import JdbcConnectionSettings
 
 
 def _ms(seconds: float | int | None) -> int:
     return max(0, round(float(seconds or 0) * 1000))
 
 
-def create_engine(settings: JdbcSettings) -> sa.Engine:
+def create_engine(settings: JdbcConnectionSettings) -> sa.Engine:
     """An engine for ``settings``: pre-ping (a restarted server is noticed before use),
     statement parameters kept out of error messages, bounded waits (PostgreSQL:
     ``lock_timeout`` and ``statement_timeout`` of every session; SQLite: the busy

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from malhar.io.jdbc.config import JdbcSettings
+from malhar.io.jdbc.config import JdbcConnectionSettings, JdbcSettings
 from malhar.io.jdbc.connection import create_engine
 
 _lock = threading.Lock()
@@ -27,11 +27,11 @@ _targets: dict[tuple, Any] = {}
 _meta_tables: set[tuple] = set()
 
 
-def _engine_key(options: JdbcSettings) -> tuple:
+def _engine_key(options: JdbcConnectionSettings) -> tuple:
     return options.connection_key()
 
 
-def shared_engine(options: JdbcSettings) -> sa.Engine:
+def shared_engine(options: JdbcConnectionSettings) -> sa.Engine:
     """The process's engine for ``options``' connection settings (created on first use)."""
     key = _engine_key(options)
     with _lock:
@@ -59,7 +59,9 @@ def checked_target(options: JdbcSettings, check: Callable[[], sa.Table | None]) 
     return table
 
 
-def ensure_table_once(options: JdbcSettings, table: str, ensure: Callable[[], None]) -> None:
+def ensure_table_once(
+    options: JdbcConnectionSettings, table: str, ensure: Callable[[], None]
+) -> None:
     """Run ``ensure()`` (a bookkeeping table's DDL and migration) once per process and table."""
     key = (_engine_key(options), table)
     with _lock:
@@ -70,7 +72,7 @@ def ensure_table_once(options: JdbcSettings, table: str, ensure: Callable[[], No
         _meta_tables.add(key)
 
 
-def forget(options: JdbcSettings) -> None:
+def forget(options: JdbcConnectionSettings) -> None:
     """Drop what is cached for ``options``' database (after it was found changed)."""
     key = _engine_key(options)
     with _lock:

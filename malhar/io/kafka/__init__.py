@@ -1,4 +1,5 @@
-"""Kafka input connector: confluent-kafka with manual assignment, exactly once.
+"""Kafka connector: the input (confluent-kafka with manual assignment) and the
+transactional output, exactly once.
 
 - :class:`KafkaInputOperator` (``value binary``), :class:`KafkaTextInputOperator`
   (``value string``), :class:`KafkaJsonInputOperator` (dict tuples, parsed JSON values):
@@ -8,6 +9,11 @@
 - :class:`KafkaSource`: the same reading core as a PySpark data source,
   ``spark.readStream.format("malhar_kafka")``.
 - :class:`KafkaSettings`: the settings both are configured with, declared once.
+- :class:`KafkaOutputOperator`: the output (Malhar's ``KafkaSinglePortExactlyOnceOutputOperator``),
+  on :class:`malhar.io.base.TransactionalOutputOperator`: one Kafka transaction per window
+  and partition, with the window id committed in it; ``delivery`` ``exactly_once``,
+  ``at_least_once`` or ``scan``. The same store serves the Spark sink,
+  ``df.writeStream.format("malhar_kafka")``. Settings: :class:`KafkaOutputSettings`.
 
 See ``docs/connectors/kafka.md``. The building blocks (``client``, ``records``,
 ``deserializers``, ``assignment``) are importable from their modules.
@@ -16,10 +22,13 @@ See ``docs/connectors/kafka.md``. The building blocks (``client``, ``records``,
 from malhar.io.kafka.config import InitialOffset
 from malhar.io.kafka.errors import (
     DataLossError,
+    KafkaAuthorizationError,
     KafkaConfigError,
     KafkaConnectorError,
+    KafkaOutputError,
     KafkaReadError,
     KafkaUnavailableError,
+    OutputTopicNotFoundError,
     ReplayError,
     TopicNotFoundError,
 )
@@ -28,21 +37,29 @@ from malhar.io.kafka.input_operator import (
     KafkaJsonInputOperator,
     KafkaTextInputOperator,
 )
+from malhar.io.kafka.output_operator import KafkaOutputOperator
+from malhar.io.kafka.output_settings import KafkaOutputSettings, KafkaSinkSettings
 from malhar.io.kafka.settings import KafkaSettings
 from malhar.io.kafka.spark_source import KafkaSource
 
 __all__ = [
     "DataLossError",
     "InitialOffset",
+    "KafkaAuthorizationError",
     "KafkaConfigError",
     "KafkaConnectorError",
     "KafkaInputOperator",
     "KafkaJsonInputOperator",
+    "KafkaOutputError",
+    "KafkaOutputOperator",
+    "KafkaOutputSettings",
     "KafkaReadError",
     "KafkaSettings",
+    "KafkaSinkSettings",
     "KafkaSource",
     "KafkaTextInputOperator",
     "KafkaUnavailableError",
+    "OutputTopicNotFoundError",
     "ReplayError",
     "TopicNotFoundError",
 ]

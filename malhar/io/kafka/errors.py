@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from malhar.errors import ConfigError, MalharError
 from malhar.io.base.input import ReplayError as InputReplayError
+from malhar.io.base.output import OutputConfigError, OutputError, OutputUnavailableError
 
 
 class KafkaConnectorError(MalharError, RuntimeError):
@@ -38,3 +39,28 @@ class DataLossError(KafkaReadError):
 
 class ReplayError(KafkaConnectorError, InputReplayError):
     """A window cannot be replayed with exactly the records it had."""
+
+
+# -- the output --------------------------------------------------------------------------------
+class KafkaOutputError(KafkaConnectorError, OutputError):
+    """The Kafka output failed; the message names the topic, the cluster and what to change
+    (a setting, an ACL), never a secret."""
+
+
+class KafkaOutputConfigError(KafkaOutputError, OutputConfigError):
+    """The output's settings cannot work (a serializer that does not exist, a column that
+    the rows do not have, a transaction timeout the broker refuses ...)."""
+
+
+class KafkaOutputUnavailableError(KafkaOutputError, OutputUnavailableError):
+    """The cluster did not answer (or kept refusing the window's transaction) after the
+    configured retries."""
+
+
+class OutputTopicNotFoundError(TopicNotFoundError, KafkaOutputConfigError):
+    """The output topic does not exist and ``create_topic`` is off."""
+
+
+class KafkaAuthorizationError(KafkaOutputError):
+    """The cluster refused the producer: authentication failed, or an ACL is missing on the
+    topic, the transactional id or the commit group."""

@@ -229,7 +229,8 @@ def _to_batch(
 
 
 class KafkaSource(DataSource):
-    """``spark.readStream.format("malhar_kafka")``: Kafka topics, exactly once."""
+    """``spark.readStream.format("malhar_kafka")``: Kafka topics, exactly once; and
+    ``df.writeStream.format("malhar_kafka")``: the transactional Kafka output."""
 
     @classmethod
     def name(cls) -> str:
@@ -241,6 +242,13 @@ class KafkaSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KafkaStreamReader(KafkaSourceSettings.from_options(self.options))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        """``writeStream.format("malhar_kafka")``: the exactly-once Kafka output
+        (:mod:`malhar.io.kafka.spark_sink`)."""
+        from malhar.io.kafka.spark_sink import sink_writer
+
+        return sink_writer(dict(self.options))
 
 
 def register(spark: Any) -> None:

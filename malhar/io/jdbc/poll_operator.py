@@ -1,0 +1,594 @@
+"""The JDBC poll input operator (Malhar's ``JdbcPOJOPollInputOperator``), exactly once, on
+:class:`~malhar.io.base.ReplayableInput`.
+
+A table (or a query) is read incrementally in the order of ``key_column``, a column whose
+values only grow as rows are added (an id, an insertion timestamp).
+
+**Partitions by key ranges.** The first partition to start writes the *plan* of the
+operator, once, under the checkpoint (``<checkpoint>/malhar/jdbc-poll/<operator>.json``,
+created without overwrite: every partition and every restart uses the same plan): the
+rows present at launch are cut into ``N`` ranges of about equal row counts at key
+boundaries. Partitions ``0 .. N-2`` read their range (a backfill) and then idle; partition
+``N-1`` reads the last range and every row added after it, polling every
+``poll_interval_ms`` (Malhar's "poller partition"). With one partition it reads everything.
+
+**Windows and replay.** A partition's position is the largest key it has read
+(checkpointed). A new window reads ``key > position`` (up to its range's end, and up to
+the late-row bound below), through a server-side cursor, ``fetch_size`` rows at a time,
+up to ``max_records_per_window`` rows, ending at a key boundary (rows sharing the last key
+are all read in the same window, so a window may hold a few more rows than the cap). Its
+window record is the key range read and the row count, ``{"low": k1, "high": k2, "rows":
+n}``; a replayed window reads ``k1 < key <= k2`` again and checks the count
+(:class:`~malhar.io.base.ReplayError` when rows in the range were deleted, or committed
+there after the window read it).
+
+**Rows committed late.** Polling by a growing key misses a row whose key was allocated
+before a larger one but committed after the poll read past it (two concurrent inserting
+transactions). The rule: a read goes no further than the largest key that was already in
+the table ``commit_lag_ms`` ago (the partition looks at ``max(key)`` at every poll and keeps
+the observations), so any transaction shorter than ``commit_lag_ms`` has committed its rows
+before their range is read. With the default 0, rows must be committed in key order (one
+writer, or keys assigned at commit). When windows are committed, their ranges are counted
+again (``check_late_rows``): rows that arrived in a range after it was read are reported (a
+warning and the metric ``late_rows``): raise ``commit_lag_ms``.
+
+**Ports.** ``output``: one dict per row on the base class (its values as the Arrow types of
+:mod:`malhar.io.jdbc.poll_reader` give them back); a subclass that declares a typed output
+port (``output = OutputPort("id bigint, amount decimal(12,2), ...")``) gets Arrow batches of
+that schema (columns by name), with no per-row work. ``error`` (error port): a row with a
+value that cannot be converted, as ``{"key": <its key as text>, "error": reason}``, in the
+first run and in replays alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+
+from malhar.io.base.input import ReplayableInput, ReplayError, WindowRecord
+from malhar.io.jdbc.config import split_table
+from malhar.io.jdbc.connection import create_engine, uses_psycopg2
+from malhar.io.jdbc.errors import (
+    JdbcConfigError,
+    JdbcConnectionError,
+    JdbcError,
+    db_message,
+    is_transient,
+)
+from malhar.io.jdbc.poll_reader import (
+    Cursor,
+    PollQuery,
+    arrow_type_of,
+    arrow_type_of_sqlalchemy,
+    decode_key,
+    encode_key,
+    json_text,
+    params,
+    parse_key_text,
+    rows_to_batch,
+)
+from malhar.io.jdbc.poll_settings import JdbcPollSettings
+from malhar.operator import OperatorContext
+from malhar.ports import OutputPort, ports_of
+from malhar.schema import arrow_schema, to_struct_type
+from malhar.state import State
+
+__all__ = ["JdbcPollInputOperator"]
+
+log = logging.getLogger("malhar.io.jdbc.poll")
+
+#: a window record: {"low": key, "high": key, "rows": n} (keys as encode_key gives them)
+Record = dict[str, Any]
+
+PLAN_DIR = "jdbc-poll"
+
+
+class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
+    """Reads a table or a query incrementally by a growing key, exactly once.
+
+    Example:
+        >>> from malhar.io.jdbc import JdbcPollInputOperator
+        >>> src = JdbcPollInputOperator(
+        ...     "postgresql://app@db/shop", table="orders", key_column="id",
+        ...     password="${env:SHOP_PASSWORD}",    # read where the partition runs
+        ...     poll_interval_ms=500, fetch_size=5_000, commit_lag_ms=2_000,
+        ...     max_records_per_window=20_000)
+        >>> src.key_column
+        'id'
+    """
+
+    output = OutputPort()
+    error = OutputPort("key string, error string", error=True)
+
+    #: the largest key read (encoded; None: the partition's range start)
+    _position = State(default=None)
+    #: the partition read its whole (backfill) range
+    _done = State(default=False)
+    #: the partition count of the plan (a changed count is refused)
+    _partitions = State(default=None)
+
+    def __init__(self, url: str | None = None, **properties: Any) -> None:
+        if url is not None:
+            self.url = url
+        self.configure(**properties)
+
+    # -- ReplayableInput -----------------------------------------------------------------------
+    def open(self, context: OperatorContext) -> None:
+        self.check_poll()
+        if self._partitions is not None and self._partitions != context.partitions:
+            raise JdbcConfigError(
+                f"{self.label}: the checkpoint was written with {self._partitions} partitions, "
+                f"now {context.partitions}: a JDBC poll input keeps its partition count (and "
+                "its key ranges) for the life of its checkpoint"
+            )
+        self._partitions = context.partitions
+        self._retry = self.retry_policy()
+        # a private engine: the partition holds one connection for its life
+        self._engine = create_engine(self)
+        self._conn: Any = None
+        self._raw = False
+        self._retrying("connecting", self._connect)
+        self._query = PollQuery(self, self._engine.dialect)
+        self._names, self._types, self._key_index = self._retrying(
+            "checking the source", self._inspect
+        )
+        self._typed = self._port_schema()
+        plan = self._retrying("planning the key ranges", lambda: self._plan(context))
+        p, n = context.partition, context.partitions
+        bounds = plan["bounds"]
+        start = plan["start"]
+        self._low = start if p == 0 else bounds[p - 1]
+        self._high = None if p == n - 1 else bounds[p]
+        self._poller = p == n - 1
+        self._empty_range = plan["empty"] and not self._poller
+        self._ready_at = float(plan["created"]) + self.commit_lag_ms / 1000
+        self._observed: deque[tuple[float, Any]] = deque()
+        self._last_poll = -1e18
+        self._cursor: Cursor | None = None
+        self._late = 0
+        log.info(
+            "%s reads %s, key %r in (%s, %s]%s",
+            self.label,
+            self.source,
+            self.key_column,
+            self._low,
+            "∞" if self._high is None else self._high,
+            f", then polls every {self.poll_interval_ms} ms" if self._poller else "",
+        )
+
+    def close(self) -> None:
+        self._close_cursor()
+        self._drop_connection()
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.dispose()
+
+    def begin_new_window(self, window_id: int) -> None:
+        self._window_low = self._position if self._position is not None else self._low
+        self._window_high = self._window_low
+        self._rows = 0
+        self._finished = False
+        self._caught_up = False
+
+    def read(self, limit: int) -> int:
+        if self._finished:
+            return 0
+        if self._cursor is None:
+            upper = self._upper_bound()
+            if upper is _NOTHING:
+                self._finished = True
+                return 0
+            low = self._window_low
+            self._upper = upper
+            self._cursor = self._retrying(
+                "reading",
+                lambda: self._open_cursor(low, upper),
+            )
+        wanted = min(limit, self.fetch_size)
+        rows = self._cursor.fetch(wanted)
+        if len(rows) < wanted:
+            self._finish_query(caught_up=True)
+        elif len(rows) >= limit:  # the window is full: end it at a key boundary
+            rows = list(rows) + self._ties(rows[-1][self._key_index])
+            self._finish_query(caught_up=False)
+        if not rows:
+            return 0
+        self._emit(rows)
+        last = encode_key(rows[-1][self._key_index])
+        self._window_high = last
+        self._position = last
+        self._rows += len(rows)
+        return len(rows)
+
+    def window_record(self) -> Record:
+        self._close_cursor()  # the window's read ends here (a full window may stop mid-range)
+        return {"low": self._window_low, "high": self._window_high, "rows": self._rows}
+
+    def replay(self, record: Record) -> int:
+        expected = int(record["rows"])
+        if expected == 0:
+            return 0
+        low, high = record["low"], record["high"]
+        cursor = self._retrying("replaying", lambda: self._open_cursor(low, high))
+        n = 0
+        try:
+            for chunk in cursor.rows(self.fetch_size):
+                n += len(chunk)
+                if n > expected:
+                    break
+                self._emit(chunk)
+        finally:
+            cursor.close()
+            self._end_read()
+        if n != expected:
+            raise ReplayError(
+                f"{self.label}: window {self.window_id} read {expected} rows with "
+                f"{self.key_column} in ({_show(low)}, {_show(high)}] of {self.source}, which "
+                f"now has {n} there: rows were deleted, or committed into the range after it "
+                "was read (raise commit_lag_ms); cannot replay exactly"
+            )
+        return n
+
+    def advance_past(self, record: Record) -> None:
+        self._position = record["high"]
+        self._done = False  # the next window finds out whether the range is exhausted
+
+    def release(self, records: list[WindowRecord[Record]]) -> None:
+        if not self.check_late_rows:
+            return
+        for window, record in records:
+            if not record or not record.get("rows"):
+                continue
+            try:
+                found = self._count(record["low"], record["high"])
+            except Exception as exc:  # monitoring only: never fail a window on it
+                log.info("%s: counting window %d again failed: %s", self.label, window, exc)
+                return
+            late = found - int(record["rows"])
+            if late > 0:
+                self._late += late
+                log.warning(
+                    "%s: %d row(s) were committed with %s in (%s, %s] after window %d read "
+                    "that range: they were not read. Rows reach the table out of key order: "
+                    "raise commit_lag_ms (now %d ms) above the longest inserting transaction",
+                    self.label,
+                    late,
+                    self.key_column,
+                    _show(record["low"]),
+                    _show(record["high"]),
+                    window,
+                    self.commit_lag_ms,
+                )
+
+    def metrics(self) -> dict[str, float]:
+        late, self._late = getattr(self, "_late", 0), 0
+        return {"late_rows": float(late)} if late else {}
+
+    # -- reading ---------------------------------------------------------------------------------
+    def _upper_bound(self) -> Any:
+        """The window's upper key bound (encoded; None: unbounded), or _NOTHING to read."""
+        if self._empty_range or self._done:
+            return _NOTHING
+        lag = self.commit_lag_ms / 1000
+        if not self._poller:
+            if lag and time.time() < self._ready_at:
+                return _NOTHING  # rows of the plan's ranges may still be committing
+            return self._high
+        now = time.monotonic()
+        if now - self._last_poll < self.poll_interval_ms / 1000:
+            return _NOTHING
+        self._last_poll = now
+        if not lag:
+            return None
+        newest = self._retrying("reading the largest key", self._max_key)
+        self._observed.append((now, newest))
+        safe: Any = _NOTHING
+        while self._observed and self._observed[0][0] <= now - lag:
+            safe = self._observed.popleft()[1]
+        if safe is not _NOTHING:
+            self._observed.appendleft((now - lag, safe))  # still the bound until a newer one
+        else:
+            return _NOTHING
+        if safe is None:
+            return _NOTHING  # the source was empty then
+        position = self._window_low
+        if position is not None and decode_key(position) >= decode_key(safe):
+            return _NOTHING
+        return safe
+
+    def _finish_query(self, *, caught_up: bool) -> None:
+        self._finished = True
+        self._close_cursor()
+        if caught_up and not self._poller and self._upper is self._high:
+            self._done = True  # the backfill range is read to its end
+
+    def _ties(self, key: Any) -> list[Any]:
+        """The rows after a full window that share its last key (read in the same window)."""
+        assert self._cursor is not None
+        out = []
+        i = self._key_index
+        while True:
+            chunk = self._cursor.fetch(min(self.fetch_size, 1_000))
+            for row in chunk:
+                if row[i] != key:
+                    return out
+                out.append(row)
+            if not chunk:
+                return out
+
+    def _emit(self, rows: list[Any]) -> None:
+        batch, errors = rows_to_batch(rows, self._names, self._types, self._key_index)
+        for e in errors:
+            self.error.emit(e)
+        if not batch.num_rows:
+            return
+        if self._typed is not None:
+            self.output.emit_batch(batch.select(self._typed.names))
+        else:
+            for row in batch.to_pylist():
+                self.output.emit(row)
+
+    def _open_cursor(self, low: Any, high: Any) -> Cursor:
+        if self._conn is None:
+            self._connect()
+        sql = self._query.range_sql(low is not None, high is not None)
+        args = params(
+            None if low is None else decode_key(low), None if high is None else decode_key(high)
+        )
+        try:
+            return Cursor(self._conn, sql, args, self.fetch_size, raw=self._raw)
+        except Exception:
+            self._end_read(broken=True)
+            raise
+
+    def _close_cursor(self) -> None:
+        cursor, self._cursor = getattr(self, "_cursor", None), None
+        if cursor is not None:
+            cursor.close()
+            self._end_read()
+
+    def _end_read(self, *, broken: bool = False) -> None:
+        """End the read's transaction (no snapshot is held between windows)."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            conn.rollback()
+        except Exception:
+            broken = True
+        if broken:
+            self._drop_connection()
+
+    def _scalar(self, sql: str, args: dict[str, Any]) -> Any:
+        if self._conn is None:
+            self._connect()
+        try:
+            if self._raw:
+                with self._conn.cursor() as cur:
+                    cur.execute(sql, args)
+                    row = cur.fetchone()
+            else:
+                row = self._conn.execute(sa.text(sql), args).fetchone()
+        except Exception:
+            self._end_read(broken=True)
+            raise
+        self._end_read()
+        return None if row is None else row[0]
+
+    def _max_key(self) -> Any:
+        value = self._scalar(self._query.max_sql(), {})
+        return None if value is None else encode_key(value)
+
+    def _count(self, low: Any, high: Any) -> int:
+        sql = self._query.count_sql(low is not None, high is not None)
+        args = params(
+            None if low is None else decode_key(low), None if high is None else decode_key(high)
+        )
+        return int(self._scalar(sql, args) or 0)
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _connect(self) -> None:
+        self._drop_connection()
+        try:
+            conn = self._engine.connect()
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            raise JdbcConnectionError(
+                f"{self.label}: cannot connect to {self.redacted_url}: {db_message(exc)}"
+            ) from None
+        if uses_psycopg2(conn):
+            raw = conn.connection.driver_connection
+            json_text(raw)
+            self._sa_conn, self._conn, self._raw = conn, raw, True
+        else:
+            self._sa_conn, self._conn, self._raw = conn, conn, False
+
+    def _drop_connection(self) -> None:
+        sa_conn = getattr(self, "_sa_conn", None)
+        self._sa_conn, self._conn = None, None
+        if sa_conn is not None:
+            try:
+                sa_conn.invalidate()
+            except Exception:
+                pass
+            try:
+                sa_conn.close()
+            except Exception:
+                pass
+
+    def _inspect(self) -> tuple[list[str], list[pa.DataType | None], int]:
+        """The source's columns and their Arrow types; a missing table or column fails here,
+        naming it."""
+        try:
+            cursor = Cursor(
+                self._conn, self._query.probe_sql(), {}, 1, raw=self._raw, server_side=False
+            )
+        except Exception as exc:
+            self._end_read(broken=is_transient(exc))
+            if is_transient(exc):
+                raise
+            raise JdbcConfigError(self._missing(exc)) from None
+        try:
+            description = cursor.description
+        finally:
+            cursor.close()
+            self._end_read()
+        names = [d[0] for d in description]
+        if self.key_column not in names:
+            raise JdbcConfigError(
+                f"{self.label}: key_column {self.key_column!r} is not a column of "
+                f"{self.source} (its columns: {names})"
+            )
+        overrides = dict(self.column_types or {})
+        unknown = [c for c in overrides if c not in names]
+        if unknown:
+            raise JdbcConfigError(
+                f"{self.label}: column_types names {unknown}, which {self.source} does not "
+                f"have (its columns: {names})"
+            )
+        typed = self._port_schema()
+        reflected = {} if self._raw or not self.table else self._reflect()
+        types: list[pa.DataType | None] = []
+        for d in description:
+            name = d[0]
+            if typed is not None and name in typed.names:
+                types.append(typed.field(name).type)
+            elif name in overrides:
+                types.append(
+                    arrow_schema(to_struct_type(f"`{name}` {overrides[name]}")).field(0).type
+                )
+            else:
+                types.append(self._db_type(d, reflected))
+        if typed is not None:
+            missing = [n for n in typed.names if n not in names]
+            if missing:
+                raise JdbcConfigError(
+                    f"{self.label}: the output port's fields {missing} are not columns of "
+                    f"{self.source} (its columns: {names})"
+                )
+        return names, types, names.index(self.key_column)
+
+    def _db_type(self, column: Any, reflected: dict[str, Any]) -> pa.DataType | None:
+        if self._raw:  # PostgreSQL: the result's type OIDs (unknown ones: text)
+            return arrow_type_of(column[1], column[4], column[5]) or pa.string()
+        return reflected.get(column[0])
+
+    def _reflect(self) -> dict[str, Any]:
+        schema, name = split_table(self.table or "")
+        table = sa.Table(name, sa.MetaData(), schema=schema, autoload_with=self._conn)
+        self._end_read()
+        return {c.name: arrow_type_of_sqlalchemy(c.type) for c in table.columns}
+
+    def _missing(self, exc: Exception) -> str:
+        text = db_message(exc)
+        if self.table:
+            return f"{self.label}: cannot read table {self.table!r} at {self.redacted_url}: {text}"
+        return f"{self.label}: cannot run the query at {self.redacted_url}: {text}"
+
+    def _port_schema(self) -> pa.Schema | None:
+        _, outputs = ports_of(type(self))
+        struct = outputs["output"].schema
+        return None if struct is None else arrow_schema(struct)
+
+    def _plan(self, context: OperatorContext) -> dict[str, Any]:
+        """The operator's key-range plan: read, or made once and kept under the checkpoint."""
+        from malhar.util.fs import StorageExistsError, filesystem_for
+
+        if context.checkpoint is None:
+            raise JdbcConfigError(f"{self.label}: a JDBC poll input needs a checkpoint location")
+        fs, root = filesystem_for(context.checkpoint)
+        path = fs.join(root, "malhar", PLAN_DIR, f"{context.name}.json")
+        existing = fs.status(path)
+        if existing is None:
+            plan = self._make_plan(context.partitions)
+            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+            fs.create(tmp, json.dumps(plan, sort_keys=True).encode())
+            try:
+                fs.rename(tmp, path, overwrite=False)
+                log.info("%s: key-range plan %s", self.label, plan)
+            except StorageExistsError:  # another partition made it first: use that one
+                fs.delete(tmp)
+        plan = json.loads(fs.read_all(path))
+        if plan["partitions"] != context.partitions or plan["key_column"] != self.key_column:
+            raise JdbcConfigError(
+                f"{self.label}: the checkpoint's key-range plan ({path}) is for "
+                f"{plan['partitions']} partitions by {plan['key_column']!r}, the operator now "
+                f"has {context.partitions} by {self.key_column!r}: keep them for the life of "
+                "the checkpoint"
+            )
+        return plan
+
+    def _make_plan(self, n: int) -> dict[str, Any]:
+        start = None if self.start_after is None else encode_key(parse_key_text(self.start_after))
+        low_arg = None if start is None else decode_key(start)
+        bounds: list[Any] = []
+        empty = False
+        if n > 1:
+            q = self._query
+            count = int(self._scalar(q.count_sql(start is not None, False), params(low_arg)) or 0)
+            empty = count == 0
+            for i in range(1, n):
+                if empty:
+                    bounds.append(start)
+                    continue
+                offset = max(0, (i * count) // n - 1)
+                key = self._scalar(
+                    q.nth_key_sql(start is not None, False), params(low_arg, offset=offset)
+                )
+                bounds.append(
+                    encode_key(key) if key is not None else (bounds[-1] if bounds else start)
+                )
+        return {
+            "partitions": n,
+            "key_column": self.key_column,
+            "start": start,
+            "bounds": bounds,
+            "empty": empty,
+            "created": time.time(),
+        }
+
+    def _retrying(self, what: str, fn: Any) -> Any:
+        delays = self._retry.delays()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn()
+            except JdbcError:
+                raise
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise JdbcError(
+                        f"{self.label}: {what} {self.source} failed: {db_message(exc)}"
+                    ) from None
+                delay = next(delays, None)
+                if delay is None:
+                    raise JdbcConnectionError(
+                        f"{self.label}: {what} {self.source}: database still unavailable after "
+                        f"{attempt} attempts: {db_message(exc)}"
+                    ) from None
+                log.warning(
+                    "%s: %s failed (attempt %d), retrying in %.2fs: %s",
+                    self.label,
+                    what,
+                    attempt,
+                    delay,
+                    db_message(exc),
+                )
+                self._drop_connection()
+                time.sleep(delay)
+
+
+_NOTHING: Any = object()
+
+
+def _show(key: Any) -> str:
+    return "-∞" if key is None else str(decode_key(key))

@@ -1,0 +1,414 @@
+"""The reading core of the JDBC poll input, shared by the operator and the Spark data source:
+SQL for key ranges, server-side cursors, database types to Arrow, keys in JSON records, and
+the key-range plan of the partitions.
+
+**Ranges.** Every read is ``key > low AND key <= high ORDER BY key`` (``low`` None: no lower
+bound; ``high`` None: none above) through a server-side cursor (psycopg2's named cursor;
+SQLAlchemy's ``stream_results`` elsewhere), ``fetch_size`` rows at a time, so memory stays
+flat whatever the range holds. Identifiers are quoted by the dialect, the bounds are bound
+parameters.
+
+**Types** (PostgreSQL, by the result's type OIDs; a typed output port or ``column_types``
+decides instead where given): integers, floats, booleans, text (``varchar``, ``char``,
+``text``, ``uuid``, ``json`` and ``jsonb`` as their JSON text), ``bytea`` as binary,
+``numeric(p,s)`` as ``decimal128(p,s)`` (unconstrained ``numeric`` as ``decimal128(38,18)``,
+Spark's default), ``date``, ``time``, ``timestamp`` (naive), ``timestamptz`` (UTC),
+``interval`` as a duration, one-dimensional arrays of these as lists; NULLs stay null. A
+value that does not fit its type (``NaN`` or too many digits for the decimal, a
+multi-dimensional array) makes its row an error row, with its key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+
+from malhar.io.jdbc.config import split_table
+from malhar.io.jdbc.errors import JdbcConfigError
+
+__all__ = [
+    "PollQuery",
+    "arrow_type_of",
+    "decode_key",
+    "encode_key",
+    "rows_to_batch",
+]
+
+log = logging.getLogger("malhar.io.jdbc.poll")
+
+#: PostgreSQL type OID -> Arrow type (see the module doc)
+PG_TYPES: dict[int, pa.DataType] = {
+    16: pa.bool_(),
+    17: pa.binary(),
+    18: pa.string(),
+    19: pa.string(),
+    20: pa.int64(),
+    21: pa.int16(),
+    23: pa.int32(),
+    25: pa.string(),
+    26: pa.int64(),
+    114: pa.string(),
+    142: pa.string(),
+    700: pa.float32(),
+    701: pa.float64(),
+    1042: pa.string(),
+    1043: pa.string(),
+    1082: pa.date32(),
+    1083: pa.time64("us"),
+    1114: pa.timestamp("us"),
+    1184: pa.timestamp("us", tz="UTC"),
+    1186: pa.duration("us"),
+    2950: pa.string(),
+    3802: pa.string(),
+}
+#: PostgreSQL array type OID -> its element's OID
+PG_ARRAYS: dict[int, int] = {
+    1000: 16,
+    1001: 17,
+    1005: 21,
+    1007: 23,
+    1016: 20,
+    1009: 25,
+    1014: 1042,
+    1015: 1043,
+    1021: 700,
+    1022: 701,
+    1231: 1700,
+    1115: 1114,
+    1185: 1184,
+    1182: 1082,
+    1183: 1083,
+    1187: 1186,
+    199: 114,
+    3807: 3802,
+    2951: 2950,
+}
+NUMERIC = 1700
+#: unconstrained numeric (Spark's default decimal)
+DEFAULT_DECIMAL = pa.decimal128(38, 18)
+
+
+def arrow_type_of(type_code: Any, precision: Any = None, scale: Any = None) -> pa.DataType | None:
+    """The Arrow type of a PostgreSQL result column (None: not known, read as text)."""
+    if not isinstance(type_code, int):
+        return None
+    if type_code == NUMERIC:
+        return _decimal(precision, scale)
+    if type_code in PG_TYPES:
+        return PG_TYPES[type_code]
+    element = PG_ARRAYS.get(type_code)
+    if element is not None:
+        inner = DEFAULT_DECIMAL if element == NUMERIC else PG_TYPES.get(element)
+        return pa.list_(inner) if inner is not None else None
+    return None
+
+
+def _decimal(precision: Any, scale: Any) -> pa.DataType:
+    if isinstance(precision, int) and 0 < precision <= 38 and isinstance(scale, int):
+        return pa.decimal128(precision, max(0, min(scale, precision)))
+    return DEFAULT_DECIMAL
+
+
+def arrow_type_of_sqlalchemy(typ: Any) -> pa.DataType | None:
+    """The Arrow type of a reflected SQLAlchemy column type (other databases than
+    PostgreSQL; None: inferred from the values)."""
+    if isinstance(typ, sa.Boolean):
+        return pa.bool_()
+    if isinstance(typ, sa.BigInteger | sa.Integer):
+        return pa.int64()
+    if isinstance(typ, sa.Numeric) and not isinstance(typ, sa.Float):
+        return _decimal(typ.precision, typ.scale)
+    if isinstance(typ, sa.Float):
+        return pa.float64()
+    if isinstance(typ, sa.DateTime):
+        return pa.timestamp("us", tz="UTC") if typ.timezone else pa.timestamp("us")
+    if isinstance(typ, sa.Date):
+        return pa.date32()
+    if isinstance(typ, sa.LargeBinary):
+        return pa.binary()
+    if isinstance(typ, sa.String | sa.JSON):
+        return pa.string()
+    return None
+
+
+# -- keys in JSON window records ---------------------------------------------------------------
+def encode_key(value: Any) -> Any:
+    """A key value as JSON (window records go through a JSON round trip).
+
+    Example:
+        >>> encode_key(dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC))
+        {'ts': '2024-05-01T12:00:00+00:00'}
+        >>> decode_key(encode_key(Decimal("10.5"))), decode_key(7)
+        (Decimal('10.5'), 7)
+    """
+    if value is None or (isinstance(value, int | float | str) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, dt.datetime):
+        return {"ts": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"date": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"dec": str(value)}
+    raise JdbcConfigError(
+        f"key values of type {type(value).__name__} cannot be polled: use an integer, "
+        "decimal, text, date or timestamp column as key_column"
+    )
+
+
+def decode_key(value: Any) -> Any:
+    """The inverse of :func:`encode_key`."""
+    if isinstance(value, dict):
+        if "ts" in value:
+            return dt.datetime.fromisoformat(value["ts"])
+        if "date" in value:
+            return dt.date.fromisoformat(value["date"])
+        if "dec" in value:
+            return Decimal(value["dec"])
+        raise ValueError(f"not an encoded key: {value!r}")
+    return value
+
+
+def parse_key_text(text: Any) -> Any:
+    """``start_after`` as a key: numbers as they are, ISO text as a timestamp or a date."""
+    if not isinstance(text, str):
+        return text
+    for parse in (dt.datetime.fromisoformat, dt.date.fromisoformat):
+        try:
+            return parse(text)
+        except ValueError:
+            continue
+    return text
+
+
+# -- conversion ---------------------------------------------------------------------------------
+_CONVERSION_ERRORS = (
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    OverflowError,
+    ValueError,
+    TypeError,
+)
+
+
+def _fix_memoryviews(values: list[Any]) -> list[Any]:
+    return [bytes(v) if isinstance(v, memoryview) else v for v in values]
+
+
+def _column(values: list[Any], typ: pa.DataType | None) -> tuple[pa.Array | None, Exception | None]:
+    """``values`` as an Arrow array of ``typ`` (None: inferred), or the conversion error."""
+    if typ is None:
+        try:
+            return pa.array(_fix_memoryviews(values)), None
+        except _CONVERSION_ERRORS:
+            return pa.array([None if v is None else str(v) for v in values], pa.string()), None
+    try:
+        return pa.array(values, typ), None
+    except _CONVERSION_ERRORS as exc:
+        if pa.types.is_string(typ):
+            return pa.array([None if v is None else str(v) for v in values], pa.string()), None
+        if pa.types.is_binary(typ) or pa.types.is_list(typ):
+            try:
+                return pa.array(_fix_memoryviews(values), typ), None
+            except _CONVERSION_ERRORS:
+                pass
+        return None, exc
+
+
+def rows_to_batch(
+    rows: Sequence[Sequence[Any]],
+    names: Sequence[str],
+    types: Sequence[pa.DataType | None],
+    key_index: int,
+) -> tuple[pa.RecordBatch, list[dict[str, Any]]]:
+    """The rows as one Arrow batch of ``types`` (None: inferred from the values), and an error row
+    ``{"key", "error"}`` for each row with a value that does not fit its column's type
+    (left out of the batch)."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]
+    arrays: list[pa.Array | None] = []
+    bad: dict[int, str] = {}
+    for name, values, typ in zip(names, columns, types, strict=True):
+        values = list(values)
+        array, exc = _column(values, typ)
+        if array is None:
+            for i, v in enumerate(values):
+                if i in bad:
+                    continue
+                one, why = _column([v], typ)
+                if one is None:
+                    shown = repr(v)
+                    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                    bad[i] = f"column {name!r}: cannot convert {shown} to {typ}: {why}"
+        arrays.append(array)
+    if bad:
+        keep = [i for i in range(len(rows)) if i not in bad]
+        arrays = [_column([columns[c][i] for i in keep], types[c])[0] for c in range(len(names))]
+    batch = pa.RecordBatch.from_arrays(arrays, names=list(names))  # type: ignore[arg-type]
+    errors = [
+        {"key": _key_text(rows[i][key_index]), "error": why} for i, why in sorted(bad.items())
+    ]
+    return batch, errors
+
+
+def _key_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+# -- SQL ------------------------------------------------------------------------------------------
+class PollQuery:
+    """The statements of one source (table or query) on one database.
+
+    Args:
+        settings: the poll settings (source, key, columns, where).
+        dialect: the database's SQLAlchemy dialect (quoting, parameter style).
+    """
+
+    def __init__(self, settings: Any, dialect: sa.Dialect) -> None:
+        self.settings = settings
+        self.dialect = dialect
+        prep = dialect.identifier_preparer
+        self.q = prep.quote
+        if settings.table:
+            schema, name = split_table(settings.table)
+            self.source = (f"{prep.quote_schema(schema)}." if schema else "") + prep.quote(name)
+        else:
+            self.source = f"({settings.query}) AS malhar_q"
+        cols = settings.column_names
+        self.select_list = ", ".join(self.q(c) for c in cols) if cols else "*"
+        self.key = self.q(settings.key_column)
+        self.pyformat = dialect.paramstyle in ("pyformat", "format")
+
+    def _param(self, name: str) -> str:
+        return f"%({name})s" if self.pyformat else f":{name}"
+
+    def where(self, low: bool, high: bool) -> str:
+        parts = []
+        if low:
+            parts.append(f"{self.key} > {self._param('low')}")
+        if high:
+            parts.append(f"{self.key} <= {self._param('high')}")
+        if self.settings.where:
+            parts.append(f"({self.settings.where})")
+        return (" WHERE " + " AND ".join(parts)) if parts else ""
+
+    def range_sql(self, low: bool, high: bool) -> str:
+        """Rows of ``(low, high]`` in key order."""
+        return (
+            f"SELECT {self.select_list} FROM {self.source}{self.where(low, high)} "
+            f"ORDER BY {self.key}"
+        )
+
+    def count_sql(self, low: bool, high: bool) -> str:
+        return f"SELECT count(*) FROM {self.source}{self.where(low, high)}"
+
+    def max_sql(self) -> str:
+        return f"SELECT max({self.key}) FROM {self.source}{self.where(False, False)}"
+
+    def nth_key_sql(self, low: bool, high: bool) -> str:
+        """The key at ``offset`` in key order (the plan's boundaries)."""
+        offset = self._param("offset")
+        return (
+            f"SELECT {self.key} FROM {self.source}{self.where(low, high)} ORDER BY {self.key} "
+            f"LIMIT 1 OFFSET {offset}"
+        )
+
+    def probe_sql(self) -> str:
+        """No rows, every column: the result's description."""
+        return f"SELECT {self.select_list} FROM {self.source} WHERE 1 = 0"
+
+
+def params(low: Any = None, high: Any = None, **more: Any) -> dict[str, Any]:
+    out = {k: v for k, v in (("low", low), ("high", high)) if v is not None}
+    out.update(more)
+    return out
+
+
+class Cursor:
+    """A server-side cursor over one statement: ``fetch(n)`` returns up to ``n`` rows
+    (tuples); fewer means the statement is exhausted."""
+
+    def __init__(
+        self,
+        conn: Any,
+        sql: str,
+        args: dict[str, Any],
+        fetch_size: int,
+        *,
+        raw: bool,
+        server_side: bool = True,
+    ) -> None:
+        self.raw = raw
+        if raw:  # psycopg2: a named (server-side) cursor
+            if server_side:
+                self.cur = conn.cursor(name=f"malhar_poll_{time.monotonic_ns()}")
+                self.cur.itersize = fetch_size
+            else:  # a named cursor has no description before its first fetch
+                self.cur = conn.cursor()
+            self.cur.execute(sql, args)
+            self.result = None
+        else:
+            self.cur = None
+            self.result = conn.execution_options(
+                stream_results=True, max_row_buffer=fetch_size
+            ).execute(sa.text(sql), args)
+
+    @property
+    def description(self) -> Any:
+        if self.raw:
+            return self.cur.description
+        return self.result.cursor.description if self.result.cursor is not None else None
+
+    def fetch(self, n: int) -> list[Sequence[Any]]:
+        if self.raw:
+            return self.cur.fetchmany(n)
+        return self.result.fetchmany(n)
+
+    def rows(self, n: int) -> Iterator[list[Sequence[Any]]]:
+        while True:
+            chunk = self.fetch(n)
+            if chunk:
+                yield chunk
+            if len(chunk) < n:
+                return
+
+    def close(self) -> None:
+        try:
+            if self.raw:
+                self.cur.close()
+            else:
+                self.result.close()
+        except Exception:  # the connection may be gone: the transaction ends with it
+            pass
+
+
+def json_text(conn: Any) -> None:
+    """Make psycopg2 return ``json`` / ``jsonb`` as their text (no parse and dump again)."""
+    from psycopg2.extras import register_default_json, register_default_jsonb
+
+    register_default_json(conn, loads=_identity)
+    register_default_jsonb(conn, loads=_identity)
+
+
+def _identity(text: str) -> str:
+    return text
+
+
+def key_sort_value(value: Any) -> Any:
+    """``value`` in a form that compares with other keys of its column."""
+    return decode_key(value) if isinstance(value, dict) else value
+
+
+def dumps_record(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True)

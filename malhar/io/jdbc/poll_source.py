@@ -1,0 +1,252 @@
+"""``spark.readStream.format("malhar_jdbc_poll")``: the JDBC poll input as a PySpark data
+source, on the operator's reading core (the same SQL, server-side cursors and types).
+
+Offsets are the largest key read, ``{"key": <encoded key or null>}``. Spark writes a
+micro-batch's ``(start, end]`` to its offset log before reading it and re-runs an unfinished
+batch with the same offsets after a restart, and :meth:`JdbcPollStreamReader.read` returns
+exactly the rows with ``start < key <= end``: a replayed micro-batch has the same rows
+(unless rows were deleted from, or committed late into, its range: the ``commit_lag_ms``
+rule of docs/connectors/jdbc-poll.md applies here too). A batch's range is split into
+``num_partitions`` key ranges of about equal row counts, read by as many tasks.
+
+Not run: the example needs a SparkSession and a database (docs/connectors/jdbc-poll.md has
+a runnable one).
+
+>>> from malhar.io.jdbc import JdbcPollSource
+>>> spark.dataSource.register(JdbcPollSource)                     # doctest: +SKIP
+>>> df = (spark.readStream.format("malhar_jdbc_poll")             # doctest: +SKIP
+...       .option("url", "postgresql://app@db/shop").option("password", "${env:PW}")
+...       .option("table", "orders").option("key_column", "id")
+...       .option("max_rows_per_batch", 50000).option("num_partitions", 4)
+...       .load())
+
+Options: the properties of :class:`~malhar.io.jdbc.JdbcPollSettings` (names
+case-insensitive, unknown ones fail with "did you mean"), plus ``max_rows_per_batch`` and
+``num_partitions``. A row with a value that cannot be converted fails the batch, naming its
+key (a source has no error port; ``column_types`` or a ``query`` that casts fixes it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from malhar.io.jdbc.errors import JdbcError
+from malhar.io.jdbc.poll_operator import JdbcPollInputOperator
+from malhar.io.jdbc.poll_reader import (
+    Cursor,
+    decode_key,
+    encode_key,
+    params,
+    parse_key_text,
+    rows_to_batch,
+)
+from malhar.io.jdbc.poll_settings import JdbcPollSettings
+from malhar.properties import Property, properties_of
+
+__all__ = ["SOURCE_NAME", "JdbcPollSource", "JdbcPollSourceSettings", "JdbcPollStreamReader"]
+
+SOURCE_NAME = "malhar_jdbc_poll"
+
+
+class JdbcPollSourceSettings(JdbcPollSettings):
+    """The data source's options: :class:`JdbcPollSettings` and the batch shape."""
+
+    max_rows_per_batch = Property(
+        int, default=None, min=1, doc="rows per micro-batch at most (default: all available)"
+    )
+    num_partitions = Property(int, default=1, min=1, doc="tasks (key ranges) per micro-batch")
+
+
+class _Core(JdbcPollInputOperator):
+    """The operator's connection, inspection and cursor code, without a DAG around it."""
+
+    def __init__(self, settings: JdbcPollSettings, label: str) -> None:
+        own = properties_of(JdbcPollSettings)
+        self.configure(**{n: getattr(settings, n) for n in own})
+        self._label = label
+        self._retry = self.retry_policy()
+        from malhar.io.jdbc.connection import create_engine
+        from malhar.io.jdbc.poll_reader import PollQuery
+
+        self._engine = create_engine(self)
+        self._conn: Any = None
+        self._raw = False
+        self._cursor = None
+        self._retrying("connecting", self._connect)
+        self._query = PollQuery(self, self._engine.dialect)
+        self._names, self._types, self._key_index = self._retrying(
+            "checking the source", self._inspect
+        )
+        self._typed = None
+
+    def nth_key(self, low: Any, high: Any, offset: int) -> Any:
+        sql = self._query.nth_key_sql(low is not None, high is not None)
+        args = params(_dec(low), _dec(high), offset=offset)
+        value = self._retrying("planning", lambda: self._scalar(sql, args))
+        return None if value is None else encode_key(value)
+
+    def count(self, low: Any, high: Any) -> int:
+        return int(self._retrying("counting", lambda: self._count(low, high)))
+
+    def max_key(self) -> Any:
+        return self._retrying("reading the largest key", self._max_key)
+
+    def batches(self, low: Any, high: Any) -> Iterator[pa.RecordBatch]:
+        cursor: Cursor = self._retrying("reading", lambda: self._open_cursor(low, high))
+        try:
+            for chunk in cursor.rows(self.fetch_size):
+                batch, errors = rows_to_batch(chunk, self._names, self._types, self._key_index)
+                if errors:
+                    e = errors[0]
+                    raise JdbcError(
+                        f"{SOURCE_NAME}: the row with {self.key_column} = {e['key']} of "
+                        f"{self.source} cannot be read: {e['error']} ({len(errors)} such "
+                        "row(s) in this chunk); set column_types or cast in a query"
+                    )
+                yield batch
+        finally:
+            cursor.close()
+            self._end_read()
+
+    def close(self) -> None:
+        self._drop_connection()
+        self._engine.dispose()
+
+
+def _dec(key: Any) -> Any:
+    return None if key is None else decode_key(key)
+
+
+def _after(a: Any, b: Any) -> bool:
+    """Key ``a`` is after key ``b`` (None: before everything)."""
+    if a is None:
+        return False
+    return b is None or decode_key(a) > decode_key(b)
+
+
+@dataclass
+class JdbcRange(InputPartition):
+    """Rows with ``low < key <= high`` (encoded keys; low None: from the start)."""
+
+    low: Any
+    high: Any
+
+
+class JdbcPollStreamReader(DataSourceStreamReader):
+    """Micro-batches of key ranges (see the module doc)."""
+
+    def __init__(self, settings: JdbcPollSourceSettings) -> None:
+        self.settings = settings
+        self._core: _Core | None = None
+        self._observed: deque[tuple[float, Any]] = deque()
+
+    def __getstate__(self) -> dict[str, Any]:  # the driver's connection stays on the driver
+        return {"settings": self.settings, "_core": None, "_observed": deque()}
+
+    @property
+    def core(self) -> _Core:
+        if self._core is None:
+            self._core = _Core(self.settings, f"{SOURCE_NAME} driver")
+        return self._core
+
+    def initialOffset(self) -> dict:
+        start = self.settings.start_after
+        return {"key": None if start is None else encode_key(parse_key_text(start))}
+
+    def _safe_max(self) -> Any:
+        """The largest key the batch may read: with ``commit_lag_ms``, the largest key
+        that was in the table that long ago."""
+        newest = self.core.max_key()
+        lag = self.settings.commit_lag_ms / 1000
+        if not lag:
+            return newest
+        now = time.monotonic()
+        self._observed.append((now, newest))
+        safe: Any = None
+        while self._observed and self._observed[0][0] <= now - lag:
+            safe = self._observed.popleft()[1]
+        if safe is not None:
+            self._observed.appendleft((now - lag, safe))
+        return safe
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:  # type: ignore[override]
+        low = start["key"]
+        high = self._safe_max()
+        if not _after(high, low):
+            return {"key": low}
+        cap = self.settings.max_rows_per_batch
+        if cap:
+            nth = self.core.nth_key(low, None, cap - 1)
+            if nth is not None and _after(high, nth):
+                high = nth
+        return {"key": high}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        low, high = start["key"], end["key"]
+        if not _after(high, low):
+            return []
+        n = int(self.settings.num_partitions)
+        bounds = [low]
+        if n > 1:
+            count = self.core.count(low, high)
+            for i in range(1, n):
+                key = self.core.nth_key(low, high, max(0, (i * count) // n - 1))
+                if key is not None and _after(key, bounds[-1]) and _after(high, key):
+                    bounds.append(key)
+        bounds.append(high)
+        return [JdbcRange(a, b) for a, b in itertools.pairwise(bounds)]
+
+    def read(self, partition: JdbcRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        core = _Core(self.settings, f"{SOURCE_NAME} task")
+        try:
+            yield from core.batches(partition.low, partition.high)
+        finally:
+            core.close()
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._core is not None:
+            self._core.close()
+            self._core = None
+
+
+class JdbcPollSource(DataSource):
+    """``readStream.format("malhar_jdbc_poll")``: a table or query read incrementally by a
+    growing key, each micro-batch a key range (replayed exactly)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def _settings(self) -> JdbcPollSourceSettings:
+        settings = JdbcPollSourceSettings()
+        settings.from_options(dict(self.options))
+        return settings
+
+    def schema(self) -> Any:
+        from pyspark.sql.pandas.types import from_arrow_type
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        core = _Core(self._settings(), f"{SOURCE_NAME} schema")
+        try:
+            return StructType(
+                [
+                    StructField(n, StringType() if t is None else from_arrow_type(t), True)
+                    for n, t in zip(core._names, core._types, strict=True)
+                ]
+            )
+        finally:
+            core.close()
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return JdbcPollStreamReader(self._settings())

@@ -1,0 +1,240 @@
+"""A window's rows (one Arrow table) as Kafka records: keys, values, partitions, headers, and
+the rows that cannot become records (with the reason).
+
+Used by the Kafka output's store (:mod:`malhar.io.kafka.producer`); the serializers are in
+:mod:`malhar.io.kafka.serializers`. Work is per column where Arrow allows it (the key and
+value serializers encode whole columns; the column partitioner hashes each distinct value
+once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from malhar.io.kafka.output_settings import KafkaOutputSettings
+from malhar.io.kafka.serializers import _SINGLE, Serializer
+
+__all__ = ["WINDOW_HEADER", "WRITER_HEADER", "EncodedRecords", "RecordEncoder", "murmur2_partition"]
+
+#: the header holding the window id (ASCII digits), on every record in every delivery mode
+WINDOW_HEADER = "malhar.window"
+#: the header naming the writer, ``<application>/<operator>/<partition>`` (scan recovery)
+WRITER_HEADER = "malhar.writer"
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass
+class EncodedRecords:
+    """The records of a window, by row index; rows in ``rejected`` are not records."""
+
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    #: explicit partitions (None: the producer's partitioner decides), or None for all rows
+    partitions: list[int | None] | None
+    #: extra headers per row (None: only the common ones), or None for all rows
+    headers: list[list[Header] | None] | None
+    rejected: dict[int, str] = field(default_factory=dict)
+
+    def size(self, i: int, common_headers: int) -> int:
+        """Bytes of record ``i``: key + value + headers (as librdkafka counts them, roughly)."""
+        n = len(self.keys[i] or b"") + len(self.values[i] or b"") + common_headers
+        extra = self.headers[i] if self.headers is not None else None
+        if extra:
+            n += sum(len(k) + len(v or b"") for k, v in extra)
+        return n
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), as a signed int32."""
+    m, r = 0x5BD1E995, 24
+    length = len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    end = length - length % 4
+    for i in range(0, end, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length % 4
+    if rest == 3:
+        h ^= data[end + 2] << 16
+    if rest >= 2:
+        h ^= data[end + 1] << 8
+    if rest >= 1:
+        h ^= data[end]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def murmur2_partition(data: bytes, partitions: int) -> int:
+    """The partition Kafka's Java ``DefaultPartitioner`` (and librdkafka's
+    ``murmur2_random``) gives the key ``data``.
+
+    Example (Kafka's own test vector: ``Utils.murmur2("21".getBytes()) == -973932308``):
+        >>> murmur2(b"21"), murmur2_partition(b"21", 4)
+        (-973932308, 0)
+    """
+    return (murmur2(data) & 0x7FFFFFFF) % partitions
+
+
+def _as_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
+class RecordEncoder:
+    """Turns a window's table into :class:`EncodedRecords` per the output's settings.
+
+    Args:
+        settings: the output's settings (columns, partitioner, headers).
+        key_serializer: encodes ``key_column`` (None when there is no key).
+        value_serializer: encodes ``value_column`` or the whole row.
+        partitions: the topic's partition count (explicit partitions are checked against it).
+    """
+
+    def __init__(
+        self,
+        settings: KafkaOutputSettings,
+        key_serializer: Serializer | None,
+        value_serializer: Serializer,
+        partitions: int,
+    ) -> None:
+        self.settings = settings
+        self.key_serializer = key_serializer
+        self.value_serializer = value_serializer
+        self.partitions = partitions
+        self.value_source = settings.value_source
+        #: columns that are not part of a whole-row value
+        self.meta_columns = {c for c in (settings.headers_column,) if c} | (
+            {settings.partition_column} if settings.partitioner == "explicit" else set()
+        )
+
+    def encode(self, rows: pa.Table) -> EncodedRecords:
+        n = rows.num_rows
+        rejected: dict[int, str] = {}
+        names = rows.column_names
+        keys: list[bytes | None] = [None] * n
+        s = self.settings
+        if s.key_column and self.key_serializer is not None:
+            if s.key_column not in names:
+                _reject_all(rejected, n, f"no key_column {s.key_column!r} (the row has {names})")
+            else:
+                keys, bad = self.key_serializer.serialize(
+                    _one(rows, s.key_column, self.key_serializer)
+                )
+                _merge(rejected, bad, "key")
+        values = self._values(rows, rejected)
+        partitions = self._partitions(rows, rejected, keys)
+        headers = self._headers(rows, rejected)
+        return EncodedRecords(keys, values, partitions, headers, rejected)
+
+    def _values(self, rows: pa.Table, rejected: dict[int, str]) -> list[bytes | None]:
+        n = rows.num_rows
+        source = self.value_source
+        if source is None:
+            data = rows.select([c for c in rows.column_names if c not in self.meta_columns])
+        elif source not in rows.column_names:
+            _reject_all(
+                rejected, n, f"no value column {source!r} (the row has {rows.column_names})"
+            )
+            return [None] * n
+        else:
+            data = _one(rows, source, self.value_serializer)
+        values, bad = self.value_serializer.serialize(data)
+        _merge(rejected, bad, "value")
+        return values
+
+    def _partitions(
+        self, rows: pa.Table, rejected: dict[int, str], keys: list[bytes | None]
+    ) -> list[int | None] | None:
+        s = self.settings
+        if s.partitioner == "key":
+            return None
+        n = rows.num_rows
+        column = s.partition_column
+        assert column is not None
+        if column not in rows.column_names:
+            _reject_all(
+                rejected, n, f"no partition_column {column!r} (the row has {rows.column_names})"
+            )
+            return [None] * n
+        data = rows.column(column)
+        if s.partitioner == "explicit":
+            out: list[int | None] = []
+            for i, v in enumerate(data.to_pylist()):
+                if v is None:
+                    out.append(None)  # the producer's partitioner (on the key) decides
+                elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v < self.partitions:
+                    out.append(v)
+                else:
+                    out.append(None)
+                    rejected.setdefault(
+                        i,
+                        f"partition {v!r} in column {column!r} is not a partition of topic "
+                        f"{s.topic!r} (0..{self.partitions - 1})",
+                    )
+            return out
+        # "column": murmur2 of the value's text, each distinct value hashed once
+        encoded = pc.dictionary_encode(data.combine_chunks())
+        table = [
+            None if v is None else murmur2_partition(_as_bytes(v), self.partitions)
+            for v in encoded.dictionary.to_pylist()
+        ]
+        return [None if i is None else table[i] for i in encoded.indices.to_pylist()]
+
+    def _headers(
+        self, rows: pa.Table, rejected: dict[int, str]
+    ) -> list[list[Header] | None] | None:
+        column = self.settings.headers_column
+        if not column:
+            return None
+        if column not in rows.column_names:
+            return None  # no per-row headers in this window
+        out: list[list[Header] | None] = []
+        for i, v in enumerate(rows.column(column).to_pylist()):
+            if v is None:
+                out.append(None)
+                continue
+            try:
+                items = []
+                for p in v.items() if isinstance(v, Mapping) else v:
+                    if isinstance(p, Mapping):  # Arrow list<struct<key, value>>
+                        p = (p.get("key"), p.get("value"))
+                    k, val = p
+                    if not isinstance(k, str):
+                        raise ValueError(f"header key {k!r} is not a string")
+                    items.append((k, None if val is None else _as_bytes(val)))
+                out.append(items)
+            except (TypeError, ValueError) as exc:
+                out.append(None)
+                rejected.setdefault(i, f"headers in column {column!r} are not usable: {exc}")
+        return out
+
+
+def _one(rows: pa.Table, column: str, serializer: Serializer) -> pa.Table:
+    """One column for ``serializer`` (a whole-row serializer encodes the column's value, not
+    ``{column: value}``)."""
+    data = rows.select([column])
+    return data if serializer.single_column else data.rename_columns([_SINGLE])
+
+
+def _reject_all(rejected: dict[int, str], n: int, reason: str) -> None:
+    for i in range(n):
+        rejected.setdefault(i, reason)
+
+
+def _merge(rejected: dict[int, str], bad: dict[int, str], what: str) -> None:
+    for i, reason in bad.items():
+        rejected.setdefault(i, f"{what}: {reason}")

@@ -1,0 +1,204 @@
+"""The Kafka output operator (Malhar's ``KafkaSinglePortExactlyOnceOutputOperator``), on
+:class:`~malhar.io.base.output.TransactionalOutputOperator`.
+
+Each partition writes a window's records in one Kafka transaction together with the
+window's id (the committed offset of the partition's commit group), so that readers with
+``isolation.level=read_committed`` see every window exactly once, whatever crashes
+happen; see :mod:`malhar.io.kafka.producer` for the protocol and the other delivery
+modes, and ``docs/connectors/kafka.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from malhar.io.base.output import (
+    TransactionalOutputOperator,
+    WindowBuffer,
+    WindowKey,
+    rejected_row,
+)
+from malhar.io.kafka.output_settings import KafkaOutputSettings
+from malhar.io.kafka.producer import KafkaOutputStore
+from malhar.operator import OperatorContext
+from malhar.state import State
+
+__all__ = ["KafkaOutputOperator"]
+
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
+
+
+class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
+    """Writes tuples to a Kafka topic, one transaction per window and partition.
+
+    Input ``input``: dicts (one field per column), records (dataclasses, named tuples,
+    Spark ``Row``\\ s), ``str`` / ``bytes`` (the field ``value``), or Arrow record batches
+    from a typed stream (encoded a column at a time). Output ``error`` (error port): each
+    tuple that cannot be a record, as ``{**row, "error": reason}`` (a value the serializer
+    cannot encode, a record over the size limit, a partition that the topic does not have,
+    a missing key / value / partition column); the window's other records are written.
+
+    The properties are those of :class:`~malhar.io.kafka.output_settings.KafkaOutputSettings`
+    (and the retry properties of the output base).
+
+    Example:
+        >>> from malhar.io.kafka import KafkaOutputOperator
+        >>> out = KafkaOutputOperator(
+        ...     bootstrap_servers="localhost:9092", topic="word-counts",
+        ...     key_column="word",                       # the record key
+        ...     producer_config={"compression.type": "lz4", "linger.ms": 20})
+        >>> (out.delivery, out.value_serializer)   # every row as JSON, exactly once
+        ('exactly_once', 'json')
+    """
+
+    #: scan mode: partition -> offset after this partition's records of the last completed
+    #: window (where the restart scan starts)
+    _positions = State(dict)
+
+    def __init__(
+        self, bootstrap_servers: str | None = None, topic: str | None = None, **properties: Any
+    ) -> None:
+        if bootstrap_servers is not None:
+            self.bootstrap_servers = bootstrap_servers
+        if topic is not None:
+            self.topic = topic
+        self.configure(**properties)
+
+    def settings(self) -> KafkaOutputSettings:
+        """This operator's configuration as the plain settings its store takes."""
+        return self.settings_of(KafkaOutputSettings)
+
+    # -- TransactionalOutputOperator --------------------------------------------------------
+    def create_store(self, context: OperatorContext) -> KafkaOutputStore:
+        key = WindowKey(context.application, context.name, context.partition)
+        return KafkaOutputStore(self.settings(), key, positions=self._positions)
+
+    def end_window(self) -> None:
+        super().end_window()
+        store: KafkaOutputStore = self._store
+        if store.delivery == "scan" and store.positions != self._positions:
+            self._positions = dict(store.positions)
+
+    def window_rows(self, buffer: WindowBuffer) -> tuple[pa.Table, list[dict[str, Any]]]:
+        """The window's rows as one table: Arrow batches as they are, tuples as rows
+        (``str`` / ``bytes`` as ``{"value": ...}``); tuples that are not rows, or whose
+        fields do not fit one table, are refused."""
+        tables: list[pa.Table] = []
+        bad: list[dict[str, Any]] = []
+        for piece in buffer.pieces:
+            if not isinstance(piece, list):
+                tables.append(
+                    pa.Table.from_batches([piece]) if isinstance(piece, pa.RecordBatch) else piece
+                )
+                continue
+            rows: list[dict[str, Any]] = []
+            headers = self.headers_column
+            for value in piece:
+                row = _as_row(value)
+                if headers and row is not None and row.get(headers) is not None:
+                    row = {**row, headers: _header_list(row[headers])}
+                if row is None:
+                    bad.append(
+                        rejected_row(
+                            value,
+                            f"expected a dict, a record, str or bytes, got {type(value).__name__}",
+                        )
+                    )
+                else:
+                    rows.append(row)
+            if rows:
+                table, refused = _rows_table(rows)
+                tables.append(table)
+                bad.extend(refused)
+        if not tables:
+            return pa.table({}), bad
+        if len(tables) == 1:
+            return tables[0], bad
+        return pa.concat_tables(tables, promote_options="permissive"), bad
+
+
+def _as_row(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, Mapping):
+        return value if isinstance(value, dict) else dict(value)
+    if isinstance(value, str | bytes):
+        return {"value": value}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    for name in ("asDict", "_asdict"):
+        fn = getattr(value, name, None)
+        if callable(fn):
+            return dict(fn())
+    return None
+
+
+def _header_list(value: Any) -> Any:
+    """Per-row headers as ``[{"key", "value"}]`` (the Kafka input's ``headers`` shape), from a
+    mapping or (key, value) pairs; text values as UTF-8. Anything else is left for the
+    encoder to refuse."""
+    try:
+        pairs = value.items() if isinstance(value, Mapping) else value
+        out = []
+        for pair in pairs:
+            if isinstance(pair, Mapping):
+                pair = (pair.get("key"), pair.get("value"))
+            k, v = pair
+            out.append({"key": k, "value": v.encode() if isinstance(v, str) else v})
+        return out
+    except (TypeError, ValueError):
+        return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return type(value).__name__
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """One table of ``rows``; when their fields disagree in type, the rows that disagree with
+    the first row having that field are refused."""
+    try:
+        return pa.Table.from_pylist(rows), []
+    except _ARROW_ERRORS:
+        pass
+    kinds: dict[str, str] = {}
+    good: list[dict[str, Any]] = []
+    bad: list[dict[str, Any]] = []
+    for row in rows:
+        clash = None
+        for k, v in row.items():
+            kind = _kind(v)
+            if kind == "null":
+                continue
+            first = kinds.setdefault(k, kind)
+            if first != kind:
+                clash = f"field {k!r} is {kind} here but {first} in an earlier row of the window"
+                break
+        if clash is None:
+            good.append(row)
+        else:
+            bad.append(rejected_row(row, clash))
+    try:
+        return pa.Table.from_pylist(good), bad
+    except _ARROW_ERRORS as exc:  # nested values that still disagree: refuse them one by one
+        kept, refused = [], list(bad)
+        for row in good:
+            try:
+                pa.Table.from_pylist([row])
+                kept.append(row)
+            except _ARROW_ERRORS as one:
+                refused.append(rejected_row(row, f"cannot be a row: {one}"))
+        try:
+            return pa.Table.from_pylist(kept), refused
+        except _ARROW_ERRORS:
+            return pa.table({}), refused + [
+                rejected_row(r, f"cannot be a row: {exc}") for r in kept
+            ]

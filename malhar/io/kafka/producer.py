@@ -1,0 +1,792 @@
+"""One output partition's window transactions on a Kafka topic: the Kafka
+:class:`~malhar.io.base.output.TransactionalStore`.
+
+``delivery="exactly_once"`` (the default). The producer's ``transactional.id`` is
+``<prefix>.<application>.<operator>.<partition>``: stable across restarts, so the
+``init_transactions`` of a new producer (a restarted partition, a retried task) fences the
+previous one and completes or aborts whatever transaction it left open. For window ``w``
+the :class:`~malhar.io.base.output.WindowCommitter` runs, through this store::
+
+    begin_transaction()
+      the committed window, re-read after a (re)initialisation      -- >= w: skip (a replay)
+      produce(record) for every row                                 -- header malhar.window=w
+      send_offsets_to_transaction([topic[0] @ w + 1], group <prefix>.<app>.<op>.<partition>)
+    commit_transaction()
+
+so the records and the window id become visible together (to ``isolation.level=
+read_committed`` readers) or not at all, and a replayed window that is already committed
+is skipped. The committed window is the group's committed offset minus one (its metadata
+holds the Spark sink's batch fingerprint); reading it is one ``OffsetFetch`` request. A
+failure inside the transaction aborts it and the whole window is tried again; a fenced or
+broken producer is replaced (a new ``init_transactions``), after which the committed window
+is read again: a commit whose reply was lost is found committed and not written twice.
+
+``delivery="at_least_once"``: an idempotent producer; each window is flushed at its end and
+a replayed window is written again (duplicates after a restart, never losses).
+
+``delivery="scan"`` (brokers without transactions; Malhar's
+``KafkaSinglePortExactlyOnceOutputOperator`` recovery): every record carries its window id
+and writer in headers; at a restart the store reads the topic from where the partition's
+last completed window ended (the operator's checkpoint keeps that position; without it,
+``scan_back_records`` per partition), finds the largest window it had written, and when
+that window is replayed writes only the records that are not already there (matched by key
+and value). Readers may see a window's records before the window completes, and a second
+writer of the same partition is not fenced.
+
+In every mode each record has the header ``malhar.window`` (the window id, ASCII digits);
+in scan mode also ``malhar.writer`` (``<application>/<operator>/<partition>``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from malhar.io.base.output import (
+    NO_WINDOW,
+    CommitMark,
+    OutputError,
+    TransactionalStore,
+    WindowKey,
+    rejected_row,
+)
+from malhar.io.kafka.client import AUTH_CODES, TRANSIENT_CODES, UNKNOWN_CODES, KafkaClient
+from malhar.io.kafka.config import RetryPolicy
+from malhar.io.kafka.encoding import (
+    WINDOW_HEADER,
+    WRITER_HEADER,
+    EncodedRecords,
+    RecordEncoder,
+)
+from malhar.io.kafka.errors import (
+    KafkaAuthorizationError,
+    KafkaConnectorError,
+    KafkaOutputConfigError,
+    KafkaOutputError,
+    KafkaOutputUnavailableError,
+    OutputTopicNotFoundError,
+)
+from malhar.io.kafka.output_settings import KafkaOutputSettings
+from malhar.io.kafka.serializers import get_serializer
+
+__all__ = ["KafkaOutputStore", "KafkaTxn", "RecordsRefused"]
+
+log = logging.getLogger("malhar.io.kafka.output")
+
+#: a new producer epoch fenced this one: replace it (the new init fences the other writer)
+FENCED_CODES = frozenset(
+    {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED}
+)
+#: the cluster refused the records themselves
+RECORD_CODES = frozenset(
+    {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.RECORD_LIST_TOO_LARGE}
+)
+#: who the producer is, or what it may do: retrying does not help
+DENIED_CODES = AUTH_CODES | frozenset(
+    {
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
+#: settings the broker refuses
+SETTING_CODES = frozenset(
+    {KafkaError.INVALID_TRANSACTION_TIMEOUT, KafkaError.INVALID_REQUIRED_ACKS}
+)
+#: bytes of a record batch and a record around key, value and headers (Kafka's v2 format)
+RECORD_OVERHEAD = 100
+#: librdkafka's default message.max.bytes
+DEFAULT_MESSAGE_MAX = 1_000_000
+
+
+class RecordsRefused(KafkaConnectorError, ConnectionError):
+    """Some records of the window were refused by the cluster inside the transaction (which
+    must then abort); the window is tried again without them (transient, so not an
+    :class:`~malhar.io.base.output.OutputError`, which the retry loop passes through)."""
+
+
+def kafka_error(exc: BaseException) -> KafkaError | None:
+    """The ``KafkaError`` inside a confluent-kafka exception (None for other errors)."""
+    if isinstance(exc, KafkaError):
+        return exc
+    arg = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return arg if isinstance(arg, KafkaError) else None
+
+
+def _describe_error(exc: BaseException) -> str:
+    err = kafka_error(exc)
+    return f"{err.name()}: {err.str()}" if err is not None else f"{type(exc).__name__}: {exc}"
+
+
+@dataclass
+class KafkaTxn:
+    """One attempt at one window."""
+
+    window: int
+    producer: Producer
+    #: the producer was (re)initialised for this attempt: the committed window is re-read
+    fresh: bool
+    mark: CommitMark | None = None
+    #: row index -> reason, for records the cluster refused (delivery reports)
+    refused: dict[int, str] = field(default_factory=dict)
+    #: delivery errors that are not about one record
+    errors: list[KafkaError] = field(default_factory=list)
+    #: partition -> next offset after this writer's records (delivery reports)
+    ends: dict[int, int] = field(default_factory=dict)
+    #: (key, value) of the records delivered in this attempt (scan)
+    delivered: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
+    produced: int = 0
+
+
+class KafkaOutputStore(TransactionalStore[KafkaTxn]):
+    """The producer, the commit group and the topic of one output partition.
+
+    Args:
+        settings: the output's settings (checked here).
+        key: the partition's identity (application, operator, partition).
+        positions: scan mode: per topic partition, the offset where the records of windows
+            after the last completed one may start (the operator keeps it in its
+            checkpoint; :attr:`positions` is the current value to keep).
+    """
+
+    def __init__(
+        self,
+        settings: KafkaOutputSettings,
+        key: WindowKey,
+        *,
+        positions: dict[int, int] | None = None,
+    ) -> None:
+        super().__init__(key)
+        settings.check_settings()
+        self.settings = settings
+        self.delivery = settings.delivery
+        self.timeout = settings.request_timeout_ms / 1000
+        self.writer = f"{key.application}/{key.operator}/{key.partition}"
+        #: scan: partition -> offset after this writer's last completed window
+        self.positions: dict[int, int] = dict(positions or {})
+        self._producer: Producer | None = None
+        self._fresh = False
+        self._consumer: Consumer | None = None
+        self._group_metadata: Any = None
+        self._mark = CommitMark()
+        #: the committed window as of this producer's epoch (read after its init, then its
+        #: own commits); a newer mark read from the group means another producer of this
+        #: partition committed since, so this one is fenced: replaced before it writes
+        self._epoch_mark: int | None = None
+        self._config: dict[str, Any] = {}
+        self._errors: list[KafkaError] = []
+        #: window -> row indexes the cluster refused in an earlier attempt (reason)
+        self._learned: dict[int, dict[int, str]] = {}
+        #: windows whose next attempt reports each record's delivery (to find refused ones)
+        self._diagnose: set[int] = set()
+        #: scan: the newest window found written and (key, value) counts of its records
+        self._partial: tuple[int, Counter] | None = None
+        self.partitions = 0
+        self.max_record_bytes = settings.max_record_bytes or DEFAULT_MESSAGE_MAX
+        self.encoder: RecordEncoder | None = None
+        self._base_headers: list[tuple[str, bytes]] = []
+        self._common_header_bytes = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def open(self) -> None:
+        """Check (or create) the topic, build the serializers and the producer, and in
+        exactly_once mode fence earlier producers of this partition (``init_transactions``);
+        in scan mode, find what the previous run of this partition wrote."""
+        s = self.settings
+        self._config = s.producer_settings(self.key)
+        self._config["error_cb"] = self._on_error
+        key_ser = get_serializer(s.key_serializer) if s.key_column else None
+        value_ser = get_serializer(s.value_serializer)
+        topic_limit = self._check_topic()
+        self._limit_sizes(topic_limit)
+        self.encoder = RecordEncoder(s, key_ser, value_ser, self.partitions)
+        # the writer header only where the restart scan needs it: each header costs about
+        # as much as the rest of a produce() call in confluent-kafka (docs/connectors/kafka.md)
+        writer = [(WRITER_HEADER, self.writer.encode())] if self.delivery == "scan" else []
+        self._base_headers = writer + [
+            (k, v.encode() if isinstance(v, str) else v) for k, v in (s.headers or {}).items()
+        ]
+        self._common_header_bytes = sum(len(k) + len(v or b"") for k, v in self._base_headers)
+        self._common_header_bytes += len(WINDOW_HEADER) + 20
+        if self.delivery == "exactly_once":
+            group = s.commit_group(self.key)
+            self._consumer = Consumer(
+                s.consumer_settings(group, **{"isolation.level": "read_committed"})
+            )
+            self._group_metadata = self._consumer.consumer_group_metadata()
+        self._start_producer()
+        if self.delivery == "scan":
+            self._scan()
+
+    def _check_topic(self) -> int | None:
+        """The topic's partition count (created if missing and allowed); returns its
+        ``max.message.bytes`` when the cluster tells it."""
+        from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+        s = self.settings
+        admin_config = s.consumer_settings("unused")
+        for k in ("group.id", "enable.auto.commit", "enable.partition.eof"):
+            admin_config.pop(k, None)
+        admin = AdminClient(admin_config)
+        topic = s.topic
+        md = self._call(
+            "reading the topic's metadata", lambda: admin.list_topics(topic, timeout=self.timeout)
+        )
+        meta = md.topics.get(topic)
+        err = meta.error if meta is not None else None
+        if meta is None or (err is not None and err.code() in UNKNOWN_CODES):
+            if not s.create_topic:
+                raise OutputTopicNotFoundError(
+                    f"{self.key}: {s.target} does not exist; create it, or set create_topic=True "
+                    "(with topic_partitions, topic_replication, topic_config) to create it at "
+                    "launch"
+                )
+            new = NewTopic(
+                topic,
+                num_partitions=s.topic_partitions or -1,
+                replication_factor=s.topic_replication or -1,
+                config={str(k): str(v) for k, v in (s.topic_config or {}).items()},
+            )
+            future = admin.create_topics([new], operation_timeout=self.timeout)[topic]
+            try:
+                future.result(timeout=self.timeout + 5)
+                log.info("%s: created %s", self.key, s.target)
+            except KafkaException as exc:
+                e = kafka_error(exc)
+                if e is None or e.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a race: fine
+                    raise self._raise_for(f"creating {s.target}", exc) from None
+            meta = self._await_topic(admin)
+        elif err is not None:
+            raise KafkaException(err)
+        self.partitions = len(meta.partitions)
+        try:
+            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            found = admin.describe_configs([resource], request_timeout=self.timeout)[resource]
+            entry = found.result(timeout=self.timeout + 5).get("max.message.bytes")
+            return int(entry.value) if entry is not None and entry.value else None
+        except Exception as exc:  # not allowed to describe: the producer's limit stands
+            log.info("%s: cannot read max.message.bytes of %s: %s", self.key, s.target, exc)
+            return None
+
+    def _await_topic(self, admin: Any) -> Any:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            md = admin.list_topics(self.settings.topic, timeout=self.timeout)
+            meta = md.topics.get(self.settings.topic)
+            if (
+                meta is not None
+                and meta.error is None
+                and meta.partitions
+                and all(p.leader >= 0 for p in meta.partitions.values())
+            ):
+                return meta
+            if time.monotonic() > deadline:
+                raise KafkaOutputUnavailableError(
+                    f"{self.key}: the created {self.settings.target} has no leaders after "
+                    f"{self.timeout:.0f}s"
+                )
+            time.sleep(0.1)
+
+    def _limit_sizes(self, topic_limit: int | None) -> None:
+        """Records and batches must fit the topic's ``max.message.bytes`` too: lower the
+        producer's ``message.max.bytes`` / ``batch.size`` to it unless they were set."""
+        s = self.settings
+        given = s.producer_config or {}
+        producer_limit = int(self._config.get("message.max.bytes", DEFAULT_MESSAGE_MAX))
+        limit = producer_limit
+        if topic_limit is not None and topic_limit < producer_limit:
+            limit = topic_limit
+            if "message.max.bytes" not in given:
+                self._config["message.max.bytes"] = max(1000, topic_limit)
+        if "batch.size" not in given:
+            self._config["batch.size"] = max(1, min(int(self._config["batch.size"]), limit))
+        self._limits = (producer_limit, topic_limit)
+        self.max_record_bytes = s.max_record_bytes or max(1, limit - RECORD_OVERHEAD)
+
+    def _start_producer(self) -> None:
+        self._drop_producer()
+        try:
+            producer = Producer(self._config)
+        except KafkaException as exc:
+            raise KafkaOutputConfigError(
+                f"{self.key}: cannot create a Kafka producer for {self.settings.target} "
+                f"({self.settings.describe_producer(self.key)}): {_describe_error(exc)}"
+            ) from None
+        if self.delivery == "exactly_once":
+            try:
+                producer.init_transactions(self.timeout)
+            except BaseException:
+                _destroy(producer)
+                raise
+        self._producer = producer
+        self._fresh = True
+        self._epoch_mark = None
+
+    def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            _destroy(producer)
+
+    def close(self) -> None:
+        self._drop_producer()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                consumer.close()
+            except (KafkaException, RuntimeError):
+                pass
+
+    def _on_error(self, err: KafkaError) -> None:
+        if len(self._errors) < 100:
+            self._errors.append(err)
+
+    def _call(self, what: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except KafkaException as exc:
+            raise self._raise_for(what, exc) from None
+
+    def _raise_for(self, what: str, exc: BaseException) -> BaseException:
+        if self.is_transient(exc):
+            return exc  # the committer retries it
+        return self.failure(what, exc, attempts=1)
+
+    # -- the window protocol ------------------------------------------------------------------
+    def read_committed(self) -> CommitMark:
+        if self.delivery != "exactly_once":
+            return self._mark
+        assert self._consumer is not None
+        tp = TopicPartition(self.settings.topic, 0)
+        (found,) = self._consumer.committed([tp], timeout=self.timeout)
+        if found.error is not None:
+            raise KafkaException(found.error)
+        if found.offset < 0:
+            mark = CommitMark()
+        else:
+            extra: dict[str, Any] = {}
+            if found.metadata:
+                try:
+                    extra = json.loads(found.metadata)
+                except ValueError:
+                    extra = {}
+            mark = CommitMark(found.offset - 1, extra.get("digest"), extra.get("run"))
+        self._mark = mark
+        if self._epoch_mark is None and self._producer is not None:
+            self._epoch_mark = mark.window
+        return mark
+
+    def begin(self, window: int) -> KafkaTxn:
+        self._check_errors()
+        if (
+            self._producer is not None
+            and self._epoch_mark is not None
+            and self._mark.window > self._epoch_mark
+        ):
+            # another process wrote this partition since this producer's init (Spark placed
+            # the previous batch elsewhere): it is fenced, a new one is needed
+            self._start_producer()
+        if self._producer is None:
+            self._start_producer()
+        producer = self._producer
+        assert producer is not None
+        fresh, self._fresh = self._fresh, False
+        if self.delivery == "exactly_once":
+            try:
+                producer.begin_transaction()
+            except KafkaException:
+                self._drop_producer()  # a fenced or broken producer: the retry starts anew
+                raise
+        return KafkaTxn(window, producer, fresh)
+
+    def read_committed_locked(self, txn: KafkaTxn) -> CommitMark:
+        if self.delivery == "exactly_once" and txn.fresh:
+            # A new producer epoch: earlier producers of this partition are fenced and their
+            # transactions completed, so the group now holds the truth. Until another
+            # producer fences this one, nobody else can commit a window of this partition
+            # (its commit would fail, and the retry would come back here).
+            return self.read_committed()
+        return self._mark
+
+    def write(self, txn: KafkaTxn, rows: pa.Table) -> list[dict[str, Any]]:
+        assert self.encoder is not None
+        records = self.encoder.encode(rows)
+        rejected = dict(records.rejected)
+        rejected.update(self._learned.get(txn.window, {}))
+        self._check_sizes(records, rejected)
+        skip = self._already_written(txn.window, records, rejected)
+        report = self.delivery != "exactly_once" or txn.window in self._diagnose
+        self._produce(txn, records, rejected, skip, report)
+        if report:
+            self._flush(txn)
+            if self.delivery == "exactly_once" and txn.refused:
+                # the transaction is poisoned by the refused records: try again without them
+                self._learned.setdefault(txn.window, {}).update(txn.refused)
+                raise RecordsRefused(
+                    f"{self.key}: {len(txn.refused)} record(s) of window {txn.window} refused "
+                    f"by {self.settings.target}; the window is written again without them"
+                )
+            rejected.update(txn.refused)
+            if txn.errors:
+                raise KafkaException(txn.errors[0])
+        if not rejected:
+            return []
+        table = rows.select([c for c in rows.column_names])
+        return [
+            rejected_row(table.slice(i, 1).to_pylist()[0], why)
+            for i, why in sorted(rejected.items())
+        ]
+
+    def _check_sizes(self, records: EncodedRecords, rejected: dict[int, str]) -> None:
+        limit = self.max_record_bytes
+        common = self._common_header_bytes
+        keys, values = records.keys, records.values
+        extra = records.headers
+        for i in range(len(values)):
+            n = len(keys[i] or b"") + len(values[i] or b"") + common
+            big = n > limit or (extra is not None and records.size(i, common) > limit)
+            if big and i not in rejected:
+                rejected[i] = self._too_large(records.size(i, common))
+
+    def _too_large(self, size: int) -> str:
+        producer, topic = self._limits
+        given = self.settings.max_record_bytes
+        where = (
+            f"max_record_bytes={given}"
+            if given
+            else f"message.max.bytes={producer}"
+            + (f", topic max.message.bytes={topic}" if topic is not None else "")
+        )
+        return (
+            f"record of {size} bytes (key + value + headers) is too large for "
+            f"{self.settings.target} ({where}, less ~{RECORD_OVERHEAD} bytes of record overhead)"
+        )
+
+    def _already_written(
+        self, window: int, records: EncodedRecords, rejected: dict[int, str]
+    ) -> set[int]:
+        """scan: the rows of a replayed window whose records are in the topic already."""
+        if self._partial is None or self._partial[0] != window:
+            return set()
+        left = Counter(self._partial[1])
+        skip = set()
+        for i in range(len(records.values)):
+            if i in rejected:
+                continue
+            kv = (records.keys[i], records.values[i])
+            if left[kv] > 0:
+                left[kv] -= 1
+                skip.add(i)
+        if skip:
+            log.info(
+                "%s: window %d: %d record(s) already in %s (written before the restart)",
+                self.key,
+                window,
+                len(skip),
+                self.settings.target,
+            )
+        return skip
+
+    def _produce(
+        self,
+        txn: KafkaTxn,
+        records: EncodedRecords,
+        rejected: dict[int, str],
+        skip: set[int],
+        report: bool,
+    ) -> None:
+        producer = txn.producer
+        produce, poll = producer.produce, producer.poll
+        topic = self.settings.topic
+        headers = [(WINDOW_HEADER, str(txn.window).encode()), *self._base_headers]
+        keys, values = records.keys, records.values
+        parts, extra = records.partitions, records.headers
+        if not (rejected or skip or report) and parts is None and extra is None:
+            txn.produced = _produce_all(produce, poll, topic, keys, values, headers)
+            return
+        callback = functools.partial(self._delivered, txn) if report else None
+        kwargs: dict[str, Any] = {}
+        n = 0
+        for i in range(len(values)):
+            if i in rejected or i in skip:
+                continue
+            h = headers if extra is None or not extra[i] else headers + extra[i]
+            if report:
+                kwargs["on_delivery"] = functools.partial(callback, i)
+            part = parts[i] if parts is not None else None
+            while True:
+                try:
+                    if part is None:
+                        produce(topic, values[i], keys[i], headers=h, **kwargs)
+                    else:
+                        produce(topic, values[i], keys[i], part, headers=h, **kwargs)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    poll(0.05)
+                except KafkaException as exc:
+                    err = kafka_error(exc)
+                    if err is not None and err.code() in RECORD_CODES:
+                        rejected[i] = self._too_large(records.size(i, self._common_header_bytes))
+                        break
+                    raise
+            n += 1
+            if not n & 1023:
+                poll(0)
+        txn.produced = n
+
+    def _delivered(self, txn: KafkaTxn, i: int, err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            p = msg.partition()
+            end = msg.offset() + 1
+            if end > txn.ends.get(p, -1):
+                txn.ends[p] = end
+            if self.delivery == "scan":
+                txn.delivered.append((msg.key(), msg.value()))
+        elif err.code() in RECORD_CODES:
+            txn.refused[i] = f"refused by {self.settings.target}: {err.name()}: {err.str()}"
+        else:
+            txn.errors.append(err)
+
+    def _flush(self, txn: KafkaTxn) -> None:
+        """Wait for every record's delivery report. In a transaction, a refused record
+        poisons it and librdkafka may keep the others queued: once a refusal is known the
+        wait stops (the window is written again without the refused records)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = txn.producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+            if not left or (self.delivery == "exactly_once" and txn.refused):
+                return
+            if time.monotonic() >= deadline:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    def store_committed(self, txn: KafkaTxn, mark: CommitMark) -> None:
+        txn.mark = mark
+        if self.delivery != "exactly_once":
+            return
+        meta = {k: v for k, v in (("digest", mark.digest), ("run", mark.run)) if v}
+        tp = TopicPartition(
+            self.settings.topic, 0, mark.window + 1, json.dumps(meta) if meta else ""
+        )
+        txn.producer.send_offsets_to_transaction([tp], self._group_metadata, self.timeout)
+
+    def commit(self, txn: KafkaTxn) -> None:
+        if self.delivery == "exactly_once":
+            try:
+                txn.producer.commit_transaction(self.timeout)
+            except KafkaException as exc:
+                err = kafka_error(exc)
+                if err is not None and (err.code() in RECORD_CODES or err.txn_requires_abort()):
+                    # a record may have been refused: the next attempt reports each record's
+                    # delivery, to find it
+                    self._diagnose.add(txn.window)
+                if err is not None and err.code() in RECORD_CODES:
+                    raise RecordsRefused(
+                        f"{self.key}: {self.settings.target} refused records of window "
+                        f"{txn.window} ({err.name()}: {err.str()}); the window is written "
+                        "again, each record reporting its delivery, to find them"
+                    ) from None
+                raise
+        else:
+            self._flush(txn)
+            for p, end in txn.ends.items():
+                self.positions[p] = max(end, self.positions.get(p, 0))
+        self._learned.pop(txn.window, None)
+        self._diagnose.discard(txn.window)
+        if self._partial is not None and self._partial[0] <= txn.window:
+            self._partial = None
+        if txn.mark is not None:
+            self._mark = txn.mark
+            if self._producer is txn.producer:
+                self._epoch_mark = txn.mark.window
+
+    def abort(self, txn: KafkaTxn, error: BaseException | None) -> None:
+        if txn.producer is not self._producer:
+            return  # already replaced
+        if self.delivery != "exactly_once":
+            if self.delivery == "scan" and txn.delivered:
+                # a retry in this process writes only what did not get through
+                found = Counter(txn.delivered)
+                if self._partial is not None and self._partial[0] == txn.window:
+                    found.update(self._partial[1])
+                self._partial = (txn.window, found)
+            try:
+                txn.producer.purge(in_queue=True, in_flight=False, blocking=False)
+            except (KafkaException, RuntimeError):
+                pass
+            return
+        err = kafka_error(error) if error is not None else None
+        if err is not None and (err.fatal() or err.code() in FENCED_CODES):
+            self._drop_producer()
+            return
+        try:
+            txn.producer.abort_transaction(self.timeout)
+        except Exception as exc:  # a commit in doubt, a broken producer: start afresh
+            log.info(
+                "%s: aborting window %d: %s; a new producer is made", self.key, txn.window, exc
+            )
+            self._drop_producer()
+
+    def committed(self, window: int) -> None:
+        pass
+
+    # -- errors ------------------------------------------------------------------------------
+    def _check_errors(self) -> None:
+        errors, self._errors = self._errors, []
+        for err in errors:
+            if err.code() in DENIED_CODES:
+                raise self.failure("connecting", KafkaException(err), attempts=1)
+
+    def is_transient(self, error: BaseException) -> bool:
+        if isinstance(error, RecordsRefused):
+            return True
+        if isinstance(error, OutputError):
+            return False
+        err = kafka_error(error)
+        if err is None:
+            return isinstance(error, ConnectionError | TimeoutError)
+        code = err.code()
+        if code in DENIED_CODES or code in SETTING_CODES or code in UNKNOWN_CODES:
+            return False
+        if code in FENCED_CODES:
+            return True  # a new producer fences the other writer, then reads the mark again
+        return (
+            bool(err.retriable())
+            or bool(err.txn_requires_abort())
+            or code in TRANSIENT_CODES
+            or code == KafkaError._MSG_TIMED_OUT
+            or bool(err.fatal())  # a new producer (new epoch) starts over
+        )
+
+    def describe(self) -> str:
+        return self.settings.target
+
+    def failure(self, what: str, error: BaseException, *, attempts: int) -> OutputError:
+        s = self.settings
+        text = _describe_error(error)
+        err = kafka_error(error)
+        code = err.code() if err is not None else None
+        if code in DENIED_CODES:
+            needs = f"WRITE on topic {s.topic!r}"
+            if self.delivery == "exactly_once":
+                needs += (
+                    f", WRITE on transactional id {s.transactional_id(self.key)!r} and READ on "
+                    f"group {s.commit_group(self.key)!r}"
+                )
+            elif self.delivery == "scan":
+                needs += f" and READ on topic {s.topic!r} (the restart scan)"
+            return KafkaAuthorizationError(
+                f"{what} for {self.key} into {s.target} failed: not authorized ({text}). The "
+                f"producer needs {needs} (IDEMPOTENT_WRITE on the cluster for old brokers); "
+                "check the ACLs and security.protocol / sasl.* / ssl.* in producer_config"
+            )
+        if code in UNKNOWN_CODES:
+            return OutputTopicNotFoundError(
+                f"{what} for {self.key}: {s.target} does not exist (deleted while running?); "
+                "create it, or set create_topic=True"
+            )
+        if code in SETTING_CODES:
+            return KafkaOutputConfigError(
+                f"{what} for {self.key} into {s.target}: the broker refuses a producer setting "
+                f"({text}); check transaction.timeout.ms (at most the broker's "
+                "transaction.max.timeout.ms) and acks in producer_config"
+            )
+        if self.is_transient(error):
+            return KafkaOutputUnavailableError(
+                f"{what} for {self.key}: {s.target} still unavailable after {attempts} "
+                f"attempts (delivery {self.delivery}): {text}"
+            )
+        return KafkaOutputError(f"{what} for {self.key} into {s.target} failed: {text}")
+
+    # -- scan recovery ------------------------------------------------------------------------
+    def _scan(self) -> None:
+        """Find the newest window this writer wrote, and its records' (key, value)."""
+        s = self.settings
+        client = KafkaClient(
+            s.bootstrap_servers,
+            f"malhar-scan-{uuid.uuid4().hex[:12]}",
+            s.consumer_settings("unused"),
+            RetryPolicy(request_timeout_ms=s.request_timeout_ms),
+            label=f"Kafka output {self.key} (restart scan)",
+        )
+        try:
+            tps = [(s.topic, p) for p in range(self.partitions)]
+            marks = client.watermarks(tps)
+            ranges = {}
+            for tp, (low, high) in marks.items():
+                known = self.positions.get(tp[1])
+                start = known if known is not None else high - s.scan_back_records
+                ranges[tp] = (min(max(low, start), high), high)
+            newest, found, scanned = NO_WINDOW, Counter(), 0
+            writer = self.writer.encode()
+            for chunk in client.iter_ranges(ranges, 10_000):
+                scanned += len(chunk)
+                for msg in chunk:
+                    headers = msg.headers()
+                    if not headers:
+                        continue
+                    h = dict(headers)
+                    if h.get(WRITER_HEADER) != writer:
+                        continue
+                    try:
+                        w = int(h.get(WINDOW_HEADER) or b"")
+                    except ValueError:
+                        continue
+                    if w > newest:
+                        newest, found = w, Counter()
+                    if w == newest:
+                        found[(msg.key(), msg.value())] += 1
+        finally:
+            client.close()
+        for (_, p), (_, high) in marks.items():
+            self.positions[p] = high
+        if newest != NO_WINDOW:
+            self._partial = (newest, found)
+            self._mark = CommitMark(newest - 1)
+        log.info(
+            "%s: scanned %d record(s) of %s: newest window written %s",
+            self.key,
+            scanned,
+            s.target,
+            newest if newest != NO_WINDOW else "none",
+        )
+
+
+def _produce_all(
+    produce: Any,
+    poll: Any,
+    topic: str,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    headers: list[tuple[str, bytes]],
+) -> int:
+    """Every record, in order (the common case: nothing refused, no explicit partitions)."""
+    start, n = 0, len(values)
+    while start < n:
+        at = start
+        try:
+            for at in range(start, n):
+                produce(topic, values[at], keys[at], headers=headers)
+            start = n
+        except BufferError:  # the local queue is full: let deliveries drain it, then go on
+            start = at
+            poll(0.05)
+    return n
+
+
+def _destroy(producer: Producer) -> None:
+    """Let go of a producer without waiting for the cluster (purge, then close)."""
+    try:
+        producer.purge(in_queue=True, in_flight=True, blocking=False)
+    except (KafkaException, RuntimeError, TypeError):
+        pass
+    try:
+        producer.flush(0)
+    except (KafkaException, RuntimeError):
+        pass
