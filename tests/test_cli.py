@@ -194,7 +194,7 @@ def test_validate_reports_every_problem_of_an_application_file(
         "operator 'src': unknown operator or connector 'ListInpt'; did you mean 'ListInput'?",
         "operator 'double': property 'factor': Doubler.factor: 0 is below the minimum 1",
         "operator 'double': Doubler has no property 'facter'; did you mean 'factor'?",
-        "operator 'out': unknown operator attribute 'PARTITION'; did you mean 'PARTITIONS'?",
+        "operator 'out': unknown operator attribute 'PARTITION'; did you mean 'PARTITIONS'",
         "stream 'numbers': operator 'src' could not be created (see above)",
     ]
     assert len(problems) == len(expected)

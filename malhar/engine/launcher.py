@@ -27,6 +27,7 @@ from malhar.engine import generations
 from malhar.engine.application import RunningApplication
 from malhar.engine.plan import Plan, build_plan
 from malhar.engine.progress import ProgressListener, StatsDispatcher
+from malhar.engine.secret_shipping import ship_secrets
 from malhar.engine.slot_claims import claims_root, level0_tasks
 from malhar.engine.spark_io import (
     SOURCE_NAME,
@@ -115,21 +116,6 @@ def stats_listeners(dag: DAG) -> dict[str, list[StatsListener]]:
     return out
 
 
-def literal_secrets(dag: DAG) -> list[str]:
-    """``operator.property`` for each property holding a secret that is not a reference."""
-    from malhar.properties import properties_of
-    from malhar.redaction import secret_values
-    from malhar.secrets import is_reference
-
-    found = []
-    for name, meta in dag.operators.items():
-        for pname, prop in properties_of(type(meta.operator)).items():
-            value = getattr(meta.operator, pname, None)
-            if any(not is_reference(v) for v in secret_values(value, pname, secret=prop.secret)):
-                found.append(f"{name}.{pname}")
-    return found
-
-
 def derived_name(checkpoint: str) -> str:
     """A stable, unique name for an unnamed application: a digest of its checkpoint location
     (the same on every restart from that checkpoint, different for every other one)."""
@@ -210,13 +196,12 @@ def start_query(
     plan = build_plan(dag)
     generations.apply(plan, generation)
     plan.id = uuid.uuid4().hex
-    plan.dag = _for_executors(dag)
-    literal = literal_secrets(dag)
+    shipped, literal = ship_secrets(_for_executors(dag), spark.sparkContext.environment)
+    plan.dag = shipped
     if literal:
         log.warning(
-            "malhar: %s hold literal secrets; they travel inside the plan Spark ships to its "
-            "executors (never in checkpoints). Write them as references, '${env:NAME}' or "
-            "'${file:/path}', read on the executors",
+            "malhar: %s hold literal secrets that their operators cannot read as references; "
+            "they travel inside the plan Spark ships to its executors (never in checkpoints)",
             ", ".join(literal),
         )
     fs, claims = claims_root(checkpoint)  # an earlier launch's slot claims

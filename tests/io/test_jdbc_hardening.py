@@ -111,20 +111,33 @@ def test_an_older_meta_table_is_migrated_and_its_rows_keep_working(postgres_serv
     assert _sql(pg, f"SELECT window_id, target_id FROM {meta}") == [(6, f"public.{table}")]
 
 
-def test_an_unnamed_application_is_refused(spark, postgres_service, tmp_path) -> None:
+def test_an_unnamed_application_gets_a_name_of_its_own(
+    spark, postgres_service, tmp_path, caplog
+) -> None:
     """Before: every application launched without a name wrote meta rows as "app"."""
     pg = postgres_service
     table = _table(pg, "unnamed", "k text NOT NULL")
+    meta = f"{table}_meta"
     with pytest.raises(ValueError, match="no name of its own"):
         _harness(JdbcOutputOperator(pg.sqlalchemy_url, table=table), "app").setup()
 
-    dag = DAG()  # the engine's default name
-    src = dag.add_operator("src", ListInput([[{"k": "x"}]]))
-    out = dag.add_operator("out", JdbcOutputOperator(pg.sqlalchemy_url, table=table))
-    dag.add_stream("rows", src.output, out.input)
-    with pytest.raises(Exception, match="no name of its own"):
-        run(dag, windows=1, spark=spark, checkpoint=str(tmp_path), window_ms=100)
-    assert _sql(pg, f"SELECT count(*) FROM {table}") == [(0,)]
+    def launch(checkpoint: str) -> None:
+        dag = DAG()  # no name: the engine derives one from the checkpoint, with a warning
+        src = dag.add_operator("src", ListInput([[{"k": "x"}]]))
+        out = dag.add_operator(
+            "out", JdbcOutputOperator(pg.sqlalchemy_url, table=table, meta_table=meta)
+        )
+        dag.add_stream("rows", src.output, out.input)
+        run(dag, windows=1, spark=spark, checkpoint=checkpoint, window_ms=100)
+
+    with caplog.at_level("WARNING", logger="malhar"):
+        launch(str(tmp_path / "one"))
+        launch(str(tmp_path / "two"))
+    assert sum("the application has no name" in r.getMessage() for r in caplog.records) == 2
+    apps = [r[0] for r in _sql(pg, f"SELECT app_id FROM {meta} ORDER BY app_id")]
+    # two checkpoints, two names: neither skips the other's windows as "app" did
+    assert len(set(apps)) == 2 and all(a.startswith("app-") for a in apps), apps
+    assert _sql(pg, f"SELECT count(*) FROM {table}") == [(2,)]
 
 
 # -- 4. poison pills -------------------------------------------------------------------------

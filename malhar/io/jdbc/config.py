@@ -58,7 +58,12 @@ class JdbcSettings(TransactionalSettings):
 
     config_error = JdbcConfigError
 
-    url = Property(str, not_null=True, doc="SQLAlchemy URL; its password is never shown")
+    url = Property(
+        str,
+        not_null=True,
+        references=True,
+        doc="SQLAlchemy URL; its password is never shown",
+    )
     password = Property(str, secret=True, doc="password, when not in the URL")
     table = Property(str, doc="target table (schema.table allowed); must exist")
     mode = Property(str, default="insert", one_of=MODES, doc="insert, upsert or merge_add")
