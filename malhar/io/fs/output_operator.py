@@ -31,7 +31,7 @@ from malhar.io.base.output import (
 from malhar.io.fs.settings import FileOutputSettings
 from malhar.io.fs.store import FileStore
 from malhar.operator import OperatorContext
-from malhar.properties import Property
+from malhar.properties import Property, properties_of
 
 __all__ = [
     "CsvFileOutput",
@@ -120,36 +120,35 @@ def _rows(
         return pa.table([pa.array(texts, pa.string())], schema=schema), bad
     names = set(schema.names)
     required = [f.name for f in schema if not f.nullable]
-    good = []
-    for value in rows:
+    refused: list[tuple[int, dict[str, Any]]] = []  # (position, error row): in input order
+    good: list[tuple[int, Any]] = []
+    for i, value in enumerate(rows):
         if not isinstance(value, Mapping):
-            bad.append(rejected_row(value, f"expected a mapping, got {type(value).__name__}"))
+            why = f"expected a mapping, got {type(value).__name__}"
+        elif extra := [k for k in value if k not in names]:
+            why = f"unknown field(s) {extra}; the schema has {schema.names}"
+        elif missing := [n for n in required if value.get(n) is None]:
+            why = f"required field(s) {missing} missing or null"
+        else:
+            good.append((i, value))
             continue
-        extra = [k for k in value if k not in names]
-        if extra:
-            bad.append(
-                rejected_row(value, f"unknown field(s) {extra}; the schema has {schema.names}")
-            )
-            continue
-        missing = [n for n in required if value.get(n) is None]
-        if missing:
-            bad.append(rejected_row(value, f"required field(s) {missing} missing or null"))
-            continue
-        good.append(value)
-    if not good:
-        return None, bad
-    try:
-        return pa.Table.from_pylist(good, schema=schema), bad
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        pass
-    kept = []
-    for value in good:  # find the rows that do not convert
+        refused.append((i, rejected_row(value, why)))
+    table = None
+    if good:
         try:
-            pa.Table.from_pylist([value], schema=schema)
-            kept.append(value)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            bad.append(rejected_row(value, f"does not fit the schema: {_first_line(exc)}"))
-    return (pa.Table.from_pylist(kept, schema=schema) if kept else None), bad
+            table = pa.Table.from_pylist([v for _, v in good], schema=schema)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            kept = []
+            for i, value in good:  # find the rows that do not convert
+                try:
+                    pa.Table.from_pylist([value], schema=schema)
+                    kept.append(value)
+                except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                    why = f"does not fit the schema: {_first_line(exc)}"
+                    refused.append((i, rejected_row(value, why)))
+            table = pa.Table.from_pylist(kept, schema=schema) if kept else None
+    refused.sort(key=lambda x: x[0])
+    return table, bad + [r for _, r in refused]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -183,8 +182,17 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
 
     def create_store(self, context: OperatorContext) -> FileStore:
         self.check_settings()
-        settings = self.settings_of(FileOutputSettings)
-        return FileStore(settings, WindowKey(context.application, context.name, context.partition))
+        return FileStore(
+            self.output_settings(), WindowKey(context.application, context.name, context.partition)
+        )
+
+    def output_settings(self) -> FileOutputSettings:
+        """This operator's configuration as the plain settings its store takes (the values
+        in effect, a format subclass's default ``format`` included)."""
+        settings = FileOutputSettings()
+        for name in properties_of(FileOutputSettings):
+            settings.__dict__[name] = getattr(self, name)
+        return settings
 
     def window_rows(self, buffer: WindowBuffer) -> tuple[pa.Table, list[dict[str, Any]]]:
         return conform(buffer.pieces, self._store.schema, self.format)

@@ -127,7 +127,13 @@ class FileSink(DataSource):
         return SINK_NAME
 
     def streamWriter(self, schema: Any, overwrite: bool) -> FileStreamWriter:
-        settings = FileSinkSettings().from_options(dict(self.options))
+        options = dict(self.options)
+        settings = FileSinkSettings().from_options(options)
+        # Spark keeps ``path`` (``.option("path", ...)`` or ``.start(path)``) for itself: the
+        # transactional base skips it, and it is this sink's output directory
+        path = next((v for k, v in options.items() if str(k).lower() == "path"), None)
+        if path:
+            settings.path = path
         settings.check_settings()
         arrow = settings.arrow_schema if settings.schema else arrow_schema(schema)
         return FileStreamWriter(settings, arrow)

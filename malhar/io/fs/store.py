@@ -40,8 +40,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from malhar.errors import MalharError
 from malhar.io.base.output import NO_WINDOW, CommitMark, TransactionalStore, WindowKey
-from malhar.io.fs.errors import FileOutputError
 from malhar.io.fs.formats import encode_table, file_extension
 from malhar.io.fs.paths import hive_segment, resolve
 from malhar.io.fs.settings import FileOutputSettings
@@ -57,8 +57,9 @@ _ROLL, _OPENED, _DIGEST, _RUN = b"malhar.roll", b"malhar.opened_ms", b"malhar.di
 _REJECTED = b"malhar.rejected"
 
 
-class CommitConflictError(FileOutputError, ConnectionError):
-    """Another writer committed the window first (the committer retries, then skips)."""
+class CommitConflictError(MalharError, ConnectionError):
+    """Another writer committed the window first: transient, so the committer retries,
+    re-reads the committed windows and skips it (an ``OutputError`` would not be retried)."""
 
 
 @dataclass
