@@ -120,6 +120,15 @@ def test_list_json_and_kind_filter(site: FakeSite) -> None:
         "KafkaInputOperator",
         "KafkaJsonInputOperator",
         "KafkaTextInputOperator",
+        "LinesFileInput",
+        "CsvFileInput",
+        "JsonLinesFileInput",
+        "ParquetFileInput",
+        "FileOutput",
+        "ParquetFileOutput",
+        "CsvFileOutput",
+        "JsonLinesFileOutput",
+        "LinesFileOutput",
     }
     assert {e["name"] for e in only} == {"LineOutput", "ListInput", *builtin_connectors}
     assert {e["kind"] for e in only} == {"connector", "input"}

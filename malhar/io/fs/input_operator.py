@@ -838,8 +838,10 @@ class LinesFileInput(FileInputOperator):
 
 
 class CsvFileInput(FileInputOperator):
-    """CSV records, one per line. With ``schema``: typed Arrow batches, columns by position;
-    without: dicts of strings named by the header (or ``columns``)."""
+    """CSV records, one per line, exactly once (typed with ``schema``, else dicts).
+
+    With ``schema``: typed Arrow batches, columns by position; without: dicts of strings
+    named by the header (or ``columns``)."""
 
     header = Property(bool, default=True, doc="the first line of every file names the columns")
     delimiter = Property(str, default=",", doc="field delimiter (one character)")
@@ -888,8 +890,10 @@ class CsvFileInput(FileInputOperator):
 
 
 class JsonLinesFileInput(FileInputOperator):
-    """One JSON object per line. With ``schema``: typed Arrow batches (other fields ignored);
-    without: the objects as dicts."""
+    """JSON objects, one per line, exactly once (typed with ``schema``, else dicts).
+
+    With ``schema``: typed Arrow batches (other fields ignored); without: the objects as
+    dicts."""
 
     def make_decoder(self) -> LineDecoder:
         return JsonLinesDecoder(
@@ -898,9 +902,11 @@ class JsonLinesFileInput(FileInputOperator):
 
 
 class ParquetFileInput(FileInputOperator):
-    """The rows of Parquet files as Arrow batches (with ``schema``: those columns, cast; a file
-    without them goes to the error port) or, without a schema, as dicts. Files larger than
-    ``block_size`` are read by row group, by several partitions."""
+    """The rows of Parquet files, exactly once (large files by row group over partitions).
+
+    With ``schema``: Arrow batches of those columns, cast (a file without them goes to the
+    error port); without: dicts. Files larger than ``block_size`` are read by row group, by
+    several partitions."""
 
     kind: ClassVar[str] = "parquet"
 

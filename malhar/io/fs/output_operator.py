@@ -163,8 +163,9 @@ def _json_default(value: Any) -> Any:
 
 
 class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
-    """Writes rolling files exactly once (see the module doc); ``format`` picks lines, CSV,
-    JSON lines or Parquet. The properties are those of
+    """Rolling files exactly once: lines, CSV, JSON lines or Parquet (``format``).
+
+    See the module doc. The properties are those of
     :class:`~malhar.io.fs.settings.FileOutputSettings` (and the retry settings).
 
     Example:
@@ -214,25 +215,26 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
 
 
 class ParquetFileOutput(FileOutputOperator):
-    """Rolling Parquet files (``schema`` required); see :class:`FileOutputOperator`."""
+    """Rolling Parquet files exactly once (``schema`` required); see :class:`FileOutputOperator`."""
 
     format = Property(str, default="parquet", one_of=("parquet",), doc="parquet")
 
 
 class CsvFileOutput(FileOutputOperator):
-    """Rolling CSV files with a header (``schema`` required); see :class:`FileOutputOperator`."""
+    """Rolling CSV files exactly once (``schema`` required); see :class:`FileOutputOperator`."""
 
     format = Property(str, default="csv", one_of=("csv",), doc="csv")
 
 
 class JsonLinesFileOutput(FileOutputOperator):
-    """Rolling JSON-lines files (with ``schema``: those fields, checked; without: each dict as
-    it is); see :class:`FileOutputOperator`."""
+    """Rolling JSON-lines files exactly once; see :class:`FileOutputOperator`.
+
+    With ``schema``: those fields, checked; without: each dict as it is."""
 
     format = Property(str, default="jsonl", one_of=("jsonl",), doc="jsonl")
 
 
 class LinesFileOutput(FileOutputOperator):
-    """Rolling text files, one string tuple per line; see :class:`FileOutputOperator`."""
+    """Rolling text files exactly once, a line per string; see :class:`FileOutputOperator`."""
 
     format = Property(str, default="lines", one_of=("lines",), doc="lines")
