@@ -7,13 +7,10 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
-from collections import Counter
 from pathlib import Path
 
-from malhar import build_session, launch
-from malhar.testing.operators import collected
-from samples.files_to_parquet.app import build, write_files
+from malhar import build_session
+from samples.files_to_parquet.app import run_sample
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,40 +19,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=None, help="default: a new temporary directory")
     args = parser.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="malhar-files-"))
-    source, out, checkpoint = work / "in", work / "out", str(work / "checkpoint")
-    truth = write_files(source)
-    total = sum(truth.values())
-    print(f"input: {len(list(source.glob('*.csv')))} CSV files in {source}, {total} valid sales")
-
     spark = build_session(args.master, app_name="files-to-parquet", shuffle_partitions=2)
-    started = time.monotonic()
-    app = launch(build(str(source), str(out)), spark=spark, checkpoint=checkpoint, window_ms=200)
-
-    def rows() -> int:
-        try:
-            return spark.read.parquet(str(out)).count()
-        except Exception:  # no file yet
-            return 0
-
-    while rows() < total and app.failure() is None:
-        time.sleep(0.5)  # polling the output directory: the files appear as windows commit
-    failure = app.failure()
-    app.stop()
-    if failure is not None:
-        print(failure, file=sys.stderr)
-        return 1
-    elapsed = time.monotonic() - started
-    back = spark.read.parquet(str(out))
-    got = Counter((str(r["date"]), r["store"]) for r in back.select("date", "store").collect())
-    bad = [e for rows_ in collected(checkpoint, "rejected").values() for e in rows_]
-    print(f"output: {back.count()} rows in {out} ({elapsed:.1f}s), by date:")
-    for row in back.groupBy("date").count().orderBy("date").collect():
-        print(f"  date={row['date']}  {row['count']} sales")
-    print(f"rejected lines (error port): {len(bad)}, e.g. {bad[0] if bad else None}")
-    exact = got == truth
-    print(f"exactness check against the ground truth: {'EXACT' if exact else 'MISMATCH'}")
-    spark.stop()
-    return 0 if exact else 1
+    try:
+        r = run_sample(spark, work)
+    finally:
+        spark.stop()
+    print(f"input: CSV files in {work / 'in'}, {sum(r.truth.values())} valid sales")
+    print(f"output: {sum(r.got.values())} rows in {work / 'out'} ({r.seconds:.1f}s), by date:")
+    for date, n in r.by_date.items():
+        print(f"  date={date}  {n} sales")
+    print(f"rejected lines (error port): {len(r.rejected)}, counted: {dict(r.error_counts)}")
+    if r.rejected:
+        e = r.rejected[0]
+        print(f"  e.g. {e['file']} at byte {e['offset']}: {e['error']}")
+    print(f"exactness check against the ground truth: {'EXACT' if r.exact else 'MISMATCH'}")
+    return 0 if r.exact else 1
 
 
 if __name__ == "__main__":

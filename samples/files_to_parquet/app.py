@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from malhar import DAG, InputPort, Operator, OutputPort
+from malhar import DAG, InputPort, Operator, OutputPort, launch
 from malhar.io.fs import CsvFileInput, ParquetFileOutput
-from malhar.testing.operators import Collector
+from malhar.testing.operators import Collector, collected
 
 #: what the CSV files hold (a header line first)
 CSV_SCHEMA = "ts timestamp, store string, amount double"
@@ -83,3 +87,56 @@ def write_files(folder: Path, files: int = 6, rows: int = 500, seed: int = 7) ->
         tmp.write_text("\n".join(lines) + "\n")
         tmp.rename(folder / f"sales-{f:03d}.csv")  # appears complete, as producers should
     return truth
+
+
+@dataclass
+class Result:
+    """What a run of the sample produced, next to the ground truth."""
+
+    truth: Counter
+    got: Counter = field(default_factory=Counter)  #: (date, store) -> rows read back
+    by_date: dict[str, int] = field(default_factory=dict)
+    rejected: list[dict[str, Any]] = field(default_factory=list)  #: the error port's rows
+    error_counts: Counter = field(default_factory=Counter)  #: "operator.port" -> tuples
+    seconds: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return self.got == self.truth
+
+
+def run_sample(spark: Any, work: Path, timeout: float = 600.0) -> Result:
+    """Write the CSV files under ``work``, run the application until every valid sale is in
+    the Parquet output (or ``timeout``), stop it, and read the output back with
+    ``spark.read.parquet``."""
+    source, out, checkpoint = work / "in", work / "out", str(work / "checkpoint")
+    result = Result(write_files(source))
+    total = sum(result.truth.values())
+    started = time.monotonic()
+    app = launch(build(str(source), str(out)), spark=spark, checkpoint=checkpoint, window_ms=200)
+
+    def rows() -> int:  # from the visible files' footers: no Spark job competing with the app
+        n = 0
+        for path in out.rglob("*.parquet"):
+            if not any(p.startswith(("_", ".")) for p in path.relative_to(out).parts):
+                n += pq.ParquetFile(path).metadata.num_rows
+        return n
+
+    try:
+        while rows() < total and app.failure() is None and time.monotonic() - started < timeout:
+            time.sleep(0.5)  # the files appear as their windows are committed
+        failure = app.failure()
+        if failure is not None:
+            raise RuntimeError(f"the application failed: {failure}")
+    finally:
+        app.stop()
+    result.seconds = time.monotonic() - started
+    for w in range(app.last_window + 1):
+        result.error_counts.update(app.error_counts(w))
+    back = spark.read.parquet(str(out))
+    for r in back.select("date", "store").collect():
+        result.got[(str(r["date"]), r["store"])] += 1
+    for r in back.groupBy("date").count().orderBy("date").collect():
+        result.by_date[str(r["date"])] = r["count"]
+    result.rejected = [e for rows_ in collected(checkpoint, "rejected").values() for e in rows_]
+    return result

@@ -483,3 +483,31 @@ def test_the_record_is_small_and_json(place: Place, tmp_path) -> None:
     assert sum(r["n"] for r in record["ranges"]) == 1000
     assert h.operator.metrics()["bytes"] == len("".join(f"{i}\n" for i in range(1000)))
     _ = time  # keep the import for debugging timing
+
+
+def test_timestamps_without_an_offset_are_utc_as_in_spark(tmp_path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_text(
+        "ts,n\n2026-11-21 10:00:00,1\n2026-11-21T10:00:00+01:00,2\n,3\nnot a time,4\n"
+    )
+    (tmp_path / "in" / "b.jsonl").write_text(
+        '{"ts": "2026-11-21 10:00:00", "n": 5}\n{"ts": "2026-11-21T10:00:00Z", "n": 6}\n'
+    )
+    got = {}
+    for cls, pattern in ((CsvFileInput, r".*\.csv"), (JsonLinesFileInput, r".*\.jsonl")):
+        h = harness(
+            cls(str(tmp_path / "in"), schema="ts timestamp, n bigint", pattern=pattern),
+            str(tmp_path / f"ck-{cls.__name__}"),
+        )
+        drain(h)
+        for t in h.sink("output").tuples:
+            got[t["n"]] = t["ts"].isoformat() if t["ts"] else None
+        if cls is CsvFileInput:
+            assert [e["text"] for e in h.sink("error").tuples] == ["not a time,4"]
+    assert got == {
+        1: "2026-11-21T10:00:00+00:00",
+        2: "2026-11-21T09:00:00+00:00",
+        3: None,
+        5: "2026-11-21T10:00:00+00:00",
+        6: "2026-11-21T10:00:00+00:00",
+    }

@@ -273,6 +273,31 @@ def _reason(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:500]
 
 
+def _zoned(t: pa.DataType) -> bool:
+    return pa.types.is_timestamp(t) and t.tz is not None
+
+
+def to_timestamps(column: Any, target: pa.DataType) -> Any:
+    """Text -> a zoned timestamp column: values with an offset (``...Z``, ``+01:00``) as
+    given, values without one in the target's zone (UTC for Spark's ``timestamp`` in a
+    UTC session), as Spark's CSV and JSON readers do. A column mixing both raises (the
+    decoder then bisects down to lines, each of one kind)."""
+    column = pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column)
+    try:
+        return pc.cast(column, target)
+    except pa.ArrowInvalid:
+        naive = pc.cast(column, pa.timestamp(target.unit))
+        return pc.assume_timezone(naive, target.tz)
+
+
+def _finish(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Convert the zoned timestamp columns read as text, then cast to ``schema``."""
+    for i, f in enumerate(schema):
+        if _zoned(f.type) and pa.types.is_string(table.schema.field(f.name).type):
+            table = table.set_column(i, f.name, to_timestamps(table.column(f.name), f.type))
+    return table.cast(schema) if table.schema != schema else table
+
+
 class CsvDecoder(_TabularDecoder):
     """CSV rows (one per line: no newlines inside quoted values). With a schema, columns by
     position, typed by pyarrow's CSV conversion; without, strings named by the header (or
@@ -312,7 +337,7 @@ class CsvDecoder(_TabularDecoder):
             return "skip"
 
         types = (
-            {f.name: f.type for f in self.schema}
+            {f.name: pa.string() if _zoned(f.type) else f.type for f in self.schema}
             if self.schema is not None
             else dict.fromkeys(names, pa.string())
         )
@@ -333,13 +358,13 @@ class CsvDecoder(_TabularDecoder):
             ),
             convert_options=convert,
         )
-        if self.schema is not None and table.schema != self.schema:
-            table = table.cast(self.schema)
+        if self.schema is not None:
+            table = _finish(table, self.schema)
         return table, bad
 
 
 #: Arrow types pyarrow's JSON reader does not parse from strings: read as text, then cast
-_CAST_AFTER_JSON = (pa.types.is_date, pa.types.is_decimal, pa.types.is_time)
+_CAST_AFTER_JSON = (pa.types.is_date, pa.types.is_decimal, pa.types.is_time, _zoned)
 
 
 class JsonLinesDecoder(_TabularDecoder):
@@ -380,10 +405,7 @@ class JsonLinesDecoder(_TabularDecoder):
                 explicit_schema=self.parse_schema, unexpected_field_behavior="ignore"
             ),
         )
-        table = table.select(self.schema.names)
-        if table.schema != self.schema:
-            table = table.cast(self.schema)
-        return table, []
+        return _finish(table.select(self.schema.names), self.schema), []
 
     def untyped_rows(self, table: Any) -> list[Any]:
         return table.rows
