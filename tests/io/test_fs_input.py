@@ -58,12 +58,13 @@ def _read_all(place: Place, ckpt: str, partitions: int, **props: Any) -> list[li
 
 # -- blocks ---------------------------------------------------------------------------------------
 def test_blocks_read_every_line_once_across_boundaries_and_utf8(place: Place, tmp_path) -> None:
-    lines = _lines(1, 60)
+    # fewer lines on HDFS: every block is a few WebHDFS round trips
+    lines = _lines(1, 60 if place.kind == "local" else 24)
     text = "\n".join(lines)  # the last line has no newline
     place.write("in/a.txt", text)
     place.write("in/b.txt", "".join(f"{x}\n" for x in lines[:20]))  # ends with a newline
     expected = sorted(lines + lines[:20])
-    sizes = [1, 2, 3, 5, 16, 97, 100_000] if place.kind == "local" else [3, 64]
+    sizes = [1, 2, 3, 5, 16, 97, 100_000] if place.kind == "local" else [5, 64]
     for block_size in sizes:
         for partitions in (1, 3):
             ckpt = str(tmp_path / f"ck-{block_size}-{partitions}")

@@ -43,8 +43,9 @@ class DirectoryScanner:
     Example:
         >>> import os, tempfile
         >>> d = tempfile.mkdtemp()
-        >>> for name in ("b.csv", "a.csv", "c.txt", ".hidden.csv"):
+        >>> for age, name in enumerate(("b.csv", "a.csv", "c.txt", ".hidden.csv")):
         ...     _ = open(os.path.join(d, name), "w").write("x\\n")
+        ...     os.utime(os.path.join(d, name), (1e9 - age, 1e9 - age))  # a.csv is older
         >>> [os.path.basename(f.path) for f in DirectoryScanner(d, pattern=r".*\\.csv").scan()]
         ['a.csv', 'b.csv']
         >>> len(DirectoryScanner(os.path.join(d, "*.txt")).scan())
