@@ -44,6 +44,10 @@ SCHEMA = pa.schema(
 )  # fmt: skip
 
 
+#: rows per window and input partition
+WINDOW_ROWS = 1_000_000
+
+
 def write_data(folder: Path, files: int, rows: int) -> int:
     """``files`` CSV files of ``rows`` rows each (a header line first); return the bytes."""
     rng = random.Random(15)
@@ -114,21 +118,28 @@ def run_spark(spark, source: Path, work: Path, total: int) -> float:
 
 def run_malhar(spark, source: Path, work: Path, total: int, n: int) -> float:
     from malhar import DAG, launch
+    from malhar import attributes as A
     from malhar.io.fs import CsvFileInput, ParquetFileOutput
 
     out = work / "malhar-out"
     dag = DAG(f"bench-files-{n}")
+    # like Spark's file source with availableNow (one batch for what is there): large
+    # windows; like its file sink (a file per task and batch): a file per window
     src = dag.add_operator(
-        "csv", CsvFileInput(str(source), schema=DDL, scan_interval_ms=0), PARTITIONS=2
+        "csv",
+        CsvFileInput(str(source), schema=DDL, scan_interval_ms=0),
+        PARTITIONS=2,
+        MAX_TUPLES_PER_WINDOW=WINDOW_ROWS,
     )
     sink = dag.add_operator(
         "parquet",
-        ParquetFileOutput(str(out), schema=DDL, roll_windows=4, roll_bytes=1 << 30),
+        ParquetFileOutput(str(out), schema=DDL, roll_windows=1, roll_bytes=1 << 30),
         PARTITIONS=2,
     )
+    sink.input.set_attribute(A.PARALLEL_PARTITION, True)  # fused with the reader: no shuffle
     dag.add_stream("rows", src.output, sink.input)
     started = time.perf_counter()
-    app = launch(dag, spark=spark, checkpoint=str(work / f"malhar-ckpt-{n}"), window_ms=0)
+    app = launch(dag, spark=spark, checkpoint=str(work / f"malhar-ckpt-{n}"), window_ms=50)
     try:
         while visible_rows(out) < total:
             failure = app.failure()
