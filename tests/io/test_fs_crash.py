@@ -1,7 +1,8 @@
 """Kill/replay of a whole application (the flagship's style): files -> lines (blocks, two
 partitions) -> words -> UniqueCounter -> rolling Parquet, its driver process group
-SIGKILLed at random windows while files keep arriving, then restarted on the same
-checkpoint. The output read back with ``spark.read.parquet`` must equal the ground truth
+SIGKILLed five times at random windows while files keep arriving (input and output on HDFS
+with ``local[2]``; on the local filesystem with ``local-cluster[2,1,1024]``), then restarted
+on the same checkpoint. The output read back with ``spark.read.parquet`` must equal the ground truth
 exactly, and every input file must have been moved away once (``post_action="move"``)."""
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ def test_sigkill_five_times_hdfs_files_to_parquet_exactly_once(
         place.fs.delete(place.root, recursive=True)
 
 
-def test_sigkill_on_local_cluster_local_files_exactly_once(spark, tmp_path: Path) -> None:
+def test_sigkill_five_times_on_local_cluster_local_files_exactly_once(
+    spark, tmp_path: Path
+) -> None:
     place = Place(str(tmp_path / "data"), "local")
-    crash_and_recover(Run(place, place, tmp_path, "local-cluster[2,1,1024]"), 2, spark)
+    crash_and_recover(Run(place, place, tmp_path, "local-cluster[2,1,1024]"), 5, spark)
