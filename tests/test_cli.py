@@ -122,6 +122,15 @@ def test_list_json_and_kind_filter(site: FakeSite) -> None:
         "KafkaJsonInputOperator",
         "KafkaOutputOperator",
         "KafkaTextInputOperator",
+        "LinesFileInput",
+        "CsvFileInput",
+        "JsonLinesFileInput",
+        "ParquetFileInput",
+        "FileOutput",
+        "ParquetFileOutput",
+        "CsvFileOutput",
+        "JsonLinesFileOutput",
+        "LinesFileOutput",
     }
     assert {e["name"] for e in only} == {"LineOutput", "ListInput", *builtin_connectors}
     assert {e["kind"] for e in only} == {"connector", "input"}
@@ -193,7 +202,8 @@ def test_validate_reports_every_problem_of_an_application_file(
     problems = [line for line in result.output.splitlines() if line.startswith("  - ")]
     expected = [
         "unknown key 'streems'; did you mean 'streams'?",
-        "operator 'src': unknown operator or connector 'ListInpt'; did you mean 'ListInput'?",
+        # the closest name first ('LinesFileInput' is close too)
+        "operator 'src': unknown operator or connector 'ListInpt'; did you mean 'ListInput'",
         "operator 'double': property 'factor': Doubler.factor: 0 is below the minimum 1",
         "operator 'double': Doubler has no property 'facter'; did you mean 'factor'?",
         "operator 'out': unknown operator attribute 'PARTITION'; did you mean 'PARTITIONS'",

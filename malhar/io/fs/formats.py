@@ -1,0 +1,487 @@
+"""Record formats of the file connectors: decoding complete lines into tuples (input) and
+encoding Arrow tables into file contents (output).
+
+Input decoders take the bytes of complete lines (``\\n``-terminated, ``\\r\\n`` too) that
+start at byte ``start`` of a file and return a :class:`Decoded`: an Arrow batch (typed
+ports) or a list of tuples (untyped ports), plus one error row per line that cannot be
+decoded (``{"file", "offset", "error", "text"}``) and how many items the bytes held
+(records and errors: the count a window records and a replay checks). A chunk that fails
+as a whole is bisected down to the failing lines, so every other line is still emitted and
+the semantics of a line do not depend on its neighbours.
+
+Output encoders turn an Arrow table into the bytes of one file (lines, CSV with a header,
+JSON lines, Parquet), optionally gzip-compressed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import gzip
+import io
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
+
+from malhar.io.fs.errors import FileConfigError, FileReadError
+
+__all__ = [
+    "ERROR_DDL",
+    "CsvDecoder",
+    "Decoded",
+    "JsonLinesDecoder",
+    "LinesDecoder",
+    "codec_for",
+    "encode_table",
+    "error_row",
+]
+
+#: the schema of the input's error port
+ERROR_DDL = "file string, offset bigint, error string, text string"
+#: characters of a bad line kept in its error row
+ERROR_TEXT_CHARS = 1024
+#: file name suffix -> pyarrow codec (compressed text input)
+SUFFIX_CODECS = {
+    ".gz": "gzip",
+    ".gzip": "gzip",
+    ".bz2": "bz2",
+    ".zst": "zstd",
+    ".zstd": "zstd",
+    ".lz4": "lz4",
+    ".br": "brotli",
+}
+#: decode_errors policies
+DECODE_POLICIES = ("error", "replace", "ignore", "fail")
+
+_PARSE_EXCEPTIONS = (pa.ArrowException, UnicodeError, ValueError, TypeError, OverflowError)
+
+
+def codec_for(name: str, compression: str) -> str | None:
+    """The pyarrow codec of a file: ``compression`` unless it is ``"infer"`` (then the file
+    name's suffix decides); None for uncompressed."""
+    if compression == "none":
+        return None
+    if compression != "infer":
+        return compression
+    lower = name.lower()
+    return next((c for s, c in SUFFIX_CODECS.items() if lower.endswith(s)), None)
+
+
+def error_row(file: str, offset: int, reason: str, text: bytes | str | None) -> dict[str, Any]:
+    """An error-port row: where (file URL, byte offset), why, and the start of the text."""
+    if isinstance(text, bytes):
+        text = text[: ERROR_TEXT_CHARS * 4].decode("utf-8", "replace")
+    if text is not None and len(text) > ERROR_TEXT_CHARS:
+        text = text[:ERROR_TEXT_CHARS]
+    return {"file": file, "offset": int(offset), "error": reason, "text": text}
+
+
+@dataclass
+class Decoded:
+    """What a run of complete lines decoded to."""
+
+    batch: pa.RecordBatch | None = None  #: typed output
+    rows: list[Any] = field(default_factory=list)  #: untyped output
+    errors: list[dict[str, Any]] = field(default_factory=list)  #: error-port rows
+    items: int = 0  #: records + errors (blank lines of CSV / JSON are not items)
+
+
+def split_lines(data: bytes) -> list[tuple[int, bytes]]:
+    """``(offset in data, line without its \\n and a \\r before it)`` for every line."""
+    out = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        nl = data.find(b"\n", pos)
+        stop = end if nl < 0 else nl
+        line = data[pos:stop]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        out.append((pos, line))
+        pos = stop + 1
+    return out
+
+
+class LineDecoder(ABC):
+    """Decodes complete lines (see the module doc)."""
+
+    def __init__(self, encoding: str = "utf-8", decode_errors: str = "error") -> None:
+        if decode_errors not in DECODE_POLICIES:
+            raise FileConfigError(f"decode_errors must be one of {DECODE_POLICIES}")
+        if "\n".encode(encoding) != b"\n" or "a".encode(encoding) != b"a":
+            raise FileConfigError(
+                f"encoding {encoding!r} is not ASCII-compatible: lines are found by their "
+                "newline byte, so the file connectors read UTF-8, Latin-1 and the like"
+            )
+        self.encoding = encoding
+        self.decode_errors = decode_errors
+        self.utf8 = encoding.lower().replace("_", "-") in ("utf-8", "utf8")
+
+    @abstractmethod
+    def decode(self, data: bytes, start: int, file: str) -> Decoded:
+        """Decode ``data`` (complete lines starting at byte ``start`` of ``file``)."""
+
+    def text(self, raw: bytes) -> str:
+        """One line's text under the decode_errors policy (raises UnicodeDecodeError for
+        "error" and "fail")."""
+        policy = self.decode_errors if self.decode_errors in ("replace", "ignore") else "strict"
+        return raw.decode(self.encoding, policy)
+
+    def bad_encoding(self, file: str, offset: int, exc: UnicodeDecodeError) -> str:
+        reason = f"not valid {self.encoding} at byte {offset + exc.start}: {exc.reason}"
+        if self.decode_errors == "fail":
+            raise FileReadError(f"{file}: {reason} (decode_errors='fail')")
+        return reason
+
+
+class LinesDecoder(LineDecoder):
+    """Each line is a string (without its newline), typed ``line string``."""
+
+    schema = pa.schema([pa.field("line", pa.string())])
+
+    def decode(self, data: bytes, start: int, file: str) -> Decoded:
+        if not data:
+            return Decoded()
+        if data.endswith(b"\n"):
+            data = data[:-1]
+        try:
+            text = self.text(data)
+        except UnicodeDecodeError:
+            return self._per_line(data, start, file)
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [x[:-1] if x.endswith("\r") else x for x in lines]
+        batch = pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], schema=self.schema)
+        return Decoded(batch=batch, items=len(lines))
+
+    def _per_line(self, data: bytes, start: int, file: str) -> Decoded:
+        good: list[str] = []
+        errors = []
+        lines = split_lines(data + b"\n")
+        for off, raw in lines:
+            try:
+                good.append(self.text(raw))
+            except UnicodeDecodeError as exc:
+                errors.append(error_row(file, start + off, self.bad_encoding(file, off, exc), raw))
+        batch = pa.RecordBatch.from_arrays([pa.array(good, pa.string())], schema=self.schema)
+        return Decoded(batch=batch, errors=errors, items=len(lines))
+
+
+class _TabularDecoder(LineDecoder):
+    """CSV and JSON lines: parse a whole chunk at once; bisect a chunk that fails."""
+
+    def __init__(
+        self, schema: pa.Schema | None, encoding: str = "utf-8", decode_errors: str = "error"
+    ) -> None:
+        super().__init__(encoding, decode_errors)
+        self.schema = schema
+
+    def decode(
+        self, data: bytes, start: int, file: str, names: Sequence[str] | None = None
+    ) -> Decoded:
+        out = Decoded()
+        tables: list[pa.Table] = []
+        try:
+            table, bad = self.parse(self.transcode(data), names)
+        except _PARSE_EXCEPTIONS:
+            lines = [(o, x) for o, x in split_lines(data) if x]
+            self._bisect(lines, start, file, names, tables, out.errors)
+        else:
+            tables.append(table)
+            if bad:
+                lines = [(o, x) for o, x in split_lines(data) if x]
+                for number, reason in bad:
+                    off, raw = lines[number]
+                    out.errors.append(error_row(file, start + off, reason, raw))
+        rows = sum(t.num_rows for t in tables)
+        out.items = rows + len(out.errors)
+        if self.schema is not None:
+            table = (
+                (pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+                if tables
+                else self.schema.empty_table()
+            )
+            batches = table.combine_chunks().to_batches()
+            out.batch = batches[0] if batches else None
+        else:
+            for t in tables:
+                out.rows.extend(self.untyped_rows(t))
+        out.errors.sort(key=lambda e: e["offset"])
+        return out
+
+    def untyped_rows(self, table: pa.Table) -> list[Any]:
+        return table.to_pylist()
+
+    def transcode(self, data: bytes) -> bytes:
+        if self.utf8 and self.decode_errors not in ("replace", "ignore"):
+            return data  # pyarrow checks UTF-8 itself
+        return self.text(data).encode("utf-8")
+
+    def _bisect(
+        self,
+        lines: list[tuple[int, bytes]],
+        start: int,
+        file: str,
+        names: Sequence[str] | None,
+        tables: list[pa.Table],
+        errors: list[dict[str, Any]],
+    ) -> None:
+        """Parse ``lines`` (non-blank), halving the runs that fail, in order."""
+        if not lines:
+            return
+        data = b"\n".join(x for _, x in lines) + b"\n"
+        try:
+            table, bad = self.parse(self.transcode(data), names)
+        except UnicodeDecodeError as exc:
+            if len(lines) == 1:
+                off, raw = lines[0]
+                errors.append(error_row(file, start + off, self.bad_encoding(file, off, exc), raw))
+                return
+        except _PARSE_EXCEPTIONS as exc:
+            if len(lines) == 1:
+                off, raw = lines[0]
+                errors.append(error_row(file, start + off, _reason(exc), raw))
+                return
+        else:
+            tables.append(table)
+            for number, reason in bad:
+                off, raw = lines[number]
+                errors.append(error_row(file, start + off, reason, raw))
+            return
+        half = len(lines) // 2
+        self._bisect(lines[:half], start, file, names, tables, errors)
+        self._bisect(lines[half:], start, file, names, tables, errors)
+
+    @abstractmethod
+    def parse(
+        self, data: bytes, names: Sequence[str] | None
+    ) -> tuple[pa.Table, list[tuple[int, str]]]:
+        """Parse UTF-8 lines: the table, and ``(index among non-blank lines, reason)`` of the
+        rows dropped as invalid. Raise for a chunk that cannot be parsed at all."""
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:500]
+
+
+def _zoned(t: pa.DataType) -> bool:
+    return pa.types.is_timestamp(t) and t.tz is not None
+
+
+def to_timestamps(column: Any, target: pa.DataType) -> Any:
+    """Text -> a zoned timestamp column: values with an offset (``...Z``, ``+01:00``) as
+    given, values without one in the target's zone (UTC for Spark's ``timestamp`` in a
+    UTC session), as Spark's CSV and JSON readers do. A column mixing both raises (the
+    decoder then bisects down to lines, each of one kind)."""
+    column = pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column)
+    try:
+        return pc.cast(column, target)
+    except pa.ArrowInvalid:
+        naive = pc.cast(column, pa.timestamp(target.unit))
+        return pc.assume_timezone(naive, target.tz)
+
+
+def _finish(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Convert the zoned timestamp columns read as text, then cast to ``schema``."""
+    for i, f in enumerate(schema):
+        if _zoned(f.type) and pa.types.is_string(table.schema.field(f.name).type):
+            table = table.set_column(i, f.name, to_timestamps(table.column(f.name), f.type))
+    return table.cast(schema) if table.schema != schema else table
+
+
+class CsvDecoder(_TabularDecoder):
+    """CSV rows (one per line: no newlines inside quoted values). With a schema, columns by
+    position, typed by pyarrow's CSV conversion; without, strings named by the header (or
+    ``names``), emitted as dicts."""
+
+    def __init__(
+        self,
+        schema: pa.Schema | None,
+        *,
+        delimiter: str = ",",
+        quote_char: str | None = '"',
+        null_values: Sequence[str] | None = None,
+        encoding: str = "utf-8",
+        decode_errors: str = "error",
+    ) -> None:
+        super().__init__(schema, encoding, decode_errors)
+        self.delimiter = delimiter
+        self.quote_char = quote_char
+        self.null_values = list(null_values) if null_values is not None else None
+
+    def parse(
+        self, data: bytes, names: Sequence[str] | None
+    ) -> tuple[pa.Table, list[tuple[int, str]]]:
+        if self.schema is not None:
+            names = self.schema.names
+        if not names:
+            raise FileConfigError("CSV without a schema needs a header or column names")
+        bad: list[tuple[int, str]] = []
+
+        def invalid(row: Any) -> str:
+            bad.append(
+                (
+                    row.number - 1,
+                    f"{row.actual_columns} field(s) where {row.expected_columns} are expected",
+                )
+            )
+            return "skip"
+
+        types = (
+            {f.name: pa.string() if _zoned(f.type) else f.type for f in self.schema}
+            if self.schema is not None
+            else dict.fromkeys(names, pa.string())
+        )
+        convert = pcsv.ConvertOptions(
+            column_types=types,
+            strings_can_be_null=False,
+            **({"null_values": self.null_values} if self.null_values is not None else {}),
+        )
+        table = pcsv.read_csv(
+            pa.py_buffer(data),
+            read_options=pcsv.ReadOptions(
+                column_names=list(names), use_threads=False, block_size=max(1 << 20, len(data) + 1)
+            ),
+            parse_options=pcsv.ParseOptions(
+                delimiter=self.delimiter,
+                quote_char=self.quote_char if self.quote_char else False,
+                invalid_row_handler=invalid,
+            ),
+            convert_options=convert,
+        )
+        if self.schema is not None:
+            table = _finish(table, self.schema)
+        return table, bad
+
+
+#: Arrow types pyarrow's JSON reader does not parse from strings: read as text, then cast
+_CAST_AFTER_JSON = (pa.types.is_date, pa.types.is_decimal, pa.types.is_time, _zoned)
+
+
+class JsonLinesDecoder(_TabularDecoder):
+    """One JSON object per line. With a schema, typed columns (other fields ignored, dates
+    and decimals parsed from strings); without, the parsed objects as dicts."""
+
+    def __init__(
+        self, schema: pa.Schema | None, encoding: str = "utf-8", decode_errors: str = "error"
+    ) -> None:
+        super().__init__(schema, encoding, decode_errors)
+        if schema is not None:
+            self.parse_schema = pa.schema(
+                [
+                    pa.field(f.name, pa.string()) if any(t(f.type) for t in _CAST_AFTER_JSON) else f
+                    for f in schema
+                ]
+            )
+
+    def parse(
+        self, data: bytes, names: Sequence[str] | None
+    ) -> tuple[pa.Table, list[tuple[int, str]]]:
+        if self.schema is None:
+            rows = []
+            for line in data.split(b"\n"):
+                if not line.strip():
+                    continue
+                value = json.loads(line)
+                if not isinstance(value, dict):
+                    raise ValueError(f"not a JSON object but a {type(value).__name__}")
+                rows.append(value)
+            return _RowsTable(rows), []
+        table = pjson.read_json(
+            pa.py_buffer(data),
+            read_options=pjson.ReadOptions(
+                use_threads=False, block_size=max(1 << 20, len(data) + 1)
+            ),
+            parse_options=pjson.ParseOptions(
+                explicit_schema=self.parse_schema, unexpected_field_behavior="ignore"
+            ),
+        )
+        return _finish(table.select(self.schema.names), self.schema), []
+
+    def untyped_rows(self, table: Any) -> list[Any]:
+        return table.rows
+
+
+class _RowsTable:
+    """Parsed JSON objects standing in for a table (untyped JSON lines)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        self.num_rows = len(rows)
+
+
+# -- output -------------------------------------------------------------------------------------
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _lines_bytes(table: pa.Table) -> bytes:
+    column = table.column(0)
+    if not pa.types.is_string(column.type) and not pa.types.is_large_string(column.type):
+        column = pc.cast(column, pa.string())
+    values = column.to_pylist()
+    return ("\n".join("" if v is None else v for v in values) + "\n").encode("utf-8")
+
+
+def _csv_bytes(table: pa.Table, *, header: bool, delimiter: str) -> bytes:
+    sink = io.BytesIO()
+    pcsv.write_csv(
+        table, sink, write_options=pcsv.WriteOptions(include_header=header, delimiter=delimiter)
+    )
+    return sink.getvalue()
+
+
+def _jsonl_bytes(table: pa.Table) -> bytes:
+    if table.column_names == ["__json__"]:  # rows already JSON text (no schema)
+        return _lines_bytes(table)
+    dumps = json.JSONEncoder(
+        default=_json_default, ensure_ascii=False, separators=(",", ":")
+    ).encode
+    return "".join(dumps(row) + "\n" for row in table.to_pylist()).encode("utf-8")
+
+
+def _parquet_bytes(table: pa.Table, *, compression: str) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression=compression)
+    return sink.getvalue().to_pybytes()
+
+
+#: format -> (file extension, encoder(table, settings) -> bytes)
+ENCODERS: dict[str, tuple[str, Callable[..., bytes]]] = {
+    "lines": (".txt", lambda t, s: _lines_bytes(t)),
+    "csv": (".csv", lambda t, s: _csv_bytes(t, header=s["header"], delimiter=s["delimiter"])),
+    "jsonl": (".jsonl", lambda t, s: _jsonl_bytes(t)),
+    "parquet": (".parquet", lambda t, s: _parquet_bytes(t, compression=s["compression"])),
+}
+
+
+def file_extension(fmt: str, compression: str) -> str:
+    """The extension of an output file (``.csv.gz`` for gzip-compressed CSV)."""
+    ext = ENCODERS[fmt][0]
+    if fmt == "parquet":
+        return ext if compression in ("none", "snappy") else f".{compression}{ext}"
+    return ext + (".gz" if compression == "gzip" else "")
+
+
+def encode_table(table: pa.Table, fmt: str, **settings: Any) -> bytes:
+    """The bytes of one output file holding ``table`` (``settings``: ``header``,
+    ``delimiter``, ``compression``)."""
+    data = ENCODERS[fmt][1](table, settings)
+    if fmt != "parquet" and settings.get("compression") == "gzip":
+        data = gzip.compress(data, compresslevel=6, mtime=0)
+    return data

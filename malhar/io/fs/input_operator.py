@@ -1,0 +1,914 @@
+"""The file input operators (Malhar's ``AbstractFileInputOperator``, ``FileSplitterInput`` and
+``BlockReader``), exactly once, on :class:`~malhar.io.base.ReplayableInput`.
+
+**Files and splits.** Every partition lists the path (:class:`DirectoryScanner`, at most every
+``scan_interval_ms``) and cuts each new file into *splits*: blocks of ``block_size`` bytes
+for uncompressed text, the whole stream for compressed text, row groups for a Parquet file
+larger than ``block_size`` (else the whole file). A split belongs to the partition
+``owner(path#index)``, a stable hash, so every process and every restart agrees on who
+reads what without talking. A partition reads its splits oldest file first (modification
+time, then path). A line belongs to the block where it starts: a block skips the end of
+the line it starts in and reads past its end to finish its last line, so a line that
+crosses a boundary is read once; a multi-byte character never straddles a cut, since cuts
+are at newline bytes.
+
+**Position and record.** The position (checkpointed ``State``) is the set of files seen and
+the queue of this partition's splits with the next byte (or row) of each. A window records
+``{"ranges": [...], "new": [...]}``: per split the byte (row) range read, how many items it
+held and whether it finished the split, plus the files discovered in the window. A replay
+reads exactly those ranges again and checks the counts; ``advance_past`` rebuilds the
+position from the record. Files are identified by path: each is read once, also across
+restarts.
+
+**Committed windows.** With ``post_action`` ``delete`` or ``move``, a file is deleted or
+moved once every window that read it is committed; a file read by several partitions is
+handled by the partition that owns its first split, once the others have left a marker
+under the checkpoint (``<checkpoint>/malhar/files/<operator>/done/``).
+
+**Bad input** goes to the ``error`` port (``file, offset, error, text``): a line that is not
+valid text, a malformed CSV or JSON record, a Parquet file that does not fit the schema, a
+file that vanished or cannot be read (or the operator fails, ``on_unreadable="fail"``).
+Every error row counts as an item of its window and is emitted again by a replay.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from malhar.io.base.input import ReplayableInput, WindowRecord
+from malhar.io.fs.errors import FileConfigError, FileReadError, FileReplayError
+from malhar.io.fs.formats import (
+    ERROR_DDL,
+    CsvDecoder,
+    JsonLinesDecoder,
+    LineDecoder,
+    LinesDecoder,
+    codec_for,
+    error_row,
+)
+from malhar.io.fs.paths import child_url, open_binary, owner, resolve
+from malhar.io.fs.scanner import DirectoryScanner
+from malhar.io.fs.settings import FileInputSettings, parse_schema
+from malhar.operator import OperatorContext
+from malhar.ports import OutputPort
+from malhar.properties import Property
+from malhar.state import State
+from malhar.util.fs import (
+    FileSystem,
+    StorageError,
+    StorageNotFoundError,
+    StoragePermissionError,
+    StorageUnavailableError,
+)
+
+__all__ = [
+    "CsvFileInput",
+    "FileInputOperator",
+    "JsonLinesFileInput",
+    "LinesFileInput",
+    "ParquetFileInput",
+]
+
+log = logging.getLogger("malhar.io.fs")
+
+#: a window record: {"ranges": [entry, ...], "new": [[path, size, mtime], ...]}; an entry is
+#: a range {"f": path, "i": split, "s": start, "e": end, "n": items, "last": bool} or an
+#: error event {"f", "i", "o": offset, "err": reason, "text": str | None, "last": bool}
+Record = dict[str, list[Any]]
+
+# queue entries: [mtime, path, index, start, end, position]
+_MTIME, _PATH, _INDEX, _START, _END, _POS = range(6)
+#: _seen values: [size, mtime, splits owned here, of them finished and released]
+_SIZE, _SEEN_MTIME, _OWN, _RELEASED = range(4)
+#: errors that mean "this file cannot be read" (not "the filesystem is down")
+_UNREADABLE = (StorageNotFoundError, StoragePermissionError)
+
+
+class _Unreadable(Exception):
+    """Internal: a split cannot be read (vanished, refused, shrank, corrupt)."""
+
+
+def _typed(cls: type, ddl: str) -> type:
+    """``cls`` with its ``output`` port typed by ``ddl`` (one subclass per schema)."""
+    key = (cls, ddl)
+    found = _TYPED.get(key)
+    if found is None:
+        found = type(
+            cls.__name__,
+            (cls,),
+            {
+                "output": OutputPort(ddl),
+                "__module__": cls.__module__,
+                "__qualname__": f"{cls.__qualname__}<{ddl}>",
+                "__doc__": cls.__doc__,
+                "_untyped": cls,
+            },
+        )
+        _TYPED[key] = found
+    return found
+
+
+_TYPED: dict[tuple[type, str], type] = {}
+
+
+class FileInputOperator(ReplayableInput[Record], FileInputSettings):
+    """Reads the files of a path exactly once (see the module doc); a format subclass
+    decides how bytes become tuples. Use :class:`LinesFileInput`, :class:`CsvFileInput`,
+    :class:`JsonLinesFileInput` or :class:`ParquetFileInput`."""
+
+    output = OutputPort()
+    error = OutputPort(ERROR_DDL, error=True)
+
+    #: "text" (lines of bytes) or "parquet" (rows of row groups)
+    kind: ClassVar[str] = "text"
+    #: whether a schema makes the output port typed
+    typed_by_schema: ClassVar[bool] = True
+
+    #: path -> [size, mtime, splits owned here, finished and released]: files seen
+    _seen = State(dict)
+    #: this partition's unfinished splits, oldest first: [mtime, path, index, start, end, pos]
+    _queue = State(list)
+    #: files whose post action is due once the other partitions' markers are there
+    _awaiting = State(dict)
+    #: the newest modification time seen (max_file_age_ms)
+    _newest = State(default=0.0)
+    #: the partition count the checkpoint was written with
+    _partitions = State(default=None)
+
+    def __init__(self, path: str | None = None, **properties: Any) -> None:
+        if path is not None:
+            self.path = path
+        self.configure(**properties)
+
+    def configure(self, **values: Any) -> Any:
+        """Set properties by name; a ``schema`` types the ``output`` port (CSV, JSON lines,
+        Parquet): the instance becomes one of a subclass whose port has that schema."""
+        super().configure(**values)
+        if self.typed_by_schema:
+            base = type(self).__dict__.get("_untyped", type(self))
+            target = _typed(base, self.schema) if self.schema else base
+            if type(self) is not target:
+                self.__class__ = target
+        return self
+
+    # -- the format's part --------------------------------------------------------------------
+    def make_decoder(self) -> LineDecoder | None:
+        """The decoder of text formats (None for Parquet)."""
+        raise NotImplementedError
+
+    def has_header(self) -> bool:
+        """Whether the first line of every file is a header, not a record."""
+        return False
+
+    def first_record(self, path: str, size: int | None) -> int:
+        """Byte offset of the first record of a file (after its header line)."""
+        if not self.has_header() or size == 0:
+            return 0
+        return len(self._first_line(path, size))
+
+    def _first_line(self, path: str, size: int | None) -> bytes:
+        """The first line of a file (decompressed), with its newline."""
+        data = b""
+        step = 64 << 10
+        if codec_for(path, self.compression) is not None:
+            stream = self._open_stream(path)
+            try:
+                while b"\n" not in data:
+                    chunk = stream.read(step)
+                    if not chunk:
+                        break
+                    data += chunk
+            finally:
+                stream.close()
+        else:
+            if size is None:
+                status = self._fs.status(path)
+                size = 0 if status is None else status.size
+            while len(data) < size and b"\n" not in data:
+                data += self._read_bytes(path, len(data), min(step, size - len(data)))
+                step *= 2
+        nl = data.find(b"\n")
+        return data if nl < 0 else data[: nl + 1]
+
+    def names_for(self, path: str) -> list[str] | None:
+        """Column names of a file's records when the format takes them from the file."""
+        return None
+
+    # -- ReplayableInput ----------------------------------------------------------------------
+    def open(self, context: OperatorContext) -> None:
+        self.check_settings()
+        if self._partitions is not None and self._seen and self._partitions != context.partitions:
+            raise FileConfigError(
+                f"{self.label}: the checkpoint was written with {self._partitions} partitions, "
+                f"now {context.partitions}: a file input keeps its partition count for the life "
+                "of its checkpoint (which partition reads which block depends on it)"
+            )
+        self._partitions = context.partitions
+        self._me, self._n = context.partition, context.partitions
+        self._scanner = DirectoryScanner(self.path, recursive=self.recursive, pattern=self.pattern)
+        self._fs: FileSystem = self._scanner.fs
+        self._decoder = self.make_decoder()
+        self._arrow = parse_schema(self.schema) if self.schema else None
+        self._last_scan = float("-inf")
+        self._not_mine: dict[str, tuple[int, float]] = {}
+        self._headers: dict[str, list[str]] = {}
+        self._streams: dict[str, Any] = {}  # compressed: path -> [stream, position, leftover]
+        self._parquet: dict[str, Any] = {}  # path -> ParquetFile (or an error text)
+        self._rg_cache: tuple[Any, Any] | None = None
+        if self.post_action != "none":
+            if not context.checkpoint:
+                raise FileConfigError(f"{self.label}: post_action needs a checkpoint location")
+            markers = child_url(
+                context.checkpoint, "malhar", "files", _segment(context.name), "done"
+            )
+            self._mfs, self._mroot = resolve(markers)
+        if self.move_to:
+            self._move_fs, self._move_dir = resolve(self.move_to)
+        self._counts = {"files": 0, "bytes": 0, "errors": 0}
+        self._ranges: list[dict[str, Any]] = []
+        self._new: list[list[Any]] = []
+
+    def close(self) -> None:
+        for stream in getattr(self, "_streams", {}).values():
+            try:
+                stream[0].close()
+            except Exception:
+                pass
+        self._streams = {}
+        self._parquet = {}
+
+    def begin_new_window(self, window_id: int) -> None:
+        self._ranges = []
+        self._new = []
+        self._counts = {"files": 0, "bytes": 0, "errors": 0}
+
+    def read(self, limit: int) -> int:
+        self._maybe_scan()
+        n = 0
+        queue = self._queue
+        while queue and n < limit:
+            got, emitted = self._read_split(queue[0], limit - n)
+            n += got
+            if queue and queue[0][_POS] == -2:  # finished
+                queue.pop(0)
+            if emitted:
+                break  # the engine calls again: one chunk per call
+        return n
+
+    def window_record(self) -> Record:
+        return {"ranges": self._ranges, "new": self._new}
+
+    def replay(self, record: Record) -> int:
+        total = 0
+        for entry in record["ranges"]:
+            path, index = entry["f"], int(entry["i"])
+            if "err" in entry:
+                self.error.emit(
+                    error_row(self._url(path), entry["o"], entry["err"], entry.get("text"))
+                )
+                total += 1
+                continue
+            start, end, count = int(entry["s"]), int(entry["e"]), int(entry["n"])
+            if end == start and count == 0:
+                continue
+            try:
+                items = self._emit_range(path, index, start, end, replay=True)
+            except (_Unreadable, *_UNREADABLE) as exc:
+                raise FileReplayError(
+                    f"{self.label}: window {self.window_id} read {self._url(path)} "
+                    f"[{start}, {end}) but it cannot be read again: {exc}"
+                ) from None
+            if items != count:
+                raise FileReplayError(
+                    f"{self.label}: window {self.window_id} read {count} items in [{start}, {end}) "
+                    f"of {self._url(path)}, the file now has {items} there (rewritten?): "
+                    "cannot replay exactly"
+                )
+            total += items
+        return total
+
+    def advance_past(self, record: Record) -> None:
+        for path, size, mtime in record.get("new", []):
+            if path not in self._seen:
+                self._discover(path, int(size), float(mtime))
+        for entry in record["ranges"]:
+            split = self._find(entry["f"], int(entry["i"]))
+            if split is None:
+                continue  # finished already (replayed twice)
+            if entry.get("last"):
+                split[_POS] = -2
+                self._queue.remove(split)
+            elif "e" in entry:
+                split[_POS] = int(entry["e"])
+
+    def release(self, records: list[WindowRecord[Record]]) -> None:
+        for _, record in records:
+            for entry in record["ranges"]:
+                if entry.get("last"):
+                    seen = self._seen.get(entry["f"])
+                    if seen is not None:
+                        seen[_RELEASED] += 1
+                        if seen[_RELEASED] >= seen[_OWN]:
+                            self._file_done(entry["f"])
+        if self._awaiting:
+            self._post_actions()
+
+    # -- metrics ------------------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        return dict(getattr(self, "_counts", {}))
+
+    def backlog(self) -> int | None:
+        return len(self._queue)
+
+    # -- scanning -----------------------------------------------------------------------------
+    def _maybe_scan(self) -> None:
+        now = time.monotonic()
+        if now - self._last_scan < self.scan_interval_ms / 1000:
+            return
+        self._last_scan = now
+        try:
+            found = self._scanner.scan()
+        except StorageError as exc:
+            if not isinstance(exc, StorageUnavailableError | StoragePermissionError):
+                raise
+            log.warning(
+                "%s: cannot list %s now (%s); trying again later", self.label, self.shown_path, exc
+            )
+            return
+        listed = set()
+        horizon = None
+        if self.max_file_age_ms and found:
+            self._newest = max(self._newest, max(f.mtime for f in found))
+            horizon = self._newest - self.max_file_age_ms / 1000
+        for f in found:
+            listed.add(f.path)
+            if f.path in self._seen or (horizon is not None and f.mtime < horizon):
+                continue
+            if self._not_mine.get(f.path) == (f.size, f.mtime):
+                continue
+            if self._discover(f.path, f.size, f.mtime):
+                self._new.append([f.path, f.size, f.mtime])
+            else:
+                self._not_mine[f.path] = (f.size, f.mtime)
+        # forget finished files that are gone (moved, deleted) or too old
+        for path, seen in list(self._seen.items()):
+            finished = seen[_RELEASED] >= seen[_OWN] and path not in self._awaiting
+            old = horizon is not None and seen[_SEEN_MTIME] < horizon
+            if finished and (path not in listed or old):
+                del self._seen[path]
+
+    def _splits_of(self, path: str, size: int) -> list[tuple[int, int, int]]:
+        """``(index, start, end)`` of a file's splits (end -1: to the end of the stream)."""
+        if self.kind == "parquet":
+            if size > self.block_size:
+                pf = self._parquet_file(path, size)
+                if not isinstance(pf, str) and pf.metadata.num_row_groups > 1:
+                    return [
+                        (k, 0, pf.metadata.row_group(k).num_rows)
+                        for k in range(pf.metadata.num_row_groups)
+                    ]
+            return [(-1, 0, -1)]
+        if codec_for(path, self.compression) is not None:
+            return [(0, 0, -1)]
+        bs = self.block_size
+        blocks = max(1, -(-size // bs))
+        return [(i, i * bs, min((i + 1) * bs, size)) for i in range(blocks)]
+
+    def _discover(self, path: str, size: int, mtime: float) -> bool:
+        """Queue this partition's splits of a new file; False when it owns none."""
+        splits = self._splits_of(path, size)
+        mine = [s for s in splits if owner(f"{path}#{s[0]}", self._n) == self._me]
+        if not mine:
+            return False
+        self._seen[path] = [size, mtime, len(mine), 0]
+        for index, start, end in mine:
+            bisect.insort(self._queue, [mtime, path, index, start, end, -1])
+        return True
+
+    def _find(self, path: str, index: int) -> list[Any] | None:
+        for split in self._queue:
+            if split[_PATH] == path and split[_INDEX] == index:
+                return split
+        return None
+
+    # -- reading ------------------------------------------------------------------------------
+    def _url(self, path: str) -> str:
+        return self._fs.describe(path)
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        last = self._ranges[-1] if self._ranges else None
+        if (
+            last is not None
+            and "err" not in entry
+            and "err" not in last
+            and last["f"] == entry["f"]
+            and last["i"] == entry["i"]
+            and last["e"] == entry["s"]
+            and not last["last"]
+        ):
+            last["e"], last["n"], last["last"] = entry["e"], last["n"] + entry["n"], entry["last"]
+        else:
+            self._ranges.append(entry)
+
+    def _finish(self, split: list[Any]) -> None:
+        split[_POS] = -2
+        self._counts["files"] += 1
+
+    def _read_split(self, split: list[Any], budget: int) -> tuple[int, bool]:
+        """Read from the queue's first split; (items read, whether anything was emitted)."""
+        path, index = split[_PATH], split[_INDEX]
+        size = self._seen[path][_SIZE]
+        try:
+            if self.kind == "parquet":
+                return self._read_parquet(split, size, budget)
+            if split[_END] < 0:
+                return self._read_stream(split, budget)
+            return self._read_block(split, size, budget)
+        except (_Unreadable, *_UNREADABLE) as exc:
+            if self.on_unreadable == "fail":
+                raise FileReadError(f"{self.label}: cannot read {self._url(path)}: {exc}") from None
+            pos = max(split[_POS], split[_START])
+            reason = f"cannot read the file: {exc}"
+            log.warning("%s: %s: %s; skipped", self.label, self._url(path), reason)
+            self._record(
+                {"f": path, "i": index, "o": pos, "err": reason, "text": None, "last": True}
+            )
+            self.error.emit(error_row(self._url(path), pos, reason, None))
+            self._counts["errors"] += 1
+            self._finish(split)
+            return 1, True
+
+    def _read_block(self, split: list[Any], size: int, budget: int) -> tuple[int, bool]:
+        path, index, start, end = split[_PATH], split[_INDEX], split[_START], split[_END]
+        pos = split[_POS]
+        if pos < 0:
+            pos = self._align(path, start, size)
+        if pos >= end or pos >= size:
+            self._record({"f": path, "i": index, "s": pos, "e": pos, "n": 0, "last": True})
+            self._finish(split)
+            return 0, False
+        data, stop = self._take_lines(path, pos, end, size, budget)
+        last = stop >= end or stop >= size
+        items = self._emit_bytes(path, index, pos, data)
+        self._record({"f": path, "i": index, "s": pos, "e": stop, "n": items, "last": last})
+        self._counts["bytes"] += len(data)
+        if last:
+            self._finish(split)
+        else:
+            split[_POS] = stop
+        return max(items, 1), True
+
+    def _align(self, path: str, start: int, size: int) -> int:
+        """The first byte of the first line that starts at or after ``start``."""
+        if start == 0:
+            return self.first_record(path, size)
+        pos = start - 1  # a line starts at `start` when the byte before it is a newline
+        step = 64 << 10
+        while pos < size:
+            data = self._read_bytes(path, pos, min(step, size - pos))
+            nl = data.find(b"\n")
+            if nl >= 0:
+                return pos + nl + 1
+            pos += len(data)
+            step = min(step * 2, self.chunk_bytes)
+        return size
+
+    def _read_bytes(self, path: str, offset: int, length: int) -> bytes:
+        data = self._fs.read(path, offset, length)
+        if len(data) < length:
+            raise _Unreadable(
+                f"it ends at byte {offset + len(data)}, before byte {offset + length} "
+                "(truncated or rewritten since it was found)"
+            )
+        return data
+
+    def _take_lines(
+        self, path: str, pos: int, end: int, size: int, budget: int
+    ) -> tuple[bytes, int]:
+        """Complete lines from ``pos`` that start before ``end``: at most ``budget`` lines and
+        about ``chunk_bytes`` bytes (more for a longer line). Returns (bytes, next position)."""
+        want = min(self.chunk_bytes, size - pos)
+        data = self._read_bytes(path, pos, want)
+        while True:
+            arr = np.frombuffer(data, dtype=np.uint8)
+            nl = np.flatnonzero(arr == 10)
+            eof = pos + len(data) >= size
+            last_rel = end - 1 - pos  # lines starting at or before it are this block's
+            if len(nl):
+                owned = min(len(nl), int(np.searchsorted(nl, last_rel, "left")) + 1)
+                k = min(owned, budget)
+                cut = int(nl[k - 1]) + 1
+                if eof and k == len(nl) and cut < len(data) and k < budget and cut <= last_rel:
+                    cut = len(data)  # the file's last line has no newline
+                return data[:cut], pos + cut
+            if eof:
+                return data, pos + len(data)  # one last line without a newline
+            more = min(max(len(data), self.chunk_bytes), size - pos - len(data))
+            data += self._read_bytes(path, pos + len(data), more)
+
+    def _emit_bytes(self, path: str, index: int, start: int, data: bytes) -> int:
+        decoder = self._decoder
+        url = self._url(path)
+        names = self.names_for(path)
+        if names is not None:
+            decoded = decoder.decode(data, start, url, names)  # type: ignore[call-arg]
+        else:
+            decoded = decoder.decode(data, start, url)
+        for err in decoded.errors:
+            self.error.emit(err)
+        self._counts["errors"] += len(decoded.errors)
+        if decoded.batch is not None:
+            if decoded.batch.num_rows:
+                self.output.emit_batch(decoded.batch)
+        else:
+            emit = self.output.emit
+            for row in decoded.rows:
+                emit(row)
+        return decoded.items
+
+    # -- compressed text ----------------------------------------------------------------------
+    def _open_stream(self, path: str) -> Any:
+        codec = codec_for(path, self.compression)
+        size = self._seen[path][_SIZE] if path in self._seen else None
+        raw = open_binary(self._fs, path, size)
+        return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), codec)
+
+    def _stream_at(self, path: str, pos: int) -> list[Any]:
+        """The decompressed stream of ``path`` positioned at ``pos`` (reopened if needed)."""
+        cur = self._streams.get(path)
+        if cur is not None and cur[1] == pos:
+            return cur
+        if cur is not None:
+            cur[0].close()
+        stream = self._open_stream(path)
+        skip = pos
+        while skip:
+            got = stream.read(min(skip, self.chunk_bytes))
+            if not got:
+                raise _Unreadable(f"its decompressed stream ends before byte {pos}")
+            skip -= len(got)
+        cur = self._streams[path] = [stream, pos, b""]
+        return cur
+
+    def _read_stream(self, split: list[Any], budget: int) -> tuple[int, bool]:
+        path, index = split[_PATH], split[_INDEX]
+        try:
+            if split[_POS] < 0:
+                split[_POS] = self.first_record(path, None)
+            pos = split[_POS]
+            cur = self._stream_at(path, pos)
+            buf = cur[2]
+            eof = False
+            chunk = cur[0].read(self.chunk_bytes)
+            eof = not chunk
+            buf += chunk
+            while b"\n" not in buf and not eof:
+                chunk = cur[0].read(self.chunk_bytes)
+                eof = not chunk
+                buf += chunk
+        except (OSError, pa.ArrowException) as exc:
+            self._streams.pop(path, None)
+            raise _Unreadable(str(exc)) from None
+        if not buf:
+            self._record({"f": path, "i": index, "s": pos, "e": pos, "n": 0, "last": True})
+            self._streams.pop(path)[0].close()
+            self._finish(split)
+            return 0, False
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        nl = np.flatnonzero(arr == 10)
+        if len(nl):
+            k = min(len(nl), budget)
+            cut = int(nl[k - 1]) + 1
+            if eof and k == len(nl) and cut < len(buf) and k < budget:
+                cut = len(buf)
+        else:
+            cut = len(buf)  # eof: the last line has no newline
+        data, rest = buf[:cut], buf[cut:]
+        stop = pos + cut
+        last = eof and not rest
+        items = self._emit_bytes(path, index, pos, data)
+        self._record({"f": path, "i": index, "s": pos, "e": stop, "n": items, "last": last})
+        self._counts["bytes"] += len(data)
+        if last:
+            self._streams.pop(path)[0].close()
+            self._finish(split)
+        else:
+            cur[1], cur[2] = stop, rest
+            split[_POS] = stop
+        return max(items, 1), True
+
+    def _stream_range(self, path: str, start: int, end: int) -> bytes:
+        stream = self._open_stream(path)
+        try:
+            skip = start
+            while skip:
+                got = stream.read(min(skip, self.chunk_bytes))
+                if not got:
+                    raise _Unreadable(f"its decompressed stream ends before byte {start}")
+                skip -= len(got)
+            data = stream.read(end - start)
+        finally:
+            stream.close()
+        if len(data) != end - start:
+            raise _Unreadable(f"its decompressed stream ends before byte {end}")
+        return data
+
+    # -- Parquet ------------------------------------------------------------------------------
+    def _parquet_file(self, path: str, size: int | None = None) -> Any:
+        """The ``ParquetFile`` of ``path`` (cached), or why it cannot be read (a str)."""
+        found = self._parquet.get(path)
+        if found is not None:
+            return found
+        try:
+            source = path if self._fs.backend == "local" else open_binary(self._fs, path, size)
+            found = pq.ParquetFile(source)
+        except _UNREADABLE:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            if isinstance(exc, StorageUnavailableError):
+                raise
+            found = f"not a readable Parquet file: {exc}"
+        if len(self._parquet) > 64:
+            self._parquet.clear()
+        self._parquet[path] = found
+        return found
+
+    def _schema_problem(self, pf: Any) -> str | None:
+        if self._arrow is None:
+            return None
+        have = pf.schema_arrow
+        missing = [n for n in self._arrow.names if n not in have.names]
+        if missing:
+            return f"schema mismatch: the file has no column(s) {missing} (it has {have.names})"
+        try:
+            have.empty_table().select(self._arrow.names).cast(self._arrow)
+        except (pa.ArrowException, ValueError) as exc:
+            return f"schema mismatch: {exc}"
+        return None
+
+    def _read_parquet(self, split: list[Any], size: int, budget: int) -> tuple[int, bool]:
+        path, index, end = split[_PATH], split[_INDEX], split[_END]
+        pos = max(split[_POS], 0)
+        pf = self._parquet_file(path, size)
+        problem = pf if isinstance(pf, str) else self._schema_problem(pf)
+        if problem is not None:
+            self._finish(split)
+            if index > 0:  # the owner of the file's first split reports it
+                self._record({"f": path, "i": index, "s": pos, "e": pos, "n": 0, "last": True})
+                return 0, False
+            self._record(
+                {"f": path, "i": index, "o": 0, "err": problem, "text": None, "last": True}
+            )
+            self.error.emit(error_row(self._url(path), 0, problem, None))
+            self._counts["errors"] += 1
+            return 1, True
+        total = pf.metadata.num_rows if index < 0 else end
+        n = min(budget, total - pos, 1 << 16)
+        if n <= 0:
+            self._record({"f": path, "i": index, "s": pos, "e": pos, "n": 0, "last": True})
+            self._finish(split)
+            return 0, False
+        items = self._emit_rows(path, index, pos, pos + n)
+        last = pos + n >= total
+        self._record({"f": path, "i": index, "s": pos, "e": pos + n, "n": items, "last": last})
+        if last:
+            self._finish(split)
+        else:
+            split[_POS] = pos + n
+        return max(items, 1), True
+
+    def _rows(self, path: str, index: int, start: int, end: int) -> pa.Table:
+        """Rows ``[start, end)`` of a split (of the file for index -1, of a row group else)."""
+        pf = self._parquet_file(path)
+        if isinstance(pf, str):
+            raise _Unreadable(pf)
+        columns = self._arrow.names if self._arrow is not None else None
+        meta = pf.metadata
+        if index >= 0:
+            groups, first = [index], 0
+        else:
+            bounds = np.cumsum(
+                [0] + [meta.row_group(k).num_rows for k in range(meta.num_row_groups)]
+            )
+            lo = int(np.searchsorted(bounds, start, "right")) - 1
+            hi = int(np.searchsorted(bounds, end, "left"))
+            groups, first = list(range(lo, hi)), int(bounds[lo])
+        tables = []
+        for g in groups:
+            key = (path, g)
+            if self._rg_cache is not None and self._rg_cache[0] == key:
+                tables.append(self._rg_cache[1])
+                continue
+            table = pf.read_row_group(g, columns=columns, use_threads=False)
+            self._rg_cache = (key, table)
+            tables.append(table)
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        table = table.slice(start - first, end - start)
+        if self._arrow is not None:
+            table = table.select(self._arrow.names).cast(self._arrow)
+        return table
+
+    def _emit_rows(self, path: str, index: int, start: int, end: int) -> int:
+        try:
+            table = self._rows(path, index, start, end)
+        except (OSError, pa.ArrowException) as exc:
+            if isinstance(exc, StorageUnavailableError | _UNREADABLE):
+                raise
+            raise _Unreadable(str(exc)) from None
+        if self._arrow is not None:
+            for batch in table.combine_chunks().to_batches():
+                self.output.emit_batch(batch)
+        else:
+            emit = self.output.emit
+            for row in table.to_pylist():
+                emit(row)
+        return table.num_rows
+
+    # -- replay -------------------------------------------------------------------------------
+    def _emit_range(self, path: str, index: int, start: int, end: int, *, replay: bool) -> int:
+        if self.kind == "parquet":
+            return self._emit_rows(path, index, start, end)
+        if codec_for(path, self.compression) is not None:
+            data = self._stream_range(path, start, end)
+        else:
+            data = self._fs.read(path, start, end - start)
+            if len(data) != end - start:
+                raise _Unreadable(f"it ends before byte {end}")
+        return self._emit_bytes(path, index, start, data)
+
+    # -- committed ----------------------------------------------------------------------------
+    def _file_done(self, path: str) -> None:
+        """Every split of ``path`` this partition owns is read and committed."""
+        if self.post_action == "none":
+            return
+        size = self._seen[path][_SIZE]
+        splits = self._splits_of(path, size)
+        owners = {owner(f"{path}#{s[0]}", self._n) for s in splits}
+        first = owner(f"{path}#{splits[0][0]}", self._n)
+        others = sorted(owners - {self._me})
+        if first != self._me:
+            marker = f"{self._mroot}/{_file_id(path)}/{self._me}"
+            self._mfs.create(marker, b"", overwrite=True)
+            return
+        self._awaiting[path] = others
+
+    def _post_actions(self) -> None:
+        fs = self._mfs
+        for path, others in list(self._awaiting.items()):
+            try:
+                if others:
+                    folder = f"{self._mroot}/{_file_id(path)}"
+                    try:
+                        have = {e.name for e in fs.list(folder)}
+                    except StorageNotFoundError:
+                        have = set()
+                    if not {str(p) for p in others} <= have:
+                        continue
+                self._apply_post_action(path)
+                if others:
+                    fs.delete(f"{self._mroot}/{_file_id(path)}", recursive=True)
+            except StorageError as exc:
+                log.warning(
+                    "%s: %s of %s failed (%s); trying again later",
+                    self.label,
+                    self.post_action,
+                    self._url(path),
+                    exc,
+                )
+                continue
+            del self._awaiting[path]
+            self._seen.pop(path, None)
+
+    def _apply_post_action(self, path: str) -> None:
+        fs = self._fs
+        if self.post_action == "delete":
+            fs.delete(path)
+            return
+        name = fs.basename(path)
+        target = f"{self._move_dir.rstrip('/')}/{name}"
+        if fs.status(path) is None:
+            return  # moved by an earlier attempt
+        self._move_fs.mkdirs(self._move_dir)
+        if self._move_fs.status(target) is not None:
+            mtime = self._seen.get(path, [0, 0.0])[_SEEN_MTIME]
+            target = f"{target}.{int(mtime * 1000)}"
+        fs.rename(path, target, overwrite=True)
+
+
+def _file_id(path: str) -> str:
+    return hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _segment(name: str) -> str:
+    from malhar.util.fs.names import encode_segment
+
+    return encode_segment(name)
+
+
+# -- the formats ---------------------------------------------------------------------------------
+class LinesFileInput(FileInputOperator):
+    """Each line of the files as ``line string`` (Arrow batches), exactly once.
+
+    Example:
+        >>> import os, tempfile
+        >>> from malhar import OperatorContext
+        >>> from malhar.io.fs import LinesFileInput
+        >>> from malhar.testing.harness import OperatorHarness
+        >>> d = tempfile.mkdtemp()
+        >>> _ = open(os.path.join(d, "a.txt"), "w").write("one\\ntwo\\n")
+        >>> h = OperatorHarness(LinesFileInput(d), OperatorContext("in", checkpoint=tempfile.mkdtemp()))
+        >>> h.run_window()
+        >>> h.sink("output").tuples
+        [{'line': 'one'}, {'line': 'two'}]
+    """
+
+    output = OutputPort("line string")
+    typed_by_schema: ClassVar[bool] = False
+
+    def make_decoder(self) -> LineDecoder:
+        return LinesDecoder(self.encoding, self.decode_errors)
+
+
+class CsvFileInput(FileInputOperator):
+    """CSV records, one per line, exactly once (typed with ``schema``, else dicts).
+
+    With ``schema``: typed Arrow batches, columns by position; without: dicts of strings
+    named by the header (or ``columns``)."""
+
+    header = Property(bool, default=True, doc="the first line of every file names the columns")
+    delimiter = Property(str, default=",", doc="field delimiter (one character)")
+    quote_char = Property(str, default='"', doc="quote character ('' for none)")
+    columns = Property((list, tuple, str), default=None, doc="column names when there is no header")
+    null_values = Property(list, default=None, doc="texts read as null (pyarrow's default list)")
+
+    def settings_problems(self) -> list[str]:
+        out = super().settings_problems()
+        if self.delimiter is not None and len(self.delimiter) != 1:
+            out.append("delimiter must be one character")
+        if not self.schema and not self.header and not self.columns:
+            out.append("a CSV input without header needs schema or columns")
+        return out
+
+    def make_decoder(self) -> LineDecoder:
+        return CsvDecoder(
+            parse_schema(self.schema) if self.schema else None,
+            delimiter=self.delimiter,
+            quote_char=self.quote_char or None,
+            null_values=self.null_values,
+            encoding=self.encoding,
+            decode_errors=self.decode_errors,
+        )
+
+    def has_header(self) -> bool:
+        return bool(self.header)
+
+    def names_for(self, path: str) -> list[str] | None:
+        if self.schema:
+            return None
+        if self.columns:
+            cols = self.columns
+            return [c.strip() for c in cols.split(",")] if isinstance(cols, str) else list(cols)
+        names = self._headers.get(path)
+        if names is None:
+            import csv
+
+            size = self._seen[path][_SIZE] if path in self._seen else None
+            line = self._first_line(path, size).decode(self.encoding, "replace").rstrip("\r\n")
+            names = next(
+                csv.reader([line], delimiter=self.delimiter, quotechar=self.quote_char or None), []
+            )
+            self._headers[path] = names
+        return names
+
+
+class JsonLinesFileInput(FileInputOperator):
+    """JSON objects, one per line, exactly once (typed with ``schema``, else dicts).
+
+    With ``schema``: typed Arrow batches (other fields ignored); without: the objects as
+    dicts."""
+
+    def make_decoder(self) -> LineDecoder:
+        return JsonLinesDecoder(
+            parse_schema(self.schema) if self.schema else None, self.encoding, self.decode_errors
+        )
+
+
+class ParquetFileInput(FileInputOperator):
+    """The rows of Parquet files, exactly once (large files by row group over partitions).
+
+    With ``schema``: Arrow batches of those columns, cast (a file without them goes to the
+    error port); without: dicts. Files larger than ``block_size`` are read by row group, by
+    several partitions."""
+
+    kind: ClassVar[str] = "parquet"
+
+    def make_decoder(self) -> None:
+        return None

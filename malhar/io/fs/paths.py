@@ -1,0 +1,153 @@
+"""Small helpers of the file connectors: URLs, which partition owns a file or a block,
+hidden names, Hive partition directories, and a seekable file over any filesystem."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from malhar.util.fs import FileSystem, LocalFileSystem, filesystem_for
+
+__all__ = [
+    "RangeFile",
+    "child_url",
+    "hive_escape",
+    "hive_segment",
+    "is_hidden",
+    "open_binary",
+    "owner",
+    "resolve",
+]
+
+#: Hive's value of a null partition column (what Spark writes and reads back as null)
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+#: characters Hive escapes in partition values (FileUtils.escapePathName), plus '%'
+_HIVE_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(i) for i in range(32))
+
+
+def resolve(url: str) -> tuple[FileSystem, str]:
+    """``(filesystem, absolute path)`` of a local path or an ``hdfs://`` / ``webhdfs://`` URL."""
+    return filesystem_for(url)
+
+
+def child_url(url: str, *parts: str) -> str:
+    """``url`` with ``parts`` appended to its path (a ``?query`` stays at the end).
+
+    Example:
+        >>> child_url("hdfs://nn:8020/ckpt?webhdfs=http://nn:9870", "malhar", "files")
+        'hdfs://nn:8020/ckpt/malhar/files?webhdfs=http://nn:9870'
+        >>> child_url("/tmp/ckpt/", "a")
+        '/tmp/ckpt/a'
+    """
+    split = urlsplit(url)
+    if split.scheme in ("", "file") or len(split.scheme) == 1:
+        base, sep, query = url.partition("?") if split.scheme else (url, "", "")
+        return "/".join([base.rstrip("/"), *parts]) + (sep + query if sep else "")
+    path = "/".join([split.path.rstrip("/"), *parts])
+    return urlunsplit((split.scheme, split.netloc, path, split.query, split.fragment))
+
+
+def owner(key: str, partitions: int) -> int:
+    """The partition (of ``partitions``) that owns ``key``: a stable hash, the same in every
+    process, Python version and run.
+
+    Example:
+        >>> owner("/data/in/a.csv", 4) == owner("/data/in/a.csv", 4)
+        True
+    """
+    if partitions <= 1:
+        return 0
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
+def is_hidden(name: str) -> bool:
+    """Names Hadoop and Spark skip: ``.x``, ``_x`` and files being copied (``x._COPYING_``)."""
+    return name.startswith((".", "_")) or name.endswith("._COPYING_")
+
+
+def hive_escape(text: str) -> str:
+    """A partition value as Hive and Spark write it in a directory name (``%XX`` escapes).
+
+    Example:
+        >>> hive_escape("2026-11-23"), hive_escape("a/b=c")
+        ('2026-11-23', 'a%2Fb%3Dc')
+    """
+    return "".join(f"%{ord(c):02X}" if c in _HIVE_ESCAPED else c for c in text)
+
+
+def hive_segment(column: str, value: Any) -> str:
+    """``column=value`` as one directory name (a null value is Hive's default partition)."""
+    if value is None:
+        text = HIVE_NULL
+    elif hasattr(value, "isoformat") and not isinstance(value, str):
+        text = value.isoformat(sep=" ") if hasattr(value, "hour") else value.isoformat()
+    else:
+        text = str(value)
+    return f"{hive_escape(column)}={hive_escape(text) if value is not None else text}"
+
+
+class RangeFile(io.RawIOBase):
+    """A read-only, seekable file over :meth:`FileSystem.read` (one ranged read per refill):
+    how pyarrow reads Parquet footers and compressed streams on HDFS."""
+
+    def __init__(self, fs: FileSystem, path: str, size: int | None = None) -> None:
+        super().__init__()
+        self._fs = fs
+        self._path = path
+        self._pos = 0
+        if size is None:
+            status = fs.status(path)
+            if status is None:
+                from malhar.util.fs import StorageNotFoundError
+
+                raise StorageNotFoundError("no such file", backend=fs.backend, path=path)
+            size = status.size
+        self._size = size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            self._pos = offset
+        elif whence == io.SEEK_CUR:
+            self._pos += offset
+        else:
+            self._pos = self._size + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._pos >= self._size or not len(view):
+            return 0
+        data = self._fs.read(self._path, self._pos, min(len(view), self._size - self._pos))
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+
+def open_binary(fs: FileSystem, path: str, size: int | None = None) -> Any:
+    """A buffered, seekable binary file: the OS file on the local filesystem, ranged reads
+    (8 MiB at a time) elsewhere."""
+    if isinstance(fs, LocalFileSystem):
+        return open(path, "rb")
+    return io.BufferedReader(RangeFile(fs, path, size), buffer_size=8 << 20)
+
+
+def local_path(fs: FileSystem, path: str) -> str | None:
+    """``path`` when ``fs`` is the local filesystem (pyarrow opens it natively), else None."""
+    return path if isinstance(fs, LocalFileSystem) and os.path.isabs(path) else None

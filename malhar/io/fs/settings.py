@@ -1,0 +1,274 @@
+"""The settings of the file connectors, each declared once as a
+:class:`~malhar.properties.Property`.
+
+- :class:`FileInputSettings`: what every file input reads and how (scanner, blocks,
+  decoding, bad input, what happens to files once their windows are committed). The input
+  operators inherit it, with their format's own settings.
+- :class:`FileOutputSettings`: where and how an output writes (format, schema, rolling,
+  Hive partitioning). The output operators inherit it; the Spark sink configures a
+  :class:`FileSinkSettings` from its options, so an option and a property share their
+  type, default, checks and documentation.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pyarrow as pa
+
+from malhar.io.base.output import TransactionalSettings, TransactionalSinkSettings
+from malhar.io.fs.errors import FileConfigError, FileOutputConfigError
+from malhar.io.fs.formats import DECODE_POLICIES
+from malhar.properties import Configurable, Property
+from malhar.redaction import redact_url
+from malhar.schema import SchemaError, arrow_schema, to_struct_type
+
+__all__ = [
+    "FORMATS",
+    "FileInputSettings",
+    "FileOutputSettings",
+    "FileSinkSettings",
+    "parse_schema",
+]
+
+#: the record formats of the connectors
+FORMATS = ("lines", "csv", "jsonl", "parquet")
+INPUT_CODECS = ("infer", "none", "gzip", "bz2", "zstd", "lz4", "brotli")
+PARQUET_CODECS = ("snappy", "zstd", "gzip", "lz4", "brotli", "none")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_schema(ddl: str | None, who: str = "schema") -> pa.Schema | None:
+    """The Arrow schema of a Spark DDL string (``"id bigint, day date"``), None for None."""
+    if ddl is None:
+        return None
+    try:
+        return arrow_schema(to_struct_type(ddl, where=who))
+    except SchemaError as exc:
+        raise FileConfigError(str(exc)) from None
+
+
+def _check_ddl(value: Any) -> str | None:
+    try:
+        parse_schema(value)
+    except FileConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _check_regex(value: Any) -> str | None:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        return f"not a regular expression: {exc}"
+    return None
+
+
+def _check_encoding(value: Any) -> str | None:
+    try:
+        if "\n".encode(value) != b"\n":
+            return f"{value!r} is not ASCII-compatible (lines are found by their newline byte)"
+    except LookupError:
+        return f"unknown encoding {value!r}"
+    return None
+
+
+class FileInputSettings(Configurable):
+    """Where a file input finds its files and how it reads them."""
+
+    path = Property(
+        str,
+        not_null=True,
+        doc="a file, a directory or a glob (/in/*.csv); a local path, hdfs:// or webhdfs:// URL",
+    )
+    recursive = Property(bool, default=False, doc="also read the files of subdirectories")
+    pattern = Property(
+        str, default=None, check=_check_regex, doc="regex the whole file name matches"
+    )
+    scan_interval_ms = Property(
+        int, default=1_000, min=0, doc="a partition lists the path at most this often"
+    )
+    max_file_age_ms = Property(
+        int,
+        default=None,
+        min=1,
+        doc="ignore files older than the newest one seen by this much, and forget them "
+        "(bounds the record of files read; None: remember every file)",
+    )
+    block_size = Property(
+        int,
+        default=64 << 20,
+        min=1,
+        doc="files larger than this are read in blocks by several partitions "
+        "(uncompressed text by bytes, Parquet by row groups)",
+    )
+    chunk_bytes = Property(
+        int, default=8 << 20, min=1, doc="bytes read (and emitted as one batch) per read call"
+    )
+    compression = Property(
+        str,
+        default="infer",
+        one_of=INPUT_CODECS,
+        doc="compression of text files; infer: from the suffix (.gz, .bz2, .zst, .lz4, .br)",
+    )
+    encoding = Property(str, default="utf-8", check=_check_encoding, doc="text encoding")
+    decode_errors = Property(
+        str,
+        default="error",
+        one_of=DECODE_POLICIES,
+        doc="a line that is not valid text: error (to the error port), replace, ignore, fail",
+    )
+    on_unreadable = Property(
+        str,
+        default="skip",
+        one_of=("skip", "fail"),
+        doc="a file that vanished or cannot be read: skip (reported on the error port) or fail",
+    )
+    post_action = Property(
+        str,
+        default="none",
+        one_of=("none", "delete", "move"),
+        doc="what happens to a file once every window that read it is committed",
+    )
+    move_to = Property(str, default=None, doc="directory files are moved to (post_action=move)")
+    schema = Property(
+        str,
+        default=None,
+        check=_check_ddl,
+        doc="Spark DDL of the records (CSV, JSON lines, Parquet): typed Arrow batches; "
+        "without it, dicts",
+    )
+
+    config_error = FileConfigError
+
+    def settings_problems(self) -> list[str]:
+        """Every reason these settings cannot work."""
+        out = self.property_problems()
+        if self.post_action == "move" and not self.move_to:
+            out.append("post_action 'move' needs move_to (a directory)")
+        if self.move_to and self.post_action != "move":
+            out.append(f"move_to is set but post_action is {self.post_action!r}")
+        if self.move_to and self.path and self.recursive:
+            base = self.path.split("?")[0].rstrip("/")
+            target = self.move_to.split("?")[0].rstrip("/")
+            inside = target.startswith(base + "/")
+            hidden = any(p.startswith((".", "_")) for p in target[len(base) :].split("/") if p)
+            if inside and not hidden:
+                out.append(
+                    "move_to is inside the recursively scanned path: moved files would be read "
+                    "again (use a directory outside it, or one whose name starts with '_')"
+                )
+        return out
+
+    def check_settings(self) -> None:
+        """Raise :class:`~malhar.io.fs.errors.FileConfigError` listing every problem."""
+        problems = self.settings_problems()
+        if problems:
+            raise FileConfigError(f"invalid {type(self).__name__} settings: " + "; ".join(problems))
+
+    @property
+    def shown_path(self) -> str:
+        return redact_url(self.path or "")
+
+
+class FileOutputSettings(TransactionalSettings):
+    """Where and how a file output writes: one set of files per operator partition."""
+
+    config_error = FileOutputConfigError
+
+    path = Property(
+        str, not_null=True, doc="output directory; a local path, hdfs:// or webhdfs:// URL"
+    )
+    format = Property(str, default="parquet", one_of=FORMATS, doc="lines, csv, jsonl or parquet")
+    schema = Property(
+        str,
+        default=None,
+        check=_check_ddl,
+        doc="Spark DDL of the rows (required for csv and parquet); rows that do not fit go "
+        "to the error port",
+    )
+    partition_by = Property(
+        str,
+        default=None,
+        doc="a column whose value names a Hive-style directory (date=2026-11-23/...); it "
+        "is not stored in the files",
+    )
+    roll_bytes = Property(
+        int,
+        default=128 << 20,
+        min=1,
+        doc="a file is closed once its rows hold this many bytes (as staged, uncompressed)",
+    )
+    roll_records = Property(int, default=None, min=1, doc="... or this many records")
+    roll_windows = Property(int, default=None, min=1, doc="... or spans this many windows")
+    roll_ms = Property(
+        int, default=60_000, min=1, doc="... or has been open this long (checked every window)"
+    )
+    compression = Property(
+        str,
+        default=None,
+        doc="parquet: snappy (default), zstd, gzip, lz4, brotli, none; text: none (default) or gzip",
+    )
+    header = Property(bool, default=True, doc="csv: a header line in every file")
+    delimiter = Property(str, default=",", doc="csv: the field delimiter (one character)")
+    file_prefix = Property(str, default="part", doc="the start of every file name")
+
+    def settings_problems(self) -> list[str]:
+        """Every reason these settings cannot work."""
+        out = self.property_problems()
+        if self.format in ("csv", "parquet") and not self.schema:
+            out.append(f"format {self.format!r} needs a schema (Spark DDL)")
+        if self.compression is not None:
+            allowed = PARQUET_CODECS if self.format == "parquet" else ("none", "gzip")
+            if self.compression not in allowed:
+                out.append(f"compression {self.compression!r} is not one of {list(allowed)}")
+        if self.delimiter is not None and len(self.delimiter) != 1:
+            out.append("delimiter must be one character")
+        if self.file_prefix is not None and not _NAME.fullmatch(self.file_prefix.replace("-", "_")):
+            out.append("file_prefix must be letters, digits, '_' or '-'")
+        schema = None
+        if self.schema:
+            try:
+                schema = parse_schema(self.schema)
+            except FileConfigError:
+                schema = None
+        if self.partition_by:
+            if not self.schema:
+                out.append("partition_by needs a schema")
+            if schema is not None and self.partition_by not in schema.names:
+                out.append(f"partition_by {self.partition_by!r} is not a column of the schema")
+            elif schema is not None and len(schema) < 2:
+                out.append("partition_by needs at least one other column to write")
+            if self.format == "lines":
+                out.append("format 'lines' writes one column: it cannot be partitioned")
+        if self.format == "lines" and schema is not None and len(schema) != 1:
+            out.append("format 'lines' writes one string column: give a one-column schema")
+        return out
+
+    @property
+    def codec(self) -> str:
+        """The compression in effect."""
+        if self.compression is not None:
+            return self.compression
+        return "snappy" if self.format == "parquet" else "none"
+
+    @property
+    def arrow_schema(self) -> pa.Schema | None:
+        return parse_schema(self.schema)
+
+
+class FileSinkSettings(FileOutputSettings, TransactionalSinkSettings):
+    """The ``malhar_files`` Spark sink's options: :class:`FileOutputSettings` plus ``name``,
+    ``operator`` and ``verify_reruns``. Without ``schema`` the query's schema is used.
+
+    Example:
+        >>> s = FileSinkSettings().from_options(
+        ...     {"path": "/tmp/out", "format": "csv", "roll_windows": "3", "name": "q"})
+        >>> (s.format, s.roll_windows, s.operator)
+        ('csv', 3, 'sink')
+    """
+
+    def settings_problems(self) -> list[str]:
+        # the query's schema stands in for a missing one (see FileSink.streamWriter)
+        return [p for p in super().settings_problems() if "needs a schema" not in p]

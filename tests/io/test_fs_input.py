@@ -1,0 +1,514 @@
+"""The file input (``malhar.io.fs``), driven window by window with the operator harness, on
+the local filesystem and on the real HDFS fixture: blocks and partitions, exact replay, the
+scanner, every format, bad input, post actions."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+import random
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from malhar.io.fs import (
+    CsvFileInput,
+    FileConfigError,
+    FileReadError,
+    FileReplayError,
+    JsonLinesFileInput,
+    LinesFileInput,
+    ParquetFileInput,
+)
+from tests.io.fs_support import Place, drain, harness, place_fixture, values  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+
+def _lines(seed: int, n: int) -> list[str]:
+    """Lines with multi-byte characters (2, 3 and 4 bytes), empty lines and long ones."""
+    rng = random.Random(seed)
+    alphabet = ["a", "b", "é", "ß", "日", "本", "😀", " ", "x"]
+    out = []
+    for i in range(n):
+        size = rng.choice([0, 1, 3, 8, 20, 90])
+        out.append(f"{i}:" + "".join(rng.choice(alphabet) for _ in range(size)) if size else "")
+    return out
+
+
+def _read_all(place: Place, ckpt: str, partitions: int, **props: Any) -> list[list[str]]:
+    """Every partition's lines, each drained to the end."""
+    out = []
+    for p in range(partitions):
+        h = harness(
+            LinesFileInput(place.url("in"), scan_interval_ms=0, **props),
+            ckpt,
+            partition=p,
+            partitions=partitions,
+        )
+        drain(h)
+        out.append(values(h))
+    return out
+
+
+# -- blocks ---------------------------------------------------------------------------------------
+def test_blocks_read_every_line_once_across_boundaries_and_utf8(place: Place, tmp_path) -> None:
+    # fewer lines on HDFS: every block is a few WebHDFS round trips
+    lines = _lines(1, 60 if place.kind == "local" else 24)
+    text = "\n".join(lines)  # the last line has no newline
+    place.write("in/a.txt", text)
+    place.write("in/b.txt", "".join(f"{x}\n" for x in lines[:20]))  # ends with a newline
+    expected = sorted(lines + lines[:20])
+    sizes = [1, 2, 3, 5, 16, 97, 100_000] if place.kind == "local" else [5, 64]
+    for block_size in sizes:
+        for partitions in (1, 3):
+            ckpt = str(tmp_path / f"ck-{block_size}-{partitions}")
+            got = _read_all(place, ckpt, partitions, block_size=block_size)
+            assert sorted(x for part in got for x in part) == expected, (block_size, partitions)
+    # with several partitions each reads a share (blocks are dealt by a stable hash)
+    got = _read_all(place, str(tmp_path / "ck-share"), 3, block_size=64)
+    assert sum(1 for part in got if part) >= 2
+
+
+def test_a_block_starts_where_its_first_line_starts(place: Place, tmp_path) -> None:
+    # 'aaaa\n' 'bbbbbbbbbb\n' 'cc\n': blocks of 4 bytes; block 1 [4, 8) starts on the newline
+    # byte of line 1 ('\n' at 4): its first line starts at 5 ('bbbb...'), which block 1 reads
+    # past its end; block 2 [8, 12) starts inside that line: it reads nothing; block 3 [12,
+    # 16) starts inside it too and reads nothing; 'cc' starts at 16 (block 4)
+    place.write("in/f.txt", "aaaa\nbbbbbbbbbb\ncc\n")
+    ckpt = str(tmp_path / "ck")
+    h = harness(LinesFileInput(place.url("in"), block_size=4, scan_interval_ms=0), ckpt)
+    drain(h)
+    assert values(h) == ["aaaa", "bbbbbbbbbb", "cc"]
+    ranges = [
+        r for w in range(h.window + 1) for r in h.operator.window_data_manager.retrieve(w)["ranges"]
+    ]
+    starts = {r["i"]: (r["s"], r["e"], r["n"]) for r in ranges}
+    assert starts[0] == (0, 5, 1)
+    assert starts[1] == (5, 16, 1)
+    assert starts[2][2] == 0 and starts[3][2] == 0
+    assert starts[4] == (16, 19, 1)
+
+
+# -- replay -----------------------------------------------------------------------------------
+def test_a_restored_partition_replays_windows_exactly_and_reads_on(place: Place, tmp_path) -> None:
+    place.write("in/a.txt", "".join(f"a{i}\n" for i in range(30)), mtime=1_000)
+    place.write("in/b.txt", b"b0\n\xffbad\nb2\n", mtime=2_000)
+    ckpt = str(tmp_path / "ck")
+
+    def op() -> LinesFileInput:
+        return LinesFileInput(
+            place.url("in"), block_size=40, scan_interval_ms=0, max_records_per_window=7
+        )
+
+    h = harness(op(), ckpt)
+    h.run_window()
+    h.run_window()
+    saved = h.checkpoint()  # after window 1
+    for _ in range(4):
+        h.run_window()  # 2..5
+    first = {w: list(v) for w, v in h.sink("output").per_window.items()}
+    errors = {w: list(v) for w, v in h.sink("error").per_window.items()}
+    place.write("in/c.txt", "c0\nc1\n", mtime=3_000)  # new while "down"
+
+    again = harness(op(), ckpt, saved=saved)
+    for w in range(2, 6):
+        again.run_window(window=w)  # replays
+        assert again.operator.replaying
+    assert {w: v for w, v in again.sink("output").per_window.items()} == {
+        w: v for w, v in first.items() if w >= 2
+    }
+    assert {w: v for w, v in again.sink("error").per_window.items()} == {
+        w: v for w, v in errors.items() if w >= 2
+    }
+    drain(again)
+    every = [t["line"] for w, v in first.items() if w < 2 for t in v] + values(again)
+    assert sorted(every) == sorted([f"a{i}" for i in range(30)] + ["b0", "b2", "c0", "c1"])
+    bad = [e for v in errors.values() for e in v]
+    assert [(e["offset"], e["file"].endswith("b.txt")) for e in bad] == [(3, True)]
+    # oldest file first: every a* line before any b* line
+    order = [t["line"][0] for w in sorted(first) for t in first[w]]
+    assert order.index("b") > max(i for i, c in enumerate(order) if c == "a")
+
+
+def test_a_replay_of_a_rewritten_file_fails_instead_of_emitting_other_lines(
+    place: Place, tmp_path
+) -> None:
+    place.write("in/a.txt", "one\ntwo\nthree\n")
+    ckpt = str(tmp_path / "ck")
+    h = harness(LinesFileInput(place.url("in"), scan_interval_ms=0), ckpt)
+    saved = h.checkpoint()
+    h.run_window()
+    place.write("in/a.txt", "one\ntwo\n")  # shorter now
+    again = harness(LinesFileInput(place.url("in"), scan_interval_ms=0), ckpt, saved=saved)
+    with pytest.raises(FileReplayError, match=r"cannot be read again|cannot replay exactly"):
+        again.run_window(window=0)
+
+
+# -- the scanner --------------------------------------------------------------------------------
+def test_scanner_glob_recursive_pattern_hidden_and_order(place: Place, tmp_path) -> None:
+    place.write("in/z.csv", "z\n", mtime=100)
+    place.write("in/a.csv", "a\n", mtime=300)
+    place.write("in/b.csv", "b\n", mtime=300)  # same time: by name
+    place.write("in/m.txt", "m\n", mtime=200)
+    place.write("in/.hidden.csv", "hidden\n", mtime=50)
+    place.write("in/_SUCCESS", "success\n", mtime=50)
+    place.write("in/sub/s.csv", "s\n", mtime=150)
+    place.write("in/_tmp/t.csv", "t\n", mtime=10)
+    place.write("in/x.csv._COPYING_", "copying\n", mtime=10)
+
+    def read(path: str, **props: Any) -> list[str]:
+        h = harness(
+            LinesFileInput(place.url(path), scan_interval_ms=0, **props),
+            str(tmp_path / f"ck-{len(list(tmp_path.iterdir()))}"),
+        )
+        drain(h)
+        return values(h)
+
+    assert read("in") == ["z", "m", "a", "b"]
+    assert read("in", recursive=True) == ["z", "s", "m", "a", "b"]
+    assert read("in", recursive=True, pattern=r"[a-s]\.csv") == ["s", "a", "b"]
+    assert read("in/*.csv") == ["z", "a", "b"]
+    assert read("in/*/*.csv") == ["s"]
+    assert read("in/m.txt") == ["m"]
+    assert read("nothing-here") == []
+
+
+def test_new_files_are_picked_up_and_each_file_is_read_once_across_restarts(
+    place: Place, tmp_path
+) -> None:
+    ckpt = str(tmp_path / "ck")
+    place.write("in/1.txt", "one\n")
+
+    def op() -> LinesFileInput:
+        return LinesFileInput(place.url("in"), scan_interval_ms=0)
+
+    h = harness(op(), ckpt)
+    h.run_window()
+    h.run_window()  # nothing new
+    place.write("in/2.txt", "two\n")
+    h.run_window()
+    assert values(h) == ["one", "two"]
+    saved = h.checkpoint()
+    place.write("in/1.txt", "one\nagain\n")  # rewritten: still the same file, read once
+    place.write("in/3.txt", "three\n")
+    again = harness(op(), ckpt, saved=saved)
+    drain(again)
+    assert values(again) == ["three"]
+
+
+def test_scan_interval_and_max_file_age(place: Place, tmp_path) -> None:
+    place.write("in/old.txt", "old\n", mtime=1_000)
+    place.write("in/new.txt", "new\n", mtime=5_000)
+    h = harness(
+        LinesFileInput(place.url("in"), scan_interval_ms=3_600_000, max_file_age_ms=60_000),
+        str(tmp_path / "ck"),
+    )
+    h.run_window()
+    assert values(h) == ["new"]  # old.txt is older than the newest file by more than a minute
+    place.write("in/later.txt", "later\n", mtime=6_000)
+    h.run_window()
+    assert values(h) == ["new"]  # not listed again within the scan interval
+    assert h.operator.backlog() == 0
+
+
+# -- formats ------------------------------------------------------------------------------------
+def test_csv_typed_untyped_header_and_malformed_rows(place: Place, tmp_path) -> None:
+    text = (
+        'id,name,day\n1,a,2026-11-23\n\n2,b,2026-11-24\nx,c,2026-11-25\n4,d\n5,"e,f",2026-11-26\n'
+    )
+    place.write("in/a.csv", text)
+    ddl = "id bigint, name string, day date"
+    h = harness(
+        CsvFileInput(place.url("in"), schema=ddl, block_size=25, scan_interval_ms=0),
+        str(tmp_path / "ck"),
+    )
+    assert type(h.operator).output.schema.simpleString() == "struct<id:bigint,name:string,day:date>"
+    drain(h)
+    rows = h.sink("output").tuples
+    assert [(r["id"], r["name"], r["day"].isoformat()) for r in rows] == [
+        (1, "a", "2026-11-23"),
+        (2, "b", "2026-11-24"),
+        (5, "e,f", "2026-11-26"),
+    ]
+    errors = h.sink("error").tuples
+    assert [(e["offset"], e["text"]) for e in errors] == [
+        (text.index("x,c"), "x,c,2026-11-25"),
+        (text.index("4,d"), "4,d"),
+    ]
+    assert "int64" in errors[0]["error"] and "3 are expected" in errors[1]["error"]
+    assert all(e["file"].endswith("/in/a.csv") for e in errors)
+
+    u = harness(CsvFileInput(place.url("in"), scan_interval_ms=0), str(tmp_path / "ck2"))
+    drain(u)
+    assert u.sink("output").tuples[0] == {"id": "1", "name": "a", "day": "2026-11-23"}
+    assert len(u.sink("output").tuples) == 4 and len(u.sink("error").tuples) == 1
+
+    place.write("in2/b.tsv", "1\tq\n")
+    n = harness(
+        CsvFileInput(place.url("in2"), header=False, columns="k,v", delimiter="\t"),
+        str(tmp_path / "ck3"),
+    )
+    drain(n)
+    assert n.sink("output").tuples == [{"k": "1", "v": "q"}]
+
+
+def test_json_lines_typed_and_untyped(place: Place, tmp_path) -> None:
+    text = (
+        '{"id": 1, "day": "2026-11-23", "extra": true}\n'
+        "not json\n"
+        "[1, 2]\n"
+        '{"id": "one", "day": "2026-11-23"}\n'
+        '{"id": 3}\n'
+    )
+    place.write("in/a.jsonl", text)
+    h = harness(
+        JsonLinesFileInput(place.url("in"), schema="id bigint, day date", scan_interval_ms=0),
+        str(tmp_path / "ck"),
+    )
+    drain(h)
+    assert [(r["id"], r["day"] and r["day"].isoformat()) for r in h.sink("output").tuples] == [
+        (1, "2026-11-23"),
+        (3, None),
+    ]
+    offsets = [e["offset"] for e in h.sink("error").tuples]
+    assert offsets == [text.index("not json"), text.index("[1, 2]"), text.index('{"id": "one"')]
+
+    u = harness(JsonLinesFileInput(place.url("in"), scan_interval_ms=0), str(tmp_path / "ck2"))
+    drain(u)
+    assert u.sink("output").tuples == [
+        {"id": 1, "day": "2026-11-23", "extra": True},
+        {"id": "one", "day": "2026-11-23"},
+        {"id": 3},
+    ]
+    assert len(u.sink("error").tuples) == 2
+
+
+def _parquet(rows: list[dict[str, Any]], row_group_size: int | None = None) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), sink, row_group_size=row_group_size)
+    return sink.getvalue()
+
+
+def test_parquet_batches_schema_mismatch_and_row_groups_over_partitions(
+    place: Place, tmp_path
+) -> None:
+    rows = [{"id": i, "name": f"n{i}"} for i in range(1000)]
+    place.write("in/a.parquet", _parquet(rows, row_group_size=100), mtime=1_000)
+    place.write("in/b.parquet", _parquet([{"other": 1}]), mtime=2_000)
+    place.write("in/c.parquet", b"PAR1 this is not parquet", mtime=3_000)
+    got, errors = [], []
+    for p in range(3):
+        h = harness(
+            ParquetFileInput(
+                place.url("in"), schema="id bigint, name string", block_size=1, scan_interval_ms=0
+            ),
+            str(tmp_path / "ck"),
+            partition=p,
+            partitions=3,
+        )
+        drain(h)
+        got.append([r["id"] for r in h.sink("output").tuples])
+        errors += h.sink("error").tuples
+    assert sorted(i for part in got for i in part) == list(range(1000))
+    assert sum(1 for part in got if part) >= 2  # row groups spread over the partitions
+    reasons = sorted((e["file"].rsplit("/", 1)[1], e["error"].split(":")[0]) for e in errors)
+    assert reasons == [
+        ("b.parquet", "schema mismatch"),
+        ("c.parquet", "not a readable Parquet file"),
+    ]
+
+    u = harness(ParquetFileInput(place.url("in/b.parquet")), str(tmp_path / "ck2"))
+    drain(u)
+    assert u.sink("output").tuples == [{"other": 1}]
+
+
+def test_compressed_text(place: Place, tmp_path) -> None:
+    lines = [f"line {i} é" for i in range(500)]
+    data = "".join(f"{x}\n" for x in lines).encode()
+    place.write("in/a.txt.gz", gzip.compress(data[:3000]) + gzip.compress(data[3000:]))  # 2 members
+    place.write("in/b.txt.bz2", bz2.compress(b"bz\nlast"))
+    place.write("csv/c.csv.gz", gzip.compress(b"k,v\n1,x\n2,y\n"))
+    h = harness(
+        LinesFileInput(place.url("in"), scan_interval_ms=0, max_records_per_window=123),
+        str(tmp_path / "ck"),
+    )
+    saved = h.checkpoint()
+    drain(h)
+    assert values(h) == [*lines, "bz", "last"]
+    replayed = harness(
+        LinesFileInput(place.url("in"), scan_interval_ms=0, max_records_per_window=123),
+        str(tmp_path / "ck"),
+        saved=saved,
+    )
+    for w in range(3):
+        replayed.run_window(window=w)
+    assert replayed.sink("output").per_window == {
+        w: v for w, v in h.sink("output").per_window.items() if w < 3
+    }
+    c = harness(CsvFileInput(place.url("csv"), schema="k bigint, v string"), str(tmp_path / "c"))
+    drain(c)
+    assert c.sink("output").tuples == [{"k": 1, "v": "x"}, {"k": 2, "v": "y"}]
+
+
+# -- bad input --------------------------------------------------------------------------------
+def test_decode_error_policies(place: Place, tmp_path) -> None:
+    place.write("in/a.txt", b"ok\nbad \xff\xfe\nfine\n")
+    expect = {
+        "error": (["ok", "fine"], 1),
+        "replace": (["ok", "bad \ufffd\ufffd", "fine"], 0),
+        "ignore": (["ok", "bad ", "fine"], 0),
+    }
+    for policy, (lines, errors) in expect.items():
+        h = harness(
+            LinesFileInput(place.url("in"), decode_errors=policy, scan_interval_ms=0),
+            str(tmp_path / policy),
+        )
+        drain(h)
+        assert (values(h), len(h.sink("error").tuples)) == (lines, errors), policy
+    h = harness(LinesFileInput(place.url("in"), decode_errors="fail"), str(tmp_path / "fail"))
+    with pytest.raises(FileReadError, match="not valid utf-8 at byte 7"):
+        h.run_window()
+    latin = harness(LinesFileInput(place.url("in"), encoding="latin-1"), str(tmp_path / "latin"))
+    drain(latin)
+    assert values(latin)[1] == "bad ÿþ"
+
+
+def test_a_vanished_file_is_reported_and_skipped_or_fails(place: Place, tmp_path) -> None:
+    place.write("in/a.txt", "".join(f"a{i}\n" for i in range(50)), mtime=1_000)
+    place.write("in/b.txt", "b0\n", mtime=2_000)
+    h = harness(
+        LinesFileInput(place.url("in"), scan_interval_ms=0, max_records_per_window=10),
+        str(tmp_path / "ck"),
+    )
+    h.run_window()
+    place.fs.delete(place.path("in/a.txt"))
+    drain(h)
+    assert values(h) == [f"a{i}" for i in range(10)] + ["b0"]
+    (error,) = h.sink("error").tuples
+    assert error["file"].endswith("/in/a.txt") and error["offset"] == 30
+    assert "cannot read the file" in error["error"]
+
+    place.write("in2/a.txt", "".join(f"a{i}\n" for i in range(50)))
+    f = harness(
+        LinesFileInput(
+            place.url("in2"), scan_interval_ms=0, max_records_per_window=10, on_unreadable="fail"
+        ),
+        str(tmp_path / "ck2"),
+    )
+    f.run_window()
+    place.fs.delete(place.path("in2/a.txt"))
+    with pytest.raises(FileReadError, match="cannot read"):
+        f.run_window()
+
+
+# -- post actions ------------------------------------------------------------------------------
+@pytest.mark.parametrize("action", ["delete", "move"])
+def test_post_action_after_commit_also_for_files_read_by_several_partitions(
+    place: Place, tmp_path, action: str
+) -> None:
+    big = "".join(f"line {i}\n" for i in range(200))  # ~2 KB: 20 blocks of 100 bytes
+    place.write("in/big.txt", big, mtime=1_000)
+    place.write("in/small.txt", "s\n", mtime=2_000)
+    ckpt = str(tmp_path / "ck")
+    props = {"block_size": 100, "scan_interval_ms": 0, "post_action": action}
+    if action == "move":
+        props["move_to"] = place.url("done")
+    hs = [
+        harness(LinesFileInput(place.url("in"), **props), ckpt, partition=p, partitions=2)
+        for p in range(2)
+    ]
+    last = max(drain(h) for h in hs)
+    got = sorted(x for h in hs for x in values(h))
+    assert got == sorted([f"line {i}" for i in range(200)] + ["s"])
+    assert place.exists("in/big.txt") and place.exists("in/small.txt")  # nothing committed yet
+    for h in reversed(hs):  # the owner of the file's first block may hear first: it waits
+        h.committed(last)
+    for h in hs:
+        h.run_window()  # a window later, every partition has left its marker
+        h.committed(last + 1)
+        h.committed(last + 1)  # delivered again (a restart): nothing happens twice
+    assert not place.exists("in/big.txt") and not place.exists("in/small.txt")
+    if action == "move":
+        assert place.read("done/big.txt").decode() == big
+        assert place.read("done/small.txt") == b"s\n"
+    markers = tmp_path / "ck" / "malhar" / "files" / "in" / "done"
+    assert markers.is_dir() and not list(markers.iterdir())  # the markers were removed
+    # gone files are forgotten; a new file is read as usual
+    place.write("in/next.txt", "n\n")
+    for h in hs:
+        h.run_window()
+    assert "n" in [x for h in hs for x in values(h)]
+    assert all("big" not in "".join(h.operator._seen) for h in hs)
+
+
+# -- settings -----------------------------------------------------------------------------------
+def test_settings_are_checked(tmp_path) -> None:
+    ckpt = str(tmp_path / "ck")
+    with pytest.raises(FileConfigError, match="needs move_to"):
+        harness(LinesFileInput(str(tmp_path), post_action="move"), ckpt).run_window()
+    with pytest.raises(FileConfigError, match="inside the recursively scanned"):
+        harness(
+            LinesFileInput(
+                str(tmp_path), recursive=True, post_action="move", move_to=str(tmp_path / "done")
+            ),
+            ckpt,
+        ).run_window()
+    with pytest.raises(Exception, match="not a regular expression"):
+        LinesFileInput(str(tmp_path), pattern="(")
+    with pytest.raises(Exception, match="ASCII-compatible"):
+        LinesFileInput(str(tmp_path), encoding="utf-16")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("a\n")
+    h = harness(LinesFileInput(str(tmp_path / "in")), ckpt, partitions=2)
+    h.run_window()
+    saved = h.checkpoint()
+    if h.operator._seen:
+        with pytest.raises(FileConfigError, match="partition count"):
+            harness(
+                LinesFileInput(str(tmp_path / "in")), ckpt, partitions=3, saved=saved
+            ).run_window(window=1)
+
+
+def test_the_record_is_small_and_json(place: Place, tmp_path) -> None:
+    place.write("in/a.txt", "".join(f"{i}\n" for i in range(1000)))
+    h = harness(LinesFileInput(place.url("in"), scan_interval_ms=0, block_size=1000), str(tmp_path))
+    h.run_window()
+    record = h.operator.window_data_manager.retrieve(0)
+    assert len(json.dumps(record)) < 1000
+    assert sum(r["n"] for r in record["ranges"]) == 1000
+    assert h.operator.metrics()["bytes"] == len("".join(f"{i}\n" for i in range(1000)))
+    _ = time  # keep the import for debugging timing
+
+
+def test_timestamps_without_an_offset_are_utc_as_in_spark(tmp_path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_text(
+        "ts,n\n2026-11-21 10:00:00,1\n2026-11-21T10:00:00+01:00,2\n,3\nnot a time,4\n"
+    )
+    (tmp_path / "in" / "b.jsonl").write_text(
+        '{"ts": "2026-11-21 10:00:00", "n": 5}\n{"ts": "2026-11-21T10:00:00Z", "n": 6}\n'
+    )
+    got = {}
+    for cls, pattern in ((CsvFileInput, r".*\.csv"), (JsonLinesFileInput, r".*\.jsonl")):
+        h = harness(
+            cls(str(tmp_path / "in"), schema="ts timestamp, n bigint", pattern=pattern),
+            str(tmp_path / f"ck-{cls.__name__}"),
+        )
+        drain(h)
+        for t in h.sink("output").tuples:
+            got[t["n"]] = t["ts"].isoformat() if t["ts"] else None
+        if cls is CsvFileInput:
+            assert [e["text"] for e in h.sink("error").tuples] == ["not a time,4"]
+    assert got == {
+        1: "2026-11-21T10:00:00+00:00",
+        2: "2026-11-21T09:00:00+00:00",
+        3: None,
+        5: "2026-11-21T10:00:00+00:00",
+        6: "2026-11-21T10:00:00+00:00",
+    }

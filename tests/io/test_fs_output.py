@@ -1,0 +1,319 @@
+"""The file output (``malhar.io.fs``) on the local filesystem and the real HDFS fixture:
+rolling, visibility only after commit, replays and crashes without duplicates, rejected
+tuples, Hive partitions read back by Spark, every format, and the Spark sink."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from malhar import OperatorContext
+from malhar.io.base.output import WindowRegressionError
+from malhar.io.fs import (
+    CsvFileOutput,
+    FileOutputOperator,
+    JsonLinesFileOutput,
+    LinesFileOutput,
+    ParquetFileOutput,
+)
+from malhar.io.fs.store import FileStore
+from malhar.testing.harness import OperatorHarness
+from tests.io.fs_support import Place, place_fixture  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+DDL = "day date, word string, count bigint"
+
+
+class Clock:
+    """Milliseconds the tests move by hand (rolling by time without waiting)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def out_harness(op: FileOutputOperator, clock: Clock | None = None, partition: int = 0, **kw: Any):
+    """A harness over an output partition (of 2) of the application ``fs-tests``."""
+    ctx = OperatorContext(
+        name=kw.pop("name", "out"), partition=partition, partitions=2, application="fs-tests"
+    )
+    if clock is not None:
+        original = op.create_store
+
+        def create_store(context: Any) -> FileStore:
+            store = original(context)
+            store.clock = clock
+            return store
+
+        op.create_store = create_store  # type: ignore[method-assign]
+    return OperatorHarness(op, ctx)
+
+
+def rows(n: int, first: int = 0, day: str = "2026-11-23") -> list[tuple[str, dict[str, Any]]]:
+    d = dt.date.fromisoformat(day)
+    return [("input", {"day": d, "word": f"w{i}", "count": i}) for i in range(first, first + n)]
+
+
+def visible(place: Place) -> list[str]:
+    return [f for f in place.files() if not any(p[0] in "._" for p in f.split("/"))]
+
+
+# -- rolling and visibility ----------------------------------------------------------------------
+def test_windows_roll_by_records_bytes_windows_and_time(place: Place) -> None:
+    clock = Clock()
+    h = out_harness(
+        ParquetFileOutput(place.url("r"), schema=DDL, roll_records=5, roll_ms=10_000), clock
+    )
+    h.run_window(rows(3), window=0)
+    h.run_window(rows(3, 3), window=1)  # 6 >= 5: rolls
+    h.run_window(rows(1, 6), window=2)
+    assert visible(place) == []  # nothing committed yet
+    h.committed(1)
+    assert visible(place) == ["r/part-fs-tests-out-00000-000000000000-000000000001.parquet"]
+    assert sorted(r["count"] for r in place.parquet_rows("r")) == list(range(6))
+    h.run_window([], window=3)
+    clock.now += 10_000  # the open file (window 2) is 10 s old: an empty window closes it
+    h.run_window([], window=4)
+    h.committed(3)
+    assert len(visible(place)) == 1  # window 4 closed it: not committed yet
+    h.committed(4)
+    assert visible(place)[-1].endswith("-000000000002-000000000004.parquet")
+    assert sorted(r["count"] for r in place.parquet_rows("r")) == list(range(7))
+
+    w = out_harness(ParquetFileOutput(place.url("w"), schema=DDL, roll_windows=3), clock)
+    for window in range(7):
+        w.run_window(rows(1, window) if window % 2 == 0 else [], window=window)
+    w.committed(6)
+    assert [f.rsplit("-", 2)[1:] for f in visible(place) if f.startswith("w/")] == [
+        ["000000000000", "000000000002.parquet"],
+        ["000000000004", "000000000006.parquet"],  # windows 3 and 5 had no rows
+    ]
+
+    b = out_harness(ParquetFileOutput(place.url("b"), schema=DDL, roll_bytes=2_000), clock)
+    for window in range(6):
+        b.run_window(rows(20, 20 * window), window=window)
+    b.committed(5)
+    files = [f for f in visible(place) if f.startswith("b/")]
+    assert 2 <= len(files) < 6
+    last = int(files[-1].rsplit("-", 1)[1].split(".")[0])  # the last window published
+    assert sorted(r["count"] for r in place.parquet_rows("b")) == list(range(20 * (last + 1)))
+
+
+def test_replays_are_skipped_and_a_crash_before_or_during_finalization_loses_nothing(
+    place: Place,
+) -> None:
+    def op() -> ParquetFileOutput:
+        return ParquetFileOutput(place.url("o"), schema=DDL, roll_windows=2)
+
+    h = out_harness(op())
+    h.run_window(rows(2), window=0)
+    h.run_window(rows(2, 2), window=1)
+    h.run_window(rows(2, 4), window=2)
+    # the partition dies before committed(1) arrives; a new instance replays window 2
+    again = out_harness(op())
+    again.run_window(rows(2, 4), window=2)
+    again.run_window(rows(2, 6), window=3)
+    assert visible(place) == []
+
+    # committed(3): the first finalization dies after publishing its file, before recording it
+    store: FileStore = again.operator._store
+    real = store.fs.write_atomic
+    store.fs.write_atomic = _raise_once(real)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="killed"):
+        again.committed(3)
+    store.fs.write_atomic = real  # type: ignore[method-assign]
+    assert len(visible(place)) == 1
+    third = out_harness(op())
+    third.run_window(rows(2, 6), window=3)  # a replay: skipped
+    third.committed(3)
+    assert sorted(r["count"] for r in place.parquet_rows("o")) == list(range(8))
+    assert len(visible(place)) == 2
+    # window ids going backwards (a new checkpoint under the same name) are refused
+    fourth = out_harness(op())
+    with pytest.raises(WindowRegressionError):
+        fourth.run_window(rows(1), window=0)
+
+
+def _raise_once(fn: Any) -> Any:
+    calls = {"n": 0}
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("killed between publishing and recording")
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
+def test_two_writers_of_one_window_commit_it_once(place: Place) -> None:
+    a = out_harness(ParquetFileOutput(place.url("z"), schema=DDL, roll_windows=1, retry_backoff=0))
+    b = out_harness(ParquetFileOutput(place.url("z"), schema=DDL, roll_windows=1, retry_backoff=0))
+    a.setup()
+    b.setup()  # both read "nothing committed"
+    a.run_window(rows(2), window=0)
+    b.run_window(rows(2), window=0)  # its rename finds the name taken: it re-reads and skips
+    a.committed(0)
+    assert sorted(r["count"] for r in place.parquet_rows("z")) == [0, 1]
+
+
+def test_partitions_and_operators_write_their_own_files(place: Place) -> None:
+    for partition in (0, 1):
+        for name in ("a", "b"):
+            h = out_harness(
+                ParquetFileOutput(place.url("p"), schema=DDL, roll_windows=1),
+                partition=partition,
+                name=name,
+            )
+            h.run_window(rows(1, partition), window=5)
+            h.committed(5)
+    names = visible(place)
+    assert len(names) == 4 and len(set(names)) == 4
+    assert sorted(r["count"] for r in place.parquet_rows("p")) == [0, 0, 1, 1]
+
+
+def test_rejected_tuples_go_to_the_error_port_and_replay(place: Place) -> None:
+    def op() -> ParquetFileOutput:
+        return ParquetFileOutput(place.url("e"), schema="word string not null, count bigint")
+
+    h = out_harness(op())
+    h.run_window(
+        [
+            ("input", {"word": "a", "count": 1}),
+            ("input", {"word": "b", "count": "many"}),
+            ("input", {"word": "c", "count": 2, "extra": 1}),
+            ("input", {"count": 3}),
+            ("input", "not a row"),
+            ("input", pa.RecordBatch.from_pylist([{"word": "d", "count": 4}])),
+        ],
+        window=0,
+    )
+    reasons = [e["error"] for e in h.sink("error").tuples]
+    assert len(reasons) == 4
+    assert "does not fit the schema" in reasons[0]
+    assert "unknown field(s) ['extra']" in reasons[1]
+    assert "required field(s) ['word']" in reasons[2]
+    assert "expected a mapping" in reasons[3]
+    again = out_harness(op())
+    again.run_window([("input", {"word": "a", "count": 1})], window=0)  # a replay
+    assert [e["error"] for e in again.sink("error").tuples] == reasons
+
+
+# -- layouts and formats --------------------------------------------------------------------------
+def test_hive_partitions_read_back_by_spark(place: Place, spark) -> None:
+    h = out_harness(
+        ParquetFileOutput(place.url("hive"), schema=DDL, partition_by="day", roll_windows=2)
+    )
+    h.run_window(rows(3, 0, "2026-11-23") + rows(2, 3, "2026-11-24"), window=0)
+    h.run_window(
+        [*rows(1, 5, "2026-11-24"), ("input", {"day": None, "word": "n", "count": 9})], window=1
+    )
+    h.committed(1)
+    dirs = sorted({f.split("/")[1] for f in visible(place)})
+    assert dirs == ["day=2026-11-23", "day=2026-11-24", "day=__HIVE_DEFAULT_PARTITION__"]
+    back = spark.read.parquet(place.url("hive"))
+    got = sorted((str(r.day), r.word, r["count"]) for r in back.collect())
+    assert dict(back.dtypes)["day"] == "date"
+    assert got == sorted(
+        [("2026-11-23", f"w{i}", i) for i in range(3)]
+        + [("2026-11-24", f"w{i}", i) for i in range(3, 6)]
+        + [("None", "n", 9)]
+    )
+
+
+def test_csv_json_lines_and_text_files(place: Place) -> None:
+    c = out_harness(
+        CsvFileOutput(
+            place.url("csv"), schema="word string, count bigint", roll_windows=1, compression="gzip"
+        )
+    )
+    c.run_window(
+        [("input", {"word": "a,b", "count": 1}), ("input", {"word": "c", "count": None})], window=0
+    )
+    c.committed(0)
+    (name,) = [f for f in visible(place) if f.startswith("csv/")]
+    assert name.endswith(".csv.gz")
+    assert gzip.decompress(place.read(name)).decode() == '"word","count"\n"a,b",1\n"c",\n'
+
+    j = out_harness(JsonLinesFileOutput(place.url("json"), roll_windows=1))
+    j.run_window(
+        [("input", {"a": 1, "d": dt.date(2026, 11, 23)}), ("input", {"b": [1, 2]})], window=0
+    )
+    j.committed(0)
+    (name,) = [f for f in visible(place) if f.startswith("json/")]
+    assert [json.loads(x) for x in place.read(name).decode().splitlines()] == [
+        {"a": 1, "d": "2026-11-23"},
+        {"b": [1, 2]},
+    ]
+
+    t = out_harness(LinesFileOutput(place.url("txt"), roll_windows=1))
+    t.run_window([("input", "one"), ("input", "two\nthree"), ("input", {"line": "four"})], window=0)
+    t.committed(0)
+    (name,) = [f for f in visible(place) if f.startswith("txt/")]
+    assert place.read(name) == b"one\nfour\n"
+    assert len(t.sink("error").tuples) == 1
+
+
+def test_settings_are_checked(tmp_path: Path) -> None:
+    for props, why in [
+        ({"format": "parquet"}, "needs a schema"),
+        ({"format": "csv", "schema": "a bigint", "delimiter": ";;"}, "one character"),
+        ({"schema": DDL, "partition_by": "month"}, "not a column"),
+        ({"schema": DDL, "compression": "lzma"}, "compression"),
+    ]:
+        h = out_harness(FileOutputOperator(str(tmp_path), **props))
+        with pytest.raises(Exception, match=why):
+            h.setup()
+
+
+# -- the Spark sink --------------------------------------------------------------------------------
+def test_spark_sink_rolls_publishes_and_skips_rerun_batches(spark, tmp_path: Path) -> None:
+    from malhar.io.fs import register
+
+    register(spark)
+    src, out, ckpt = tmp_path / "src", tmp_path / "out", tmp_path / "ckpt"
+    src.mkdir()
+
+    def add(i: int) -> None:
+        (src / f"{i:03d}.csv").write_text("".join(f"{i},w{i}-{j}\n" for j in range(5)))
+
+    def run() -> None:
+        q = (
+            spark.readStream.schema("n bigint, word string")
+            .option("maxFilesPerTrigger", 1)
+            .csv(str(src))
+            .writeStream.format("malhar_files")
+            .option("path", str(out))
+            .option("name", "sink-test")
+            .option("roll_windows", 2)
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(300)
+        assert q.exception() is None
+
+    for i in range(5):
+        add(i)
+    run()
+    written = Place(str(out), "local")
+    got = written.parquet_rows()
+    # 5 batches of one file each; batches 0-1 and 2-3 rolled and published, 4 still open
+    assert len(got) == 20 and len({r["n"] for r in got}) == 4
+    # Spark forgets that batch 4 committed: it re-runs it, the sink skips it
+    (ckpt / "commits" / "4").unlink()
+    (ckpt / "commits" / ".4.crc").unlink(missing_ok=True)  # else Spark sees a concurrent writer
+    add(5)
+    run()
+    got = written.parquet_rows()
+    assert sorted(r["n"] for r in got) == [i for i in range(6) for _ in range(5)]
+    assert len({(r["n"], r["word"]) for r in got}) == 30
