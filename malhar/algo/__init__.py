@@ -1,5 +1,35 @@
-"""malhar.algo: algorithmic operators (Malhar's ``lib/algo``)."""
+"""malhar.algo: the operator catalogue (Malhar's ``lib/algo``, ``lib/math`` and friends)."""
 
+from malhar.algo._base import FieldCodec, Partitioning
+from malhar.algo.math import (
+    Average,
+    Change,
+    ChangeAlert,
+    CountKeyVal,
+    Margin,
+    Max,
+    Min,
+    Quotient,
+    Range,
+    RunningAverage,
+    Sum,
+)
 from malhar.algo.unique_counter import UniqueCounter, UniqueCountUnifier
 
-__all__ = ["UniqueCountUnifier", "UniqueCounter"]
+__all__ = [
+    "Average",
+    "Change",
+    "ChangeAlert",
+    "CountKeyVal",
+    "FieldCodec",
+    "Margin",
+    "Max",
+    "Min",
+    "Partitioning",
+    "Quotient",
+    "Range",
+    "RunningAverage",
+    "Sum",
+    "UniqueCountUnifier",
+    "UniqueCounter",
+]
