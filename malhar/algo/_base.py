@@ -189,8 +189,8 @@ def sorted_items(d: dict) -> list[tuple[Any, Any]]:
 
 def order_key(value: Any) -> tuple:
     """A key that orders any mix of values totally and the same way in every process:
-    None first, then numbers, strings, bytes, dates, sequences, dicts (by their items),
-    anything else by its repr."""
+    None first, then numbers, strings, bytes, dates, sequences, dicts (by their items in
+    key order), anything else by its repr."""
     if value is None:
         return (0,)
     if isinstance(value, bool | int | float | decimal.Decimal):
@@ -208,7 +208,7 @@ def order_key(value: Any) -> tuple:
     if isinstance(value, tuple | list):
         return (6, tuple(order_key(v) for v in value))
     if isinstance(value, dict):
-        return (7, tuple((order_key(k), order_key(v)) for k, v in value.items()))
+        return (7, tuple((order_key(k), order_key(v)) for k, v in sorted_items(value)))
     return (8, repr(value))
 
 

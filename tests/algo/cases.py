@@ -95,4 +95,58 @@ def _counter_cases() -> list[Case]:
     return [Case("UniqueCounter", lambda: algo.UniqueCounter(key_column="w"), words)]
 
 
-CASES: list[Case] = [*_math_cases(), *_counter_cases()]
+ROW = st.fixed_dictionaries({"k": KEYS, "v": INTS, "s": st.sampled_from(["x", "y"])})
+ROW_SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("s", pa.string())])
+BAD_ROW = st.sampled_from(
+    [{"k": "a", "s": "x"}, {"s": "y", "v": 1}, {"k": "b", "v": None, "s": "x"}]
+)
+
+
+def _top_cases() -> list[Case]:
+    rows = windows(window({"data": ROW}, BAD_ROW, ROW_SCHEMA))
+    scalars = windows(window({"data": INTS}))
+    out = []
+    for cls in (algo.TopN, algo.BottomN, algo.TopNUnique, algo.BottomNUnique):
+        out.append(Case(cls.__name__, lambda c=cls: c(n=2, order_by="v", key="k"), rows))
+        out.append(
+            Case(
+                f"{cls.__name__}/global", lambda c=cls: c(n=3, order_by="v", window_field="w"), rows
+            )
+        )
+        out.append(Case(f"{cls.__name__}/scalars", lambda c=cls: c(n=3), scalars))
+    for cls in (algo.MostFrequentKey, algo.LeastFrequentKey):
+        out.append(Case(cls.__name__, lambda c=cls: c(key="k"), rows))
+        out.append(Case(f"{cls.__name__}/scalars", lambda c=cls: c(), scalars))
+    out.append(Case("MergeSort", lambda: algo.MergeSort(order_by="v"), rows, ordered=True))
+    out.append(
+        Case("MergeSort/desc", lambda: algo.MergeSort(descending=True), scalars, ordered=True)
+    )
+    return out
+
+
+def _distinct_cases() -> list[Case]:
+    rows = windows(window({"data": ROW}, BAD_ROW, ROW_SCHEMA))
+    scalars = windows(window({"data": INTS}))
+    words = st.lists(KEYS, max_size=3)
+    docs = windows(window({"data": st.fixed_dictionaries({"d": INTS, "w": words})}))
+    return [
+        Case("Distinct", lambda: algo.Distinct(field="k"), rows),
+        Case("Distinct/scalars", lambda: algo.Distinct(), scalars),
+        Case("UniqueValueCount", lambda: algo.UniqueValueCount(key="k", value="v"), rows),
+        Case("FilterValues", lambda: algo.FilterValues(values=["a", "c"], field="k"), rows),
+        Case(
+            "FilterValues/typed",
+            lambda: algo.FilterValues(
+                values=[1, 2, 3], field="v", inverse=True, schema="k string, v bigint, s string"
+            ),
+            rows,
+        ),
+        Case("FilterKeys", lambda: algo.FilterKeys(keys=["k", "s"]), rows),
+        Case("InvertIndex", lambda: algo.InvertIndex(key="d", value="w"), docs),
+        Case("InvertIndex/rows", lambda: algo.InvertIndex(key="k", value="s"), rows),
+        Case("Sampler", lambda: algo.Sampler(rate=0.5, field="k"), rows),
+        Case("Sampler/rows", lambda: algo.Sampler(rate=0.3, seed=7), rows),
+    ]
+
+
+CASES: list[Case] = [*_math_cases(), *_counter_cases(), *_top_cases(), *_distinct_cases()]
