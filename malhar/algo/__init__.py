@@ -22,6 +22,7 @@ from malhar.algo.math import (
     RunningAverage,
     Sum,
 )
+from malhar.algo.stream import Counter, DevNull, StreamDuplicater, StreamMerger, Throttle
 from malhar.algo.top import (
     BottomN,
     BottomNUnique,
@@ -31,6 +32,7 @@ from malhar.algo.top import (
     TopN,
     TopNUnique,
 )
+from malhar.algo.transform import FilterOperator, ProjectionOperator, TransformOperator
 from malhar.algo.unique_counter import UniqueCounter, UniqueCountUnifier
 
 __all__ = [
@@ -40,9 +42,12 @@ __all__ = [
     "Change",
     "ChangeAlert",
     "CountKeyVal",
+    "Counter",
+    "DevNull",
     "Distinct",
     "FieldCodec",
     "FilterKeys",
+    "FilterOperator",
     "FilterValues",
     "InvertIndex",
     "LeastFrequentKey",
@@ -52,13 +57,18 @@ __all__ = [
     "Min",
     "MostFrequentKey",
     "Partitioning",
+    "ProjectionOperator",
     "Quotient",
     "Range",
     "RunningAverage",
     "Sampler",
+    "StreamDuplicater",
+    "StreamMerger",
     "Sum",
+    "Throttle",
     "TopN",
     "TopNUnique",
+    "TransformOperator",
     "UniqueCountUnifier",
     "UniqueCounter",
     "UniqueValueCount",

@@ -149,4 +149,67 @@ def _distinct_cases() -> list[Case]:
     ]
 
 
-CASES: list[Case] = [*_math_cases(), *_counter_cases(), *_top_cases(), *_distinct_cases()]
+def _plumbing_cases() -> list[Case]:
+    rows = windows(window({"data": ROW}, BAD_ROW, ROW_SCHEMA))
+    two = windows(window({"data1": ROW, "data2": ROW}, None, ROW_SCHEMA))
+    inputs = windows(window({"input": ROW}, BAD_ROW, ROW_SCHEMA))
+    return [
+        Case("StreamMerger", lambda: algo.StreamMerger(), two),
+        Case(
+            "StreamMerger/typed",
+            lambda: algo.StreamMerger(schema="k string, v bigint, s string"),
+            two,
+        ),
+        Case("StreamDuplicater", lambda: algo.StreamDuplicater(), rows),
+        Case("Counter", lambda: algo.Counter(), inputs),
+        Case("DevNull", lambda: algo.DevNull(), rows),
+        Case("Throttle", lambda: algo.Throttle(rate=10_000_000), rows),
+    ]
+
+
+EXPR_ROW = st.fixed_dictionaries(
+    {
+        "k": st.one_of(st.none(), KEYS),
+        "v": st.one_of(st.none(), INTS),
+        "s": st.sampled_from(["x", "Yy", " z "]),
+    }
+)
+EXPR_SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("s", pa.string())])
+
+
+def _transform_cases() -> list[Case]:
+    inputs = windows(window({"input": EXPR_ROW}, BAD_ROW, EXPR_SCHEMA))
+    return [
+        Case(
+            "FilterOperator", lambda: algo.FilterOperator("v % 3 == 1 or k in ['a', 'b']"), inputs
+        ),
+        Case(
+            "FilterOperator/callable",
+            lambda: algo.FilterOperator(predicate=lambda t: t.get("v") == 1),
+            inputs,
+        ),
+        Case(
+            "TransformOperator",
+            lambda: algo.TransformOperator(
+                {"x": "v * 2 + 1", "u": "upper(strip(s))", "d": "10 / v"}, copy_fields=True
+            ),
+            inputs,
+        ),
+        Case(
+            "ProjectionOperator",
+            lambda: algo.ProjectionOperator(
+                select_fields=["v", "k"], rename={"v": "value"}, schema="value bigint, k string"
+            ),
+            inputs,
+        ),
+    ]
+
+
+CASES: list[Case] = [
+    *_math_cases(),
+    *_counter_cases(),
+    *_top_cases(),
+    *_distinct_cases(),
+    *_plumbing_cases(),
+    *_transform_cases(),
+]
