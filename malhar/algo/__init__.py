@@ -9,6 +9,7 @@ from malhar.algo.distinct import (
     Sampler,
     UniqueValueCount,
 )
+from malhar.algo.format import CsvFormatter, JsonFormatter
 from malhar.algo.math import (
     Average,
     Change,
@@ -22,6 +23,7 @@ from malhar.algo.math import (
     RunningAverage,
     Sum,
 )
+from malhar.algo.parse import CsvParser, FixedWidthParser, JsonParser, RegexParser
 from malhar.algo.stream import Counter, DevNull, StreamDuplicater, StreamMerger, Throttle
 from malhar.algo.top import (
     BottomN,
@@ -43,13 +45,18 @@ __all__ = [
     "ChangeAlert",
     "CountKeyVal",
     "Counter",
+    "CsvFormatter",
+    "CsvParser",
     "DevNull",
     "Distinct",
     "FieldCodec",
     "FilterKeys",
     "FilterOperator",
     "FilterValues",
+    "FixedWidthParser",
     "InvertIndex",
+    "JsonFormatter",
+    "JsonParser",
     "LeastFrequentKey",
     "Margin",
     "Max",
@@ -60,6 +67,7 @@ __all__ = [
     "ProjectionOperator",
     "Quotient",
     "Range",
+    "RegexParser",
     "RunningAverage",
     "Sampler",
     "StreamDuplicater",

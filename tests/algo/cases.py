@@ -6,6 +6,7 @@ checks it), with inputs that mix clean tuples, Arrow batches and bad tuples.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -205,7 +206,82 @@ def _transform_cases() -> list[Case]:
     ]
 
 
+LINE = st.builds(
+    lambda i, w, p: f"{i},{w},{p}",
+    st.integers(-99, 99),
+    st.sampled_from(["tea", "jam", '"a,b"']),
+    st.sampled_from(["1.5", "2", "", "x"]),
+)
+LINES_SCHEMA = pa.schema([("line", pa.string())])
+JSON_LINE = st.one_of(
+    st.builds(
+        lambda i, t: json.dumps({"id": i, "t": t, "z": 0}),
+        st.integers(-9, 9),
+        st.sampled_from(["a", "b"]),
+    ),
+    st.sampled_from(['{"id": "x"}', "[1]", "{", '{"id": 1.5}']),
+)
+
+
+def _line_windows(lines: st.SearchStrategy) -> st.SearchStrategy:
+    return windows(window({"input": lines}, st.sampled_from([b"\xff", 7, "1,2"]), None))
+
+
+def _parse_cases() -> list[Case]:
+    csv_rows = windows(window({"input": st.fixed_dictionaries({"line": LINE})}, None, LINES_SCHEMA))
+    fixed = st.builds(
+        lambda a, b: f"{a:<4}{b:>3}",
+        st.sampled_from(["AB", "CDEF", ""]),
+        st.sampled_from(["1", "22", "x", ""]),
+    )
+    regex = st.sampled_from(["1.2.3.4 GET 200", "h POST 404", "bad", "x y 2000"])
+    rows = windows(window({"input": ROW}, BAD_ROW, ROW_SCHEMA))
+    return [
+        Case(
+            "CsvParser",
+            lambda: algo.CsvParser(schema="id bigint, name string, price double"),
+            _line_windows(LINE),
+        ),
+        Case(
+            "CsvParser/batches",
+            lambda: algo.CsvParser(schema="id bigint, name string, price double"),
+            csv_rows,
+        ),
+        Case(
+            "JsonParser",
+            lambda: algo.JsonParser(schema="id bigint, t string"),
+            _line_windows(JSON_LINE),
+        ),
+        Case(
+            "JsonParser/untyped",
+            lambda: algo.JsonParser(
+                json_schema={
+                    "type": "object",
+                    "required": ["id"],
+                    "properties": {"id": {"type": "integer"}},
+                }
+            ),
+            _line_windows(JSON_LINE),
+        ),
+        Case(
+            "FixedWidthParser",
+            lambda: algo.FixedWidthParser(schema="code string, n int", widths=[4, 3]),
+            _line_windows(fixed),
+        ),
+        Case(
+            "RegexParser",
+            lambda: algo.RegexParser(
+                schema="host string, status int", pattern=r"^(?P<host>\S+) \w+ (?P<status>\d+)$"
+            ),
+            _line_windows(regex),
+        ),
+        Case("CsvFormatter", lambda: algo.CsvFormatter(fields=["k", "v"]), rows),
+        Case("JsonFormatter", lambda: algo.JsonFormatter(), rows),
+    ]
+
+
 CASES: list[Case] = [
+    *_parse_cases(),
     *_math_cases(),
     *_counter_cases(),
     *_top_cases(),
