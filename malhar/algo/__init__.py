@@ -1,6 +1,7 @@
 """malhar.algo: the operator catalogue (Malhar's ``lib/algo``, ``lib/math`` and friends)."""
 
 from malhar.algo._base import FieldCodec, Partitioning
+from malhar.algo.dedup import BoundedDedup, TimeBasedDedup
 from malhar.algo.distinct import (
     Distinct,
     FilterKeys,
@@ -41,6 +42,7 @@ __all__ = [
     "Average",
     "BottomN",
     "BottomNUnique",
+    "BoundedDedup",
     "Change",
     "ChangeAlert",
     "CountKeyVal",
@@ -74,6 +76,7 @@ __all__ = [
     "StreamMerger",
     "Sum",
     "Throttle",
+    "TimeBasedDedup",
     "TopN",
     "TopNUnique",
     "TransformOperator",

@@ -280,7 +280,59 @@ def _parse_cases() -> list[Case]:
     ]
 
 
+@st.composite
+def _events(draw: Any, max_windows: int = 4) -> list[list[tuple[str, Any]]]:
+    """Windows of events {id, t}; t within window w is in [w*1000, w*1000+999] (never later
+    than the expiry horizon), some of them repeated, some as a batch."""
+    out = []
+    schema = pa.schema([("id", pa.int64()), ("t", pa.int64())])
+    for w in range(draw(st.integers(1, max_windows))):
+        events = draw(
+            st.lists(
+                st.builds(
+                    lambda i, o: {"id": i, "t": w * 1000 + o},
+                    st.integers(0, 6),
+                    st.sampled_from([0, 10, 999]),
+                ),
+                max_size=10,
+            )
+        )
+        events += draw(st.lists(st.sampled_from(events), max_size=4)) if events else []
+        items: list[tuple[str, Any]] = [("input", e) for e in events]
+        if events and draw(st.booleans()):
+            items = [("input", pa.RecordBatch.from_pylist(events, schema=schema))]
+        items += [
+            ("input", b)
+            for b in draw(
+                st.lists(
+                    st.sampled_from([{"id": 1}, {"id": 2, "t": "x"}, {"id": {"d": 1}, "t": 5}]),
+                    max_size=2,
+                )
+            )
+        ]
+        out.append(items)
+    return out
+
+
+def _dedup_cases() -> list[Case]:
+    return [
+        Case(
+            "TimeBasedDedup",
+            lambda: algo.TimeBasedDedup(key="id", time="t", expire_after=5000, bucket_span=2000),
+            _events(),
+            managed=True,
+        ),
+        Case(
+            "BoundedDedup",
+            lambda: algo.BoundedDedup(key="id", max_keys=100),
+            _events(),
+            managed=True,
+        ),
+    ]
+
+
 CASES: list[Case] = [
+    *_dedup_cases(),
     *_parse_cases(),
     *_math_cases(),
     *_counter_cases(),
