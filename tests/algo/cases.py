@@ -290,7 +290,7 @@ def _events(draw: Any, max_windows: int = 4) -> list[list[tuple[str, Any]]]:
         events = draw(
             st.lists(
                 st.builds(
-                    lambda i, o: {"id": i, "t": w * 1000 + o},
+                    lambda i, o, w=w: {"id": i, "t": w * 1000 + o},
                     st.integers(0, 6),
                     st.sampled_from([0, 10, 999]),
                 ),
