@@ -11,6 +11,7 @@ from malhar.algo.distinct import (
     UniqueValueCount,
 )
 from malhar.algo.format import CsvFormatter, JsonFormatter
+from malhar.algo.join import LookupJoin, StreamJoin
 from malhar.algo.math import (
     Average,
     Change,
@@ -60,6 +61,7 @@ __all__ = [
     "JsonFormatter",
     "JsonParser",
     "LeastFrequentKey",
+    "LookupJoin",
     "Margin",
     "Max",
     "MergeSort",
@@ -73,6 +75,7 @@ __all__ = [
     "RunningAverage",
     "Sampler",
     "StreamDuplicater",
+    "StreamJoin",
     "StreamMerger",
     "Sum",
     "Throttle",

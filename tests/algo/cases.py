@@ -331,7 +331,36 @@ def _dedup_cases() -> list[Case]:
     ]
 
 
+def _join_cases() -> list[Case]:
+    left = st.fixed_dictionaries({"k": st.integers(0, 4), "a": INTS, "t": st.integers(0, 50)})
+    right = st.fixed_dictionaries({"k": st.integers(0, 4), "b": INTS, "t": st.integers(0, 50)})
+    schema = pa.schema([("k", pa.int64()), ("a", pa.int64()), ("t", pa.int64())])
+    bad = st.sampled_from([{"a": 1}, "text", {"k": {"x": 1}, "t": 1}])
+    both = windows(window({"left": left, "right": right}, bad, schema), max_windows=5)
+    table = st.fixed_dictionaries({"k": st.integers(0, 4), "name": st.sampled_from(["p", "q"])})
+    lookup = windows(window({"table": table, "stream": left}, bad, None), max_windows=4)
+    return [
+        Case("StreamJoin", lambda: algo.StreamJoin("k", expiry_windows=2), both, managed=True),
+        Case(
+            "StreamJoin/outer",
+            lambda: algo.StreamJoin(
+                "k", join_type="outer", expiry_windows=2, within=20, left_time="t", right_time="t"
+            ),
+            both,
+            managed=True,
+        ),
+        Case(
+            "StreamJoin/left",
+            lambda: algo.StreamJoin("k", join_type="left", expiry_windows=1),
+            both,
+            managed=True,
+        ),
+        Case("LookupJoin", lambda: algo.LookupJoin("k", join_type="left"), lookup, managed=True),
+    ]
+
+
 CASES: list[Case] = [
+    *_join_cases(),
     *_dedup_cases(),
     *_parse_cases(),
     *_math_cases(),

@@ -18,11 +18,13 @@ from tests.algo.partitions import normalized, run_partitioned, run_with_replay
 _SETTINGS = settings(
     max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
 )
+# operators on managed state open a local store per partition: fewer, larger examples
+_MANAGED = settings(_SETTINGS, max_examples=8)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_partitions_give_the_one_partition_result(case: Case) -> None:
-    @_SETTINGS
+    @(_MANAGED if case.managed else _SETTINGS)
     @given(windows=case.windows, seed=st.integers(0, 2**16))
     def check(windows, seed) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -37,7 +39,7 @@ def test_partitions_give_the_one_partition_result(case: Case) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_a_replayed_window_emits_the_same_tuples(case: Case) -> None:
-    @_SETTINGS
+    @(_MANAGED if case.managed else _SETTINGS)
     @given(windows=case.windows, data=st.data())
     def check(windows, data) -> None:
         replayed = data.draw(st.integers(0, len(windows) - 1))
