@@ -10,6 +10,7 @@ from malhar.algo.distinct import (
     Sampler,
     UniqueValueCount,
 )
+from malhar.algo.enrich import Enricher, FileLookup, JdbcLookup
 from malhar.algo.format import CsvFormatter, JsonFormatter
 from malhar.algo.join import LookupJoin, StreamJoin
 from malhar.algo.math import (
@@ -52,12 +53,15 @@ __all__ = [
     "CsvParser",
     "DevNull",
     "Distinct",
+    "Enricher",
     "FieldCodec",
+    "FileLookup",
     "FilterKeys",
     "FilterOperator",
     "FilterValues",
     "FixedWidthParser",
     "InvertIndex",
+    "JdbcLookup",
     "JsonFormatter",
     "JsonParser",
     "LeastFrequentKey",

@@ -7,6 +7,8 @@ checks it), with inputs that mix clean tuples, Arrow batches and bad tuples.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -359,7 +361,34 @@ def _join_cases() -> list[Case]:
     ]
 
 
+_LOOKUP_DIR = tempfile.mkdtemp(prefix="malhar-cases-")
+_LOOKUP = os.path.join(_LOOKUP_DIR, "keys.csv")
+with open(_LOOKUP, "w") as _f:
+    _f.write("k,label\na,first\nb,second\nc,\n")
+
+
+def _enrich_cases() -> list[Case]:
+    rows = windows(window({"input": ROW}, BAD_ROW, ROW_SCHEMA))
+    return [
+        Case(
+            "Enricher",
+            lambda: algo.Enricher(
+                algo.FileLookup(_LOOKUP), lookup_fields=["k"], miss_policy="error"
+            ),
+            rows,
+        ),
+        Case(
+            "Enricher/pass",
+            lambda: algo.Enricher(
+                algo.FileLookup(_LOOKUP), lookup_fields=["k"], miss_policy="pass"
+            ),
+            rows,
+        ),
+    ]
+
+
 CASES: list[Case] = [
+    *_enrich_cases(),
     *_join_cases(),
     *_dedup_cases(),
     *_parse_cases(),
