@@ -106,12 +106,15 @@ def _sqlite(tmp_path: Path) -> str:
 
 def test_jdbc_lookup_caches_hits_and_misses_until_they_expire(tmp_path: Path) -> None:
     url = _sqlite(tmp_path)
-    make = lambda: Enricher(
-        JdbcLookup(url, "products"),
-        lookup_fields=["product"],
-        store_fields=["id"],
-        refresh_ms=10_000,
-    )
+
+    def make():
+        return Enricher(
+            JdbcLookup(url, "products"),
+            lookup_fields=["product"],
+            store_fields=["id"],
+            refresh_ms=10_000,
+        )
+
     h = _both(make, ORDERS)
     assert h.sink("output").tuples == [
         {"product": 1, "qty": 2, "name": "tea", "price": 2.5},
