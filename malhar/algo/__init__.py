@@ -1,6 +1,6 @@
 """malhar.algo: the operator catalogue (Malhar's ``lib/algo``, ``lib/math`` and friends)."""
 
-from malhar.algo._base import FieldCodec, Partitioning
+from malhar.algo._base import FieldCodec, Partitioning, partition_by_key
 from malhar.algo.dedup import BoundedDedup, TimeBasedDedup
 from malhar.algo.distinct import (
     Distinct,
@@ -90,4 +90,5 @@ __all__ = [
     "UniqueCountUnifier",
     "UniqueCounter",
     "UniqueValueCount",
+    "partition_by_key",
 ]

@@ -362,3 +362,26 @@ def require(condition: bool, message: str) -> None:
 
 def as_list(value: Iterable[Any] | None) -> list[Any]:
     return [] if value is None else list(value)
+
+
+def partition_by_key(handle: Any) -> Any:
+    """Give the input ports of a keyed operator the stream codecs it declares.
+
+    ``handle`` is what ``DAG.add_operator`` returned; returns it. Operators that are not
+    keyed declare no codecs, so this is harmless for them.
+
+    Example:
+        >>> from malhar import DAG
+        >>> from malhar.algo import UniqueValueCount, partition_by_key
+        >>> dag = DAG("x")
+        >>> op = partition_by_key(dag.add_operator("uvc", UniqueValueCount("user", "page"), PARTITIONS=4))
+        >>> dag.operators["uvc"].port_attributes["data"]["STREAM_CODEC"]
+        FieldCodec('user')
+    """
+    operator = handle.operator
+    how = getattr(operator, "partitioning", None)
+    if how is None:
+        return handle
+    for port, codec in how().codecs.items():
+        getattr(handle, port).set_attribute("STREAM_CODEC", codec)
+    return handle
