@@ -385,3 +385,34 @@ def partition_by_key(handle: Any) -> Any:
     for port, codec in how().codecs.items():
         getattr(handle, port).set_attribute("STREAM_CODEC", codec)
     return handle
+
+
+class TieBreak:
+    """Orders like ``order_key(value)`` but computes it only when a comparison needs it
+    (a tie on the fields ranked before it), then keeps it."""
+
+    __slots__ = ("_key", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._key: tuple | None = None
+
+    def key(self) -> tuple:
+        if self._key is None:
+            self._key = order_key(self.value)
+        return self._key
+
+    def __lt__(self, other: TieBreak) -> bool:
+        return self.key() < other.key()
+
+    def __gt__(self, other: TieBreak) -> bool:
+        return self.key() > other.key()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TieBreak) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(key_bytes(self.value))
+
+    def __reduce__(self) -> tuple:
+        return (TieBreak, (self.value,))

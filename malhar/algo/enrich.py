@@ -350,17 +350,26 @@ class Enricher(TypedOutputs, AlgoOperator):
             for lf, sf in zip(self.lookup_fields, self._store, strict=True):
                 i = right.schema.get_field_index(sf)
                 right = right.set_column(i, sf, right.column(sf).cast(batch.schema.field(lf).type))
-            right = right.append_column(_HIT, pa.array([True] * right.num_rows))
             left = left.drop_columns(
                 [c for c in added if c in batch.schema.names and c not in self.lookup_fields]
             )
-            joined = left.join(
-                right,
-                keys=self.lookup_fields,
-                right_keys=self._store,
-                join_type="left outer",
-                coalesce_keys=True,
-            ).sort_by(_POS)
+            if len(self.lookup_fields) == 1:  # one key column: a vectorized index, no hash join
+                where = pc.index_in(
+                    left.column(self.lookup_fields[0]), value_set=right.column(self._store[0])
+                )
+                joined = left
+                for c in added:
+                    joined = joined.append_column(c, right.column(c).take(where))
+                joined = joined.append_column(_HIT, pc.is_valid(where))
+            else:
+                right = right.append_column(_HIT, pa.array([True] * right.num_rows))
+                joined = left.join(
+                    right,
+                    keys=self.lookup_fields,
+                    right_keys=self._store,
+                    join_type="left outer",
+                    coalesce_keys=True,
+                ).sort_by(_POS)
         order = [
             *batch.schema.names,
             *[c for c in added if c not in batch.schema.names],

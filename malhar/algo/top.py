@@ -20,6 +20,7 @@ from malhar.algo._base import (
     FieldCodec,
     FieldSpec,
     Partitioning,
+    TieBreak,
     column,
     getter,
     key_bytes,
@@ -64,7 +65,7 @@ class _Ranking:
         return {"value": item}
 
     def sort_key(self, value: Any, row: dict[str, Any]) -> tuple:
-        return (order_key(value), order_key(row))
+        return (order_key(value), TieBreak(row))
 
 
 def _keep(items: list, n: int, bottom: bool) -> list:
@@ -102,7 +103,7 @@ class TopNUnifier(Unifier):
             item = base
         value = getter(self.order_by)(item)
         group = _GLOBAL if self.key is None else getter(self.key)(item)
-        self._groups.setdefault(group, []).append(((order_key(value), order_key(base)), base))
+        self._groups.setdefault(group, []).append(((order_key(value), TieBreak(base)), base))
 
     def end_window(self) -> None:
         for items in self._groups.values():
@@ -234,8 +235,10 @@ class TopN(AlgoOperator):
             batch = batch.filter(pc.invert(nulls))
             if batch.num_rows == 0:
                 return
-        for row in _preselect(batch, self.order_by, self.key, self.n, self.BOTTOM, self.UNIQUE):
-            self.process(row)
+        order_by, key, add = self.order_by, self.key, self._add
+        for row in _preselect(batch, order_by, key, self.n, self.BOTTOM, self.UNIQUE):
+            group = _GLOBAL if key is None else row[key]
+            add(group, (order_key(row[order_by]), TieBreak(row)), row)
 
     def end_window(self) -> None:
         for group in list(self.held):
@@ -252,27 +255,31 @@ class TopN(AlgoOperator):
 def _preselect(
     batch: pa.RecordBatch, order_by: str, key: str | None, n: int, bottom: bool, unique: bool
 ) -> list[dict[str, Any]]:
-    """The rows of ``batch`` that can be among the best ``n`` of their group (vectorized):
-    sorted by group, ranking value and the other fields as the tie-break."""
+    """The rows of ``batch`` that can be among the best ``n`` of their group (vectorized).
+
+    Rows are ranked by group and value only; every row that ties with its group's ``n``-th
+    value is kept too, so the exact tie-break (by the row's content) happens in Python on
+    few rows."""
     table = pa.Table.from_batches([batch])
     if unique:
         table = table.group_by(table.column_names, use_threads=False).aggregate([])
         table = table.select(batch.schema.names)
-    # the tie-break of order_key(row): the other fields by name, None as the smallest value
     direction = "ascending" if bottom else "descending"
-    nulls = "at_start" if bottom else "at_end"
     keys = [] if key is None else [(key, "ascending", "at_end")]
-    keys.append((order_by, direction, nulls))
-    keys += [(c, direction, nulls) for c in sorted(table.column_names) if c not in (order_by, key)]
-    order = pc.sort_indices(table, sort_keys=keys)
-    table = table.take(order)
+    keys.append((order_by, direction, "at_end"))
+    table = table.take(pc.sort_indices(table, sort_keys=keys))
+    values = table.column(order_by).combine_chunks()
     if key is None:
-        return table.slice(0, n).to_pylist()
-    groups = pc.dictionary_encode(table.column(key)).combine_chunks().indices
-    codes = pc.fill_null(groups, -1).to_numpy(zero_copy_only=False)
-    starts = np.r_[0, np.flatnonzero(np.diff(codes)) + 1]
-    position = np.arange(len(codes)) - np.repeat(starts, np.diff(np.r_[starts, len(codes)]))
-    return table.filter(pa.array(position < n)).to_pylist()
+        starts, sizes = np.array([0]), np.array([table.num_rows])
+    else:
+        groups = pc.dictionary_encode(table.column(key)).combine_chunks().indices
+        codes = pc.fill_null(groups, -1).to_numpy(zero_copy_only=False)
+        starts = np.r_[0, np.flatnonzero(np.diff(codes)) + 1]
+        sizes = np.diff(np.r_[starts, len(codes)])
+    position = np.arange(table.num_rows) - np.repeat(starts, sizes)
+    nth = np.repeat(starts + np.minimum(n, sizes) - 1, sizes)
+    ties = pc.equal(values, values.take(pa.array(nth))).to_numpy(zero_copy_only=False)
+    return table.filter(pa.array((position < n) | ties)).to_pylist()
 
 
 class BottomN(TopN):
@@ -474,7 +481,7 @@ class MergeSortUnifier(Unifier):
         self._items: list[tuple[tuple, Any]] = []
 
     def process(self, t: Any) -> None:
-        self._items.append(((order_key(self._get(t)), order_key(t)), t))
+        self._items.append(((order_key(self._get(t)), TieBreak(t)), t))
 
     def end_window(self) -> None:
         # Timsort finds the partitions' sorted runs and merges them: O(n log partitions)
@@ -528,7 +535,7 @@ class MergeSort(AlgoOperator):
         except (KeyError, IndexError, TypeError) as exc:
             self._error(t, missing(exc.args[0] if exc.args else self.order_by))
             return
-        self.held.append(((order_key(v), order_key(t)), t))
+        self.held.append(((order_key(v), TieBreak(t)), t))
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         for row in rows_of(batch):
