@@ -46,6 +46,9 @@ class _Parser(TypedOutputs, AlgoOperator):
     error = OutputPort(error=True)
 
     schema = SchemaProperty("out", doc="Spark DDL of the parsed rows (types the out port)")
+    field = Property(
+        str, default=None, doc="the field holding the record (e.g. Kafka's value); None: the tuple"
+    )
 
     def setup(self, context: Any) -> None:
         if self.schema is None and self.SCHEMA_REQUIRED:
@@ -67,8 +70,13 @@ class _Parser(TypedOutputs, AlgoOperator):
     def parse_one(self, record: str) -> pa.RecordBatch:
         return self.parse_many([record])
 
+    def _record(self, t: Any) -> str | None:
+        if self.field is not None and isinstance(t, dict):
+            return _text(t.get(self.field))
+        return _text(t)
+
     def process(self, record: Any) -> None:
-        text = _text(record)
+        text = self._record(record)
         if text is None:
             self._error(record, f"expected text, got {type(record).__name__}")
             return
@@ -83,7 +91,14 @@ class _Parser(TypedOutputs, AlgoOperator):
     def process_batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        col = batch.column(0)
+        if self.field is not None and self.field in batch.schema.names:
+            col = batch.column(self.field)
+        elif self.field is not None:
+            for row in batch.to_pylist():
+                self.process(row)
+            return
+        else:
+            col = batch.column(0)
         if col.null_count or not (
             pa.types.is_string(col.type)
             or pa.types.is_binary(col.type)
@@ -100,7 +115,7 @@ class _Parser(TypedOutputs, AlgoOperator):
             if parsed.num_rows != len(records):
                 raise ValueError("record count changed")
         except (pa.ArrowException, ValueError, TypeError, KeyError, UnicodeDecodeError):
-            for value in col.to_pylist():
+            for value in batch.to_pylist() if self.field else col.to_pylist():
                 self.process(value)
             return
         self._parsed += parsed.num_rows
@@ -230,8 +245,10 @@ class JsonParser(_Parser):
 
     json_schema = Property(dict, default=None, doc="a JSON Schema every record must satisfy")
 
-    def __init__(self, schema: str | None = None, json_schema: dict | None = None) -> None:
-        self.configure(schema=schema, json_schema=json_schema)
+    def __init__(
+        self, schema: str | None = None, json_schema: dict | None = None, field: str | None = None
+    ) -> None:
+        self.configure(schema=schema, json_schema=json_schema, field=field)
 
     def setup(self, context: Any) -> None:
         super().setup(context)
@@ -260,7 +277,7 @@ class JsonParser(_Parser):
         return value
 
     def process(self, record: Any) -> None:
-        text = _text(record)
+        text = self._record(record)
         if text is None:
             self._error(record, f"expected text, got {type(record).__name__}")
             return

@@ -102,3 +102,13 @@ def test_formatters_rows_and_batches_agree() -> None:
     bad = OperatorHarness(JsonFormatter())
     bad.run_window([("input", {"b": b"\x00"}), ("input", "text"), ("input", {"n": float("nan")})])
     assert len(bad.sink("error").tuples) == 3 and bad.sink("out").tuples == []
+
+
+def test_a_record_field_such_as_kafkas_value() -> None:
+    rows = [{"topic": "t", "value": b'{"id": 1}'}, {"topic": "t", "value": b"{"}]
+    _ = pa  # batches of Kafka records: the value column is parsed, not the first one
+    for inputs in (rows, [pa.RecordBatch.from_pylist(rows)]):
+        h = OperatorHarness(JsonParser(schema="id bigint", field="value"))
+        h.run_window([("input", r) for r in inputs])
+        assert h.sink("out").tuples == [{"id": 1}]
+        assert h.sink("error").tuples[0]["tuple"] == {"topic": "t", "value": b"{"}
