@@ -191,7 +191,7 @@ def test_validate_reports_every_problem_of_an_application_file(
     problems = [line for line in result.output.splitlines() if line.startswith("  - ")]
     expected = [
         "unknown key 'streems'; did you mean 'streams'?",
-        "operator 'src': unknown operator or connector 'ListInpt'; did you mean 'ListInput'?",
+        "operator 'src': unknown operator or connector 'ListInpt'; did you mean 'ListInput'",
         "operator 'double': property 'factor': Doubler.factor: 0 is below the minimum 1",
         "operator 'double': Doubler has no property 'facter'; did you mean 'factor'?",
         "operator 'out': unknown operator attribute 'PARTITION'; did you mean 'PARTITIONS'?",

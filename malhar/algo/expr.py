@@ -55,7 +55,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from malhar.errors import ConfigError
+from malhar.errors import ConfigError, MalharError
 
 __all__ = ["Expression", "ExpressionError", "compile_expression"]
 
@@ -88,7 +88,7 @@ class ExpressionError(ConfigError):
     """An expression that is not in the grammar (the message names the construct)."""
 
 
-class EvalError(Exception):
+class EvalError(MalharError, ValueError):
     """A row the expression cannot evaluate (a missing field, a type mismatch)."""
 
 
