@@ -235,10 +235,44 @@ class TopN(AlgoOperator):
             batch = batch.filter(pc.invert(nulls))
             if batch.num_rows == 0:
                 return
+        batch = self._above_thresholds(batch)
+        if batch.num_rows == 0:
+            return
         order_by, key, add = self.order_by, self.key, self._add
         for row in _preselect(batch, order_by, key, self.n, self.BOTTOM, self.UNIQUE):
             group = _GLOBAL if key is None else row[key]
             add(group, (order_key(row[order_by]), TieBreak(row)), row)
+
+    def _above_thresholds(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The rows of ``batch`` that can still rank: those of groups holding fewer than
+        ``n`` tuples, and those at least as good as their group's ``n``-th (vectorized)."""
+        groups, limits = [], []
+        for group in list(self.held):
+            if len(self.held[group]) >= self.n:
+                self._trim(group)
+                items = self.held[group]
+                if len(items) >= self.n:
+                    groups.append(group)
+                    limits.append(items[-1][1][self.order_by])
+        if not groups:
+            return batch
+        value = batch.column(self.order_by)
+        try:
+            limit_values = pa.array(limits, type=value.type)
+            if self.key is None:
+                where = pa.array([0] * batch.num_rows, pa.int32())
+            else:
+                col = batch.column(self.key)
+                where = pc.index_in(col, value_set=pa.array(groups, type=col.type))
+            limit = limit_values.take(where)
+            compare = pc.less_equal if self.BOTTOM else pc.greater_equal
+            good = pc.or_kleene(pc.is_null(where), compare(value, limit))
+            if pa.types.is_floating(value.type):
+                # NaN ranks above every number (order_key) but compares false in Arrow
+                good = pc.or_kleene(good, pc.or_kleene(pc.is_nan(value), pc.is_nan(limit)))
+        except (pa.ArrowException, TypeError, ValueError):
+            return batch  # keys or values Arrow cannot compare: every row goes on
+        return batch.filter(pc.fill_null(good, True))
 
     def end_window(self) -> None:
         for group in list(self.held):

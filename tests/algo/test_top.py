@@ -93,3 +93,20 @@ def test_merge_sort_unifier_merges_sorted_runs() -> None:
     u = OperatorHarness(MergeSort().get_unifier("sort"))
     u.run_window([("input", v) for v in parts])
     assert u.sink("output").tuples == [1, 2, 4, 5, 8, 9]
+
+
+def test_batches_after_the_first_skip_rows_below_the_threshold_exactly() -> None:
+    # later batches are pre-filtered against each group's n-th value; the result must
+    # equal the per-tuple path, ties, NaN (ranked above every number) and nulls included
+    nan = float("nan")
+    batches = [
+        [{"k": "a", "v": 5.0}, {"k": "a", "v": 3.0}, {"k": "b", "v": 1.0}],
+        [{"k": "a", "v": 3.0}, {"k": "a", "v": 2.0}, {"k": "a", "v": nan}],
+        [{"k": "b", "v": 0.5}, {"k": None, "v": 9.0}, {"k": "b", "v": 4.0}],
+    ]
+    for cls in (TopN, BottomN, TopNUnique):
+        per_tuple = OperatorHarness(cls(n=2, order_by="v", key="k"))
+        per_tuple.run_window([("data", t) for b in batches for t in b])
+        batched = OperatorHarness(cls(n=2, order_by="v", key="k"))
+        batched.run_window([("data", pa.RecordBatch.from_pylist(b)) for b in batches])
+        assert repr(batched.sink("top").tuples) == repr(per_tuple.sink("top").tuples), cls
