@@ -11,8 +11,11 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 run: setup
 	$(PY) -m samples.wordcount_exactly_once
 
+# Two workers: most of a test's time is spent waiting on Spark, Kafka or PostgreSQL, not on a
+# core. Each worker starts the services it needs; TEST_JOBS=0 runs in one process.
+TEST_JOBS ?= 2
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --durations=25 $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

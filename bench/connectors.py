@@ -4,6 +4,7 @@
     python bench/connectors.py --quick        # one round, smaller data
     python bench/connectors.py --records 500000 --rows 200000
     python bench/connectors.py --kafka-only   # the Kafka input part alone (no PostgreSQL)
+    python bench/connectors.py --jdbc-only    # the JDBC output part alone (no Kafka broker)
 
 Measured in the same invocation, on the same data (method: docs/performance-wordcount.md §5):
 
@@ -87,7 +88,7 @@ class TimedJdbcOutput(JdbcOutputOperator):
     ``bench_log`` for every window it wrote (the time is taken right after the window's
     transaction returned, i.e. after the database acknowledged the ``COMMIT``)."""
 
-    bench_log: str = ""
+    bench_log = Property(str, default="", doc="file the commit times are appended to")
 
     def end_window(self) -> None:
         rows, window, skip = len(self._buffer), self._window, self._skip
@@ -364,20 +365,23 @@ def run_connectors(
     given; ``pg=None`` measures the Kafka part only. Returns the figures (medians over
     ``rounds``, raw and operator interleaved)."""
     out: dict[str, Any] = {"load": [loadavg()]}
-    if topic is None:
-        topic = f"bench-conn-{uuid.uuid4().hex[:6]}"
-        kafka.create_topic(topic, partitions=4)
-        preload(kafka.bootstrap_servers, topic, records)
-    raw, oper, raw_tuned, tuned = [], [], [], []
-    bs = kafka.bootstrap_servers
-    for _ in range(rounds):
-        raw.append(raw_consume(bs, topic, records))
-        oper.append(operator_consume(bs, topic, records, per_window))
-        raw_tuned.append(raw_consume(bs, topic, records, FETCH_CONFIG))
-        tuned.append(operator_consume(bs, topic, records, per_window, FETCH_CONFIG))
-    out["kafka_raw"], out["kafka_op"] = raw, oper
-    out["kafka_raw_tuned"], out["kafka_op_tuned"] = raw_tuned, tuned
-    out["load"].append(loadavg())
+    if kafka is None:  # --jdbc-only
+        out.update(kafka_raw=[], kafka_op=[], kafka_raw_tuned=[], kafka_op_tuned=[])
+    else:
+        if topic is None:
+            topic = f"bench-conn-{uuid.uuid4().hex[:6]}"
+            kafka.create_topic(topic, partitions=4)
+            preload(kafka.bootstrap_servers, topic, records)
+        raw, oper, raw_tuned, tuned = [], [], [], []
+        bs = kafka.bootstrap_servers
+        for _ in range(rounds):
+            raw.append(raw_consume(bs, topic, records))
+            oper.append(operator_consume(bs, topic, records, per_window))
+            raw_tuned.append(raw_consume(bs, topic, records, FETCH_CONFIG))
+            tuned.append(operator_consume(bs, topic, records, per_window, FETCH_CONFIG))
+        out["kafka_raw"], out["kafka_op"] = raw, oper
+        out["kafka_raw_tuned"], out["kafka_op_tuned"] = raw_tuned, tuned
+        out["load"].append(loadavg())
     out["records"], out["rows"] = records, rows
     if pg is None:
         return out
@@ -414,22 +418,26 @@ def run_connectors(
 
 def print_connectors(r: dict[str, Any]) -> list[tuple[str, float, float]]:
     """Print the section; return ``(target, ratio, goal)`` rows."""
-    kr, ko = median(r["kafka_raw"]), median(r["kafka_op"])
-    krt, kt = median(r["kafka_raw_tuned"]), median(r["kafka_op_tuned"])
+    kafka = bool(r["kafka_raw"])
     jdbc = "copy" in r
     rng = lambda xs: f"{min(xs):,.0f}-{max(xs):,.0f}"  # noqa: E731
     print(f"\nConnectors ({r['records']:,} Kafka records, {r['rows']:,} (word, count) rows)")
     print(f"  {'path':<62} {'median/s':>10}  {'range':>17}  {'vs raw':>7}")
-    lines = [
-        ("raw confluent-kafka consume (1 consumer, 4 partitions)", r["kafka_raw"], None),
-        ("KafkaTextInputOperator, windows in-process", r["kafka_op"], kr),
-        ("raw consume, larger fetches (FETCH_CONFIG)", r["kafka_raw_tuned"], None),
-        ("KafkaTextInputOperator, FETCH_CONFIG", r["kafka_op_tuned"], krt),
-    ]
-    verdicts = [
-        ("Kafka input >= 60% of raw consume (defaults)", ko / kr, 0.60),
-        ("Kafka input >= 60% of raw consume (FETCH_CONFIG)", kt / krt, 0.60),
-    ]
+    lines: list[tuple[str, list[float], float | None]] = []
+    verdicts: list[tuple[str, float, float]] = []
+    if kafka:
+        kr, ko = median(r["kafka_raw"]), median(r["kafka_op"])
+        krt, kt = median(r["kafka_raw_tuned"]), median(r["kafka_op_tuned"])
+        lines += [
+            ("raw confluent-kafka consume (1 consumer, 4 partitions)", r["kafka_raw"], None),
+            ("KafkaTextInputOperator, windows in-process", r["kafka_op"], kr),
+            ("raw consume, larger fetches (FETCH_CONFIG)", r["kafka_raw_tuned"], None),
+            ("KafkaTextInputOperator, FETCH_CONFIG", r["kafka_op_tuned"], krt),
+        ]
+        verdicts += [
+            ("Kafka input >= 60% of raw consume (defaults)", ko / kr, 0.60),
+            ("Kafka input >= 60% of raw consume (FETCH_CONFIG)", kt / krt, 0.60),
+        ]
     if jdbc:
         ci, oi = median(r["copy"]), median(r["op_insert"])
         cm, om = median(r["merge"]), median(r["op_merge"])
@@ -464,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kafka-only", action="store_true", help="the Kafka input part only (no PostgreSQL)"
     )
+    parser.add_argument(
+        "--jdbc-only", action="store_true", help="only the JDBC output (no Kafka broker)"
+    )
     args = parser.parse_args(argv)
     records = args.records or (200_000 if args.quick else 500_000)
     rows = args.rows or (100_000 if args.quick else 200_000)
@@ -475,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.kafka_only:
         with acquire("kafka") as kafka:
             r = run_connectors(kafka, None, records=records, rows=rows, rounds=rounds)
+    elif args.jdbc_only:
+        with acquire("postgres") as pg:
+            r = run_connectors(None, pg, records=0, rows=rows, rounds=rounds)
     else:
         with acquire("kafka") as kafka, acquire("postgres") as pg:
             r = run_connectors(kafka, pg, records=records, rows=rows, rounds=rounds)

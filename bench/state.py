@@ -11,7 +11,12 @@
     and at ``--keys`` total keys (the state of (a)): p50 of ``checkpoint()`` and the
     ratio (target within 1.5x);
     and on the HDFS fixture at 100k keys (skip with ``--no-hdfs``);
-(c) the local store comparison of ``bench/state_stores.py``.
+(c) the local store comparison of ``bench/state_stores.py``;
+(d) the keyed running count through the engine (managed state in the counting
+    operators, Spark tasks) against Spark's ``transformWithStateInPandas`` with the
+    RocksDB provider and changelog checkpointing, on the same data
+    (``bench/state_engine.py``): throughput ratio at ``--engine-keys`` (1M; target
+    >= 1.0x) and the counting Python workers' peak RSS (``--skip-engine`` to skip).
 
 Each measurement runs in its own child process so its peak RSS is its own. The
 checkpoint root and the local stores are on the local filesystem (``/tmp``).
@@ -194,6 +199,8 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=None)
     ap.add_argument("--store-keys", type=int, default=None)
     ap.add_argument("--skip-stores", action="store_true")
+    ap.add_argument("--skip-engine", action="store_true")
+    ap.add_argument("--engine-keys", type=int, default=None, help="1M (quick: 200k)")
     ap.add_argument("--no-hdfs", action="store_true", help="skip the checkpoint cost on HDFS")
     ap.add_argument("--root", help=argparse.SUPPRESS)
     ap.add_argument("--fs-options", default="{}", help=argparse.SUPPRESS)
@@ -252,6 +259,15 @@ def main() -> None:
 
         print(f"\n(c) local store candidates, {store_keys:,} keys (bench/state_stores.py)")
         state_stores.print_table(state_stores.compare(store_keys))
+    if not args.skip_engine:
+        import state_engine
+
+        engine_keys = args.engine_keys or (200_000 if args.quick else 1_000_000)
+        rows = 20_000 if args.quick else 100_000
+        windows = max(12, 3 * engine_keys // rows)
+        state_engine.main(
+            ["--keys", str(engine_keys), "--rows", str(rows), "--windows", str(windows)]
+        )
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

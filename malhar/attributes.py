@@ -105,6 +105,12 @@ MAX_TUPLES_PER_WINDOW = _attr("MAX_TUPLES_PER_WINDOW", 100_000, int, "input admi
 UNIFIER_LIMIT = _attr(
     "UNIFIER_LIMIT", 0, int, "max upstream partitions per unifier (0: no cascade)"
 )
+PARTITIONER = _attr(
+    "PARTITIONER",
+    None,
+    object,
+    "defines the operator's partitions on a repartitioning (malhar.partitioning.Partitioner)",
+)
 STATS_LISTENERS = _attr(
     "STATS_LISTENERS",
     (),
@@ -135,6 +141,7 @@ OPERATOR = {
         MAX_TUPLES_PER_WINDOW,
         UNIFIER_LIMIT,
         STATS_LISTENERS,
+        PARTITIONER,
     )
 }
 PORT = {a.name: a for a in (STREAM_CODEC, PARALLEL_PARTITION)}

@@ -338,6 +338,17 @@ def _runtime_failure(app_name: str, exc: BaseException, scrub: Scrubber) -> NoRe
     help="Spark's log level.",
 )
 @click.option(
+    "--progress",
+    is_flag=True,
+    help="Show a live table of per-operator metrics (tuples/s, window time, backlog).",
+)
+@click.option(
+    "--prometheus-port",
+    type=int,
+    default=None,
+    help="Serve the metrics for Prometheus on this port (needs malhar[metrics]).",
+)
+@click.option(
     "--spark-conf",
     "spark_pairs",
     multiple=True,
@@ -354,6 +365,8 @@ def run(
     windows: int | None,
     window_ms: int | None,
     log_level: str,
+    progress: bool,
+    prometheus_port: int | None,
     spark_pairs: tuple[str, ...],
 ) -> None:
     """Run APP on Spark: for --windows N, or until Ctrl-C / SIGTERM (then it stops
@@ -381,7 +394,17 @@ def run(
     )
     try:
         with StopSignals() as stop:
-            _run(dag, spark, checkpoint, windows, window_ms, master, scrub, stop)
+            _run(
+                dag,
+                spark,
+                checkpoint,
+                windows,
+                window_ms,
+                master,
+                scrub,
+                stop,
+                Watch(progress, prometheus_port),
+            )
     finally:
         try:
             spark.stop()
@@ -398,6 +421,7 @@ def _run(
     master: str,
     scrub: Scrubber,
     stop: StopSignals,
+    watch: Watch | None = None,
 ) -> None:
     import malhar
 
@@ -414,7 +438,7 @@ def _run(
     click.echo(f"{dag.name}: running {how} on {master}; checkpoint {scrub(app.checkpoint)}")
     first = app.last_window + 1
     try:
-        finished = _wait(app, windows is not None, stop, dag.name)
+        finished = _wait(app, windows is not None, stop, dag.name, watch or Watch())
     except KeyboardInterrupt:
         finished = False
     except Exception as exc:
@@ -436,8 +460,53 @@ def _run(
     )
 
 
-def _wait(app: Any, bounded: bool, stop: StopSignals, name: str) -> bool:
+class Watch:
+    """How ``run`` shows what the application does: a live metrics table (``--progress``),
+    a Prometheus endpoint (``--prometheus-port``), or a line every PROGRESS_EVERY s."""
+
+    def __init__(self, progress: bool = False, prometheus_port: int | None = None) -> None:
+        self.progress = progress
+        self.prometheus_port = prometheus_port
+        self._live: Any = None
+        self._server: Any = None
+
+    def start(self, app: Any) -> None:
+        if self.prometheus_port is not None:
+            from malhar.metrics_view import serve_prometheus
+
+            self._server, port = serve_prometheus(app, self.prometheus_port, addr="0.0.0.0")
+            click.echo(f"{app.dag.name}: metrics for Prometheus on port {port}")
+        if self.progress:
+            from rich.live import Live
+
+            from malhar.metrics_view import table
+
+            self._live = Live(table(app.metrics(), app.dag.name), refresh_per_second=2)
+            self._live.start()
+
+    def update(self, app: Any) -> None:
+        if self._live is not None:
+            from malhar.metrics_view import table
+
+            self._live.update(table(app.metrics(), f"{app.dag.name}: window {app.last_window}"))
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+        if self._server is not None:
+            self._server.shutdown()
+
+
+def _wait(app: Any, bounded: bool, stop: StopSignals, name: str, watch: Watch) -> bool:
     """Wait for the end of a bounded run (True) or a stop request (False)."""
+    watch.start(app)
+    try:
+        return _wait_loop(app, bounded, stop, name, watch)
+    finally:
+        watch.stop()
+
+
+def _wait_loop(app: Any, bounded: bool, stop: StopSignals, name: str, watch: Watch) -> bool:
     done = threading.Event()
     failure: list[BaseException] = []
 
@@ -463,8 +532,9 @@ def _wait(app: Any, bounded: bool, stop: StopSignals, name: str) -> bool:
             app.raise_if_failed()
             app.abort()
             return True
+        watch.update(app)
         now = time.monotonic()
-        if now - shown_at >= PROGRESS_EVERY and app.last_window != shown:
+        if not watch.progress and now - shown_at >= PROGRESS_EVERY and app.last_window != shown:
             shown, shown_at = app.last_window, now
             click.echo(f"{name}: window {shown} complete")
     return False

@@ -27,6 +27,16 @@ class StreamCodec:
             (self.partition(row) for row in batch.to_pylist()), dtype=np.int64, count=batch.num_rows
         )
 
+    def hash_keys(self, keys: list[Any], typed: bool) -> np.ndarray:
+        """The hashes :meth:`partition` / :meth:`partition_batch` give tuples whose key is
+        each of ``keys`` (``typed``: the stream carries Arrow batches). Repartitioning
+        uses it to send keyed state where its tuples go; a codec that can say how a state
+        key maps to its tuples' hash implements it."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot place state keys: implement hash_keys(keys, typed) "
+            "(KeyCodec does), or give the operator a partitioner that moves its state"
+        )
+
 
 class KeyCodec(StreamCodec):
     """Partition by the value of one or more columns (sticky key partitioning)."""
@@ -52,6 +62,14 @@ class KeyCodec(StreamCodec):
         # Untyped streams only (typed ones use partition_batch); stable across processes.
         key = repr(tuple(value[c] for c in self.columns)).encode()
         return zlib.crc32(key)
+
+    def hash_keys(self, keys: list[Any], typed: bool) -> np.ndarray:
+        """State keys: the column's value, or a tuple of the columns' values."""
+        rows = [k if isinstance(k, tuple) else (k,) for k in keys]
+        if not typed:
+            return np.array([zlib.crc32(repr(r).encode()) for r in rows], dtype=np.int64)
+        columns = {c: [r[i] for r in rows] for i, c in enumerate(self.columns)}
+        return self.partition_batch(pa.RecordBatch.from_pydict(columns))
 
     def __repr__(self) -> str:
         return f"KeyCodec{tuple(self.columns)!r}"

@@ -49,6 +49,7 @@ class Property(Generic[T]):
         one_of: Iterable[T] | None = None,
         check: Callable[[T], str | None] | None = None,
         secret: bool = False,
+        references: bool = False,
         doc: str = "",
     ) -> None:
         self.type = type_
@@ -59,6 +60,10 @@ class Property(Generic[T]):
         self.one_of = tuple(one_of) if one_of is not None else None
         self.check = check
         self.secret = secret
+        #: the operator reads ``${env:...}`` / ``${file:...}`` references in this value
+        #: (the whole value, or the values under secret keys of a mapping), so ``launch``
+        #: may ship a literal secret to the executors that way instead of in the plan
+        self.references = references or secret
         self.__doc__ = doc
         self.name = "?"
 
@@ -66,6 +71,7 @@ class Property(Generic[T]):
         self.name = name
         self.owner = owner.__name__
         self.secret = self.secret or is_secret_key(name)
+        self.references = self.references or self.secret
 
     @overload
     def __get__(self, instance: None, owner: type) -> Property[T]: ...

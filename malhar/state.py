@@ -68,6 +68,10 @@ class State(Generic[T]):
         factory: builds the initial value (``State(dict)``, ``State(Counter)``); use it
             for mutable values so that partitions never share one object.
         default: an immutable initial value (``State(default=0)``), instead of ``factory``.
+        keyed: the value is a mapping whose keys are the key of the operator's stream
+            codec (``KeyCodec``): when the operator is repartitioned, each entry moves to
+            the partition that receives its key. A field that is not keyed must hold the
+            same value in every partition to be repartitioned.
         doc: one line for ``malhar info``.
 
     The value lives in the instance like a plain attribute; reading a field that was
@@ -75,7 +79,12 @@ class State(Generic[T]):
     """
 
     def __init__(
-        self, factory: Callable[[], T] | None = None, *, default: T = _UNSET, doc: str = ""
+        self,
+        factory: Callable[[], T] | None = None,
+        *,
+        default: T = _UNSET,
+        keyed: bool = False,
+        doc: str = "",
     ) -> None:
         if factory is not None and default is not _UNSET:
             raise TypeError("State takes a factory or a default, not both")
@@ -86,6 +95,7 @@ class State(Generic[T]):
             )
         self.factory = factory
         self.default = None if factory is None and default is _UNSET else default
+        self.keyed = keyed
         self.__doc__ = doc
         self.name = "?"
 

@@ -100,6 +100,9 @@ class OperatorStats:
     operator: str
     partitions: int
     windows: Sequence[WindowStats]
+    #: the streaming window period: a window's tuples are spread over at least this much
+    #: wall time, whatever its processing took
+    window_ms: float = 0.0
 
     def by_partition(self) -> dict[int, list[WindowStats]]:
         out: dict[int, list[WindowStats]] = {}
@@ -112,6 +115,7 @@ class OperatorStats:
             return 0.0
         tuples = sum(sum(getattr(w, pick).values()) for w in stats)
         span = max(w.ended for w in stats) - min(w.started for w in stats)
+        span = max(span, len({w.window for w in stats}) * self.window_ms / 1000)
         return tuples / span if span > 0 else 0.0
 
     def tuples_in_per_second(self, partition: int | None = None) -> float:
@@ -153,8 +157,14 @@ class OperatorMetrics:
     metrics: Mapping[str, float] = field(default_factory=dict)  #: summed over partitions
 
     @classmethod
-    def of(cls, operator: str, partitions: int, windows: Sequence[WindowStats]) -> OperatorMetrics:
-        stats = OperatorStats(operator, partitions, windows)
+    def of(
+        cls,
+        operator: str,
+        partitions: int,
+        windows: Sequence[WindowStats],
+        window_ms: float = 0.0,
+    ) -> OperatorMetrics:
+        stats = OperatorStats(operator, partitions, windows, window_ms)
         latest: dict[int, WindowStats] = {}
         custom: dict[str, float] = {}
         for w in windows:

@@ -194,7 +194,7 @@ def test_validate_reports_every_problem_of_an_application_file(
         "operator 'src': unknown operator or connector 'ListInpt'; did you mean 'ListInput'",
         "operator 'double': property 'factor': Doubler.factor: 0 is below the minimum 1",
         "operator 'double': Doubler has no property 'facter'; did you mean 'factor'?",
-        "operator 'out': unknown operator attribute 'PARTITION'; did you mean 'PARTITIONS'?",
+        "operator 'out': unknown operator attribute 'PARTITION'; did you mean 'PARTITIONS'",
         "stream 'numbers': operator 'src' could not be created (see above)",
     ]
     assert len(problems) == len(expected)
@@ -425,6 +425,7 @@ def test_run_a_json_app_for_three_windows(site: FakeSite, tmp_path: Path) -> Non
         "local[1]",
         "--checkpoint",
         str(checkpoint),
+        "--progress",
     ]
     done = subprocess.run(
         command, env=site.env(), capture_output=True, text=True, timeout=600, cwd=tmp_path
@@ -432,6 +433,9 @@ def test_run_a_json_app_for_three_windows(site: FakeSite, tmp_path: Path) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
     assert "doubling: running 3 window(s) on local[1]" in done.stdout
     assert "last window 2" in done.stdout
+    # --progress: the live per-operator table (its last state once the run ended)
+    assert "in/s" in done.stdout and "window ms" in done.stdout, done.stdout
+    assert all(op in done.stdout for op in ("src", "double", "out"))
     got = {w: sorted(v) for w, v in collected(str(checkpoint), "out").items()}
     assert got == {0: [10, 20], 1: [30], 2: [40, 50, 60]}
 

@@ -238,5 +238,6 @@ class Dispatcher:
         else:
             handled = self.call(op, fn, ctl.payload)
         if not handled:
-            self.forward(op, ctl, None)
+            # a unifier passes control tuples on with the upstream partition's identity
+            self.forward(op, ctl, sender if op in self.transparent else None)
         return handled

@@ -10,8 +10,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,20 +23,20 @@ from pyspark.sql.streaming import StreamingQuery
 from malhar import attributes as A
 from malhar.dag import DAG
 from malhar.engine import envelope as E
-from malhar.engine.failure import ApplicationFailed, explain
+from malhar.engine import generations
+from malhar.engine.application import RunningApplication
 from malhar.engine.plan import Plan, build_plan
 from malhar.engine.progress import ProgressListener, StatsDispatcher
+from malhar.engine.secret_shipping import ship_secrets
 from malhar.engine.slot_claims import claims_root, level0_tasks
 from malhar.engine.spark_io import (
     SOURCE_NAME,
     MalharSource,
     encode_plan,
     integrity_options,
-    shutdown_flag_path,
 )
 from malhar.engine.task import run_window
-from malhar.engine.window_log import WindowLog
-from malhar.stats import OperatorMetrics, Response, StatsListener
+from malhar.stats import Response, StatsListener
 
 log = logging.getLogger("malhar")
 
@@ -84,191 +82,6 @@ def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = N
     return df.observe("malhar", *metrics)
 
 
-class RunningApplication:
-    """A launched application: its query, its windows, its metrics; ``stop()`` it when done."""
-
-    def __init__(
-        self,
-        dag: DAG,
-        plan: Plan,
-        query: StreamingQuery,
-        checkpoint: str,
-        progress: ProgressListener | None = None,
-        spark: SparkSession | None = None,
-        stats: StatsDispatcher | None = None,
-    ) -> None:
-        self.dag = dag
-        self.plan = plan
-        self.query = query
-        self.checkpoint = checkpoint
-        self.log = WindowLog(checkpoint, plan.integrity_key)
-        self._progress = progress
-        self._spark = spark
-        self._stats = stats
-
-    @property
-    def last_window(self) -> int:
-        """The largest completed window id (-1 before the first), from the window log.
-
-        A window is recorded once its batch is in Spark's commit log, when the next
-        window starts (one trigger late); ``stop()``/``await_completion()`` return with
-        the last window of the run recorded.
-        """
-        return self.log.largest_completed()
-
-    def error_counts(self, window: int) -> dict[str, int]:
-        """Tuples emitted on each error port ("operator.port") in ``window``.
-
-        Known for the windows this run completed (from the query's observed metrics);
-        ``{}`` for a window not completed yet, or completed by an earlier run.
-        """
-        if self._progress is not None:
-            counts = self._progress.get(window)
-            if counts is None:  # listener events are asynchronous: ask the query
-                self._sync_progress()
-                counts = self._progress.get(window)
-            if counts is not None:
-                return counts
-        info = self.log.get(window) or {}  # windows recorded by the former Python sink
-        return dict(info.get("errors", {}))
-
-    def _sync_progress(self) -> None:
-        if self._progress is not None:
-            for p in self.query.recentProgress:
-                self._progress.add(p.name, p.observedMetrics.get("malhar"))
-
-    def metrics(self, last_windows: int = 20) -> dict[str, OperatorMetrics]:
-        """Live per-operator metrics over the ``last_windows`` most recent windows:
-        tuples/s in and out, mean window processing time, backlog, partitions, and the
-        operators' own metrics (see :mod:`malhar.stats`)."""
-        if self._progress is None:
-            return {}
-        return self._progress.metrics(last_windows)
-
-    def _finish(self) -> None:
-        """After the query ended: take its last metrics, unregister the listener."""
-        if self._progress is None or self.query.isActive:
-            return
-        if self._stats is not None:
-            self._stats.stop()
-        self._sync_progress()
-        spark, self._spark = self._spark, None
-        if spark is not None:
-            try:
-                spark.streams.removeListener(self._progress)
-            except Exception:  # the session may be gone: nothing to unregister
-                log.debug("malhar: could not remove the metrics listener", exc_info=True)
-
-    def failure(self) -> ApplicationFailed | None:
-        """Why the query failed (the operator's error first), or None while it has not."""
-        exc = self.query.exception()
-        return None if exc is None else explain(self.dag.name, exc)
-
-    def raise_if_failed(self) -> None:
-        """Raise :class:`ApplicationFailed` (chained to Spark's exception) if the query failed."""
-        failed = self.failure()
-        if failed is not None:
-            raise failed from failed.spark_exception
-
-    def await_window(self, window: int, timeout: float = 120.0) -> None:
-        """Block until ``window`` is complete.
-
-        Raises:
-            ApplicationFailed: the query failed (its message starts with the operator error).
-            TimeoutError: ``window`` did not complete within ``timeout`` seconds.
-        """
-        deadline = time.monotonic() + timeout
-        while self.last_window < window:
-            self.raise_if_failed()
-            if not self.query.isActive:
-                raise RuntimeError(f"the query stopped before window {window} completed")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"window {window} not complete after {timeout:.0f}s")
-            try:
-                self.query.awaitTermination(0.05)
-            except Exception:
-                self.raise_if_failed()
-                raise
-
-    def _process_all_available(self, timeout: float | None, what: str) -> None:
-        """``processAllAvailable()``, bounded by ``timeout`` seconds (None: no bound).
-
-        Spark's call has no timeout, so a bounded wait runs it in a daemon thread;
-        on timeout the query keeps running and :class:`TimeoutError` names ``what``.
-        """
-        failure: list[BaseException] = []
-
-        def process() -> None:
-            try:
-                self.query.processAllAvailable()
-            except BaseException as exc:  # re-raised in the caller's thread
-                failure.append(exc)
-
-        if timeout is None:
-            process()
-        else:
-            waiter = threading.Thread(target=process, name="malhar-await", daemon=True)
-            waiter.start()
-            waiter.join(timeout)
-            if waiter.is_alive():
-                self.raise_if_failed()
-                raise TimeoutError(f"{what}: not done after {timeout:g}s")
-        if failure:
-            # Spark's own exception names the Python worker, not the operator: ours first
-            self.raise_if_failed()
-            raise failure[0]
-
-    def await_completion(self, timeout: float | None = None) -> None:
-        """For a run with ``windows=N``: wait until the last window is processed, then stop.
-
-        Raises:
-            ApplicationFailed: the query failed.
-            TimeoutError: the windows were not processed within ``timeout`` seconds; the
-                application keeps running (``stop()``, ``abort()`` or wait again).
-        """
-        self._process_all_available(timeout, f"application {self.dag.name!r}")
-        try:
-            self.raise_if_failed()
-            self.query.stop()
-        finally:
-            self._finish()
-
-    def stop(self, timeout: float = 120.0) -> None:
-        """Orderly stop: a last window tears every operator down, then the query ends.
-
-        Raises:
-            TimeoutError: the last window did not complete within ``timeout`` seconds;
-                the query was then stopped at once (as :meth:`abort`), and the next
-                start replays the unfinished window.
-        """
-        from malhar.util.fs import filesystem_for
-
-        if not self.query.isActive:
-            self._finish()
-            return
-        fs, flag = filesystem_for(shutdown_flag_path(self.checkpoint))
-        fs.mkdirs(fs.dirname(flag))
-        fs.create(flag, b"", overwrite=True)
-        try:
-            # returns once the source found nothing after the shutdown window, which is
-            # when it records that window as complete (``MalharStreamReader.latestOffset``)
-            self._process_all_available(
-                timeout, f"stopping application {self.dag.name!r} (the query was aborted)"
-            )
-        finally:
-            fs.delete(flag)
-            self.query.stop()
-            self._finish()
-
-    def abort(self) -> None:
-        """Stop the query now, without the orderly last window (operators are not torn
-        down; the next start replays the unfinished window)."""
-        try:
-            self.query.stop()
-        finally:
-            self._finish()
-
-
 #: checkpoints ``launch`` created in temporary folders: removed at exit
 _TEMPORARY: list[str] = []
 
@@ -280,12 +93,13 @@ def _remove_temporary_checkpoints() -> None:  # pragma: no cover - process exit
 
 
 def _for_executors(dag: DAG) -> DAG:
-    """A copy of ``dag`` without what lives on the driver only (stats listeners): the
-    plan is pickled for the executors, and a listener need not pickle."""
+    """A copy of ``dag`` without what lives on the driver only (stats listeners,
+    partitioners): the plan is pickled for the executors, and those need not pickle."""
+    driver_only = {A.STATS_LISTENERS.name, A.PARTITIONER.name}
     shipped = copy.copy(dag)
     shipped.operators = {}
     for name, meta in dag.operators.items():
-        attributes = {k: v for k, v in meta.attributes.items() if k != A.STATS_LISTENERS.name}
+        attributes = {k: v for k, v in meta.attributes.items() if k not in driver_only}
         shipped.operators[name] = dataclasses.replace(meta, attributes=attributes)
     return shipped
 
@@ -300,31 +114,6 @@ def stats_listeners(dag: DAG) -> dict[str, list[StatsListener]]:
         if listeners:
             out[name] = listeners
     return out
-
-
-def _log_response(operator: str, listener: StatsListener, response: Response) -> None:
-    if response.repartition_required:
-        log.warning(
-            "malhar: %r asks to repartition %r (%s)",
-            type(listener).__name__,
-            operator,
-            response.reason or "no reason given",
-        )
-
-
-def literal_secrets(dag: DAG) -> list[str]:
-    """``operator.property`` for each property holding a secret that is not a reference."""
-    from malhar.properties import properties_of
-    from malhar.redaction import secret_values
-    from malhar.secrets import is_reference
-
-    found = []
-    for name, meta in dag.operators.items():
-        for pname, prop in properties_of(type(meta.operator)).items():
-            value = getattr(meta.operator, pname, None)
-            if any(not is_reference(v) for v in secret_values(value, pname, secret=prop.secret)):
-                found.append(f"{name}.{pname}")
-    return found
 
 
 def derived_name(checkpoint: str) -> str:
@@ -379,15 +168,40 @@ def launch(
         )
     if window_ms is not None:
         dag.set_attribute(A.STREAMING_WINDOW_MS.name, window_ms)
+    app = RunningApplication(dag, spark, checkpoint, windows, start_query)
+    app.start()
+    return app
+
+
+@dataclasses.dataclass
+class Started:
+    """One query run of an application: its plan, its query and its listeners."""
+
+    plan: Plan
+    query: StreamingQuery
+    progress: ProgressListener
+    stats: StatsDispatcher
+
+
+def start_query(
+    dag: DAG,
+    spark: SparkSession,
+    checkpoint: str,
+    windows: int | None,
+    on_response: Callable[[str, StatsListener, Response], None],
+) -> Started:
+    """Plan ``dag`` at its checkpoint's partitioning generation and start its query."""
+    generation = generations.load(checkpoint)  # a dynamic repartitioning may have run
+    dag = generations.partitioned_dag(dag, generation)
     plan = build_plan(dag)
+    generations.apply(plan, generation)
     plan.id = uuid.uuid4().hex
-    plan.dag = _for_executors(dag)
-    literal = literal_secrets(dag)
+    shipped, literal = ship_secrets(_for_executors(dag), spark.sparkContext.environment)
+    plan.dag = shipped
     if literal:
         log.warning(
-            "malhar: %s hold literal secrets; they travel inside the plan Spark ships to its "
-            "executors (never in checkpoints). Write them as references, '${env:NAME}' or "
-            "'${file:/path}', read on the executors",
+            "malhar: %s hold literal secrets that their operators cannot read as references; "
+            "they travel inside the plan Spark ships to its executors (never in checkpoints)",
             ", ".join(literal),
         )
     fs, claims = claims_root(checkpoint)  # an earlier launch's slot claims
@@ -398,16 +212,16 @@ def launch(
     # Error-port counts and operator statistics come from the observed metrics of each
     # batch (two py4j calls per batch; see malhar/engine/progress.py)
     progress = ProgressListener(
-        name, plan.error_ports, {n: m.partitions for n, m in dag.operators.items()}
+        name, plan.error_ports, {n: m.partitions for n, m in dag.operators.items()}, period
     )
     spark.streams.addListener(progress)
-    stats = StatsDispatcher(progress, stats_listeners(dag), _log_response)
+    stats = StatsDispatcher(progress, stats_listeners(dag), on_response)
     try:
         # Completed windows are recorded by the source (spark_io.MalharStreamReader):
         # the query itself writes nothing, so it ends in Spark's ``noop`` sink.
         query = (
             df.writeStream.format("noop")
-            .option("checkpointLocation", f"{checkpoint.rstrip('/')}/spark")
+            .option("checkpointLocation", generations.spark_checkpoint(checkpoint, plan.generation))
             .queryName(name)
             .trigger(processingTime=f"{period} milliseconds")
             .start()
@@ -415,7 +229,7 @@ def launch(
     except BaseException:
         spark.streams.removeListener(progress)
         raise
-    return RunningApplication(dag, plan, query, checkpoint, progress, spark, stats.start())
+    return Started(plan, query, progress, stats.start())
 
 
 def run(dag: DAG, windows: int, **kwargs: Any) -> RunningApplication:

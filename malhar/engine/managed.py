@@ -29,9 +29,16 @@ class ManagedStates:
     """The managed stores of the operators of one group partition (or one harness)."""
 
     def __init__(
-        self, root: str | None, partition: int, integrity_key: str | bytes | None = None
+        self,
+        root: str | None,
+        partition: int,
+        integrity_key: str | bytes | None = None,
+        *,
+        roots: dict[str, str] | None = None,
     ) -> None:
         self.root = root
+        #: operators whose managed state lives under another root (a repartitioning moved it)
+        self.roots = dict(roots or {})
         self.partition = partition
         self.integrity_key = integrity_key
         self.stores: dict[str, Any] = {}
@@ -50,7 +57,8 @@ class ManagedStates:
 
         key = secrets.resolve(self.integrity_key, "CHECKPOINT_INTEGRITY_KEY")
         options.setdefault("budget_bytes", DEFAULT_BUDGET_BYTES)
-        store = ManagedState(self.root, operator, self.partition, signer=key, **options)
+        root = self.roots.get(operator, self.root)
+        store = ManagedState(root, operator, self.partition, signer=key, **options)
         store.restore(after_window)
         self.stores[operator] = store
         return store

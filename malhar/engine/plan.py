@@ -54,6 +54,9 @@ class Group:
     #: downstream partition (partition q unifies group q % fan for downstream q // fan)
     cascade_route: int | None = None
     fan: int = 0
+    #: ``(mask, table)`` when the group's partitions have partition keys (dynamic
+    #: partitioning): a keyed tuple goes to ``table[hash & mask]``; else ``hash % partitions``
+    routing: tuple[int, list[int]] | None = None
 
 
 @dataclass
@@ -74,6 +77,11 @@ class Plan:
     idle_timeout_ms: int = 60_000
     #: CHECKPOINT_INTEGRITY_KEY: HMAC key (bytes or a secret reference) of checkpoint files
     integrity_key: str | bytes | None = None
+    #: the partitioning generation (``malhar.engine.generations``) and where its snapshots
+    #: live; operators whose managed state lives elsewhere than the checkpoint root
+    generation: int = 0
+    state_root: str | None = None
+    managed_roots: dict[str, str] = field(default_factory=dict)
 
     def group_at(self, level: int, slot: int) -> tuple[Group, int]:
         for g in self.groups:

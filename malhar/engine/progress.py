@@ -43,8 +43,15 @@ RECENT_WINDOWS = 256
 class ProgressListener(StreamingQueryListener):
     """Error-port counts and operator statistics of one query run (see the module doc)."""
 
-    def __init__(self, query_name: str, ports: list[str], partitions: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        query_name: str,
+        ports: list[str],
+        partitions: Mapping[str, int],
+        window_ms: float = 0.0,
+    ) -> None:
         self.query_name = query_name
+        self.window_ms = window_ms
         self.ports = list(ports)
         self.partitions = dict(partitions)
         self.errors: dict[int, dict[str, int]] = {}
@@ -134,7 +141,7 @@ class ProgressListener(StreamingQueryListener):
             if windows:
                 newest = max(w.window for w in windows)
                 windows = [w for w in windows if w.window > newest - last_windows]
-            out[op] = OperatorMetrics.of(op, self.partitions[op], windows)
+            out[op] = OperatorMetrics.of(op, self.partitions[op], windows, self.window_ms)
         return out
 
 
@@ -201,7 +208,9 @@ class StatsDispatcher:
             windows = self.progress.take_pending(op)
             if not windows:
                 continue
-            stats = OperatorStats(op, self.progress.partitions[op], windows)
+            stats = OperatorStats(
+                op, self.progress.partitions[op], windows, self.progress.window_ms
+            )
             for listener in listeners:
                 try:
                     response = listener.process_stats(stats)

@@ -86,7 +86,11 @@ class RouteBuffer(Emitter):
         self.rt = rt
         self.route = route
         self.fixed = fixed  # all output to one partition of ``dest`` (cascade unifiers)
-        self.n = plan.groups[route.dest_group].partitions  # tuples choose among these
+        final = plan.groups[route.dest_group]
+        self.n = final.partitions  # tuples choose among these
+        #: partition keys of the destination (dynamic partitioning): hash & mask -> partition
+        self.table = None if final.routing is None else np.asarray(final.routing[1], np.int64)
+        self.mask = 0 if final.routing is None else final.routing[0]
         self.first_cascade = (
             plan.groups[route.cascade[0]] if route.cascade and dest is None else None
         )
@@ -107,7 +111,8 @@ class RouteBuffer(Emitter):
         if self.n == 1 or self.fixed is not None:
             d = 0
         elif self.route.codec is not None:
-            d = self.route.codec.partition(value) % self.n
+            h = self.route.codec.partition(value)
+            d = h % self.n if self.table is None else int(self.table[h & self.mask])
         else:
             d = self.rr % self.n
             self.rr += 1
@@ -127,7 +132,8 @@ class RouteBuffer(Emitter):
             self._count(0, batch.num_rows)
             return
         if self.route.codec is not None:
-            keys = np.asarray(self.route.codec.partition_batch(batch)) % self.n
+            hashes = np.asarray(self.route.codec.partition_batch(batch))
+            keys = hashes % self.n if self.table is None else self.table[hashes & self.mask]
             for d in np.unique(keys):
                 part = batch.filter(pa.array(keys == d))
                 self.batches[int(d)].append(part)

@@ -49,12 +49,14 @@ class PartitionRuntime:
         self.unifiers: dict[int, Operator] = {}  # route id -> unifier instance
         self.open: dict[str, bool] = {}  # application window open per operator
         self.snapshots = PartitionSnapshots(
-            StateStore(plan.checkpoint, group.key, partition, plan.integrity_key)
+            StateStore(plan.state_root or plan.checkpoint, group.key, partition, plan.integrity_key)
             if plan.checkpoint
             else None
         )
         self.dispatcher = Dispatcher(partition, self._forward_control)
-        self.managed = ManagedStates(plan.checkpoint, partition, plan.integrity_key)
+        self.managed = ManagedStates(
+            plan.checkpoint, partition, plan.integrity_key, roots=plan.managed_roots
+        )
         self.out = E.EnvelopeBuffer()
         self.buffers: list[RouteBuffer] = []
         self._purge_pending = True  # snapshots or markers may exist that a purge can drop
@@ -79,9 +81,15 @@ class PartitionRuntime:
             partition=self.partition,
             partitions=self.group.partitions,
             application=self.plan.app,
-            attributes=(
-                {**{n: a.default for n, a in A.OPERATOR.items()}, **meta.attributes} if meta else {}
-            ),
+            attributes={
+                # the streaming window period: operators derive processing time from it
+                A.STREAMING_WINDOW_MS.name: self.plan.window_ms,
+                **(
+                    {**{n: a.default for n, a in A.OPERATOR.items()}, **meta.attributes}
+                    if meta
+                    else {}
+                ),
+            },
             checkpoint=self.plan.checkpoint,
             integrity_key=self.plan.integrity_key,
             managed=self._managed_state,

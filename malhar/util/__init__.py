@@ -11,55 +11,28 @@ See ``docs/storage.md`` for layout, durability per backend and concurrency rules
 """
 
 from malhar.util.fs import (
-    Appender,
-    ConcurrentWriterError,
     CorruptRecordError,
-    FileStatus,
     FileSystem,
     HdfsFileSystem,
     LocalFileSystem,
     StorageConfigError,
     StorageError,
-    StorageExistsError,
-    StorageNotFoundError,
-    StoragePermissionError,
-    StorageUnavailableError,
-    WindowOrderError,
     filesystem_for,
 )
-from malhar.util.wal import (
-    FSWindowDataManager,
-    JsonSerializer,
-    NoopWindowDataManager,
-    PickleSerializer,
-    Serializer,
-    WalIssue,
-    WindowDataManager,
-    get_serializer,
-)
+from malhar.util.wal import FSWindowDataManager, NoopWindowDataManager, WindowDataManager
 
+# The storage layer's other names (appenders, serializers, every error class) live in
+# malhar.util.fs, malhar.util.fs.errors and malhar.util.wal; managed state in
+# malhar.util.state.
 __all__ = [
-    "Appender",
-    "ConcurrentWriterError",
     "CorruptRecordError",
     "FSWindowDataManager",
-    "FileStatus",
     "FileSystem",
     "HdfsFileSystem",
-    "JsonSerializer",
     "LocalFileSystem",
     "NoopWindowDataManager",
-    "PickleSerializer",
-    "Serializer",
     "StorageConfigError",
     "StorageError",
-    "StorageExistsError",
-    "StorageNotFoundError",
-    "StoragePermissionError",
-    "StorageUnavailableError",
-    "WalIssue",
     "WindowDataManager",
-    "WindowOrderError",
     "filesystem_for",
-    "get_serializer",
 ]

@@ -405,3 +405,71 @@ class FirstOfPair(StreamCodec):
 
     def partition(self, value: Any) -> int:
         return zlib.crc32(value[0].encode())
+
+
+# -- dynamic partitioning ------------------------------------------------------------------------
+def keyed_items(window: int, per_window: int, keys: int) -> list[dict[str, Any]]:
+    """Window ``window``'s tuples: ``{"key": "k<i>"}`` over ``keys`` keys (deterministic)."""
+    return [{"key": f"k{(window * 7 + i) % keys}"} for i in range(per_window)]
+
+
+class RatedKeys(InputOperator):
+    """Emits ``keyed_items`` each window; the count per window is ``per_window``, or the
+    number in ``<checkpoint>/rate`` when that file exists (tests change the rate live)."""
+
+    output = OutputPort()
+    per_window = Property(int, default=100)
+    keys = Property(int, default=50)
+
+    def setup(self, context: OperatorContext) -> None:
+        self._p, self._n = context.partition, context.partitions
+        self._rate_file = Path(context.checkpoint or ".") / "rate"
+
+    def begin_window(self, window_id: int) -> None:
+        self._w, self._done = window_id, False
+
+    def emit_tuples(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        n = int(self._rate_file.read_text()) if self._rate_file.exists() else self.per_window
+        for i, item in enumerate(keyed_items(self._w, n, self.keys)):
+            if i % self._n == self._p:
+                self.output.emit(item)
+
+
+class KeyedRunningCount(Operator):
+    """Running count per key in a keyed state field; emits ``(key, count)`` for the keys
+    seen in each window."""
+
+    input = InputPort()
+    output = OutputPort()
+    counts = State(dict, keyed=True)
+
+    def begin_window(self, window_id: int) -> None:
+        self._touched: set[str] = set()
+
+    def process(self, row: dict[str, Any]) -> None:
+        self.counts[row["key"]] = self.counts.get(row["key"], 0) + 1
+        self._touched.add(row["key"])
+
+    def end_window(self) -> None:
+        for key in sorted(self._touched):
+            self.output.emit((key, self.counts[key]))
+
+
+class ManagedKeyCount(KeyedRunningCount):
+    """``KeyedRunningCount`` with its counts in managed state (a spillable map)."""
+
+    counts = State(dict)  # unused: the counts live in managed state
+
+    def setup(self, context: OperatorContext) -> None:
+        self._map = context.managed_state(budget_bytes=8 << 20).map("counts")
+
+    def process(self, row: dict[str, Any]) -> None:
+        self._map[row["key"]] = self._map.get(row["key"], 0) + 1
+        self._touched.add(row["key"])
+
+    def end_window(self) -> None:
+        for key in sorted(self._touched):
+            self.output.emit((key, self._map[key]))

@@ -9,15 +9,17 @@ from pathlib import Path
 import pytest
 
 from malhar import DAG, InputPort, Operator, Property, ValidationError, run
-from malhar.engine.launcher import derived_name, literal_secrets
+from malhar.engine.launcher import derived_name
+from malhar.engine.secret_shipping import ship_secrets
 from malhar.testing.operators import Collector, ListInput
 from tests.spark_subprocess import run_spark_script
 
 
 class Sink(Operator):
     input = InputPort()
-    password = Property(str, default=None)
-    client_config = Property(dict, default=None)
+    password = Property(str, default=None)  # a secret by its name: references implied
+    client_config = Property(dict, default=None)  # its operator reads no references
+    consumer_config = Property(dict, default=None, references=True)
 
     def process(self, value: object) -> None:
         pass
@@ -38,13 +40,25 @@ def test_reserved_or_unprintable_operator_names_are_refused(name: str) -> None:
         DAG("x").add_operator(name, Collector())
 
 
-def test_literal_secrets_are_found_at_any_depth_and_references_are_not() -> None:
+def test_literal_secrets_ship_as_references_through_the_executors_environment() -> None:
     dag = DAG("x")
     dag.add_operator("a", Sink().configure(password="hunter22"))
     dag.add_operator("b", Sink().configure(password="${env:PW}"))
     dag.add_operator("c", Sink().configure(client_config={"sasl": {"sasl.password": "pw"}}))
     dag.add_operator("d", Sink().configure(client_config={"sasl.password": "${file:/run/pw}"}))
-    assert literal_secrets(dag) == ["a.password", "c.client_config"]
+    dag.add_operator(
+        "e", Sink().configure(consumer_config={"sasl.password": "s3cret", "acks": "all"})
+    )
+    env: dict[str, str] = {}
+    shipped, left = ship_secrets(dag, env)
+    assert left == ["c.client_config"]  # its operator would not read a reference: warned
+    a, e = shipped.operators["a"].operator, shipped.operators["e"].operator
+    assert a.password.startswith("${env:MALHAR_SECRET_") and env[a.password[6:-1]] == "hunter22"
+    ref = e.consumer_config["sasl.password"]
+    assert env[ref[6:-1]] == "s3cret" and e.consumer_config["acks"] == "all"
+    assert shipped.operators["b"].operator.password == "${env:PW}"
+    assert dag.operators["a"].operator.password == "hunter22"  # the caller's DAG is untouched
+    assert sorted(env.values()) == ["hunter22", "s3cret"]
 
 
 @pytest.mark.integration

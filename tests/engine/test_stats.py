@@ -95,3 +95,31 @@ def test_statistics_reach_listeners_and_the_metrics_view(spark, tmp_path: Path) 
     assert set(view) == {"src", "count", "sum", "out"}
     assert view["count"].partitions == 2 and view["count"].last_window == 5
     assert view["sum"].tuples_in_per_second > 0 and view["out"].window_ms >= 0
+
+
+@pytest.mark.integration
+def test_metrics_are_served_for_prometheus(spark, tmp_path: Path) -> None:
+    import urllib.request
+
+    from malhar import launch
+    from malhar.metrics_view import serve_prometheus
+    from malhar.testing.services.process import wait_until
+
+    dag = DAG("prom")
+    src = dag.add_operator("src", Numbers(per_window=20))
+    count = dag.add_operator("count", Counting())
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("a", src.output, count.input)
+    dag.add_stream("b", count.output, out.input)
+    app = launch(dag, spark=spark, checkpoint=str(tmp_path), window_ms=100)
+    server, port = serve_prometheus(app, 0)
+    try:
+        wait_until(lambda: app.metrics()["count"].last_window >= 2, timeout=120, what="window 2")
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        text = page.decode()
+        assert 'malhar_operator_partitions{application="prom",operator="count"} 1.0' in text
+        assert 'malhar_operator_tuples_in_per_second{application="prom",operator="count"}' in text
+        assert 'malhar_operator_metric{application="prom",metric="seen",operator="count"}' in text
+    finally:
+        server.shutdown()
+        app.stop()

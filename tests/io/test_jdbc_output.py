@@ -20,11 +20,11 @@ import pytest
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from malhar import DAG, KeyCodec, OperatorContext, Property, launch, run
+from malhar.io.base.output import WindowKey
 from malhar.io.jdbc import (
     JdbcConfigError,
     JdbcConnectionError,
     JdbcOutputOperator,
-    WindowKey,
     WindowRegressionError,
     register,
 )
@@ -287,21 +287,22 @@ def test_password_reference_stays_out_of_state(postgres_service, monkeypatch) ->
 
 @pytest.mark.integration
 def test_partitions_racing_to_create_the_meta_table(postgres_service) -> None:
-    from malhar.io.jdbc import JdbcOptions, JdbcTransactionalStore
+    from malhar.io.jdbc import JdbcSettings
     from malhar.io.jdbc.connection import create_engine
+    from malhar.io.jdbc.meta_store import MetaTable
 
     pg = postgres_service
     meta = _name("meta")
-    engine = create_engine(JdbcOptions(pg.sqlalchemy_url, table="unused"))
+    engine = create_engine(JdbcSettings().configure(url=pg.sqlalchemy_url, table="unused"))
     start = threading.Barrier(4)
     failures: list[BaseException] = []
 
     def create(partition: int) -> None:
-        store = JdbcTransactionalStore(meta)
+        store = MetaTable(meta)
         try:
             start.wait(30)
-            store.ensure_table(engine)
-            store.ensure_row(engine, WindowKey("race", "out", partition % 2))
+            store.ensure(engine)
+            store.ensure_row(engine, WindowKey("race", "out", partition % 2), "public.t")
         except BaseException as exc:
             failures.append(exc)
 
@@ -607,3 +608,25 @@ def test_spark_sink_is_exactly_once_across_a_rerun_batch(spark, postgres_service
     window, partition, row, message = rejected[0]
     assert (window, partition) == (1, 0)
     assert '"id": -1' in row and "violates check constraint" in message
+
+
+@pytest.mark.integration
+def test_a_literal_password_reaches_the_executors_but_not_the_plan(
+    spark, postgres_service, tmp_path
+) -> None:
+    from malhar.engine.spark_io import encode_plan
+
+    pg = postgres_service
+    table = _table(pg, "shipped", "k text NOT NULL, v bigint NOT NULL")
+    dag = DAG(_name("shipped"))
+    src = dag.add_operator("src", Numbers(per_window=10))
+    out = dag.add_operator(
+        "out", JdbcOutputOperator(pg.sqlalchemy_url, table=table, columns=["k", "v"])
+    )
+    dag.add_stream("items", src.output, out.input)
+    app = run(dag, windows=2, spark=spark, checkpoint=str(tmp_path / "ck"), window_ms=100)
+    # the rows arrived: the executors read the password from their environment ...
+    assert len(_sql(pg, f"SELECT k, v FROM {table}")) == 20
+    # ... and the plan Spark shipped holds a reference, never the password
+    assert pg.password.encode() not in __import__("base64").b64decode(encode_plan(app.plan))
+    assert app.plan.dag.operators["out"].operator.url.startswith("${env:MALHAR_SECRET_")

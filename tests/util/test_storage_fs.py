@@ -20,11 +20,13 @@ from malhar.util import (
     LocalFileSystem,
     StorageConfigError,
     StorageError,
+    filesystem_for,
+)
+from malhar.util.fs.errors import (
     StorageExistsError,
     StorageNotFoundError,
     StoragePermissionError,
     StorageUnavailableError,
-    filesystem_for,
 )
 
 

@@ -20,9 +20,11 @@ from malhar.util import (
     CorruptRecordError,
     FSWindowDataManager,
     StorageConfigError,
+    filesystem_for,
+)
+from malhar.util.fs.errors import (
     StoragePermissionError,
     WindowOrderError,
-    filesystem_for,
 )
 from malhar.util.wal import framing
 

@@ -13,14 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from malhar.util import (
-    ConcurrentWriterError,
     CorruptRecordError,
     FSWindowDataManager,
     NoopWindowDataManager,
     StorageConfigError,
     StorageError,
-    StorageUnavailableError,
     WindowDataManager,
+)
+from malhar.util.fs.errors import (
+    ConcurrentWriterError,
+    StorageUnavailableError,
     WindowOrderError,
 )
 from malhar.util.wal import framing

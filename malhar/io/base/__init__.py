@@ -1,9 +1,46 @@
-"""Connector bases: the contracts a connector author subclasses (see ``docs/howto-input.md``).
+"""Connector bases: the contracts a connector author subclasses.
 
 - :class:`ReplayableInput`: an input operator that replays a window exactly, recording
-  per window what it read in the partition's window data manager.
+  per window what it read in the partition's window data manager
+  (``docs/howto-input.md``);
+- :class:`TransactionalStore`, :class:`WindowCommitter`,
+  :class:`TransactionalOutputOperator`, :class:`TransactionalStreamWriter`: an output
+  that commits each window's data and its window id in one transaction, as an operator
+  and as a Spark sink from the same store (``docs/howto-output.md``).
 """
 
 from malhar.io.base.input import ReplayableInput, ReplayError, WindowRecord
+from malhar.io.base.output import (
+    NO_WINDOW,
+    CommitMark,
+    OutputError,
+    RetryPolicy,
+    TransactionalOutputOperator,
+    TransactionalSettings,
+    TransactionalSinkSettings,
+    TransactionalStore,
+    TransactionalStreamWriter,
+    WindowCommitter,
+    WindowKey,
+    WindowRegressionError,
+    rejected_row,
+)
 
-__all__ = ["ReplayError", "ReplayableInput", "WindowRecord"]
+__all__ = [
+    "NO_WINDOW",
+    "CommitMark",
+    "OutputError",
+    "ReplayError",
+    "ReplayableInput",
+    "RetryPolicy",
+    "TransactionalOutputOperator",
+    "TransactionalSettings",
+    "TransactionalSinkSettings",
+    "TransactionalStore",
+    "TransactionalStreamWriter",
+    "WindowCommitter",
+    "WindowKey",
+    "WindowRecord",
+    "WindowRegressionError",
+    "rejected_row",
+]

@@ -3,33 +3,27 @@
 - :class:`JdbcOutputOperator`: the malhar operator (entry point ``JdbcOutput``);
 - :class:`JdbcSink`: the same as a Spark sink, ``df.writeStream.format("malhar_jdbc")``
   (call :func:`register` once per session);
-- :class:`JdbcTransactionalStore`: the meta table (application, operator, partition)
-  -> last committed window;
-- :class:`TransactionalWriter`: one partition's window transactions, for other connectors;
-- :class:`JdbcOptions`: the settings, shared by all of them.
+- :class:`JdbcSettings` / :class:`JdbcSinkSettings`: the settings, declared once;
+- :class:`JdbcStore`: one partition's window transactions (a
+  :class:`~malhar.io.base.output.TransactionalStore`).
 
 See ``docs/connectors/jdbc.md``.
 """
 
-from malhar.io.jdbc.config import MODES, JdbcOptions
+from __future__ import annotations
+
+from typing import Any
+
+from malhar.io.base.output import WindowContentMismatchError, WindowRegressionError
+from malhar.io.jdbc.config import MODES, JdbcSettings, JdbcSinkSettings
 from malhar.io.jdbc.errors import (
     JdbcConfigError,
     JdbcConnectionError,
     JdbcError,
-    WindowRegressionError,
+    JdbcTargetConflictError,
 )
-from malhar.io.jdbc.meta_store import JdbcTransactionalStore, WindowKey
 from malhar.io.jdbc.output_operator import JdbcOutputOperator
-from malhar.io.jdbc.transaction import TransactionalWriter, WindowResult
-
-
-def __getattr__(name: str):  # the Spark sink imports pyspark's data source API: load it lazily
-    if name in ("JdbcSink", "JdbcStreamWriter", "register", "SINK_NAME"):
-        from malhar.io.jdbc import spark_sink
-
-        return getattr(spark_sink, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+from malhar.io.jdbc.store import JdbcStore
 
 __all__ = [
     "MODES",
@@ -37,14 +31,22 @@ __all__ = [
     "JdbcConfigError",
     "JdbcConnectionError",
     "JdbcError",
-    "JdbcOptions",
     "JdbcOutputOperator",
+    "JdbcSettings",
     "JdbcSink",
+    "JdbcSinkSettings",
+    "JdbcStore",
     "JdbcStreamWriter",
-    "JdbcTransactionalStore",
-    "TransactionalWriter",
-    "WindowKey",
+    "JdbcTargetConflictError",
+    "WindowContentMismatchError",
     "WindowRegressionError",
-    "WindowResult",
     "register",
 ]
+
+
+def __getattr__(name: str) -> Any:  # the Spark sink imports pyspark's data source API: lazily
+    if name in ("JdbcSink", "JdbcStreamWriter", "register", "SINK_NAME"):
+        from malhar.io.jdbc import spark_sink
+
+        return getattr(spark_sink, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,19 +1,27 @@
-"""The settings of a transactional JDBC output, shared by the operator and the Spark sink."""
+"""The settings of the transactional JDBC output: one :class:`~malhar.properties.Property`
+per setting, declared once on :class:`JdbcSettings`.
+
+The operator is a :class:`JdbcSettings` (its properties are these), the Spark sink reads
+them from its string options (:class:`JdbcSinkSettings`), and the running partition
+(:class:`~malhar.io.jdbc.store.JdbcStore`) takes a plain :class:`JdbcSettings`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Iterable
 from typing import Any
 
 from malhar import secrets
+from malhar.io.base.output import TransactionalSettings, TransactionalSinkSettings
 from malhar.io.jdbc.errors import JdbcConfigError
+from malhar.properties import Property
 from malhar.redaction import redact_url
 
 #: how rows are applied to the table
 MODES = ("insert", "upsert", "merge_add")
 DEFAULT_META_TABLE = "malhar_meta"
 DEFAULT_BATCH_SIZE = 10_000
+_NAMES = (list, tuple, str)
 
 
 def names(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -31,61 +39,65 @@ def split_table(name: str) -> tuple[str | None, str]:
     return (schema or None, table) if dot else (None, name)
 
 
-@dataclass(frozen=True, repr=False)
-class JdbcOptions:
-    """Where and how a window's rows are written.
+class JdbcSettings(TransactionalSettings):
+    """Where and how a window's rows are written (and the retry settings of
+    :class:`~malhar.io.base.output.TransactionalSettings`).
 
-    Attributes:
-        url: SQLAlchemy URL (``postgresql+psycopg2://user@host:5432/db``, ``sqlite:///f.db``).
-            May hold the password; it is only ever shown redacted. May be a reference
-            ``${env:NAME}`` / ``${file:/path}`` (see :mod:`malhar.secrets`).
-        password: the password, when it is not in the URL (never shown). A reference
-            ``${env:PGPASSWORD}`` keeps it out of checkpoints and the plan.
-        table: the target table (``schema.table`` allowed). Must exist.
-        mode: ``insert``, ``upsert`` (on ``key_columns``) or ``merge_add`` (adds every
-            non-key column to the stored value, inserting new keys).
-        key_columns: the conflict key for ``upsert`` / ``merge_add``.
-        columns: the columns to write (tuples are positional in this order); by default
-            the fields of the rows.
-        statement: a user statement with SQLAlchemy ``:name`` binds, run for every row
-            instead of ``table`` + ``mode``.
-        batch_size: rows per COPY / multi-row statement.
-        meta_table: the table holding (application, operator, partition) -> window.
-        retry_attempts: tries of a window transaction while the database is unavailable.
-        retry_backoff: first wait between tries, in seconds (doubles every try).
-        max_backoff: the longest wait between tries, in seconds.
-        connect_timeout: seconds to wait for a connection (PostgreSQL).
-        skip_older_windows: skip windows *older* than the committed one (Apex's behaviour).
-            Off by default: window ids only go backwards when an application restarts with
-            a new checkpoint under an old name, and skipping would silently drop its rows,
-            so such a window raises :class:`~malhar.io.jdbc.errors.WindowRegressionError`.
+    ``url`` may hold the password (only ever shown redacted); ``password`` and ``url`` may
+    be references ``${env:NAME}`` / ``${file:/path}`` read where the rows are written
+    (:mod:`malhar.secrets`), which keeps the secret out of the plan and the checkpoints.
+
+    Example:
+        >>> s = JdbcSettings().configure(url="postgresql+psycopg2://app:pw@db/shop",
+        ...                              table="words", mode="merge_add", key_columns="word")
+        >>> s
+        JdbcSettings(url='postgresql+psycopg2://app:***@db/shop', table='words', mode='merge_add', key_columns='word')
+        >>> s.keys
+        ('word',)
     """
 
-    url: str
-    table: str | None = None
-    mode: str = "insert"
-    key_columns: tuple[str, ...] = ()
-    columns: tuple[str, ...] = ()
-    statement: str | None = None
-    password: str | None = None
-    batch_size: int = DEFAULT_BATCH_SIZE
-    meta_table: str = DEFAULT_META_TABLE
-    retry_attempts: int = 8
-    retry_backoff: float = 0.5
-    max_backoff: float = 10.0
-    connect_timeout: int = 10
-    skip_older_windows: bool = False
+    config_error = JdbcConfigError
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "key_columns", names(self.key_columns))
-        object.__setattr__(self, "columns", names(self.columns))
+    url = Property(
+        str,
+        not_null=True,
+        references=True,
+        doc="SQLAlchemy URL; its password is never shown",
+    )
+    password = Property(str, secret=True, doc="password, when not in the URL")
+    table = Property(str, doc="target table (schema.table allowed); must exist")
+    mode = Property(str, default="insert", one_of=MODES, doc="insert, upsert or merge_add")
+    key_columns = Property(_NAMES, doc="conflict key of upsert / merge_add (list or 'a,b')")
+    columns = Property(_NAMES, doc="columns written (positional order of tuples)")
+    statement = Property(str, doc="a user statement with :name binds, instead of table + mode")
+    batch_size = Property(int, default=DEFAULT_BATCH_SIZE, min=1, doc="rows per COPY / batch")
+    meta_table = Property(
+        str, default=DEFAULT_META_TABLE, not_null=True, doc="committed windows (created if missing)"
+    )
+    error_table = Property(
+        str, doc="rejected rows, kept with their window (created if missing); replays re-emit them"
+    )
+    connect_timeout = Property(int, default=10, min=1, doc="connection timeout (s)")
+    lock_timeout = Property(
+        (int, float),
+        default=30,
+        min=0,
+        doc="longest wait for a lock, e.g. a zombie writer's meta row (s; 0: no limit)",
+    )
+    statement_timeout = Property(
+        (int, float), default=300, min=0, doc="longest statement (s; 0: no limit)"
+    )
 
-    def __repr__(self) -> str:
-        shown = {f.name: getattr(self, f.name) for f in fields(self)}
-        shown["url"] = self.redacted_url
-        shown["password"] = "***" if self.password else None
-        inner = ", ".join(f"{k}={v!r}" for k, v in shown.items())
-        return f"JdbcOptions({inner})"
+    # -- derived -------------------------------------------------------------------------
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """``key_columns`` as a tuple."""
+        return names(self.key_columns)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """``columns`` as a tuple (empty: the rows' fields)."""
+        return names(self.columns)
 
     @property
     def redacted_url(self) -> str:
@@ -98,18 +110,25 @@ class JdbcOptions:
         what = f"table {self.table!r}" if self.table else "the user statement"
         return f"{what} at {self.redacted_url}"
 
-    def problems(self) -> list[str]:
-        """Every reason these options cannot work (empty when they can)."""
-        out: list[str] = []
-        if not self.url:
-            out.append("url is required (a SQLAlchemy URL such as postgresql+psycopg2://...)")
-        elif not secrets.is_reference(self.url):  # a reference is read on the workers
+    def connection_key(self) -> tuple:
+        """What identifies the connection settings (engines are shared per process by it)."""
+        return (
+            self.url,
+            self.password,
+            self.connect_timeout,
+            self.lock_timeout,
+            self.statement_timeout,
+        )
+
+    # -- checks ----------------------------------------------------------------------------
+    def settings_problems(self) -> list[str]:
+        """Every reason these settings cannot work (empty when they can)."""
+        out = self.property_problems()
+        if self.url and not secrets.is_reference(self.url):  # a reference is read on workers
             try:
                 self.sqlalchemy_url()
             except Exception as exc:
                 out.append(f"url {self.redacted_url!r} is not a SQLAlchemy URL: {exc}")
-        if self.mode not in MODES:
-            out.append(f"mode {self.mode!r} is not one of {list(MODES)}")
         if self.statement:
             if self.mode != "insert":
                 out.append(
@@ -118,29 +137,24 @@ class JdbcOptions:
                 )
         elif not self.table:
             out.append("either table (with mode) or statement is required")
-        if self.mode in ("upsert", "merge_add") and not self.key_columns:
+        if self.mode in ("upsert", "merge_add") and not self.keys:
             out.append(f"mode {self.mode!r} needs key_columns (the conflict key)")
-        if self.columns and self.key_columns:
-            missing = [k for k in self.key_columns if k not in self.columns]
+        if self.column_names and self.keys:
+            missing = [k for k in self.keys if k not in self.column_names]
             if missing:
-                out.append(f"key_columns {missing} are not among columns {list(self.columns)}")
-        if self.batch_size < 1:
-            out.append(f"batch_size must be at least 1, got {self.batch_size}")
-        if self.retry_attempts < 1:
-            out.append(f"retry_attempts must be at least 1, got {self.retry_attempts}")
-        if not self.meta_table:
-            out.append("meta_table is required")
+                out.append(f"key_columns {missing} are not among columns {list(self.column_names)}")
+        if self.error_table and self.error_table == self.meta_table:
+            out.append("error_table and meta_table must be different tables")
         return out
 
-    def check(self) -> JdbcOptions:
+    def check(self) -> JdbcSettings:
         """Raise :class:`JdbcConfigError` listing every problem; return self when fine."""
-        problems = self.problems()
-        if problems:
-            raise JdbcConfigError("invalid JDBC output settings: " + "; ".join(problems))
+        self.check_settings()
         return self
 
     def sqlalchemy_url(self) -> Any:
-        """The ``sqlalchemy.URL`` to connect to (with the password, if given separately)."""
+        """The ``sqlalchemy.URL`` to connect to (with the password, if given separately); a
+        libpq URL (``postgresql://``, ``postgres://``) connects through psycopg2."""
         from sqlalchemy.engine import make_url
 
         try:
@@ -148,36 +162,26 @@ class JdbcOptions:
             password = secrets.resolve(self.password, "password")
         except secrets.SecretReferenceError as exc:
             raise JdbcConfigError(str(exc)) from None
+        if url.drivername in ("postgresql", "postgres"):
+            # a libpq URL: use psycopg2, the driver malhar[jdbc] installs (SQLAlchemy 2.1
+            # defaults to psycopg 3)
+            url = url.set(drivername="postgresql+psycopg2")
         if password:
             url = url.set(password=password)
         return url
 
-    def with_(self, **changes: Any) -> JdbcOptions:
-        return replace(self, **changes)
 
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> JdbcOptions:
-        """Options from strings (Spark's ``.option(...)``, case-insensitive keys)."""
-        lower = {str(k).lower(): v for k, v in options.items()}
-        known = {f.name: f for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for name, f in known.items():
-            if name not in lower or lower[name] is None:
-                continue
-            value = lower[name]
-            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
-            try:
-                if kind.startswith("bool") and isinstance(value, str):
-                    if value.strip().lower() not in ("true", "false", "1", "0", "yes", "no"):
-                        raise ValueError(value)
-                    value = value.strip().lower() in ("true", "1", "yes")
-                elif kind.startswith("int"):
-                    value = int(value)
-                elif kind.startswith("float"):
-                    value = float(value)
-            except ValueError:
-                raise JdbcConfigError(f"option {name!r} must be a {kind}, got {value!r}") from None
-            kwargs[name] = value
-        if "url" not in kwargs:
-            raise JdbcConfigError("option 'url' is required (a SQLAlchemy URL)")
-        return cls(**kwargs)
+class JdbcSinkSettings(JdbcSettings, TransactionalSinkSettings):
+    """The ``malhar_jdbc`` Spark sink's options: :class:`JdbcSettings` plus ``name``,
+    ``operator`` and ``verify_reruns`` (:class:`~malhar.io.base.output.TransactionalSinkSettings`).
+
+    Example:
+        >>> s = JdbcSinkSettings().from_options({"url": "sqlite:///x.db", "Table": "t",
+        ...                                      "name": "q", "batch_size": "500"})
+        >>> (s.table, s.batch_size, s.operator)
+        ('t', 500, 'sink')
+        >>> JdbcSinkSettings().from_options({"url": "sqlite:///x.db", "tabel": "t"})
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        malhar.io.jdbc.errors.JdbcConfigError: JdbcSinkSettings has no option 'tabel'; did you mean 'table'? ...
+    """

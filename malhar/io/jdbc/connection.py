@@ -8,21 +8,35 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from malhar.io.jdbc.config import JdbcOptions
+from malhar.io.jdbc.config import JdbcSettings
 
 
-def create_engine(options: JdbcOptions) -> sa.Engine:
-    """An engine for ``options``: pre-ping (a restarted server is noticed before use),
-    statement parameters kept out of error messages, and for SQLite the documented
-    recipe that makes SAVEPOINT and transactional DDL work with pysqlite."""
-    url = options.sqlalchemy_url()
+def _ms(seconds: float | int | None) -> int:
+    return max(0, round(float(seconds or 0) * 1000))
+
+
+def create_engine(settings: JdbcSettings) -> sa.Engine:
+    """An engine for ``settings``: pre-ping (a restarted server is noticed before use),
+    statement parameters kept out of error messages, bounded waits (PostgreSQL:
+    ``lock_timeout`` and ``statement_timeout`` of every session; SQLite: the busy
+    timeout), and for SQLite the documented recipe that makes SAVEPOINT and
+    transactional DDL work with pysqlite."""
+    url = settings.sqlalchemy_url()
     kwargs: dict[str, Any] = {"pool_pre_ping": True, "hide_parameters": True}
     backend = url.get_backend_name()
     if backend == "postgresql" and url.get_driver_name() in ("psycopg2", ""):
         kwargs["connect_args"] = {
-            "connect_timeout": int(options.connect_timeout),
+            "connect_timeout": int(settings.connect_timeout),
             "application_name": "malhar",
+            "options": (
+                f"-c lock_timeout={_ms(settings.lock_timeout)} "
+                f"-c statement_timeout={_ms(settings.statement_timeout)}"
+            ),
         }
+    elif backend == "sqlite":
+        # pysqlite waits this long for another writer's lock ("database is locked")
+        wait = float(settings.lock_timeout or 0) or 3600 * 24
+        kwargs["connect_args"] = {"timeout": wait}
     if backend != "sqlite":
         kwargs.update(pool_size=1, max_overflow=4)  # writers of a process share it
     engine = sa.create_engine(url, **kwargs)

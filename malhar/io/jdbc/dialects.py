@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import sqlalchemy as sa
 
-from malhar.io.jdbc.config import JdbcOptions
+from malhar.io.jdbc.config import JdbcSettings
 from malhar.io.jdbc.connection import driver_connection, uses_psycopg2
 from malhar.io.jdbc.errors import JdbcConfigError
 from malhar.io.jdbc.rows import to_csv
@@ -42,10 +42,10 @@ SEQ = "__malhar_seq"
 class ChunkWriter:
     """Applies chunks of a window's rows inside the open window transaction."""
 
-    def __init__(self, options: JdbcOptions, target: sa.Table | None) -> None:
+    def __init__(self, options: JdbcSettings, target: sa.Table | None) -> None:
         self.options = options
         self.target = target
-        self.keys = options.key_columns
+        self.keys = options.keys
 
     def prepare(self, conn: sa.Connection, columns: Sequence[str]) -> None:
         """Once per transaction, before the first chunk (outside any savepoint)."""
@@ -121,7 +121,7 @@ class PostgresCopyInsert(_Postgres):
 class PostgresCopyMerge(_Postgres):
     """``upsert`` / ``merge_add`` on PostgreSQL: COPY to a staging table, one INSERT ... ON CONFLICT."""
 
-    def __init__(self, options: JdbcOptions, target: sa.Table | None) -> None:
+    def __init__(self, options: JdbcSettings, target: sa.Table | None) -> None:
         super().__init__(options, target)
         self.stage = ""
 
@@ -180,7 +180,7 @@ class PostgresCopyMerge(_Postgres):
 class PostgresStatement(_Postgres):
     """A user statement on PostgreSQL: ``execute_batch`` with the statement's ``:name`` binds."""
 
-    def __init__(self, options: JdbcOptions, target: sa.Table | None) -> None:
+    def __init__(self, options: JdbcSettings, target: sa.Table | None) -> None:
         super().__init__(options, target)
         self.sql = ""
         self.binds: list[str] = []
@@ -298,7 +298,9 @@ class CoreStatement(ChunkWriter):
         conn.execute(sa.text(self.options.statement or ""), chunk.to_pylist())
 
 
-def chunk_writer(conn: sa.Connection, options: JdbcOptions, target: sa.Table | None) -> ChunkWriter:
+def chunk_writer(
+    conn: sa.Connection, options: JdbcSettings, target: sa.Table | None
+) -> ChunkWriter:
     """The writer for this database and these options."""
     fast = uses_psycopg2(conn)
     if options.statement:

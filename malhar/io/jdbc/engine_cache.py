@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from malhar.io.jdbc.config import JdbcOptions
+from malhar.io.jdbc.config import JdbcSettings
 from malhar.io.jdbc.connection import create_engine
 
 _lock = threading.Lock()
@@ -27,11 +27,11 @@ _targets: dict[tuple, Any] = {}
 _meta_tables: set[tuple] = set()
 
 
-def _engine_key(options: JdbcOptions) -> tuple:
-    return (options.url, options.password, options.connect_timeout)
+def _engine_key(options: JdbcSettings) -> tuple:
+    return options.connection_key()
 
 
-def shared_engine(options: JdbcOptions) -> sa.Engine:
+def shared_engine(options: JdbcSettings) -> sa.Engine:
     """The process's engine for ``options``' connection settings (created on first use)."""
     key = _engine_key(options)
     with _lock:
@@ -41,14 +41,14 @@ def shared_engine(options: JdbcOptions) -> sa.Engine:
         return engine
 
 
-def checked_target(options: JdbcOptions, check: Callable[[], sa.Table | None]) -> sa.Table | None:
+def checked_target(options: JdbcSettings, check: Callable[[], sa.Table | None]) -> sa.Table | None:
     """``check()``'s table for ``options``, run once per process and target settings."""
     key = (
         _engine_key(options),
         options.table,
         options.mode,
-        options.columns,
-        options.key_columns,
+        options.column_names,
+        options.keys,
     )
     with _lock:
         if key in _targets:
@@ -59,9 +59,9 @@ def checked_target(options: JdbcOptions, check: Callable[[], sa.Table | None]) -
     return table
 
 
-def ensure_meta_table_once(options: JdbcOptions, ensure: Callable[[], None]) -> None:
-    """Run ``ensure()`` (the meta table's DDL) once per process and meta table."""
-    key = (_engine_key(options), options.meta_table)
+def ensure_table_once(options: JdbcSettings, table: str, ensure: Callable[[], None]) -> None:
+    """Run ``ensure()`` (a bookkeeping table's DDL and migration) once per process and table."""
+    key = (_engine_key(options), table)
     with _lock:
         if key in _meta_tables:
             return
@@ -70,7 +70,7 @@ def ensure_meta_table_once(options: JdbcOptions, ensure: Callable[[], None]) -> 
         _meta_tables.add(key)
 
 
-def forget(options: JdbcOptions) -> None:
+def forget(options: JdbcSettings) -> None:
     """Drop what is cached for ``options``' database (after it was found changed)."""
     key = _engine_key(options)
     with _lock:

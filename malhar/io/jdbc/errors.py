@@ -4,7 +4,9 @@ Three kinds of failure matter to a transactional output:
 
 - **transient**: the database is unreachable or went away (connection refused,
   server closed the connection, shutting down / starting up, serialization
-  failure, deadlock): the whole window transaction is retried with backoff;
+  failure, deadlock), or a bounded wait ran out (``lock_timeout``: another writer
+  holds the partition's meta row, ``statement_timeout``): the whole window
+  transaction is retried with backoff;
 - **row**: the database rejected the data (SQLSTATE classes 22 "data exception"
   and 23 "integrity constraint violation", or a DB-API ``DataError`` /
   ``IntegrityError`` on other databases): the rows go to the error port;
@@ -16,16 +18,41 @@ from __future__ import annotations
 
 from typing import Any
 
-#: SQLSTATEs worth retrying besides class 08 (connection exception)
-TRANSIENT_SQLSTATES = frozenset(
+from malhar.io.base.output import (
+    OutputConfigError,
+    OutputError,
+    OutputUnavailableError,
+    WindowRegressionError,
+)
+
+__all__ = [
+    "JdbcConfigError",
+    "JdbcConnectionError",
+    "JdbcError",
+    "JdbcTargetConflictError",
+    "WindowRegressionError",
+]
+
+#: SQLSTATEs of a bounded wait that ran out: retried like an outage, reported as such
+TIMEOUT_SQLSTATES = frozenset(
     {
-        "40001",  # serialization_failure
-        "40P01",  # deadlock_detected
-        "53300",  # too_many_connections
-        "57P01",  # admin_shutdown
-        "57P02",  # crash_shutdown
-        "57P03",  # cannot_connect_now (starting up / shutting down)
+        "55P03",  # lock_not_available (lock_timeout, NOWAIT)
+        "57014",  # query_canceled (statement_timeout)
     }
+)
+#: SQLSTATEs worth retrying besides class 08 (connection exception)
+TRANSIENT_SQLSTATES = (
+    frozenset(
+        {
+            "40001",  # serialization_failure
+            "40P01",  # deadlock_detected
+            "53300",  # too_many_connections
+            "57P01",  # admin_shutdown
+            "57P02",  # crash_shutdown
+            "57P03",  # cannot_connect_now (starting up / shutting down)
+        }
+    )
+    | TIMEOUT_SQLSTATES
 )
 
 #: words in a connection error that mean "retrying will not help"
@@ -52,21 +79,21 @@ _TRANSIENT_WORDS = (
 )
 
 
-class JdbcError(RuntimeError):
+class JdbcError(OutputError):
     """The JDBC output failed; the message names the table and window (never a password)."""
 
 
-class JdbcConfigError(JdbcError, ValueError):
+class JdbcConfigError(JdbcError, OutputConfigError):
     """The settings cannot work: missing table or column, missing key, contradicting options."""
 
 
-class JdbcConnectionError(JdbcError):
+class JdbcConnectionError(JdbcError, OutputUnavailableError):
     """The database cannot be reached or refuses the login (after the configured retries)."""
 
 
-class WindowRegressionError(JdbcError):
-    """A window older than the one already committed: the application restarted with a new
-    checkpoint (window ids or Spark batch ids from 0) under a name that has meta rows."""
+class JdbcTargetConflictError(JdbcConfigError):
+    """A meta row that belongs to another target table: two applications share a name, or
+    an application was re-pointed at another table."""
 
 
 def original(exc: BaseException) -> BaseException:
@@ -112,6 +139,15 @@ def is_transient(exc: BaseException) -> bool:
             return True
         return not any(p in text for p in _PERMANENT)
     return False
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """True when a bounded wait ran out (``lock_timeout``, ``statement_timeout``; SQLite's
+    "database is locked" after its busy timeout)."""
+    code = sqlstate(exc)
+    if code:
+        return code in TIMEOUT_SQLSTATES
+    return "database is locked" in str(original(exc)).lower()
 
 
 def is_row_error(exc: BaseException) -> bool:

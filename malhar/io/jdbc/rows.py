@@ -3,7 +3,9 @@
 Tuples may be dicts (by column name), tuples or lists (positional, in ``columns``
 order), named tuples, dataclass instances or Spark ``Row``\\ s. Arrow record
 batches are kept as they are (no per-row work). At the end of the window
-everything becomes one ``pyarrow.Table`` whose columns are the ones written.
+everything becomes one ``pyarrow.Table`` whose columns are the ones written
+(:func:`window_table`); a tuple that cannot be a row of the table is refused with
+the reason and never fails the window.
 """
 
 from __future__ import annotations
@@ -19,9 +21,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from malhar.io.jdbc.errors import JdbcConfigError
+from malhar.io.base.output import rejected_row
 
-_CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError)
+_CONVERSION_ERRORS = (
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    OverflowError,
+    ValueError,
+    TypeError,
+    RecursionError,
+)
 
 
 def _as_mapping(value: Any) -> dict[str, Any] | None:
@@ -55,106 +65,180 @@ def text_value(value: Any) -> Any:
     return str(value)
 
 
-def column_array(values: Sequence[Any]) -> pa.Array:
-    """An Arrow array for one column of Python values.
+def _column(values: Sequence[Any]) -> tuple[pa.Array, dict[int, str]]:
+    """An Arrow array for one column of Python values, and the rows whose value cannot be
+    converted at all (index -> why).
 
     Dicts and lists become JSON text (as they are: Arrow structs would add the keys of
     other rows); mixed types become text that the database parses.
     """
     sample = next((v for v in values if v is not None), None)
-    if isinstance(sample, dict | list | tuple):
-        return pa.array([text_value(v) for v in values], pa.string())
-    try:
-        return pa.array(values)
-    except _CONVERSION_ERRORS:
-        return pa.array([text_value(v) for v in values], pa.string())
-
-
-class RowBuffer:
-    """The tuples of one window, in arrival order."""
-
-    def __init__(self) -> None:
-        self.rows: list[Any] = []
-        self.pieces: list[Any] = []  # (kind, payload) in arrival order: "rows" or a batch
-        self.count = 0
-
-    def __len__(self) -> int:
-        return self.count
-
-    def clear(self) -> None:
-        self.rows = []
-        self.pieces = []
-        self.count = 0
-
-    def add(self, value: Any) -> None:
-        if isinstance(value, pa.RecordBatch | pa.Table):
-            self.add_batch(value)
-            return
-        if not self.pieces or self.pieces[-1] is not self.rows:
-            self.rows = []
-            self.pieces.append(self.rows)
-        self.rows.append(value)
-        self.count += 1
-
-    def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
-        if batch.num_rows:
-            self.pieces.append(batch)
-            self.count += batch.num_rows
-
-    # -- to Arrow --------------------------------------------------------------------------
-    def to_table(self, columns: Sequence[str] = (), default: Sequence[str] = ()) -> pa.Table:
-        """All rows as one table.
-
-        Args:
-            columns: the columns to write, in order (tuples are positional in it);
-                empty: every field of the rows, in order of first appearance.
-            default: the column order for positional tuples when ``columns`` is empty
-                (the target table's columns).
-        """
-        tables: list[pa.Table] = []
-        for piece in self.pieces:
-            if isinstance(piece, list):
-                tables.append(self._rows_table(piece, columns, default))
-            elif isinstance(piece, pa.RecordBatch):
-                tables.append(pa.Table.from_batches([piece]))
-            else:
-                tables.append(piece)
-        if not tables:
-            return pa.table({c: pa.nulls(0) for c in columns})
-        wanted = list(columns) or list(dict.fromkeys(n for t in tables for n in t.column_names))
-        aligned = [_select(t, wanted) for t in tables]
-        if len(aligned) == 1:
-            return aligned[0]
+    if not isinstance(sample, dict | list | tuple):
         try:
-            return pa.concat_tables(aligned, promote_options="permissive")
+            return pa.array(values), {}
         except _CONVERSION_ERRORS:
-            return pa.concat_tables([_as_text(t) for t in aligned])
-
-    @staticmethod
-    def _rows_table(rows: list[Any], columns: Sequence[str], default: Sequence[str]) -> pa.Table:
-        first = _as_mapping(rows[0])
-        if first is None:
-            order = list(columns) or list(default)
-            return _positional(rows, order)
-        mappings = [first] + [_as_mapping(r) for r in rows[1:]]
-        if any(m is None for m in mappings):
-            raise JdbcConfigError("a window mixes mapping tuples (dicts) with positional ones")
-        order = list(columns) or list(dict.fromkeys(k for m in mappings for k in m))
-        return pa.table({c: column_array([m.get(c) for m in mappings]) for c in order})
+            pass
+    texts: list[Any] = []
+    bad: dict[int, str] = {}
+    for i, v in enumerate(values):
+        try:
+            texts.append(text_value(v))
+        except Exception as exc:  # a value with no text form: its row is refused
+            texts.append(None)
+            bad[i] = f"{type(exc).__name__}: {exc}"
+    return pa.array(texts, pa.string()), bad
 
 
-def _positional(rows: list[Any], order: list[str]) -> pa.Table:
-    if not order:
-        raise JdbcConfigError("positional tuples need the 'columns' setting (or a table)")
-    width = len(order)
-    for r in rows:
-        if not isinstance(r, list | tuple) or len(r) != width:
-            raise JdbcConfigError(
-                f"tuple {r!r} does not match the {width} columns {order}: give dicts, or "
-                "tuples with one value per column"
-            )
-    cols = list(zip(*rows, strict=True)) if rows else [() for _ in order]
-    return pa.table({c: column_array(list(v)) for c, v in zip(order, cols, strict=True)})
+def window_table(
+    pieces: Sequence[Any],
+    *,
+    columns: Sequence[str] = (),
+    default: Sequence[str] = (),
+    allowed: Sequence[str] | None = None,
+    required: Sequence[str] = (),
+) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """A window's tuples and batches as one table, and the tuples that cannot be written.
+
+    Args:
+        pieces: the window's pieces (:attr:`~malhar.io.base.output.WindowBuffer.pieces`):
+            lists of tuples and Arrow batches, in arrival order.
+        columns: the columns to write, in order (tuples are positional in it; other fields
+            are ignored); empty: every field of the rows, in order of first appearance.
+        default: the column order of positional tuples when ``columns`` is empty (the
+            target table's columns).
+        allowed: the fields a row may have when ``columns`` is empty (the table's
+            columns); None: any.
+        required: fields every row must have (the conflict key, the statement's binds).
+
+    Returns:
+        The table, and each refused tuple as an error-port row with the reason: a tuple
+        with the wrong number of values, a field that is not a column, a missing key
+        field, a value that cannot be converted, something that is not a row at all.
+        One bad tuple never fails the window.
+
+    Example:
+        >>> table, bad = window_table([[{"k": "a", "n": 1}, ("b", 2, 3), {"k": "c", "x": 0}]],
+        ...                           default=["k", "n"], allowed=["k", "n"])
+        >>> table.to_pylist()
+        [{'k': 'a', 'n': 1}]
+        >>> [b["error"] for b in bad]  # doctest: +NORMALIZE_WHITESPACE
+        ["3 value(s) for the 2 columns ['k', 'n']",
+         "unknown column(s) ['x'] (the table's columns: ['k', 'n'])"]
+    """
+    tables: list[pa.Table] = []
+    bad: list[dict[str, Any]] = []
+    shape = _Shape(columns, default, allowed, required)
+    for piece in pieces:
+        table = shape.rows(piece, bad) if isinstance(piece, list) else shape.batch(piece, bad)
+        if table is not None and table.num_rows:
+            tables.append(table)
+    if not tables:
+        return pa.table({c: pa.nulls(0) for c in columns}), bad
+    wanted = list(columns) or list(dict.fromkeys(n for t in tables for n in t.column_names))
+    aligned = [_select(t, wanted) for t in tables]
+    if len(aligned) == 1:
+        return aligned[0], bad
+    try:
+        return pa.concat_tables(aligned, promote_options="permissive"), bad
+    except _CONVERSION_ERRORS:
+        return pa.concat_tables([_as_text(t) for t in aligned]), bad
+
+
+class _Shape:
+    """Checks and converts the pieces of a window (see :func:`window_table`)."""
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        default: Sequence[str],
+        allowed: Sequence[str] | None,
+        required: Sequence[str],
+    ) -> None:
+        self.columns = list(columns)
+        self.order = list(columns) or list(default)
+        self.allowed = None if columns or allowed is None else frozenset(allowed)
+        self.required = tuple(required)
+
+    def _unknown(self, fields: Any) -> list[str]:
+        if self.allowed is None:
+            return []
+        return [f for f in fields if f not in self.allowed]
+
+    def _why_unknown(self, unknown: list[str]) -> str:
+        return f"unknown column(s) {unknown} (the table's columns: {sorted(self.allowed or ())})"
+
+    def rows(self, rows: list[Any], bad: list[dict[str, Any]]) -> pa.Table | None:
+        width = len(self.order)
+        if self.order and all(type(r) in (tuple, list) and len(r) == width for r in rows):
+            return self._positional(rows, bad)  # the fast path of positional tuples
+        kept: list[tuple[Any, dict[str, Any]]] = []
+        for r in rows:
+            m = _as_mapping(r)
+            if m is None:
+                if not isinstance(r, list | tuple):
+                    why = f"expected a dict, a tuple or a record, got {type(r).__name__}"
+                elif not self.order:
+                    why = "a positional tuple needs the 'columns' setting (or a target table)"
+                elif len(r) != width:
+                    why = f"{len(r)} value(s) for the {width} columns {self.order}"
+                else:
+                    kept.append((r, dict(zip(self.order, r, strict=True))))
+                    continue
+                bad.append(rejected_row(r, why))
+                continue
+            kept.append((r, m))
+        if self.allowed is not None or self.required:
+            checked = []
+            for r, m in kept:
+                unknown = self._unknown(m)
+                missing = [k for k in self.required if k not in m]
+                if unknown:
+                    bad.append(rejected_row(r, self._why_unknown(unknown)))
+                elif missing:
+                    bad.append(rejected_row(r, f"missing field(s) {missing}"))
+                else:
+                    checked.append((r, m))
+            kept = checked
+        if not kept:
+            return None
+        order = self.columns or list(dict.fromkeys(k for _, m in kept for k in m))
+        return self._build(kept, order, bad)
+
+    def _build(
+        self, kept: list[tuple[Any, dict[str, Any]]], order: list[str], bad: list[dict[str, Any]]
+    ) -> pa.Table | None:
+        arrays = {}
+        refused: dict[int, str] = {}
+        for c in order:
+            arrays[c], why = _column([m.get(c) for _, m in kept])
+            for i, reason in why.items():
+                refused.setdefault(i, f"column {c!r}: {reason}")
+        if not refused:
+            return pa.table(arrays)
+        for i, reason in sorted(refused.items()):
+            bad.append(rejected_row(kept[i][0], f"cannot convert the value of {reason}"))
+        rest = [k for i, k in enumerate(kept) if i not in refused]
+        return self._build(rest, order, bad) if rest else None
+
+    def _positional(self, rows: list[Any], bad: list[dict[str, Any]]) -> pa.Table | None:
+        arrays = {}
+        for c, values in zip(self.order, zip(*rows, strict=True), strict=True):
+            arrays[c], why = _column(list(values))
+            if why:  # rare: convert row by row to name the bad rows
+                pairs = [(r, dict(zip(self.order, r, strict=True))) for r in rows]
+                return self._build(pairs, self.order, bad)
+        return pa.table(arrays)
+
+    def batch(self, piece: pa.RecordBatch | pa.Table, bad: list[dict[str, Any]]) -> pa.Table | None:
+        table = pa.Table.from_batches([piece]) if isinstance(piece, pa.RecordBatch) else piece
+        names = table.column_names
+        unknown = self._unknown(names)
+        missing = [k for k in self.required if k not in names]
+        if unknown or missing:
+            why = self._why_unknown(unknown) if unknown else f"missing field(s) {missing}"
+            bad.extend(rejected_row(r, why) for r in table.to_pylist())
+            return None
+        return _select(table, self.columns) if self.columns else table
 
 
 def _select(table: pa.Table, wanted: list[str]) -> pa.Table:

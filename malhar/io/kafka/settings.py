@@ -86,6 +86,7 @@ class KafkaSettings(Configurable):
         dict,
         default=None,
         check=_check_consumer_config,
+        references=True,
         doc="any librdkafka setting (SASL, SSL, fetch.*); secret ones as '${env:NAME}' or "
         "'${file:/path}', read where the consumer is created; never logged",
     )

@@ -6,6 +6,9 @@ re-runs an unfinished batch with the same offsets after a restart, and :meth:`re
 exactly the records in ``[start, end)``: a replayed micro-batch has exactly the same
 records. ``commit(end)`` commits ``end`` to the consumer group (when ``groupId`` is set).
 
+Not run: the example needs a SparkSession and a broker (``docs/connectors/kafka.md``
+has a runnable one, and ``tests/io`` covers the source).
+
 >>> from malhar.io.kafka import KafkaSource
 >>> spark.dataSource.register(KafkaSource)                       # doctest: +SKIP
 >>> df = (spark.readStream.format("malhar_kafka")                # doctest: +SKIP

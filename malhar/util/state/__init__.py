@@ -1,9 +1,13 @@
 """Managed state: spillable, incrementally checkpointed key-value state per operator partition.
 
->>> from malhar.util.state import ManagedState, STR, INT_VALUE     # doctest: +SKIP
->>> ms = ManagedState("/tmp/ckpt", "counter", 0, budget_bytes=64 << 20)
+>>> import tempfile
+>>> from malhar.util.state import ManagedState, STR, INT_VALUE
+>>> ms = ManagedState(tempfile.mkdtemp(), "counter", 0, budget_bytes=64 << 20)
 >>> counts = ms.map("counts", key_codec=STR, value_codec=INT_VALUE)
->>> ms.restore(-1); counts["a"] = 1; ms.checkpoint(0); ms.committed(0); ms.close()
+>>> ms.restore(-1); counts["a"] = 1; ms.checkpoint(0); ms.committed(0)
+>>> counts["a"], len(counts)
+(1, 1)
+>>> ms.close()
 
 See ``docs/state.md`` for the model, the file layout and the recovery semantics.
 This package never imports pyspark.

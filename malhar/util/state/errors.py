@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from malhar.errors import MalharError
 from malhar.util.fs.errors import CorruptRecordError, StorageError
 
 
@@ -9,7 +10,7 @@ class StateError(StorageError):
     """Managed state cannot do what was asked (bad window order, inconsistent checkpoint...)."""
 
 
-class StateCodecError(TypeError):
+class StateCodecError(MalharError, TypeError):
     """A key or value the structure's codec cannot encode (or bytes it cannot decode).
 
     The message names the operator, the partition, the structure and the key type.

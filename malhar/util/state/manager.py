@@ -461,6 +461,7 @@ class ManagedState:
         *,
         fs_options: dict[str, Any] | None = None,
         signer: bytes | str | None = None,
+        target_root: str | None = None,
     ) -> None:
         """Rewrite the checkpoint of ``window`` from ``old_partitions`` to ``new_partitions``.
 
@@ -477,6 +478,7 @@ class ManagedState:
             key_partition,
             fs_options=fs_options,
             signer=signer.encode() if isinstance(signer, str) else signer,
+            target_root=target_root,
         )
 
     # -- internals: applying and merging files ------------------------------------------------

@@ -65,6 +65,7 @@ def repartition(
     *,
     fs_options: dict[str, Any] | None = None,
     signer: bytes | None = None,
+    target_root: str | None = None,
 ) -> None:
     """Rewrite the checkpoint of ``window`` of ``operator`` from N to M partitions.
 
@@ -72,6 +73,10 @@ def repartition(
     the structure's key codec encoded it. Afterwards partitions ``0..M-1`` restore
     ``window`` (or later) from one base file each; state of windows after ``window``
     is dropped.
+
+    With ``target_root`` the new partitions are written under that root (on the same
+    filesystem) and the old checkpoint is left as it is: the caller's own commit point
+    (the engine's partitioning manifest) decides which one is used.
     """
     from malhar.util.state.manager import operator_dir
 
@@ -80,7 +85,11 @@ def repartition(
     fs, base = filesystem_for(root, **(fs_options or {}))
     opdir = operator_dir(fs, base, operator)
     finish_pending(fs, opdir)
-    staging = fs.join(opdir, _STAGING)
+    if target_root is not None:
+        _, target_base = filesystem_for(target_root, **(fs_options or {}))
+        staging = operator_dir(fs, target_base, operator)
+    else:
+        staging = fs.join(opdir, _STAGING)
     fs.delete(staging, recursive=True)  # an attempt that died before its commit point
     writers = [
         FileWriter(
@@ -166,6 +175,8 @@ def repartition(
             w.abort()
         fs.delete(staging, recursive=True)
         raise
+    if target_root is not None:
+        return
     marker = {
         "format": 1,
         "window": window,

@@ -1,0 +1,350 @@
+"""Repartitioning an application between two windows, exactly once (driver side).
+
+Called while the application's query is stopped after window ``W`` (an orderly
+stop: every partition ended ``W`` and was torn down, and ``W`` is recorded in the
+window log). For each operator to repartition, its partitioner is asked for the new
+partitions (``define_partitions``) with the existing ones rebuilt from their
+snapshots of ``W``; then:
+
+1. keyed state moves with its keys: every ``State(keyed=True)`` mapping of the old
+   partitions is pooled and each entry goes to the new partition that receives its
+   key (the stream codec's ``hash_keys`` and the new partition keys); a state field
+   that is not keyed must be equal in every old partition (it is copied), else the
+   repartitioning is refused with the field's name;
+2. the snapshots of every group partition of the new plan are written for window
+   ``W`` under the next generation's root; the managed state of the repartitioned
+   operators is rewritten there too, by key;
+3. the generation manifest is replaced (the commit point, see
+   ``malhar.engine.generations``), the partitioners hear ``partitioned``, and files
+   no generation needs any more are removed.
+
+The query then starts again from the window log: window ``W + 1`` runs on the new
+partitions. A crash before step 3 leaves the old generation in force (the new one's
+files are garbage); after it, the new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from pyspark import cloudpickle
+
+from malhar import attributes as A
+from malhar.dag import DAG
+from malhar.engine import generations
+from malhar.engine.plan import Plan, build_plan
+from malhar.engine.state_store import StateStore
+from malhar.errors import ConfigError, StateError
+from malhar.operator import InputOperator
+from malhar.partitioning import (
+    Partition,
+    Partitioner,
+    PartitioningContext,
+    StatelessPartitioner,
+    routing_table,
+    spread,
+)
+from malhar.state import restore_window_snapshot, state_fields, window_snapshot
+from malhar.stats import OperatorStats
+
+log = logging.getLogger("malhar")
+
+#: called with the name of each step as it is reached (crash tests pause here)
+STEP_HOOK: Callable[[str], None] = lambda step: None  # noqa: E731
+
+Request = int | Partitioner
+
+
+def planned(dag: DAG, checkpoint: str, generation: generations.Generation) -> Plan:
+    """The plan of ``dag`` at ``generation`` (partition counts, routing, state roots)."""
+    shaped = generations.partitioned_dag(dag, generation)
+    shaped.set_attribute(A.CHECKPOINT, checkpoint)
+    plan = build_plan(shaped)
+    generations.apply(plan, generation)
+    return plan
+
+
+def partitioner_of(dag: DAG, name: str, request: Request | None) -> Partitioner:
+    """What defines ``name``'s partitions: the request, its PARTITIONER attribute, or the
+    operator itself when it implements the protocol."""
+    if isinstance(request, int):
+        return StatelessPartitioner(request)
+    if request is not None:
+        return request
+    meta = dag.operators[name]
+    found = meta.attr(A.PARTITIONER)
+    if found is None and isinstance(meta.operator, Partitioner):
+        found = meta.operator
+    if found is None:
+        raise ConfigError(
+            f"operator {name!r} has no partitioner: set its PARTITIONER attribute, implement "
+            "define_partitions on it, or ask for a partition count"
+        )
+    return found
+
+
+class _Snapshots:
+    """The state of window ``W`` of every group partition of the old plan, by operator."""
+
+    def __init__(self, plan: Plan, window: int) -> None:
+        self.ops: dict[tuple[str, int], dict[str, Any]] = {}
+        for group in plan.groups:
+            if group.cascade_route is not None:
+                continue
+            for p in range(group.partitions):
+                store = StateStore(
+                    plan.state_root or plan.checkpoint or "", group.key, p, plan.integrity_key
+                )
+                found = store.load(window)
+                if found is None:
+                    continue
+                saved = pickle.loads(found[1])
+                for name, snap in saved["ops"].items():
+                    self.ops[(name, p)] = snap
+
+    def get(self, name: str, partition: int) -> dict[str, Any]:
+        return self.ops.get((name, partition), {"fields": {}})
+
+
+def _codec_of(plan: Plan, name: str) -> tuple[Any, bool]:
+    """The stream codec that routes ``name``'s keyed input, and whether it carries batches."""
+    for route in plan.routes:
+        if route.sink.operator == name and route.codec is not None:
+            return route.codec, route.arrow_schema is not None
+    return None, False
+
+
+def _redistribute(
+    name: str,
+    old: list[Any],
+    new: list[Partition],
+    codec: Any,
+    typed: bool,
+    table: tuple[int, list[int]],
+) -> None:
+    """Move keyed state fields to the partitions that own their keys; copy the others."""
+    fields = state_fields(type(new[0].operator))
+    kept = {id(p.operator) for p in new} & {id(o) for o in old}
+    for fname, spec in fields.items():
+        values = [o.__dict__.get(fname, spec.initial()) for o in old]
+        if spec.keyed:
+            pool: dict[Any, Any] = {}
+            for v in values:
+                pool.update(v)
+            targets = [type(values[0])() if values else spec.initial() for _ in new]
+            if pool:
+                if codec is None:
+                    raise StateError(
+                        f"operator {name!r}: keyed state field {fname!r} cannot be placed: its "
+                        "input has no STREAM_CODEC (KeyCodec) that says which partition owns a key"
+                    )
+                keys = list(pool)
+                mask, lookup = table
+                owners = np.asarray(lookup)[np.asarray(codec.hash_keys(keys, typed)) & mask]
+                for key, owner in zip(keys, owners.tolist(), strict=True):
+                    targets[owner][key] = pool[key]
+            for p, target in zip(new, targets, strict=True):
+                p.operator.__dict__[fname] = target
+            continue
+        distinct = {pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for v in values}
+        for p in new:
+            if id(p.operator) in kept:
+                continue  # an existing partition kept as it is
+            if len(distinct) > 1:
+                raise StateError(
+                    f"operator {name!r}: state field {fname!r} differs between its partitions "
+                    "and is not keyed, so a repartitioning would lose part of it: declare it "
+                    "State(..., keyed=True) if it maps stream keys, or give the operator a "
+                    "partitioner that moves it"
+                )
+            if values:
+                p.operator.__dict__[fname] = pickle.loads(next(iter(distinct)))
+
+
+def _followers(dag: DAG, chain: list[str], name: str) -> list[str]:
+    """``name`` and the operators of its fused chain that take its partition count
+    (``PARALLEL_PARTITION`` without a ``PARTITIONS`` of their own): they move with it.
+    The others were fused only because their counts happened to be equal."""
+    moving = [name]
+    for member in chain[chain.index(name) + 1 :]:
+        meta = dag.operators[member]
+        if A.PARTITIONS.name in meta.attributes:
+            continue
+        follows = any(
+            sink.operator == member
+            and stream.source is not None
+            and stream.source.operator in moving
+            and meta.port_attr(sink.port, A.PARALLEL_PARTITION)
+            for stream in dag.streams.values()
+            for sink in stream.sinks
+        )
+        if follows:
+            moving.append(member)
+    return moving
+
+
+def repartition(
+    dag: DAG,
+    checkpoint: str,
+    window: int,
+    requests: Mapping[str, Request | None],
+    stats: Mapping[str, OperatorStats] | None = None,
+) -> generations.Generation:
+    """Repartition ``requests``' operators after ``window`` (see the module docstring).
+
+    ``requests``: operator -> a partition count, a partitioner, or None (its own).
+    Returns the generation now in force.
+    """
+    old_gen = generations.load(checkpoint)
+    old_plan = planned(dag, checkpoint, old_gen)
+    snapshots = _Snapshots(old_plan, window)
+    STEP_HOOK("loaded")
+    new_gen = generations.Generation(
+        generation=old_gen.generation + 1,
+        window=window,
+        operators=dict(old_gen.operators),
+        managed_roots=dict(old_gen.managed_roots),
+    )
+    changed: dict[str, list[Partition]] = {}
+    partitioners: dict[str, Partitioner] = {}
+    for name, request in requests.items():
+        if name not in dag.operators:
+            raise ConfigError(
+                f"no operator {name!r} to repartition (operators: {sorted(dag.operators)})"
+            )
+        meta = dag.operators[name]
+        group = old_plan.groups[old_plan.group_of[name]]
+        if isinstance(meta.operator, InputOperator):
+            raise ConfigError(f"operator {name!r} is an input: inputs are not repartitioned yet")
+        if group.operators[0] != name:
+            raise ConfigError(
+                f"operator {name!r} runs fused with {group.operators[0]!r} (PARALLEL_PARTITION): "
+                "repartition the first operator of the chain"
+            )
+        old_keys = (
+            old_gen.operators[name].partition_keys() if name in old_gen.operators else None
+        ) or spread(group.partitions)
+        existing = []
+        for p in range(group.partitions):
+            instance = meta.operator.clone()
+            restore_window_snapshot(instance, snapshots.get(name, p))
+            stat = [
+                w
+                for w in (stats or {}).get(name, OperatorStats(name, 0, [])).windows
+                if w.partition == p
+            ]
+            existing.append(Partition(instance, old_keys[p], stat))
+        partitioner = partitioner_of(dag, name, request)
+        context = PartitioningContext(name, (stats or {}).get(name))
+        new = partitioner.define_partitions(list(existing), context)
+        if not new:
+            raise ConfigError(f"the partitioner of {name!r} returned no partitions")
+        if any(p.keys is None for p in new):
+            for p, keys in zip(new, spread(len(new)), strict=True):
+                p.keys = keys
+        table = routing_table([p.keys for p in new])  # type: ignore[misc]
+        codec, typed = _codec_of(old_plan, name)
+        for member in _followers(dag, group.operators, name):  # it and what follows it
+            if member == name:
+                olds, news = [p.operator for p in existing], new
+            else:
+                mmeta = dag.operators[member]
+                olds = []
+                for p in range(group.partitions):
+                    inst = mmeta.operator.clone()
+                    restore_window_snapshot(inst, snapshots.get(member, p))
+                    olds.append(inst)
+                news = [Partition(mmeta.operator.clone(), p.keys) for p in new]
+            _redistribute(member, olds, news, codec, typed, table)
+            changed[member] = news
+            new_gen.operators[member] = generations.OperatorPartitioning.of([p.keys for p in new])
+        partitioners[name] = partitioner
+    STEP_HOOK("partitioned")
+
+    new_plan = planned(dag, checkpoint, new_gen)
+    root = generations.state_root(checkpoint, new_gen.generation)
+    for group in new_plan.groups:
+        if group.cascade_route is not None:
+            continue
+        for p in range(group.partitions):
+            ops = {
+                name: window_snapshot(changed[name][p].operator)
+                if name in changed
+                else snapshots.get(name, p)
+                for name in group.operators
+            }
+            state = {"ops": ops, "unifiers": {}, "open": dict.fromkeys(group.operators, False)}
+            data = cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            StateStore(root, group.key, p, new_plan.integrity_key).save(window, data)
+    STEP_HOOK("snapshots")
+
+    _repartition_managed(old_plan, new_gen, changed, window, root)
+    STEP_HOOK("managed")
+    generations.commit(checkpoint, new_gen)
+    STEP_HOOK("committed")
+    for name, partitioner in partitioners.items():
+        partitioner.partitioned(dict(enumerate(changed[name])))
+    generations.remove_other_generations(checkpoint, new_gen)
+    log.info(
+        "malhar: repartitioned %s after window %d (generation %d)",
+        ", ".join(f"{n}: {len(changed[n])}" for n in requests),
+        window,
+        new_gen.generation,
+    )
+    return new_gen
+
+
+def _repartition_managed(
+    old_plan: Plan,
+    new_gen: generations.Generation,
+    changed: Mapping[str, list[Partition]],
+    window: int,
+    root: str,
+) -> None:
+    """Rewrite the managed state of repartitioned operators under the new root, by key."""
+    from malhar import secrets
+    from malhar.util.fs import filesystem_for
+    from malhar.util.state import AUTO_KEY, ManagedState
+    from malhar.util.state.manager import operator_dir
+
+    checkpoint = old_plan.checkpoint or ""
+    signer = secrets.resolve(old_plan.integrity_key, "CHECKPOINT_INTEGRITY_KEY")
+    for name, partitions in changed.items():
+        old_root = old_plan.managed_roots.get(name, checkpoint)
+        fs, base = filesystem_for(old_root)
+        if not fs.exists(operator_dir(fs, base, name)):
+            continue  # the operator keeps no managed state
+        old_n = old_plan.groups[old_plan.group_of[name]].partitions
+        codec, typed = _codec_of(old_plan, name)
+        mask, lookup = routing_table([p.keys for p in partitions])  # type: ignore[misc]
+
+        def owner(
+            encoded: bytes,
+            name: str = name,
+            codec: Any = codec,
+            typed: bool = typed,
+            mask: int = mask,
+            lookup: list = lookup,
+        ) -> int:
+            if codec is None:
+                raise StateError(
+                    f"operator {name!r}: its managed state cannot be placed: its input has no "
+                    "STREAM_CODEC (KeyCodec) that says which partition owns a key"
+                )
+            try:
+                key = AUTO_KEY.decode(encoded)
+            except Exception as exc:
+                raise StateError(
+                    f"operator {name!r}: a managed-state key is not encoded with the default "
+                    "key codec (AUTO_KEY), so the engine cannot tell its partition"
+                ) from exc
+            return lookup[int(codec.hash_keys([key], typed)[0]) & mask]
+
+        ManagedState.repartition(
+            old_root, name, window, old_n, len(partitions), owner, signer=signer, target_root=root
+        )
+        new_gen.managed_roots[name] = root

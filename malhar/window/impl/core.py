@@ -1,0 +1,820 @@
+"""The windowing machinery shared by the windowed operators and their unifier.
+
+:class:`WindowedSettings` declares the configuration (properties) common to all of them;
+:class:`WindowedCore` is the logic: assigning tuples to windows, merging sessions,
+dropping late tuples, and at every streaming-window boundary advancing the watermark,
+asking triggers, emitting panes and retractions, and purging windows past the allowed
+lateness. Everything it must remember is in two ``State`` fields: the storage of cells
+(:mod:`malhar.window.storage`) and a :class:`Book` of the rest.
+
+Partial mode: a partition of a partitioned operator whose partitions are *combined*
+(non-keyed ones by default) fires no panes itself. At each boundary it emits one
+:class:`Partial` per window (and key) it accumulated into since the last boundary and
+clears them; the operator's unifier (:class:`~malhar.window.impl.unifier.WindowedUnifier`)
+merges the partials of all partitions with ``Accumulation.merge`` and runs the triggers
+(Beam's combiner lifting).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from malhar.control import ControlSender, DeliveryType
+from malhar.operator import OperatorContext
+from malhar.properties import Configurable, Property
+from malhar.state import State
+from malhar.window._order import ordered
+from malhar.window.errors import WindowConfigError, WindowError
+from malhar.window.impl.memory import InMemoryWindowedStorage
+from malhar.window.panes import AccumulationMode, PaneInfo, Timing, WindowedTuple
+from malhar.window.protocol import Accumulation, MergeAccumulation
+from malhar.window.storage import (
+    ACC,
+    CLOSED,
+    EMPTY,
+    LAST,
+    LAST_TIMING,
+    NEW,
+    ON_TIME,
+    PANES,
+    TIMER,
+    TRIG,
+    Cell,
+    WindowedStorage,
+    new_cell,
+)
+from malhar.window.triggers import DefaultTrigger, Trigger, TriggerContext, TriggerOption
+from malhar.window.watermark import Watermark, WatermarkTracker
+from malhar.window.windows import MAX_TIMESTAMP, Window, WindowOption, to_millis
+
+#: the streaming window period used when neither the engine nor the operator says
+DEFAULT_STREAMING_WINDOW_MS = 500
+
+_VALUE, _VALUE2, _PARTIAL, _BATCH = 0, 1, 2, 3
+_EARLY, _ON_TIME, _LATE = Timing.EARLY, Timing.ON_TIME, Timing.LATE
+#: builds a named tuple without its Python-level __new__ (panes are made per key and window)
+_tuple_new = tuple.__new__
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """What a partition in partial mode sends its unifier: the accumulation of ``n``
+    tuples of one window (and key) since the last boundary."""
+
+    window: Window
+    key: Any
+    acc: Any
+    n: int
+
+
+class Book:
+    """Everything a windowed operator remembers besides its cells (checkpointed)."""
+
+    def __init__(self, inputs: int) -> None:
+        #: the operator's watermark: never goes backwards; None before the first one
+        self.watermark: int | None = None
+        #: one tracker per input port (the merge operator has two)
+        self.trackers = [WatermarkTracker() for _ in range(inputs)]
+        #: the streaming window being processed (processing time = cur * period)
+        self.cur = 0
+        #: (end, start) of windows whose end the watermark has not passed yet
+        self.ends: list[tuple[int, int]] = []
+        #: (end, start) of windows to purge once the horizon passes their end
+        self.purge: list[tuple[int, int]] = []
+        #: (due, seq, start, end, key) processing-time deadlines of triggers
+        self.timers: list[tuple[int, int, int, int, Any]] = []
+        self.seq = 0
+        #: cells with tuples since the last boundary whose trigger must be asked
+        self.dirty: set[tuple[Window, Any]] = set()
+        #: retractions of windows merged away (sessions), emitted at the next boundary
+        self.retractions: list[tuple[Window, Any, Any, PaneInfo]] = []
+        #: partial mode: (window, key) -> [accumulation, tuples] since the last boundary
+        self.partials: dict[tuple[Window, Any], list[Any]] = {}
+        #: tuples beyond the allowed lateness (sent to the late port)
+        self.late = 0
+        #: tuples for windows whose trigger finished, or already purged
+        self.dropped = 0
+
+
+# -- property checks ------------------------------------------------------------------------
+def _check_option(value: Any) -> str | None:
+    if value is None or isinstance(value, WindowOption):
+        return None
+    return "expected GlobalWindow(), TimeWindows(...) or SessionWindows(...) (or None)"
+
+
+def _check_accumulation(value: Any) -> str | None:
+    if value is None or isinstance(value, Accumulation):
+        return None
+    return "expected an Accumulation (Count(), Sum(), ...)"
+
+
+def _check_trigger(value: Any) -> str | None:
+    if value is None or isinstance(value, Trigger | TriggerOption):
+        return None
+    return "expected a Trigger (AfterWatermark(...)) or a TriggerOption"
+
+
+def _check_mode(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        AccumulationMode.parse(value)
+    except WindowConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _check_millis(value: Any) -> str | None:
+    if value is None or (
+        isinstance(value, int | _dt.timedelta)
+        and not isinstance(value, bool)
+        and to_millis(value) >= 0
+    ):
+        return None
+    return "expected non-negative milliseconds (int) or a timedelta (or None)"
+
+
+def _check_storage(value: Any) -> str | None:
+    if value is None or isinstance(value, WindowedStorage):
+        return None
+    return "expected a WindowedStorage (InMemoryWindowedStorage())"
+
+
+def check_extractor(value: Any) -> str | None:
+    """A property check: a column name, a list of names, a callable, or None."""
+    if value is None or isinstance(value, str) or callable(value):
+        return None
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+        return None
+    return "expected a column name, a list of column names, a callable, or None"
+
+
+class WindowedSettings(Configurable):
+    """The configuration shared by windowed operators and their unifier."""
+
+    window_option = Property(
+        object,
+        default=None,
+        check=_check_option,
+        doc="GlobalWindow(), TimeWindows(d)[.slide_by(s)], SessionWindows(gap); None: the "
+        "input's windows (window propagation)",
+    )
+    accumulation = Property(
+        object, default=None, check=_check_accumulation, doc="the Accumulation (Count() ...)"
+    )
+    trigger = Property(
+        object,
+        default=None,
+        check=_check_trigger,
+        doc="a Trigger or a TriggerOption; default DefaultTrigger(): on time, then per late batch",
+    )
+    accumulation_mode = Property(
+        object,
+        default=None,
+        check=_check_mode,
+        doc="ACCUMULATING, DISCARDING (default) or ACCUMULATING_AND_RETRACTING; overrides the "
+        "TriggerOption's",
+    )
+    fire_only_updated_panes = Property(
+        bool, default=None, doc="skip panes equal to the previous one (not with DISCARDING)"
+    )
+    allowed_lateness = Property(
+        object,
+        default=0,
+        check=_check_millis,
+        doc="ms (or timedelta) behind the watermark that tuples are still accepted; None: "
+        "forever (windows are never purged)",
+    )
+    fixed_watermark = Property(
+        object,
+        default=None,
+        check=_check_millis,
+        doc="watermark = the streaming window's implicit time minus this (ms); replaces "
+        "upstream watermarks",
+    )
+    idle_timeout_windows = Property(
+        int,
+        default=None,
+        min=1,
+        doc="an upstream partition silent for this many streaming windows no longer holds "
+        "the watermark back (None: it always does)",
+    )
+    storage = Property(
+        object,
+        default=None,
+        check=_check_storage,
+        doc="the storage of window state (a template); default InMemoryWindowedStorage()",
+    )
+    output_format = Property(
+        str,
+        default="tuple",
+        one_of=("tuple", "row"),
+        doc="'tuple': WindowedTuple objects; 'row': flat dicts (WindowedTuple.to_row)",
+    )
+    key_names = Property(
+        (str, list, tuple),
+        default=None,
+        doc="key column name(s) in rows (default: the key property's names, else 'key')",
+    )
+    value_name = Property(str, default="value", doc="the value's column name in rows")
+    streaming_window_ms = Property(
+        int,
+        default=None,
+        min=1,
+        doc="the streaming window period for processing time when the engine does not say "
+        f"(STREAMING_WINDOW_MS); default {DEFAULT_STREAMING_WINDOW_MS}",
+    )
+    combine_partitions = Property(
+        bool,
+        default=None,
+        doc="partitions send partial accumulations to a unifier that fires the panes "
+        "(default: True when not keyed)",
+    )
+
+    #: subclasses: True for operators with state per key
+    keyed = False
+
+    def combines(self) -> bool:
+        """Whether partitions of this operator are combined by a unifier."""
+        return (
+            (not self.keyed) if self.combine_partitions is None else bool(self.combine_partitions)
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """The shared settings as set on this instance (to configure a unifier alike)."""
+        from malhar.properties import properties_of
+
+        return {n: self.__dict__[n] for n in properties_of(WindowedSettings) if n in self.__dict__}
+
+
+class WindowedCore(WindowedSettings):
+    """The logic; see the module docstring. Subclasses call the ``_core_*`` hooks from their
+    lifecycle methods and feed tuples through ``_ingest`` / ``_ingest_batch`` /
+    ``_add_partial``."""
+
+    #: the storage of cells, created in setup from the ``storage`` template
+    _store = State(default=None)
+    #: the rest of what the operator remembers
+    _book = State(default=None)
+
+    #: subclasses: how many input ports feed watermarks
+    inputs = 1
+    #: subclasses: whether the operator emits its own watermark control tuples
+    emits_watermarks = True
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _core_setup(self, context: OperatorContext) -> None:
+        acc = self.accumulation
+        if acc is None:
+            raise WindowConfigError(
+                f"{type(self).__name__} {context.name!r}: set an accumulation (Count(), Sum() ...)"
+            )
+        if self.inputs > 1 and not isinstance(acc, MergeAccumulation):
+            raise WindowConfigError(
+                f"{type(self).__name__} {context.name!r}: a merge operator needs a "
+                f"MergeAccumulation (InnerJoin(), Cogroup() ...), got {acc!r}"
+            )
+        self._acc: Accumulation = acc
+        trigger, mode, only = self.trigger, AccumulationMode.DISCARDING, False
+        if isinstance(trigger, TriggerOption):
+            mode, only = trigger.accumulation_mode, trigger.fire_only_updated_panes
+            trigger = trigger.to_trigger()
+        elif trigger is None:
+            trigger = DefaultTrigger()
+        if self.accumulation_mode is not None:
+            mode = AccumulationMode.parse(self.accumulation_mode)
+        if self.fire_only_updated_panes is not None:
+            only = self.fire_only_updated_panes
+        if only and mode is AccumulationMode.DISCARDING:
+            raise WindowConfigError(
+                f"{type(self).__name__} {context.name!r}: fire_only_updated_panes needs "
+                "ACCUMULATING or ACCUMULATING_AND_RETRACTING, not DISCARDING"
+            )
+        self._trigger: Trigger = trigger
+        self._init_state = trigger.init()  # trigger states are immutable values: shared
+        self._mode = mode
+        self._only_updated = bool(only)
+        self._keeps_last = only or mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
+        self._retracting = mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
+        self._discarding = mode is AccumulationMode.DISCARDING
+        self._react_early = trigger.reacts_before_end()
+        self._option: WindowOption | None = self.window_option
+        self._sessions = self._option is not None and self._option.merging
+        self._lateness = None if self.allowed_lateness is None else to_millis(self.allowed_lateness)
+        self._fixed = None if self.fixed_watermark is None else to_millis(self.fixed_watermark)
+        self._period = int(
+            context.attributes.get("STREAMING_WINDOW_MS")
+            or self.streaming_window_ms
+            or DEFAULT_STREAMING_WINDOW_MS
+        )
+        self._partial = context.partitions > 1 and self.combines()
+        self._rows = self.output_format == "row"
+        self._row_keys = self._key_names()
+        if self._book is None:
+            self._book = Book(self.inputs)
+        if self._store is None:
+            template = self.storage if self.storage is not None else InMemoryWindowedStorage()
+            self._store = template.empty()
+        self._store.setup(context, sessions=self._sessions)
+        self._name = context.name
+        self._metrics_base = (self._book.late, self._book.dropped)
+        # runtime aliases of the two State fields (never reassigned after setup): the hot
+        # paths read them per tuple and per pane, and a State descriptor read is a call
+        self._bk: Book = self._book
+        self._st: WindowedStorage = self._store
+        self._out = self.output.emit  # type: ignore[attr-defined]
+
+    def _key_names(self) -> Any:
+        if self.key_names is not None:
+            return self.key_names
+        key = getattr(self, "key", None)
+        if isinstance(key, str | list | tuple):
+            return key
+        return "key"
+
+    def _core_begin(self, window_id: int) -> None:
+        self._bk.cur = window_id
+        self._st.begin_window(window_id)
+
+    def metrics(self) -> dict[str, float]:
+        """This window's late and dropped tuples, and the cells held (``malhar.stats``)."""
+        book = self._bk
+        base = self._metrics_base
+        self._metrics_base = (book.late, book.dropped)
+        return {
+            "late": book.late - base[0],
+            "dropped": book.dropped - base[1],
+            "cells": len(self._st),
+        }
+
+    def _core_checkpointed(self, window_id: int) -> None:
+        # the next streaming window, also when begin_window does not come (application
+        # windows of several streaming windows)
+        self._bk.cur = window_id + 1
+        self._st.checkpoint(window_id)
+
+    # -- time ----------------------------------------------------------------------------------
+    def now(self) -> int:
+        """The processing time: the current streaming window's implicit time."""
+        return self._bk.cur * self._period
+
+    def horizon(self) -> int | None:
+        """Tuples with event times below this are too late (None: nothing is)."""
+        wm = self._bk.watermark
+        if wm is None or self._lateness is None:
+            return None
+        return wm - self._lateness
+
+    @property
+    def watermark(self) -> int | None:
+        """The operator's current watermark (None before the first)."""
+        return None if self._book is None else self._book.watermark
+
+    @property
+    def late_count(self) -> int:
+        """Tuples sent to the late port so far."""
+        return 0 if self._book is None else self._book.late
+
+    @property
+    def dropped_count(self) -> int:
+        """Tuples dropped because their window's trigger had finished (or was purged)."""
+        return 0 if self._book is None else self._book.dropped
+
+    def _on_control(self, payload: Any, sender: ControlSender | None, port: int = 0) -> bool:
+        if isinstance(payload, Watermark):
+            self._bk.trackers[port].update(payload.timestamp, sender, self._bk.cur)
+            # an operator emits its own watermark downstream; a unifier passes them on
+            return self.emits_watermarks
+        return False
+
+    # -- tuples ----------------------------------------------------------------------------------
+    def _late(self, original: Any) -> None:
+        self._bk.late += 1
+        late = getattr(self, "late", None)
+        if late is not None:
+            late.emit(original)
+
+    def _ingest(
+        self,
+        original: Any,
+        key: Any,
+        value: Any,
+        timestamp: Any,
+        port: int = 0,
+        windows: Sequence[Window] | None = None,
+    ) -> None:
+        """One tuple: lateness, window assignment, accumulation (``windows`` given: window
+        propagation)."""
+        if timestamp is None:
+            if windows is None and isinstance(self._option, WindowOption):
+                timestamp = self.now()  # no extractor: ingestion time
+            elif windows is not None:
+                timestamp = windows[0].max_timestamp
+        elif not isinstance(timestamp, int):
+            timestamp = to_millis(timestamp, what="the tuple's timestamp")
+        horizon = self.horizon()
+        if horizon is not None and timestamp < horizon:
+            self._late(original)
+            return
+        kind = _VALUE2 if port else _VALUE
+        if windows is None:
+            if self._sessions:
+                if self._partial:
+                    self._local(self._option.proto(timestamp), key, value, kind, 1)  # type: ignore[union-attr]
+                else:
+                    self._session(key, self._option.proto(timestamp), value, kind, 1)  # type: ignore[union-attr]
+                return
+            windows = self._option.assign(timestamp)  # type: ignore[union-attr]
+        add = self._local if self._partial else self._add
+        for window in windows:
+            add(window, key, value, kind, 1)
+
+    def _local(self, window: Window, key: Any, value: Any, kind: int, n: int) -> None:
+        """Partial mode: accumulate into this boundary's partial of (window, key)."""
+        slot = self._bk.partials.get((window, key))
+        acc = self._acc
+        if slot is None:
+            slot = self._bk.partials[(window, key)] = [acc.default_accumulated_value(), 0]
+        if kind == _VALUE:
+            slot[0] = acc.accumulate(slot[0], value)
+        elif kind == _VALUE2:
+            slot[0] = acc.accumulate2(slot[0], value)  # type: ignore[attr-defined]
+        elif kind == _BATCH:
+            slot[0] = acc.accumulate_batch(slot[0], value)
+        else:
+            slot[0] = acc.merge(slot[0], value)
+        slot[1] += n
+
+    def _new_cell(self, window: Window, key: Any) -> Cell:
+        book, store = self._bk, self._st
+        wm = book.watermark
+        born_late = wm is not None and window.end <= wm
+        if not store.has_window(window):
+            if not born_late:
+                heapq.heappush(book.ends, (window.end, window.start))
+            if self._lateness is not None and window.end != MAX_TIMESTAMP:
+                heapq.heappush(book.purge, (window.end, window.start))
+        return new_cell(self._init_state, on_time=born_late)
+
+    def _add(self, window: Window, key: Any, value: Any, kind: int, n: int) -> None:
+        """Accumulate into the cell of (window, key): a value, a second-input value, a
+        partial accumulation or an Arrow array of values."""
+        store = self._st
+        cell = store.get(window, key)
+        fresh = cell is None
+        if fresh:
+            horizon = self.horizon()
+            if horizon is not None and window.end <= horizon:  # a partial for a purged window
+                self._bk.dropped += n
+                return
+            cell = self._new_cell(window, key)
+        elif cell[CLOSED]:
+            self._bk.dropped += n
+            return
+        acc = self._acc
+        if kind == _PARTIAL:
+            cell[ACC] = value if cell[ACC] is EMPTY else acc.merge(cell[ACC], value)
+        else:
+            current = acc.default_accumulated_value() if cell[ACC] is EMPTY else cell[ACC]
+            if kind == _VALUE:
+                cell[ACC] = acc.accumulate(current, value)
+            elif kind == _VALUE2:
+                cell[ACC] = acc.accumulate2(current, value)  # type: ignore[attr-defined]
+            else:
+                cell[ACC] = acc.accumulate_batch(current, value)
+        cell[NEW] += n
+        if self._react_early:
+            self._bk.dirty.add((window, key))
+        else:
+            wm = self._bk.watermark
+            if wm is not None and window.end <= wm:
+                self._bk.dirty.add((window, key))
+        if fresh or not store.live:
+            store.put(window, key, cell)
+
+    def _session(self, key: Any, span: Window, value: Any, kind: int, n: int) -> None:
+        """Add to the session of ``key`` that ``span`` (a proto-session, or a partial's
+        session) falls in: it fits one, extends one, or bridges several (merged, the
+        ones merged away retracted in ACCUMULATING_AND_RETRACTING mode)."""
+        store = self._st
+        hits = [w for w in store.sessions(key) if w.intersects(span)]
+        if not hits:
+            self._add(span, key, value, kind, n)
+            return
+        if len(hits) == 1 and hits[0].contains(span):
+            self._add(hits[0], key, value, kind, n)  # fits
+            return
+        merged = span
+        for w in hits:
+            merged = merged.span(w)
+        book, acc = self._bk, self._acc
+        cells = [store.get(w, key) for w in hits]
+        state: Any = EMPTY
+        news = 0
+        for window, cell in zip(hits, cells, strict=True):
+            assert cell is not None
+            if cell[ACC] is not EMPTY:
+                state = cell[ACC] if state is EMPTY else acc.merge(state, cell[ACC])
+            news += cell[NEW]
+            if (
+                self._mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
+                and cell[LAST] is not EMPTY
+            ):
+                info = PaneInfo(
+                    cell[PANES] - 1,
+                    Timing(cell[LAST_TIMING] or Timing.EARLY.value),
+                    cell[PANES] == 1,
+                    False,
+                    True,
+                )
+                book.retractions.append((window, key, cell[LAST], info))
+            store.remove(window, key)
+            book.dirty.discard((window, key))
+        cell = self._new_cell(merged, key)
+        ctx = TriggerContext(merged, book.watermark, self.now())
+        cell[TRIG] = self._trigger.on_merge([c[TRIG] for c in cells if c is not None], ctx)
+        cell[ACC] = state
+        cell[NEW] = news
+        store.put(merged, key, cell)
+        self._add(merged, key, value, kind, n)
+
+    def _add_partial(self, window: Window, key: Any, acc: Any, n: int) -> None:
+        """A partial accumulation of ``n`` tuples (from a partition, or an Arrow group)."""
+        if self._sessions:
+            self._session(key, window, acc, _PARTIAL, n)
+        else:
+            self._add(window, key, acc, _PARTIAL, n)
+
+    # -- Arrow batches -----------------------------------------------------------------------------
+    def _timestamps(self, batch: pa.RecordBatch, column: Any) -> np.ndarray:
+        if column is None:
+            return np.full(batch.num_rows, self.now(), dtype=np.int64)
+        arr = batch.column(column)
+        if arr.null_count:
+            raise WindowError(
+                f"{type(self).__name__} {self._name!r}: the timestamp column {column!r} has "
+                f"{arr.null_count} null value(s)"
+            )
+        if pa.types.is_timestamp(arr.type):
+            arr = pc.cast(arr, pa.timestamp("ms", arr.type.tz)).cast(pa.int64())
+        elif pa.types.is_date(arr.type):
+            arr = pc.cast(pc.cast(arr, pa.timestamp("ms")), pa.int64())
+        elif not pa.types.is_int64(arr.type):
+            arr = pc.cast(arr, pa.int64())
+        return arr.to_numpy(zero_copy_only=False)
+
+    def _ingest_batch(
+        self,
+        batch: pa.RecordBatch,
+        keys: Sequence[str],
+        value: str | None,
+        timestamp: str | None,
+        port: int = 0,
+    ) -> bool:
+        """A batch, vectorized: timestamps, the late filter, window assignment and one
+        Arrow hash aggregation per batch. Returns False when the batch cannot be handled
+        vectorized (the caller then goes row by row)."""
+        option = self._option
+        acc = self._acc
+        fast = acc.arrow_aggregations is not None and port == 0
+        if option is None or option.merging or not (fast or value is not None):
+            return False
+        if batch.num_rows == 0:
+            return True
+        ts = self._timestamps(batch, timestamp)
+        horizon = self.horizon()
+        if horizon is not None:
+            late = ts < horizon
+            if late.any():
+                for row in batch.filter(pa.array(late)).to_pylist():
+                    self._late(row)
+                keep = ~late
+                batch = batch.filter(pa.array(keep))
+                ts = ts[keep]
+                if batch.num_rows == 0:
+                    return True
+        rows, starts, ends = option.assign_batch(ts)
+        take = None if len(rows) == batch.num_rows else pa.array(rows)
+        columns: dict[str, Any] = {"__start": starts, "__end": ends}
+        for i, name in enumerate(keys):
+            col = batch.column(name)
+            columns[f"__k{i}"] = col if take is None else col.take(take)
+        if value is not None:
+            col = batch.column(value)
+            columns["__v"] = col if take is None else col.take(take)
+        table = pa.table(columns)
+        group_by = ["__start", "__end", *(f"__k{i}" for i in range(len(keys)))]
+        aggregations: list[tuple[Any, str]] = [([], "count_all")]
+        if fast:
+            for fn in acc.arrow_aggregations or ():
+                if fn != "count_all":
+                    aggregations.append(("__v", fn))
+        else:
+            aggregations.append(("__v", "list"))
+        grouped = table.group_by(group_by, use_threads=False).aggregate(aggregations)
+        cols = [grouped.column(i).to_pylist() for i in range(len(group_by))]
+        counts = grouped.column("count_all").to_pylist()
+        nk = len(keys)
+        if fast:
+            results = [
+                counts if fn == "count_all" else grouped.column(f"__v_{fn}").to_pylist()
+                for fn in acc.arrow_aggregations or ()
+            ]
+            from_aggregates = acc.from_aggregates
+            for i, n in enumerate(counts):
+                window = Window(cols[0][i], cols[1][i])
+                key = None if nk == 0 else cols[2][i] if nk == 1 else tuple(c[i] for c in cols[2:])
+                partial = from_aggregates(*(r[i] for r in results))
+                if self._partial:
+                    self._local(window, key, partial, _PARTIAL, n)
+                else:
+                    self._add(window, key, partial, _PARTIAL, n)
+            return True
+        lists = grouped.column("__v_list").combine_chunks()
+        offsets = lists.offsets.to_numpy()
+        flat = lists.values
+        for i, n in enumerate(counts):
+            window = Window(cols[0][i], cols[1][i])
+            key = None if nk == 0 else cols[2][i] if nk == 1 else tuple(c[i] for c in cols[2:])
+            values = flat.slice(int(offsets[i]), int(offsets[i + 1] - offsets[i]))
+            if self._partial:
+                self._local(window, key, values, _BATCH, n)
+            else:
+                self._add(window, key, values, _BATCH, n)
+        return True
+
+    # -- the boundary --------------------------------------------------------------------------
+    def _advance_watermark(self) -> None:
+        book = self._bk
+        if self._fixed is not None:
+            candidate: int | None = self.now() - self._fixed
+        else:
+            values = [t.combined(book.cur, self.idle_timeout_windows) for t in book.trackers]
+            candidate = None if any(v is None for v in values) else min(values)  # type: ignore[type-var]
+        if candidate is not None and (book.watermark is None or candidate > book.watermark):
+            book.watermark = candidate
+
+    def _core_boundary(self) -> None:
+        """A streaming-window boundary (``end_window``): see the module docstring."""
+        book, store = self._bk, self._st
+        self._advance_watermark()
+        if self._partial:
+            self._flush_partials()
+            self._emit_watermark()
+            return
+        wm = book.watermark
+        now = self.now()
+        horizon = self.horizon()
+        retract = self._acc.retraction
+        if book.retractions:
+            for window, key, value, info in book.retractions:
+                self._emit(window, key, retract(value), info)
+            book.retractions = []
+        dirty = book.dirty
+        book.dirty = set()
+        # tuples that arrived while a window was early, for a trigger that does not react
+        # before the end, need no on_elements: only the cells marked dirty get it
+        todo = dirty if self._react_early else set(dirty)
+        if wm is not None:
+            while book.ends and book.ends[0][0] <= wm:
+                end, start = heapq.heappop(book.ends)
+                window = Window(start, end)
+                todo.update((window, k) for k in store.keys(window))
+        while book.timers and book.timers[0][0] <= now:
+            _, _, start, end, key = heapq.heappop(book.timers)
+            todo.add((Window(start, end), key))
+        if todo:
+            ctx = TriggerContext(Window(0, 0), wm, now)
+            self._evaluate(ordered(todo), ctx, horizon, None if self._react_early else dirty)
+        if horizon is not None:
+            while book.purge and book.purge[0][0] <= horizon:
+                end, start = heapq.heappop(book.purge)
+                store.remove_window(Window(start, end))
+        self._emit_watermark()
+
+    def _evaluate(
+        self,
+        todo: list[tuple[Window, Any]],
+        ctx: TriggerContext,
+        horizon: int | None,
+        dirty: set[tuple[Window, Any]] | None = None,
+    ) -> None:
+        """Ask the trigger of every cell in ``todo`` (in that order), fire the panes;
+        ``dirty`` given: only those cells get ``on_elements``."""
+        store, book = self._st, self._bk
+        get, live = store.get, store.live
+        trigger = self._trigger
+        on_elements, should_fire, on_fire = (
+            trigger.on_elements,
+            trigger.should_fire,
+            trigger.on_fire,
+        )
+        deadline, fire = trigger.deadline, self._fire
+        for window, key in todo:
+            cell = get(window, key)
+            if cell is None or cell[CLOSED]:
+                continue
+            ctx.window = window
+            state = cell[TRIG]
+            if cell[NEW]:
+                if dirty is None or (window, key) in dirty:
+                    state = on_elements(state, cell[NEW], ctx)
+                cell[NEW] = 0
+            if should_fire(state, ctx):
+                state, finished = on_fire(state, ctx)
+                fire(
+                    window,
+                    key,
+                    cell,
+                    ctx,
+                    finished or (horizon is not None and window.end <= horizon),
+                )
+                cell[CLOSED] = finished
+            cell[TRIG] = state
+            due = None if cell[CLOSED] else deadline(state)
+            if due is not None and due != cell[TIMER]:
+                book.seq += 1
+                heapq.heappush(book.timers, (due, book.seq, window.start, window.end, key))
+            cell[TIMER] = due
+            if not live:
+                store.put(window, key, cell)
+
+    def _fire(self, window: Window, key: Any, cell: Cell, ctx: TriggerContext, last: bool) -> None:
+        wm = ctx.watermark
+        if wm is None or window.end > wm:
+            timing = _EARLY
+        elif cell[ON_TIME]:
+            timing = _LATE
+        else:
+            timing = _ON_TIME
+            cell[ON_TIME] = True
+        if cell[ACC] is EMPTY:
+            return  # nothing arrived since the last (discarding) pane
+        acc = self._acc
+        value = acc.output(cell[ACC])
+        previous = cell[LAST]
+        if self._only_updated and previous is not EMPTY and value == previous:
+            return
+        panes = cell[PANES]
+        if self._retracting and previous is not EMPTY:
+            before = Timing(cell[LAST_TIMING]) if cell[LAST_TIMING] else timing
+            info = _tuple_new(PaneInfo, (panes - 1, before, panes == 1, False, True))
+            self._emit(window, key, acc.retraction(previous), info)
+        self._emit(
+            window, key, value, _tuple_new(PaneInfo, (panes, timing, panes == 0, last, False))
+        )
+        cell[PANES] = panes + 1
+        if self._keeps_last:
+            cell[LAST], cell[LAST_TIMING] = value, timing.value
+        if self._discarding:
+            cell[ACC] = EMPTY
+
+    def _emit(self, window: Window, key: Any, value: Any, info: PaneInfo) -> None:
+        t = _tuple_new(WindowedTuple, (window, value, key, info, window.end - 1))
+        self._out(t.to_row(self._row_keys, self.value_name) if self._rows else t)
+
+    def _emit_watermark(self) -> None:
+        wm = self._bk.watermark
+        if self.emits_watermarks and wm is not None:
+            self.output.emit_control(Watermark(wm), DeliveryType.END_WINDOW)  # type: ignore[attr-defined]
+
+    def _flush_partials(self) -> None:
+        partials = self._bk.partials
+        if not partials:
+            return
+        self._bk.partials = {}
+        for window, key in ordered(partials):
+            acc, n = partials[(window, key)]
+            self.output.emit(Partial(window, key, acc, n))  # type: ignore[attr-defined]
+
+
+# -- extractors ---------------------------------------------------------------------------------
+def extractor(spec: Any, default: Callable[[Any], Any] | None) -> Callable[[Any], Any] | None:
+    """A function from a tuple: a column name (``t[name]``), several (a tuple of them), a
+    callable as is, or ``default`` for None."""
+    if spec is None:
+        return default
+    if isinstance(spec, str):
+        return lambda t: t[spec]
+    if isinstance(spec, list | tuple):
+        names = tuple(spec)
+        return lambda t: tuple(t[n] for n in names)
+    return spec
+
+
+def columns_of(spec: Any) -> list[str] | None:
+    """The column names of an extractor spec, or None when it is not made of names."""
+    if isinstance(spec, str):
+        return [spec]
+    if isinstance(spec, list | tuple) and all(isinstance(s, str) for s in spec):
+        return list(spec)
+    return None

@@ -1,0 +1,126 @@
+"""Watermarks from the data: bounded out-of-orderness, per upstream split."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from malhar.control import DeliveryType
+from malhar.operator import Operator, OperatorContext
+from malhar.ports import InputPort, OutputPort
+from malhar.properties import Property
+from malhar.state import State
+from malhar.window.errors import WindowConfigError, WindowError
+from malhar.window.impl.core import check_extractor, extractor
+from malhar.window.watermark import Watermark
+from malhar.window.windows import to_millis
+
+__all__ = ["WatermarkGenerator"]
+
+
+def _check_millis(value: Any) -> str | None:
+    if (
+        isinstance(value, int | _dt.timedelta)
+        and not isinstance(value, bool)
+        and (to_millis(value) >= 0)
+    ):
+        return None
+    return "expected non-negative milliseconds (int) or a timedelta"
+
+
+class WatermarkGenerator(Operator):
+    """Passes tuples through and emits event-time watermarks (Flink's
+    ``forBoundedOutOfOrderness``, Malhar's ``FixedDiffEventTimeWatermarkGen``).
+
+    Put it right after an input operator, with the same partition count (it is then fused
+    into the input's pass): each partition's watermark is the largest event time it has
+    seen minus ``max_out_of_orderness``. With ``split_by`` (e.g. ``"partition"`` for Kafka
+    records) the largest event time is kept per split value and the watermark is the
+    minimum over them, so a slow Kafka partition holds it back. A watermark control tuple
+    (END_WINDOW) goes out at the end of every streaming window in which tuples arrived; a
+    partition that receives nothing stays silent, which a downstream operator's
+    ``idle_timeout_windows`` treats as idle.
+
+    The output port is untyped; for a typed stream, subclass and redeclare ``output =
+    OutputPort(<schema>, control_aware=True)`` so that batches keep their columns.
+
+    Example:
+        >>> from malhar.testing import OperatorHarness
+        >>> h = OperatorHarness(WatermarkGenerator(timestamp="t", max_out_of_orderness=5))
+        >>> h.run_window([("input", {"t": 100}), ("input", {"t": 90})])
+        >>> h.sink("output").controls[-1].payload
+        Watermark(timestamp=95)
+    """
+
+    input = InputPort()
+    output = OutputPort(control_aware=True)
+
+    timestamp = Property(object, not_null=True, check=check_extractor, doc="event time (ms)")
+    max_out_of_orderness = Property(
+        object, default=0, check=_check_millis, doc="how far behind the largest event time"
+    )
+    split_by = Property(
+        object, default=None, check=check_extractor, doc="track the largest event time per value"
+    )
+
+    #: split value -> the largest event time seen
+    highest = State(dict)
+
+    def __init__(self, **properties: Any) -> None:
+        self.configure(**properties)
+
+    def setup(self, context: OperatorContext) -> None:
+        if self.timestamp is None:
+            raise WindowConfigError(f"WatermarkGenerator {context.name!r}: set timestamp")
+        self._ts = extractor(self.timestamp, None)
+        self._split = extractor(self.split_by, None)
+        self._bound = to_millis(self.max_out_of_orderness)
+        self._name = context.name
+
+    def begin_window(self, window_id: int) -> None:
+        self._seen = False
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value)
+        self._update(None if self._split is None else self._split(value), self._ts(value))  # type: ignore[misc]
+
+    def process_batch(self, batch: pa.RecordBatch) -> None:
+        self.output.emit_batch(batch)
+        if batch.num_rows == 0:
+            return
+        if not isinstance(self.timestamp, str) or not (
+            self.split_by is None or isinstance(self.split_by, str)
+        ):
+            for row in batch.to_pylist():
+                ts = self._ts(row)  # type: ignore[misc]
+                self._update(None if self._split is None else self._split(row), ts)
+            return
+        ts = batch.column(self.timestamp)
+        if pa.types.is_timestamp(ts.type):
+            ts = pc.cast(ts, pa.timestamp("ms", ts.type.tz)).cast(pa.int64())
+        if ts.null_count:
+            raise WindowError(f"WatermarkGenerator {self._name!r}: null timestamps")
+        if self.split_by is None:
+            self._update(None, pc.max(ts).as_py())
+            return
+        table = pa.table({"s": batch.column(self.split_by), "t": ts})
+        grouped = table.group_by("s", use_threads=False).aggregate([("t", "max")])
+        for split, high in zip(
+            grouped.column("s").to_pylist(), grouped.column("t_max").to_pylist(), strict=True
+        ):
+            self._update(split, high)
+
+    def _update(self, split: Any, ts: Any) -> None:
+        ts = ts if isinstance(ts, int) else to_millis(ts, what="timestamp")
+        old = self.highest.get(split)
+        if old is None or ts > old:
+            self.highest[split] = ts
+        self._seen = True
+
+    def end_window(self) -> None:
+        if self._seen and self.highest:
+            mark = min(self.highest.values()) - self._bound
+            self.output.emit_control(Watermark(mark), DeliveryType.END_WINDOW)

@@ -1,0 +1,138 @@
+"""Spillable windowed storage on managed state (Malhar's ``SpillableWindowedKeyedStorage``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from malhar.operator import OperatorContext
+from malhar.window.errors import WindowConfigError
+from malhar.window.storage import Cell, WindowedStorage
+from malhar.window.windows import Window
+
+__all__ = ["SpillableWindowedStorage"]
+
+
+class SpillableWindowedStorage(WindowedStorage):
+    """Cells in the operator partition's managed state (``context.managed_state()``,
+    ``malhar.util.state``): memory-bounded (``budget_bytes``), spilled to a local store,
+    checkpointed incrementally by the engine after every window (a window's checkpoint
+    costs what changed in it, not the size of the state), restored on any worker: windows
+    and keys far larger than memory work.
+
+    Layout (files under ``<checkpoint>/malhar/managed/<operator>/<partition>/``):
+
+    - ``cells``: a ``SpillableMap`` ``(window start, window end, key) -> cell`` (in key
+      order, so a window's cells are one contiguous range; keys must be None, bools, ints,
+      floats, bytes, strs or tuples of those);
+    - ``windows``: ``(start, end) -> number of cells``;
+    - ``sessions`` (session windows only): a ``SpillableSetMultimap`` ``key -> (start, end)``.
+
+    The engine (or the harness, given a checkpoint folder) owns the managed state's life:
+    restore before the first window, ``checkpoint`` after each, ``committed``, ``close``.
+
+    Example:
+        >>> import tempfile
+        >>> from malhar.testing import OperatorHarness
+        >>> from malhar.operator import OperatorContext
+        >>> from malhar.window import KeyedWindowedOperator, TimeWindows, Watermark
+        >>> from malhar.window.accumulation import Count
+        >>> op = KeyedWindowedOperator(Count(), TimeWindows(10), timestamp=lambda kv: kv[1],
+        ...                            storage=SpillableWindowedStorage(budget_bytes=16 << 20))
+        >>> h = OperatorHarness(op, OperatorContext(name="counts", checkpoint=tempfile.mkdtemp()))
+        >>> h.run_window([("input", ("a", 1)), ("input", ("a", 2))])
+        >>> h.put_control("input", Watermark(10))
+        True
+        >>> h.run_window()
+        >>> [(t.key, t.value) for t in h.sink("output").tuples]
+        [('a', 2)]
+        >>> h.teardown()
+    """
+
+    live = False
+
+    def __init__(self, budget_bytes: int = 64 << 20) -> None:
+        self.budget_bytes = budget_bytes
+        self._cells: Any = None
+
+    def empty(self) -> SpillableWindowedStorage:
+        return SpillableWindowedStorage(self.budget_bytes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # configuration only: the data is in the managed state's own checkpoint files
+        return {"budget_bytes": self.budget_bytes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    def setup(self, context: OperatorContext, *, sessions: bool) -> None:
+        from malhar.util.state import AUTO_KEY, INT, INT_VALUE, PICKLE, TupleCodec
+
+        try:
+            state = context.managed_state(budget_bytes=self.budget_bytes)
+        except RuntimeError as exc:
+            raise WindowConfigError(f"SpillableWindowedStorage of {context.name!r}: {exc}") from exc
+        pair = TupleCodec(INT, INT)
+        self._cells = state.map(
+            "cells", key_codec=TupleCodec(INT, INT, AUTO_KEY), value_codec=PICKLE
+        )
+        self._windows = state.map("windows", key_codec=pair, value_codec=INT_VALUE)
+        self._by_key = (
+            state.set_multimap("sessions", key_codec=AUTO_KEY, value_codec=pair)
+            if sessions
+            else None
+        )
+
+    # -- cells -----------------------------------------------------------------------------
+    def get(self, window: Window, key: Any) -> Cell | None:
+        return self._cells.get((window.start, window.end, key))
+
+    def put(self, window: Window, key: Any, cell: Cell) -> None:
+        k = (window.start, window.end, key)
+        if k not in self._cells:
+            w = (window.start, window.end)
+            self._windows[w] = self._windows.get(w, 0) + 1
+            if self._by_key is not None:
+                self._by_key.add(key, w)
+        self._cells[k] = cell
+
+    def remove(self, window: Window, key: Any) -> None:
+        k = (window.start, window.end, key)
+        if k not in self._cells:
+            return
+        del self._cells[k]
+        w = (window.start, window.end)
+        left = self._windows.get(w, 1) - 1
+        if left:
+            self._windows[w] = left
+        else:
+            del self._windows[w]
+        if self._by_key is not None:
+            self._by_key.discard(key, w)
+
+    def has_window(self, window: Window) -> bool:
+        return (window.start, window.end) in self._windows
+
+    def keys(self, window: Window) -> list[Any]:
+        lo, hi = (window.start, window.end, None), (window.start, window.end + 1, None)
+        return [k[2] for k, _ in self._cells.range(lo, hi)]
+
+    def remove_window(self, window: Window) -> int:
+        keys = self.keys(window)
+        for key in keys:
+            self.remove(window, key)
+        return len(keys)
+
+    def windows(self) -> Iterator[Window]:
+        return iter([Window(s, e) for s, e in self._windows])
+
+    def sessions(self, key: Any) -> list[Window]:
+        if self._by_key is None:
+            raise RuntimeError("SpillableWindowedStorage: sessions() needs setup(sessions=True)")
+        return sorted(Window(s, e) for s, e in self._by_key.get(key))
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def __repr__(self) -> str:
+        return f"SpillableWindowedStorage(budget_bytes={self.budget_bytes})"

@@ -1,0 +1,99 @@
+"""Watermarks: control tuples saying "no more tuples with an event time below this".
+
+A :class:`Watermark` travels as the payload of a control tuple (``emit_control``) on a
+control-aware port. A watermark ``t`` tells a windowed operator that every window ending
+at or before ``t`` is complete: its ON_TIME pane fires, and tuples with event times below
+``t - allowed_lateness`` are too late.
+
+Windowed operators process watermarks **only at streaming-window boundaries** (their
+``end_window``), so a replayed window moves time exactly as the first attempt did. With
+a partitioned upstream, the operator's watermark is the minimum over its upstream
+partitions' latest watermarks (:class:`WatermarkTracker`): a partition that has sent
+none holds it back, unless it stays silent longer than the idleness timeout (in
+streaming windows, Flink's ``withIdleness``). It never goes backwards.
+
+Example:
+    >>> from malhar.control import ControlSender
+    >>> tracker = WatermarkTracker()
+    >>> tracker.update(100, ControlSender("s", "up", 0, 2), window=0)
+    >>> tracker.combined(window=0, idle_windows=3) is None     # partition 1 silent
+    True
+    >>> tracker.update(100, ControlSender("s", "up", 0, 2), window=3)
+    >>> tracker.combined(window=3, idle_windows=3)             # ... for 3 windows: idle
+    100
+    >>> tracker.update(80, ControlSender("s", "up", 1, 2), window=4)
+    >>> tracker.combined(window=4, idle_windows=3)             # it speaks again
+    80
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from malhar.control import ControlSender
+
+__all__ = ["Watermark", "WatermarkTracker"]
+
+_ANONYMOUS = ControlSender("", "", 0, 1)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Watermark:
+    """The payload of a watermark control tuple: an event time in milliseconds."""
+
+    timestamp: int
+
+
+class WatermarkTracker:
+    """The latest watermark of every upstream partition, per stream, and their minimum.
+
+    Checkpointed with the operator (plain dicts). ``window`` arguments are streaming
+    window ids: when each partition was last heard from, for the idleness timeout.
+    """
+
+    def __init__(self) -> None:
+        #: (stream, partition) -> (latest watermark, window it arrived in)
+        self.latest: dict[tuple[str, int], tuple[int, int]] = {}
+        #: stream -> how many upstream partitions feed it
+        self.expected: dict[str, int] = {}
+        #: the first window the tracker was asked about (silence is counted from there)
+        self.since: int | None = None
+
+    def update(self, timestamp: int, sender: ControlSender | None, window: int) -> None:
+        """Record a watermark from ``sender`` (None: the only sender, as in a unit test)."""
+        s = sender or _ANONYMOUS
+        key = (s.stream, s.partition)
+        old = self.latest.get(key)
+        if old is None or timestamp >= old[0]:
+            self.latest[key] = (timestamp, window)
+        else:  # an older watermark (a restarted partition): heard from, no regression
+            self.latest[key] = (old[0], window)
+        self.expected[s.stream] = max(s.partitions, self.expected.get(s.stream, 0))
+        if self.since is None:
+            self.since = window
+
+    def combined(self, window: int, idle_windows: int | None) -> int | None:
+        """The minimum over the partitions that count, or None while one holds it back.
+
+        A partition counts unless it has been silent for ``idle_windows`` streaming
+        windows or more (never, when ``idle_windows`` is None). One that never sent a
+        watermark holds it back until it is idle (silent since the tracker started).
+        """
+        if self.since is None:
+            self.since = window
+        if not self.expected:
+            return None
+        active: list[int] = []
+        for stream, n in self.expected.items():
+            heard = [v for (s, _), v in self.latest.items() if s == stream]
+            # the sender's partition numbers need not be 0..n-1 (a fused edge says
+            # partition p of 1), so partitions that never sent are counted, not named
+            if len(heard) < n and (idle_windows is None or window - self.since < idle_windows):
+                return None
+            for ts, last in heard:
+                if idle_windows is None or window - last < idle_windows:
+                    active.append(ts)
+        return min(active) if active else None
+
+    def __repr__(self) -> str:
+        return f"WatermarkTracker({self.latest!r})"

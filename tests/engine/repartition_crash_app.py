@@ -1,0 +1,67 @@
+"""A keyed count in a State field and one in managed state, repartitioned while running.
+
+    python -m tests.engine.repartition_crash_app CHECKPOINT WINDOWS [PAUSE_AT]
+
+After window 3 of the run (WINDOWS=0: unbounded) both counters go to 3 partitions;
+with PAUSE_AT the repartitioning stops at that step (``malhar.engine.repartition``
+STEP_HOOK), writes ``<checkpoint>/paused`` and waits to be killed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from malhar import DAG, KeyCodec, build_session, launch
+from malhar import attributes as A
+from malhar.engine import repartition
+from malhar.testing.operators import Collector
+from tests.engine.crash_app import Journal
+from tests.engine.ops import KeyedRunningCount, ManagedKeyCount, RatedKeys
+
+
+def build() -> DAG:
+    dag = DAG("repartition-crash")
+    src = dag.add_operator("src", RatedKeys(), PARTITIONS=2)
+    fields = dag.add_operator("fields", KeyedRunningCount())
+    managed = dag.add_operator("managed", ManagedKeyCount(), PARTITIONS=2)
+    journal = dag.add_operator("journal", Journal())
+    out1 = dag.add_operator("out1", Collector())
+    out2 = dag.add_operator("out2", Collector())
+    dag.add_stream("items", src.output, fields.input, managed.input)
+    dag.add_stream("a", fields.output, out1.input)
+    dag.add_stream("b", managed.output, journal.input, out2.input)
+    for op in (fields, managed):
+        op.input.set_attribute(A.STREAM_CODEC, KeyCodec("key"))
+    return dag
+
+
+def main() -> None:
+    checkpoint, windows = sys.argv[1], int(sys.argv[2])
+    pause = sys.argv[3] if len(sys.argv) > 3 else ""
+    os.environ["CRASH_RUN_ID"] = f"{os.getpid()}"
+
+    def hook(step: str) -> None:
+        if step == pause:
+            Path(checkpoint, "paused").write_text(step)
+            while True:  # killed here by the test
+                time.sleep(1)
+
+    repartition.STEP_HOOK = hook
+    spark = build_session("local[2]", app_name="malhar-repartition-crash", shuffle_partitions=2)
+    app = launch(
+        build(), spark=spark, checkpoint=checkpoint, windows=windows or None, window_ms=100
+    )
+    app.await_window(app.last_window + 3)
+    app.repartition({"fields": 3, "managed": 3})
+    if windows:
+        app.await_completion()
+    else:
+        while True:
+            time.sleep(1)
+
+
+if __name__ == "__main__":
+    main()

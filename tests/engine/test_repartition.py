@@ -1,0 +1,195 @@
+"""Dynamic partitioning: partition keys, partitioners, and repartitioning a running
+application exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from malhar import DAG, KeyCodec, launch
+from malhar import attributes as A
+from malhar.engine import generations
+from malhar.partitioning import (
+    Partition,
+    PartitioningContext,
+    StatelessThroughputBasedPartitioner,
+    merge,
+    routing_table,
+    split,
+    spread,
+)
+from malhar.stats import OperatorStats, WindowStats
+from malhar.testing.operators import Collector, collected
+from malhar.testing.services.process import wait_until
+from tests.engine.ops import KeyedRunningCount, RatedKeys, keyed_items
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def expected(window: int, per_window: int = 100, keys: int = 50) -> list[tuple[str, int]]:
+    totals: Counter = Counter()
+    for w in range(window + 1):
+        totals.update(r["key"] for r in keyed_items(w, per_window, keys))
+    return sorted((k, totals[k]) for k in {r["key"] for r in keyed_items(window, per_window, keys)})
+
+
+def test_partition_keys_split_merge_and_route_every_value_once() -> None:
+    keys = spread(3)
+    assert routing_table(keys) == (3, [0, 1, 2, 0])
+    halves = split(keys[1])
+    mask, table = routing_table([keys[0], *halves, keys[2]])
+    assert mask == 7 and sorted(set(table)) == [0, 1, 2, 3]
+    assert routing_table([merge(keys[:2]), keys[2]]) == (3, [0, 0, 1, 0])
+
+
+def _stats(rates: dict[int, float]) -> OperatorStats:
+    return OperatorStats(
+        "op",
+        len(rates),
+        [
+            WindowStats(0, p, {"input": int(r)}, {}, started=0.0, ended=1.0)
+            for p, r in rates.items()
+        ],
+    )
+
+
+def test_the_throughput_partitioner_splits_busy_and_merges_idle_neighbours() -> None:
+    part = StatelessThroughputBasedPartitioner(maximum=100, minimum=10, cooldown_ms=0)
+    existing = [Partition(KeyedRunningCount(), k) for k in spread(4)]
+    assert part.process_stats(_stats({0: 150, 1: 50, 2: 50, 3: 50})).repartition_required
+    new = part.define_partitions(existing, PartitioningContext("op"))
+    assert len(new) == 5 and new[2].operator is existing[1].operator  # kept as it was
+    routing_table([p.keys for p in new])  # still covers every value exactly once
+    assert part.process_stats(_stats({0: 50, 1: 5, 2: 5, 3: 50})).repartition_required
+    new = part.define_partitions(existing, PartitioningContext("op"))
+    assert len(new) == 3 and sorted(new[1].keys.keys) == [1, 2]
+    assert not part.process_stats(_stats({0: 50, 1: 5, 2: 50, 3: 5})).repartition_required
+
+
+def _dag() -> DAG:
+    dag = DAG("repartition")
+    src = dag.add_operator("src", RatedKeys(), PARTITIONS=2)
+    count = dag.add_operator("count", KeyedRunningCount())
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("items", src.output, count.input)
+    dag.add_stream("counts", count.output, out.input)
+    count.input.set_attribute(A.STREAM_CODEC, KeyCodec("key"))
+    return dag
+
+
+def _check_exact(checkpoint: str) -> dict[int, list]:
+    got = collected(checkpoint, "out")
+    assert sorted(got) == list(range(max(got) + 1)), "a window is missing"
+    for w, pairs in got.items():
+        assert sorted(pairs) == expected(w), f"window {w}"
+    return got
+
+
+@pytest.mark.integration
+def test_a_keyed_counter_goes_from_one_to_four_to_two_partitions_exactly(
+    spark, tmp_path: Path
+) -> None:
+    checkpoint = str(tmp_path / "ck")
+    app = launch(_dag(), spark=spark, checkpoint=checkpoint, window_ms=100)
+    try:
+        app.await_window(3)
+        first = app.repartition({"count": 4})
+        assert first.operators["count"].partitions == 4
+        assert app.plan.groups[app.plan.group_of["count"]].partitions == 4
+        app.await_window(app.last_window + 4)
+        second = app.repartition({"count": 2})
+        assert second.generation == 2
+        app.await_window(app.last_window + 4)
+    finally:
+        app.stop()
+    assert generations.load(checkpoint).operators["count"].partitions == 2
+    got = _check_exact(checkpoint)
+    assert max(got) >= 11
+    # the three partitionings each ran windows (ids never went backwards, none repeated)
+    assert first.window < second.window < max(got)
+
+
+@pytest.mark.integration
+def test_the_throughput_partitioner_splits_under_load_and_merges_when_idle(
+    spark, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "ck"
+    checkpoint.mkdir()
+    (checkpoint / "rate").write_text("100")
+    dag = _dag()
+    partitioner = StatelessThroughputBasedPartitioner(maximum=400, minimum=150, cooldown_ms=0)
+    dag.set_operator_attribute("count", A.PARTITIONER, partitioner)
+    dag.set_operator_attribute("count", A.STATS_LISTENERS, [partitioner])
+    dag.set_operator_attribute("count", A.PARTITIONS, 2)
+    app = launch(dag, spark=spark, checkpoint=str(checkpoint), window_ms=100)
+    try:
+        # ~100 tuples per 100 ms window over 2 partitions: ~500/s each, above 400: split
+        wait_until(lambda: len(app.repartitions) >= 1, timeout=180, what="a split")
+        assert app.repartitions[0].operators["count"].partitions > 2
+        (checkpoint / "rate").write_text("4")  # now far below 150/s per partition: merge
+        wait_until(
+            lambda: any(
+                g.operators["count"].partitions < app.repartitions[0].operators["count"].partitions
+                for g in app.repartitions[1:]
+            ),
+            timeout=180,
+            what="a merge",
+        )
+    finally:
+        app.stop()
+
+
+def _start(checkpoint: Path, windows: int, pause: str = "") -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
+    log = open(checkpoint.parent / "driver.log", "ab")  # noqa: SIM115 - closed with the process
+    args = [str(checkpoint), str(windows), *([pause] if pause else [])]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.engine.repartition_crash_app", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_sigkill_during_a_repartitioning_recovers_to_one_partitioning(tmp_path: Path) -> None:
+    """Killed at each step of a repartitioning (before and after its commit point), the
+    next start finds the old or the new partitioning, and every window stays exact."""
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    seen = []
+    for pause in ("loaded", "snapshots", "managed", "committed"):
+        proc = _start(checkpoint, 0, pause)
+        wait_until(
+            lambda: (checkpoint / "paused").exists(),
+            timeout=300,
+            what=f"the repartitioning to reach {pause!r}",
+            alive=lambda p=proc: None if p.poll() is None else f"driver exited {p.returncode}",
+        )
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        (checkpoint / "paused").unlink()
+        gen = generations.load(str(checkpoint))
+        seen.append((pause, gen.generation))
+        parts = {op: gen.operators[op].partitions for op in gen.operators}
+        assert parts in ({}, {"fields": 3, "managed": 3}), parts  # never a mix
+    # before the commit point the old partitioning stays, after it the new one
+    assert [g for _, g in seen][:3] == [0, 0, 0] and seen[3][1] == 1
+    proc = _start(checkpoint, 8)
+    assert proc.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    for out in ("out1", "out2"):
+        got = collected(str(checkpoint), out)
+        assert sorted(got) == list(range(max(got) + 1)), out
+        assert all(sorted(got[w]) == expected(w) for w in got), out
+    journal = [json.loads(x) for x in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    assert all(sorted(map(tuple, e["v"])) == expected(e["w"]) for e in journal)

@@ -1,0 +1,480 @@
+"""The windowed operators, one semantic per test, driven by the operator harness."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+from malhar import MalharError
+from malhar.control import ControlSender, DeliveryType
+from malhar.testing import OperatorHarness
+from malhar.window import (
+    AfterCount,
+    AfterProcessingTime,
+    AfterWatermark,
+    GlobalWindow,
+    KeyedWindowedOperator,
+    Repeatedly,
+    SessionWindows,
+    TimeWindows,
+    TriggerOption,
+    Watermark,
+    WindowConfigError,
+    WindowedOperator,
+    WindowedTuple,
+    WindowError,
+)
+from malhar.window.accumulation import Count, Sum, ToList
+from tests.window.helpers import harness, pane, panes, watermark, watermarks
+
+A_R = "ACCUMULATING_AND_RETRACTING"
+
+
+def keyed(acc=None, option=None, **props) -> KeyedWindowedOperator:
+    """Keyed by the pair's key; the event time is the pair's value."""
+    return KeyedWindowedOperator(
+        acc or Count(), option or TimeWindows(10), timestamp=lambda kv: kv[1], **props
+    )
+
+
+def put(h: OperatorHarness, *pairs: tuple[str, int], window: int | None = None) -> None:
+    h.run_window([("input", p) for p in pairs], window=window)
+
+
+# -- watermarks ------------------------------------------------------------------------------
+def test_watermark_is_processed_at_the_streaming_window_boundary_only() -> None:
+    h = harness(keyed())
+    h.begin_window(0)
+    h.put("input", ("a", 1))
+    assert h.put_control("input", Watermark(10)) is True  # consumed, not forwarded as is
+    h.put("input", ("a", 2))  # after the watermark, same streaming window: still counted
+    assert panes(h) == []  # nothing fires before the boundary
+    h.end_window()
+    assert panes(h) == [("a", 0, 10, 2, 0, "ON_TIME", False)]
+    assert watermarks(h) == [10]  # the operator's own watermark goes downstream
+
+
+def test_watermark_is_the_minimum_over_upstream_partitions_and_a_silent_one_holds_it_back() -> None:
+    h = harness(keyed())
+    p0, p1 = (ControlSender("s", "up", p, 2) for p in (0, 1))
+    put(h, ("a", 1), ("a", 15))
+    watermark(h, 30, p0)
+    put(h)
+    assert panes(h) == [] and watermarks(h) == []  # partition 1 has sent nothing
+    watermark(h, 12, p1)
+    put(h)
+    assert panes(h) == [("a", 0, 10, 1, 0, "ON_TIME", False)]  # min(30, 12) = 12
+    watermark(h, 40, p1)
+    put(h)
+    assert [p[1] for p in panes(h)] == [0, 10] and watermarks(h) == [12, 30]
+
+
+def test_idle_partition_is_let_go_after_the_timeout_and_the_watermark_never_goes_back() -> None:
+    h = harness(keyed(idle_timeout_windows=3))
+    p0, p1 = (ControlSender("s", "up", p, 2) for p in (0, 1))
+    put(h, ("a", 1))
+    for _ in range(2):
+        watermark(h, 20, p0)
+        put(h)
+    assert watermarks(h) == []  # partition 1 silent for 2 windows: still held back
+    watermark(h, 20, p0)
+    put(h)  # window 3: silent since window 0 -> idle
+    assert watermarks(h) == [20] and panes(h) == [("a", 0, 10, 1, 0, "ON_TIME", False)]
+    watermark(h, 5, p1)  # the idle partition speaks again, far behind
+    watermark(h, 20, p0)
+    put(h)
+    assert watermarks(h) == [20, 20]  # the operator's watermark does not regress
+
+
+def test_fixed_watermark_follows_the_streaming_windows_implicit_time() -> None:
+    # processing time = window id x 1000; watermark = that minus 2500
+    h = harness(keyed(fixed_watermark=dt.timedelta(milliseconds=2500)), period=1000)
+    put(h, ("a", 100), window=0)
+    put(h, window=2)
+    assert watermarks(h) == [-2500, -500]
+    put(h, window=3)
+    assert panes(h) == [("a", 100 - 100 % 10, 110, 1, 0, "ON_TIME", False)]
+    assert watermarks(h)[-1] == 500
+
+
+def test_ingestion_time_without_a_timestamp_extractor() -> None:
+    op = KeyedWindowedOperator(Count(), TimeWindows(2000), fixed_watermark=0)
+    h = harness(op, period=1000)
+    put(h, ("a", None), ("b", None), window=0)  # processing time 0
+    put(h, ("a", None), window=1)  # 1000
+    put(h, ("a", None), window=2)  # 2000: the watermark 2000 closes [0, 2000)
+    assert sorted(panes(h)) == [
+        ("a", 0, 2000, 2, 0, "ON_TIME", False),
+        ("b", 0, 2000, 1, 0, "ON_TIME", False),
+    ]
+
+
+# -- lateness --------------------------------------------------------------------------------
+def test_tuples_beyond_the_allowed_lateness_go_to_the_late_port_and_are_counted() -> None:
+    op = keyed(allowed_lateness=5, trigger=AfterWatermark(late=AfterCount(1)))
+    h = harness(op)
+    put(h, ("a", 3))
+    watermark(h, 12)
+    put(h)  # [0, 10) fires on time; horizon 7: kept, not purged
+    put(h, ("a", 8), ("a", 6), ("b", 9))  # 8, 9 within lateness; 6 < 7 too late
+    assert h.sink("late").tuples == [("a", 6)]
+    assert op.late_count == 1
+    assert panes(h, 2) == [("a", 0, 10, 1, 1, "LATE", False), ("b", 0, 10, 1, 0, "LATE", False)]
+
+
+def test_windows_past_the_horizon_are_purged_with_their_state() -> None:
+    op = keyed(allowed_lateness=10)
+    h = harness(op)
+    put(h, ("a", 1), ("b", 2), ("a", 15))
+    assert len(op._store) == 3
+    watermark(h, 19)
+    put(h)
+    assert len(op._store) == 3  # [0, 10) fired on time, kept until 10 + 10 <= watermark
+    watermark(h, 20)
+    put(h)
+    assert len(op._store) == 1  # [0, 10) purged with both keys
+    put(h, ("c", 9))  # below the horizon 10 now
+    assert h.sink("late").tuples == [("c", 9)]
+
+
+def test_late_port_counts_in_the_engine_metrics_and_batches_send_rows() -> None:
+    op = KeyedWindowedOperator(Count(), TimeWindows(10), key="k", timestamp="t")
+    h = harness(op)
+    watermark(h, 20)
+    put(h)
+    batch = pa.RecordBatch.from_pylist([{"k": "a", "t": 5}, {"k": "a", "t": 25}])
+    h.run_window([("input", batch)])
+    assert h.sink("late").tuples == [{"k": "a", "t": 5}]
+    assert op.late.count == 1  # the error port's per-window count the engine reports
+    assert type(op).late.error
+
+
+# -- triggers ----------------------------------------------------------------------------------
+def test_default_trigger_fires_on_time_then_late_panes_for_late_tuples() -> None:
+    h = harness(keyed(allowed_lateness=100))
+    put(h, ("a", 1))
+    watermark(h, 10)
+    put(h)
+    put(h, ("a", 2))
+    put(h)  # no new tuples: no pane
+    put(h, ("a", 3), ("a", 4))
+    assert panes(h) == [
+        ("a", 0, 10, 1, 0, "ON_TIME", False),
+        ("a", 0, 10, 1, 1, "LATE", False),  # DISCARDING: what arrived since the last pane
+        ("a", 0, 10, 2, 2, "LATE", False),
+    ]
+
+
+def test_after_watermark_without_late_firings_drops_later_tuples_of_the_window() -> None:
+    op = keyed(trigger=AfterWatermark(), allowed_lateness=100)
+    h = harness(op)
+    put(h, ("a", 1))
+    watermark(h, 10)
+    put(h)
+    put(h, ("a", 2), ("b", 3))  # a's trigger finished; b's window is born late: fires once
+    assert panes(h) == [("a", 0, 10, 1, 0, "ON_TIME", False), ("b", 0, 10, 1, 0, "LATE", False)]
+    assert op.dropped_count == 1
+    assert h.sink("output").tuples[0].pane.is_last
+
+
+def test_early_firings_every_n_tuples_fire_at_the_boundary() -> None:
+    opt = TriggerOption.at_watermark().with_early_firings_at_every(2).accumulating_fired_panes()
+    h = harness(keyed(trigger=opt))
+    put(h, ("a", 1))
+    put(h, ("a", 2), ("a", 3), ("a", 4))  # 4 tuples: one early pane at this boundary
+    put(h, ("a", 5))
+    watermark(h, 10)
+    put(h)
+    assert panes(h) == [
+        ("a", 0, 10, 4, 0, "EARLY", False),
+        ("a", 0, 10, 5, 1, "ON_TIME", False),
+    ]
+
+
+def test_processing_time_firings_follow_window_ids_so_replays_fire_identically() -> None:
+    trigger = AfterWatermark(early=AfterProcessingTime(dt.timedelta(seconds=2)))
+    op = keyed(trigger=trigger, accumulation_mode="ACCUMULATING")
+    h = harness(op, period=500)
+    put(h, ("a", 1), window=10)  # processing time 5000: early pane due at 7000
+    put(h, ("a", 2), window=11)
+    put(h, window=13)  # 6500
+    assert panes(h) == []
+    saved = h.checkpoint()
+    put(h, window=14)  # 7000
+    assert panes(h, 14) == [("a", 0, 10, 2, 0, "EARLY", False)]
+    replay = OperatorHarness.restored(
+        keyed(trigger=trigger, accumulation_mode="ACCUMULATING"), saved, h.context
+    )
+    put(replay, window=14)
+    assert panes(replay) == panes(h, 14)
+
+
+def test_composite_triggers_repeatedly_after_each_or_finally() -> None:
+    # two single-tuple panes, then every 3 tuples, and done at the watermark
+    trigger = Repeatedly(AfterCount(3)).or_finally(AfterWatermark())
+    first = AfterCount(1)
+    from malhar.window import AfterEach
+
+    op = keyed(trigger=AfterEach(first, first, trigger), allowed_lateness=100)
+    h = harness(op)
+    for ts in range(1, 9):
+        put(h, ("a", ts))
+    watermark(h, 10)
+    put(h)
+    put(h, ("a", 9))
+    assert [p[3] for p in panes(h)] == [1, 1, 3, 3]  # 1, 1, then 3 + 3 of the 6 remaining
+    # the final pane at the watermark holds nothing new (DISCARDING): none; then closed
+    assert op.dropped_count == 1
+
+
+def test_global_window_with_a_count_trigger() -> None:
+    op = WindowedOperator(Sum(), GlobalWindow(), trigger=Repeatedly(AfterCount(3)))
+    h = harness(op)
+    h.run_window([("input", v) for v in (1, 2)])
+    h.run_window([("input", v) for v in (3, 4, 5)])
+    h.run_window([("input", 6)])
+    assert [t.value for t in h.sink("output").tuples] == [15]
+    assert repr(h.sink("output").tuples[0].window) == "GLOBAL_WINDOW"
+
+
+# -- accumulation modes ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("DISCARDING", [(2, 0, False), (1, 1, False)]),
+        ("ACCUMULATING", [(2, 0, False), (3, 1, False)]),
+        (A_R, [(2, 0, False), (-2, 0, True), (3, 1, False)]),
+    ],
+)
+def test_accumulation_modes(mode: str, expected: list) -> None:
+    h = harness(keyed(trigger=AfterWatermark(early=AfterCount(1)), accumulation_mode=mode))
+    put(h, ("a", 1), ("a", 2))
+    put(h, ("a", 3))
+    assert [(p[3], p[4], p[6]) for p in panes(h)] == expected
+
+
+def test_fire_only_updated_panes_skips_unchanged_values() -> None:
+    opt = (
+        TriggerOption.at_watermark()
+        .with_early_firings_at_every(1)
+        .accumulating_and_retracting_fired_panes()
+        .firing_only_updated_panes()
+    )
+    op = KeyedWindowedOperator(
+        ToList(sort=True),
+        TimeWindows(10),
+        timestamp=lambda kv: kv[1][0],
+        trigger=opt,
+        value=lambda kv: kv[1][1],
+    )
+    h = harness(op)
+    put(h, ("a", (1, "x")))
+    watermark(h, 10)
+    put(h)  # ON_TIME pane equals the early one: skipped, no retraction either
+    assert [(p[3], p[5], p[6]) for p in panes(h)] == [(["x"], "EARLY", False)]
+    with pytest.raises(WindowConfigError, match="not DISCARDING"):
+        harness(keyed(fire_only_updated_panes=True)).setup()
+
+
+def test_retraction_precedes_every_changed_pane_and_downstream_sums_stay_right() -> None:
+    h = harness(
+        keyed(
+            Sum(),
+            trigger=AfterWatermark(early=AfterCount(1), late=AfterCount(1)),
+            accumulation_mode=A_R,
+            allowed_lateness=50,
+            value=lambda kv: 1,
+        )
+    )
+    put(h, ("a", 1))
+    put(h, ("a", 2), ("a", 3))
+    watermark(h, 10)
+    put(h)
+    put(h, ("a", 4))
+    emitted = h.sink("output").tuples
+    assert sum(t.value for t in emitted) == 4  # retractions are negated: a sum downstream is exact
+    timings = [(t.pane.index, t.pane.timing.value, t.pane.is_retraction) for t in emitted]
+    assert timings == [
+        (0, "EARLY", False),
+        (0, "EARLY", True),
+        (1, "EARLY", False),
+        (1, "EARLY", True),
+        (2, "ON_TIME", False),
+        (2, "ON_TIME", True),
+        (3, "LATE", False),
+    ]
+
+
+# -- sessions ----------------------------------------------------------------------------------
+def sessions(**props) -> KeyedWindowedOperator:
+    return keyed(
+        Count(),
+        SessionWindows(10),
+        trigger=AfterWatermark(early=AfterCount(1)),
+        accumulation_mode=A_R,
+        allowed_lateness=1000,
+        **props,
+    )
+
+
+def test_session_proto_window_that_fits_changes_only_the_state() -> None:
+    op = sessions()
+    h = harness(op)
+    put(h, ("a", 0), ("a", 8))  # one session [0, 18)
+    put(h, ("a", 5))  # [5, 15) fits into [0, 18)
+    assert panes(h) == [
+        ("a", 0, 18, 2, 0, "EARLY", False),
+        ("a", 0, 18, -2, 0, "EARLY", True),
+        ("a", 0, 18, 3, 1, "EARLY", False),
+    ]
+    assert len(op._store) == 1
+
+
+def test_session_proto_window_that_extends_one_session_retracts_it() -> None:
+    h = harness(sessions())
+    put(h, ("a", 0))
+    put(h, ("a", 7))  # [7, 17) overlaps [0, 10): the session becomes [0, 17)
+    assert panes(h, 1) == [("a", 0, 10, -1, 0, "EARLY", True), ("a", 0, 17, 2, 0, "EARLY", False)]
+
+
+def test_session_proto_window_that_bridges_two_sessions_merges_them_and_retracts_both() -> None:
+    op = sessions()
+    h = harness(op)
+    put(h, ("a", 0), ("a", 20), ("b", 5))  # a: [0, 10) and [20, 30); b: [5, 15)
+    put(h, ("a", 12))  # [12, 22) bridges [0, 10)? no: overlaps [20, 30) only -> extends
+    put(h, ("a", 5))  # [5, 15) overlaps [0, 10) and [12, 30): one session [0, 30)
+    assert panes(h, 2) == [
+        ("a", 0, 10, -1, 0, "EARLY", True),
+        ("a", 12, 30, -2, 0, "EARLY", True),
+        ("a", 0, 30, 4, 0, "EARLY", False),
+    ]
+    assert sorted((w.start, w.end) for w in op._store.windows()) == [(0, 30), (5, 15)]  # b apart
+
+
+def test_sessions_fire_on_time_when_the_watermark_passes_their_end() -> None:
+    h = harness(keyed(Count(), SessionWindows(10)))
+    put(h, ("a", 0), ("a", 5), ("b", 1))
+    watermark(h, 15)
+    put(h)
+    assert sorted(panes(h)) == [
+        ("a", 0, 15, 2, 0, "ON_TIME", False),
+        ("b", 1, 11, 1, 0, "ON_TIME", False),
+    ]
+
+
+def test_non_keyed_sessions_merge_across_the_whole_stream() -> None:
+    op = WindowedOperator(Count(), SessionWindows(5), timestamp=lambda t: t)
+    h = harness(op)
+    h.run_window([("input", t) for t in (0, 3, 20, 6, 30)])
+    watermark(h, 100)
+    h.run_window()
+    assert [(p[1], p[2], p[3]) for p in panes(h)] == [(0, 11, 3), (20, 25, 1), (30, 35, 1)]
+
+
+# -- window propagation and merging --------------------------------------------------------------
+def test_window_propagation_keeps_the_upstream_windows() -> None:
+    from malhar.window.accumulation import TopNByKey
+
+    counts = harness(keyed(allowed_lateness=0))
+    put(counts, ("a", 1), ("b", 2), ("a", 3), ("c", 12))
+    watermark(counts, 20)
+    put(counts)
+    top = harness(WindowedOperator(TopNByKey(1)))  # no window option: propagation
+    top.run_window([("input", t) for t in counts.sink("output").tuples])
+    for c in counts.sink("output").controls:
+        top.put_control("input", c.payload, c.delivery)
+    top.run_window()
+    assert [(p[1], p[3]) for p in panes(top)] == [(0, [("a", 2)]), (10, [("c", 1)])]
+
+
+def test_propagation_refuses_retractions_and_unwindowed_tuples() -> None:
+    h = harness(WindowedOperator(Count()))
+    h.begin_window(0)
+    with pytest.raises(WindowError, match="window propagation"):
+        h.put("input", 3)
+    retraction = WindowedTuple(TimeWindows(10).assign(0)[0], 1, pane=pane_info(retraction=True))
+    with pytest.raises(WindowError, match="retraction"):
+        h.put("input", retraction)
+    assert isinstance(WindowError("x"), MalharError)
+
+
+def pane_info(retraction: bool):
+    from malhar.window import PaneInfo, Timing
+
+    return PaneInfo(0, Timing.EARLY, True, False, retraction)
+
+
+def test_rows_output_format_for_table_sinks() -> None:
+    op = KeyedWindowedOperator(
+        Count(), TimeWindows(10), key="user", timestamp="ts", output_format="row", value_name="n"
+    )
+    h = harness(op)
+    h.run_window([("input", {"user": "ann", "ts": 4})])
+    watermark(h, 10)
+    h.run_window()
+    assert h.sink("output").tuples == [
+        {
+            "user": "ann",
+            "window_start": 0,
+            "window_end": 10,
+            "n": 1,
+            "pane_index": 0,
+            "timing": "ON_TIME",
+            "is_first": True,
+            "is_last": True,
+            "is_retraction": False,
+        }
+    ]
+
+
+# -- configuration errors --------------------------------------------------------------------
+def test_configuration_errors_name_the_problem() -> None:
+    with pytest.raises(WindowConfigError, match="set an accumulation"):
+        harness(KeyedWindowedOperator(window_option=TimeWindows(10))).setup()
+    with pytest.raises(WindowConfigError, match="divide"):
+        TimeWindows(10).slide_by(3)
+    with pytest.raises(MalharError, match="expected a Trigger"):
+        KeyedWindowedOperator(Count(), trigger="often")
+    with pytest.raises(MalharError, match="accumulation mode 'SOMETIMES'"):
+        keyed(accumulation_mode="SOMETIMES")
+    with pytest.raises(MalharError, match="non-negative"):
+        keyed(allowed_lateness=-1)
+    h = harness(KeyedWindowedOperator(Count(), TimeWindows(10), timestamp="t"))
+    h.begin_window(0)
+    with pytest.raises(WindowError, match="set key="):
+        h.put("input", {"t": 1, "user": "a"})
+
+
+def test_watermark_control_tuples_pass_other_control_tuples_on() -> None:
+    h = harness(keyed())
+    h.begin_window(0)
+    assert not h.put_control("input", ("flush", 1), DeliveryType.IMMEDIATE)
+    assert h.sink("output").controls[-1].payload == ("flush", 1)
+    h.end_window()
+
+
+def test_emitted_tuples_carry_window_key_value_and_pane_info() -> None:
+    h = harness(keyed())
+    put(h, ("k", 3))
+    watermark(h, 10)
+    put(h)
+    (t,) = h.sink("output").tuples
+    assert (t.key, t.value, t.timestamp) == ("k", 1, 9)
+    assert (t.pane.index, t.pane.is_first, t.pane.is_last, t.pane.is_retraction) == (
+        0,
+        True,
+        True,
+        False,
+    )
+    assert pane(t)[5] == "ON_TIME"
+
+
+def test_a_fused_upstream_partition_counts_as_the_one_sender_whatever_its_number() -> None:
+    # partition 1 of a fused chain: the engine says "partition 1 of 1 upstream partitions"
+    h = harness(keyed())
+    put(h, ("a", 1))
+    watermark(h, 10, ControlSender("events", "src", 1, 1))
+    put(h)
+    assert panes(h) == [("a", 0, 10, 1, 0, "ON_TIME", False)]

@@ -1,0 +1,231 @@
+"""Arrow batches against single tuples, partitions against one operator, the merge operator,
+checkpoints, and the watermark generator."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+from malhar.control import ControlSender, DeliveryType
+from malhar.testing import OperatorHarness
+from malhar.window import (
+    AfterCount,
+    AfterWatermark,
+    KeyedWindowedMergeOperator,
+    KeyedWindowedOperator,
+    SessionWindows,
+    TimeWindows,
+    Watermark,
+    WatermarkGenerator,
+    WindowedMergeOperator,
+    WindowedOperator,
+)
+from malhar.window.accumulation import Average, Cogroup, Count, LeftOuterJoin, Sum, ToList
+from malhar.window.impl.core import Partial
+from tests.window.helpers import harness, panes, watermark
+
+EVENTS = [
+    {"user": u, "ts": ts, "amount": a}
+    for u, ts, a in [
+        ("ann", 3, 1), ("bob", 7, 2), ("ann", 12, 3), ("cid", 14, 4), ("ann", 19, 5),
+        ("bob", 21, 6), ("ann", 5, 7), ("bob", 28, 8), ("cid", 2, 9), ("ann", 25, 10),
+    ]
+]  # fmt: skip
+
+
+def run_rows(op, rows, as_batch: bool, watermark_at: int = 1000) -> list:
+    h = harness(op)
+    if as_batch:
+        h.run_window([("input", pa.RecordBatch.from_pylist(rows))])
+    else:
+        h.run_window([("input", r) for r in rows])
+    watermark(h, watermark_at)
+    h.run_window()
+    return sorted(panes(h), key=repr)
+
+
+@pytest.mark.parametrize(
+    "acc",
+    [Count(), Sum(), Average(), ToList(sort=True)],
+    ids=["count", "sum", "average", "tolist-generic-path"],
+)
+@pytest.mark.parametrize(
+    "option", [TimeWindows(10), TimeWindows(10).slide_by(5)], ids=["tumbling", "sliding"]
+)
+def test_batch_path_equals_tuple_path(acc, option) -> None:
+    def op():
+        return KeyedWindowedOperator(acc, option, key="user", timestamp="ts", value="amount")
+
+    assert run_rows(op(), EVENTS, True) == run_rows(op(), EVENTS, False)
+
+
+def test_batch_path_reads_timestamp_columns_and_assigns_windows_vectorized(monkeypatch) -> None:
+    start = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    rows = [{"k": "a", "at": start + dt.timedelta(seconds=s)} for s in (1, 2, 61)]
+    schema = pa.schema([("k", pa.string()), ("at", pa.timestamp("us", "UTC"))])
+    op = KeyedWindowedOperator(
+        Count(), TimeWindows(dt.timedelta(minutes=1)), key="k", timestamp="at"
+    )
+    h = harness(op)
+    # vectorized: never a call per row into the per-tuple path
+    monkeypatch.setattr(op, "_process", lambda *a: pytest.fail("per-row fallback used"))
+    h.run_window([("input", pa.RecordBatch.from_pylist(rows, schema=schema))])
+    base = int(start.timestamp() * 1000)
+    watermark(h, base + 120_000)
+    h.run_window()
+    assert [(p[1] - base, p[3]) for p in panes(h)] == [(0, 2), (60_000, 1)]
+
+
+def test_batch_late_rows_and_non_keyed_batches() -> None:
+    op = WindowedOperator(Sum(), TimeWindows(10), timestamp="ts", value="amount")
+    h = harness(op)
+    watermark(h, 10)
+    h.run_window()
+    h.run_window([("input", pa.RecordBatch.from_pylist(EVENTS))])
+    assert sorted(r["ts"] for r in h.sink("late").tuples) == [2, 3, 5, 7]
+    watermark(h, 100)
+    h.run_window()
+    assert [(p[1], p[3]) for p in panes(h)] == [(10, 12), (20, 24)]
+
+
+def run_partitioned(make, events, partitions: int, assign) -> list:
+    """Events spread over ``partitions`` harnesses in partial mode, their partials merged by
+    the operator's unifier; both watermark every partition."""
+    parts = [harness(make(), partition=p, partitions=partitions) for p in range(partitions)]
+    unifier = OperatorHarness(make().get_unifier("output"))
+    for p, h in enumerate(parts):
+        h.run_window([("input", e) for i, e in enumerate(events) if assign(i, e) == p])
+    senders = [ControlSender("s", "up", p, partitions) for p in range(partitions)]
+    for h in parts:
+        for s in senders:
+            watermark(h, 1000, s)
+        h.run_window(window=1)
+    for w in (0, 1):
+        items = [t for h in parts for t in h.sink("output").per_window.get(w, [])]
+        assert all(isinstance(t, Partial) for t in items)
+        unifier.begin_window(w)
+        for t in items:
+            unifier.put("input", t)
+        if w == 1:
+            for p, h in enumerate(parts):
+                (ctl,) = h.sink("output").controls
+                unifier.put_control("input", ctl.payload, ctl.delivery, sender=senders[p])
+        unifier.end_window()
+    assert len(unifier.sink("output").controls) == partitions  # passed on, one per partition
+    return sorted(panes(unifier), key=repr)
+
+
+@pytest.mark.parametrize("partitions", [2, 3])
+def test_partitions_with_the_unifier_equal_one_operator(partitions: int) -> None:
+    def make():
+        return WindowedOperator(Average(), TimeWindows(10), timestamp="ts", value="amount")
+
+    single = run_rows(make(), EVENTS, False)
+    assert run_partitioned(make, EVENTS, partitions, lambda i, e: i % partitions) == single
+
+
+def test_partitioned_sessions_merge_in_the_unifier() -> None:
+    def make():
+        return WindowedOperator(ToList(sort=True), SessionWindows(4), timestamp="ts", value="ts")
+
+    single = run_rows(make(), EVENTS, False)
+    assert run_partitioned(make, EVENTS, 2, lambda i, e: i % 2) == single
+    assert [p[3] for p in sorted(single, key=lambda p: p[1])] == [
+        [2, 3, 5, 7],
+        [12, 14],
+        [19, 21],
+        [25, 28],
+    ]
+
+
+def test_keyed_operator_combined_by_its_unifier() -> None:
+    def make():
+        return KeyedWindowedOperator(
+            Count(), TimeWindows(10), key="user", timestamp="ts", combine_partitions=True
+        )
+
+    assert make().get_unifier("output") is not None
+    assert KeyedWindowedOperator(Count()).get_unifier("output") is None  # key-partitioned
+    assert run_partitioned(make, EVENTS, 2, lambda i, e: i % 2) == run_rows(make(), EVENTS, False)
+
+
+# -- merge operator ------------------------------------------------------------------------------
+def test_merge_operator_watermark_is_the_earlier_of_its_inputs() -> None:
+    op = KeyedWindowedMergeOperator(
+        LeftOuterJoin(), TimeWindows(10), key="id", timestamp="t", value="v"
+    )
+    h = harness(op)
+    h.run_window(
+        [("input", {"id": 1, "t": 1, "v": "o1"}), ("input", {"id": 2, "t": 2, "v": "o2"}),
+         ("input2", {"id": 1, "t": 3, "v": "p1"})]
+    )  # fmt: skip
+    watermark(h, 50, port="input")
+    h.run_window()
+    assert panes(h) == [] and h.sink("output").controls == []  # input2 has no watermark yet
+    watermark(h, 10, port="input2")
+    h.run_window()
+    assert sorted((p[0], p[3]) for p in panes(h)) == [(1, [("o1", "p1")]), (2, [("o2", None)])]
+    assert h.sink("output").controls[-1].payload == Watermark(10)
+
+
+def test_non_keyed_merge_operator_cogroups_and_uses_its_own_extractors() -> None:
+    op = WindowedMergeOperator(
+        Cogroup(), TimeWindows(10), timestamp="t", timestamp2=lambda r: r[0], value2=lambda r: r[1]
+    )
+    h = harness(op)
+    h.run_window([("input", {"t": 4}), ("input2", (5, "x"))])
+    watermark(h, 10, port="input")
+    watermark(h, 10, port="input2")
+    h.run_window()
+    assert [p[3] for p in panes(h)] == [([{"t": 4}], ["x"])]
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+def test_a_restored_operator_replays_a_window_with_the_same_panes() -> None:
+    def make():
+        return KeyedWindowedOperator(
+            Count(), SessionWindows(5), key="user", timestamp="ts",
+            trigger=AfterWatermark(early=AfterCount(2)), accumulation_mode="ACCUMULATING_AND_RETRACTING",
+            allowed_lateness=100,
+        )  # fmt: skip
+
+    h = harness(make())
+    h.run_window([("input", e) for e in EVENTS[:5]])
+    saved = h.checkpoint()
+    window1 = [("input", e) for e in EVENTS[5:]]
+    h.run_window(window1)
+    watermark(h, 40)
+    h.run_window()
+    first = panes(h, 1) + panes(h, 2)
+    replay = OperatorHarness.restored(make(), saved, h.context)
+    replay.run_window(list(reversed(window1)), window=1)  # another arrival order
+    watermark(replay, 40)
+    replay.run_window(window=2)
+    assert panes(replay) == first
+    assert any(p[6] for p in first)  # retractions happened (sessions merged)
+
+
+# -- the watermark generator -------------------------------------------------------------------------
+def test_watermark_generator_per_split_minimum_and_silence() -> None:
+    gen = WatermarkGenerator(
+        timestamp="ts", split_by="partition", max_out_of_orderness=dt.timedelta(milliseconds=5)
+    )
+    h = OperatorHarness(gen)
+    h.run_window([("input", {"partition": 0, "ts": 100}), ("input", {"partition": 1, "ts": 40})])
+    h.run_window()  # nothing arrived: no watermark
+    h.run_window(
+        [
+            (
+                "input",
+                pa.RecordBatch.from_pylist(
+                    [{"partition": 1, "ts": 90}, {"partition": 0, "ts": 95}]
+                ),
+            )
+        ]
+    )
+    marks = [c.payload.timestamp for c in h.sink("output").controls]
+    assert marks == [35, 85]
+    assert all(c.delivery is DeliveryType.END_WINDOW for c in h.sink("output").controls)
+    assert len(h.sink("output").tuples) == 4  # tuples pass through
