@@ -118,6 +118,8 @@ class TimeBasedDedup(_Dedup):
 
     #: the largest event time seen, at the end of the last window
     max_time = State(default=None)
+    #: the newest event time of the open application window (max_time at its end)
+    window_max = State(default=None)
 
     def __init__(self, key: FieldSpec = None, time: FieldSpec = None, **props: Any) -> None:
         self.configure(key=key, time=time, **props)
@@ -126,17 +128,19 @@ class TimeBasedDedup(_Dedup):
         state = context.managed_state(budget_bytes=self.budget_bytes)
         self._seen = state.time_buckets("seen", bucket_span=self.bucket_span, value_codec=INT_VALUE)
         self._key, self._time = getter(self.key), getter(self.time)
+        # the horizon of the open application window (also after a restore inside it)
+        self._horizon = None if self.max_time is None else self.max_time - self.expire_after
 
     def begin_window(self, window_id: int) -> None:
         self._horizon = None if self.max_time is None else self.max_time - self.expire_after
-        self._window_max = self.max_time
 
     def _classify(self, k: Any, ts: int) -> int:
         """0 unique, 1 duplicate, 2 expired."""
         if (self._horizon is not None and ts < self._horizon) or self._seen.is_expired(ts):
             return 2
-        if self._window_max is None or ts > self._window_max:
-            self._window_max = ts
+        newest = self.window_max
+        if newest is None or ts > newest:
+            self.window_max = ts
         if self._seen.contains(k, ts):
             return 1
         self._seen.put(k, ts, 1)
@@ -186,9 +190,11 @@ class TimeBasedDedup(_Dedup):
         self._emit_split(batch, labels, [self.unique, self.duplicate, self.expired])
 
     def end_window(self) -> None:
-        if self._window_max is not None and self._window_max != self.max_time:
-            self.max_time = self._window_max
+        newest = self.window_max
+        if newest is not None and (self.max_time is None or newest > self.max_time):
+            self.max_time = newest
             self._seen.expire_before(self.max_time - self.expire_after)
+        self.window_max = None
 
 
 class BoundedDedup(_Dedup):

@@ -134,8 +134,13 @@ class UniqueValueCount(AlgoOperator):
         >>> from malhar.algo import UniqueValueCount
         >>> from malhar.testing.harness import OperatorHarness
         >>> h = OperatorHarness(UniqueValueCount(key="user", value="page"))
-        >>> h.run_window([("data", {"user": "u", "page": 1}), ("data", {"user": "u", "page": 2}),
-        ...               ("data", {"user": "u", "page": 1})])
+        >>> h.run_window(
+        ...     [
+        ...         ("data", {"user": "u", "page": 1}),
+        ...         ("data", {"user": "u", "page": 2}),
+        ...         ("data", {"user": "u", "page": 1}),
+        ...     ]
+        ... )
         >>> h.sink("count").tuples
         [{'user': 'u', 'count': 2}]
     """
@@ -346,8 +351,9 @@ class InvertIndex(AlgoOperator):
         >>> from malhar.algo import InvertIndex
         >>> from malhar.testing.harness import OperatorHarness
         >>> h = OperatorHarness(InvertIndex(key="doc", value="words"))
-        >>> h.run_window([("data", {"doc": "d1", "words": ["x", "y"]}),
-        ...               ("data", {"doc": "d2", "words": ["x"]})])
+        >>> h.run_window(
+        ...     [("data", {"doc": "d1", "words": ["x", "y"]}), ("data", {"doc": "d2", "words": ["x"]})]
+        ... )
         >>> h.sink("index").tuples
         [{'value': 'x', 'keys': ['d1', 'd2']}, {'value': 'y', 'keys': ['d1']}]
     """

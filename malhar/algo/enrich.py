@@ -122,8 +122,11 @@ class Enricher(TypedOutputs, AlgoOperator):
         >>> from malhar.testing.harness import OperatorHarness
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "products.csv"
         >>> _ = path.write_text("id,name\\n1,tea\\n2,jam\\n")
-        >>> h = OperatorHarness(Enricher(FileLookup(str(path)), lookup_fields=["product"],
-        ...                              store_fields=["id"], miss_policy="null"))
+        >>> h = OperatorHarness(
+        ...     Enricher(
+        ...         FileLookup(str(path)), lookup_fields=["product"], store_fields=["id"], miss_policy="null"
+        ...     )
+        ... )
         >>> h.run_window([("input", {"product": 2, "qty": 3}), ("input", {"product": 9, "qty": 1})])
         >>> h.sink("output").tuples
         [{'product': 2, 'qty': 3, 'name': 'jam'}, {'product': 9, 'qty': 1, 'name': None}]
@@ -174,6 +177,11 @@ class Enricher(TypedOutputs, AlgoOperator):
             self._engine.dispose()
 
     def begin_window(self, window_id: int) -> None:
+        self._refresh_file()
+
+    def _refresh_file(self) -> None:
+        """(Re)load the lookup file when due: at each application window's start, and on
+        the first tuple of a partition restored inside an application window."""
         if isinstance(self.source, FileLookup):
             now = self.clock()
             due = self._loaded_at is None or (
@@ -272,6 +280,8 @@ class Enricher(TypedOutputs, AlgoOperator):
         return None
 
     def process(self, t: Any) -> None:
+        if self._loaded_at is None:
+            self._refresh_file()
         try:
             k = self._key(t)
         except KeyError as exc:
@@ -285,6 +295,8 @@ class Enricher(TypedOutputs, AlgoOperator):
             self.output.emit(out)
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
+        if self._loaded_at is None:
+            self._refresh_file()
         if batch.num_rows == 0:
             return
         if any(f not in batch.schema.names for f in self.lookup_fields):

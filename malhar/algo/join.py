@@ -104,8 +104,9 @@ class StreamJoin(_Join):
         >>> from malhar.algo import StreamJoin
         >>> from malhar.testing.harness import OperatorHarness
         >>> ctx = OperatorContext(name="join", checkpoint=tempfile.mkdtemp())
-        >>> h = OperatorHarness(StreamJoin(left_key="order", right_key="id", join_type="left",
-        ...                                expiry_windows=2), ctx)
+        >>> h = OperatorHarness(
+        ...     StreamJoin(left_key="order", right_key="id", join_type="left", expiry_windows=2), ctx
+        ... )
         >>> h.run_window([("left", {"order": 1, "qty": 2}), ("left", {"order": 2, "qty": 1})])
         >>> h.run_window([("right", {"id": 1, "paid": True})])
         >>> h.run_window([])
@@ -148,10 +149,10 @@ class StreamJoin(_Join):
         self._keys = (self.left_key, self._rkey)
         outer = {"inner": (), "left": (0,), "right": (1,), "outer": (0, 1)}[self.join_type]
         self._outer = outer
+        self._out: list[dict] = []  # rows of the call in progress (emitted before it returns)
 
     def begin_window(self, window_id: int) -> None:
         self.epoch += 1
-        self._out: list[dict] = []
 
     def _close(self, a: Any, b: Any, side: int) -> bool:
         if self.within is None:
@@ -193,19 +194,30 @@ class StreamJoin(_Join):
         entries.append([t, matched, ts])
         mine.put(k, self.epoch, entries)
 
+    def _flush(self) -> None:
+        # emitted at once: nothing of an application window waits in runtime attributes,
+        # which a partition restored between its streaming windows would not have
+        if self._out:
+            self._emit_rows(self._out)
+            self._out = []
+
     def process_left(self, t: Any) -> None:
         self._add(t, 0)
+        self._flush()
 
     def process_right(self, t: Any) -> None:
         self._add(t, 1)
+        self._flush()
 
     def process_batch_left(self, batch: pa.RecordBatch) -> None:
         for row in batch.to_pylist():
             self._add(row, 0)
+        self._flush()
 
     def process_batch_right(self, batch: pa.RecordBatch) -> None:
         for row in batch.to_pylist():
             self._add(row, 1)
+        self._flush()
 
     def end_window(self) -> None:
         last = self.epoch - self.expiry_windows + 1  # this bucket leaves after this window
@@ -220,8 +232,7 @@ class StreamJoin(_Join):
                             )
             for s in self._sides:
                 s.expire_before(last + 1)
-        self._emit_rows(self._out)
-        self._out = []
+        self._flush()
 
 
 class LookupJoin(_Join):
@@ -252,6 +263,9 @@ class LookupJoin(_Join):
 
     join_type = Property(str, default="inner", one_of=("inner", "left"), doc="inner or left")
 
+    #: key -> table row received in the open application window (in force at its end)
+    updates = State(dict)
+
     def __init__(
         self, left_key: str | None = None, right_key: str | None = None, **props: Any
     ) -> None:
@@ -266,16 +280,12 @@ class LookupJoin(_Join):
         state = context.managed_state(budget_bytes=self.budget_bytes)
         self._table = state.map("table")
 
-    def begin_window(self, window_id: int) -> None:
-        self._updates: dict[Any, dict] = {}
-        self._out: list[dict] = []
-
     def process_table(self, t: Any) -> None:
         try:
             k = self._get(t, self._rkey)
             if not _storable(k):
                 raise TypeError(f"the key {k!r} cannot be stored: use a number, string or tuple")
-            self._updates[k] = t
+            self.updates[k] = t
         except KeyError as exc:
             self._error(t, missing(exc.args[0]))
         except TypeError as exc:
@@ -293,22 +303,39 @@ class LookupJoin(_Join):
         if not _storable(k):
             self._error(t, f"the key {k!r} cannot be looked up: use a number, string or tuple")
             return
+        row = self._joined(t, k)
+        if row is not None:
+            self._emit_rows([row])
+
+    def _joined(self, t: Any, k: Any) -> dict | None:
         row = self._table.get(k)
         if row is not None:
-            self._out.append(merge_rows(t, row, self.left_key, self._rkey))
-        elif self.join_type == "left":
-            self._out.append(merge_rows(t, None, self.left_key, self._rkey))
+            return merge_rows(t, row, self.left_key, self._rkey)
+        if self.join_type == "left":
+            return merge_rows(t, None, self.left_key, self._rkey)
+        return None
 
     def process_batch_stream(self, batch: pa.RecordBatch) -> None:
-        for row in batch.to_pylist():
-            self.process_stream(row)
+        out = []
+        for t in batch.to_pylist():
+            try:
+                k = self._get(t, self.left_key)
+            except (KeyError, TypeError):
+                self.process_stream(t)  # to the error port with the reason
+                continue
+            if not _storable(k):
+                self.process_stream(t)
+                continue
+            row = self._joined(t, k)
+            if row is not None:
+                out.append(row)
+        self._emit_rows(out)
 
     def process_batch_table(self, batch: pa.RecordBatch) -> None:
         for row in batch.to_pylist():
             self.process_table(row)
 
     def end_window(self) -> None:
-        self._emit_rows(self._out)
-        self._out = []
-        for k, row in self._updates.items():
+        for k, row in self.updates.items():
             self._table[k] = row
+        self.updates = {}

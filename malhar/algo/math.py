@@ -754,18 +754,23 @@ class Change(_Keyed):
 
     #: key -> base value in force
     bases = State(dict)
+    #: key -> base value received in the open application window (in force at its end)
+    pending = State(dict)
 
     def __init__(self, key: FieldSpec = None, value: FieldSpec = None, **props: Any) -> None:
         self.configure(key=key, value=value, **props)
 
+    def setup(self, context: Any) -> None:
+        super().setup(context)
+        self._no_base = 0  # data tuples without a base (metrics)
+
     def begin_window(self, window_id: int) -> None:
-        self._pending: dict[Any, Any] = {}
         self._no_base = 0
 
     def process_base(self, t: Any) -> None:
         kv = self._read(t)
         if kv is not None:
-            self._pending[kv[0]] = kv[1]
+            self.pending[kv[0]] = kv[1]
 
     def process_data(self, t: Any) -> None:
         kv = self._read(t)
@@ -807,8 +812,9 @@ class Change(_Keyed):
             )
 
     def end_window(self) -> None:
-        if self._pending:
-            self.bases = {**self.bases, **self._pending}
+        if self.pending:
+            self.bases = {**self.bases, **self.pending}
+            self.pending = {}
 
     def metrics(self) -> dict[str, float]:
         return {**super().metrics(), "no_base": float(self._no_base)}

@@ -192,8 +192,14 @@ class CsvParser(_Parser):
     delimiter = Property(str, default=",", doc="the field separator (one character)")
     quote = Property(str, default='"', doc="the quote character")
 
-    def __init__(self, schema: str | None = None, delimiter: str = ",", quote: str = '"') -> None:
-        self.configure(schema=schema, delimiter=delimiter, quote=quote)
+    def __init__(
+        self,
+        schema: str | None = None,
+        delimiter: str = ",",
+        quote: str = '"',
+        field: str | None = None,
+    ) -> None:
+        self.configure(schema=schema, delimiter=delimiter, quote=quote, field=field)
 
     def setup(self, context: Any) -> None:
         super().setup(context)
@@ -326,8 +332,10 @@ class FixedWidthParser(_Parser):
 
     widths = Property(list, default=None, doc="characters of each field, in schema order")
 
-    def __init__(self, schema: str | None = None, widths: list[int] | None = None) -> None:
-        self.configure(schema=schema, widths=widths)
+    def __init__(
+        self, schema: str | None = None, widths: list[int] | None = None, field: str | None = None
+    ) -> None:
+        self.configure(schema=schema, widths=widths, field=field)
 
     def setup(self, context: Any) -> None:
         super().setup(context)
@@ -359,8 +367,9 @@ class RegexParser(_Parser):
     Example:
         >>> from malhar.algo import RegexParser
         >>> from malhar.testing.harness import OperatorHarness
-        >>> h = OperatorHarness(RegexParser(schema="ip string, status int",
-        ...                                 pattern=r"^(?P<ip>\\S+) .* (?P<status>\\d{3})$"))
+        >>> h = OperatorHarness(
+        ...     RegexParser(schema="ip string, status int", pattern=r"^(?P<ip>\\S+) .* (?P<status>\\d{3})$")
+        ... )
         >>> h.run_window([("input", "10.0.0.1 GET / 200"), ("input", "garbage")])
         >>> h.sink("out").tuples, h.sink("error").tuples[0]["reason"]
         ([{'ip': '10.0.0.1', 'status': 200}], 'the pattern does not match')
@@ -368,8 +377,10 @@ class RegexParser(_Parser):
 
     pattern = Property(str, default=None, doc="a regular expression with a named group per field")
 
-    def __init__(self, schema: str | None = None, pattern: str | None = None) -> None:
-        self.configure(schema=schema, pattern=pattern)
+    def __init__(
+        self, schema: str | None = None, pattern: str | None = None, field: str | None = None
+    ) -> None:
+        self.configure(schema=schema, pattern=pattern, field=field)
 
     def setup(self, context: Any) -> None:
         super().setup(context)

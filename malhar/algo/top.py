@@ -130,8 +130,9 @@ class TopN(AlgoOperator):
         >>> from malhar.algo import TopN
         >>> from malhar.testing.harness import OperatorHarness
         >>> h = OperatorHarness(TopN(n=2, order_by="n"))
-        >>> h.run_window([("data", {"w": "a", "n": 3}), ("data", {"w": "b", "n": 9}),
-        ...               ("data", {"w": "c", "n": 5})])
+        >>> h.run_window(
+        ...     [("data", {"w": "a", "n": 3}), ("data", {"w": "b", "n": 9}), ("data", {"w": "c", "n": 5})]
+        ... )
         >>> h.sink("top").tuples
         [{'w': 'b', 'n': 9, 'rank': 1}, {'w': 'c', 'n': 5, 'rank': 2}]
     """

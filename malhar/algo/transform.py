@@ -65,8 +65,13 @@ class FilterOperator(TypedOutputs, AlgoOperator):
         >>> from malhar.algo import FilterOperator
         >>> from malhar.testing.harness import OperatorHarness
         >>> h = OperatorHarness(FilterOperator("amount >= 100 and country in ['FR', 'DE']"))
-        >>> h.run_window([("input", {"amount": 120, "country": "FR"}),
-        ...               ("input", {"amount": 20, "country": "DE"}), ("input", {"amount": 5})])
+        >>> h.run_window(
+        ...     [
+        ...         ("input", {"amount": 120, "country": "FR"}),
+        ...         ("input", {"amount": 20, "country": "DE"}),
+        ...         ("input", {"amount": 5}),
+        ...     ]
+        ... )
         >>> h.sink("truePort").tuples, h.sink("falsePort").tuples
         ([{'amount': 120, 'country': 'FR'}], [{'amount': 20, 'country': 'DE'}])
         >>> h.sink("error").tuples

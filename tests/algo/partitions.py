@@ -164,3 +164,42 @@ def as_sequence(tuples: list[Any]) -> list[Any]:
 def normalized(outputs: Outputs, ordered: bool = False) -> dict[str, dict[int, list[Any]]]:
     form = as_sequence if ordered else as_multiset
     return {port: {w: form(ts) for w, ts in per.items() if ts} for port, per in outputs.items()}
+
+
+def run_application_window(
+    make: Callable[[], Operator], windows: Windows, restore_after: int | None, ckpt: Path | None
+) -> Outputs:
+    """One partition; every window of ``windows`` is a streaming window of ONE application
+    window (``APPLICATION_WINDOW_COUNT=len(windows)``): ``begin_window`` once, state
+    checkpointed after each streaming window. With ``restore_after``, the partition is
+    lost after that streaming window and a fresh operator restored from its checkpoint
+    runs the rest without a new ``begin_window``, as the engine does."""
+    op = make()
+    context = _context(op, 0, 1, ckpt)
+    h = OperatorHarness(op, context)
+    h.begin_window(0)
+    done: list[OperatorHarness] = []
+    for w, inputs in enumerate(windows):
+        for sink in h.sinks.values():
+            sink.window = 0
+        for port, value in inputs:
+            h.put(port, value)
+        if w == len(windows) - 1:
+            break
+        h.managed.checkpoint(w)  # the engine checkpoints after every streaming window
+        h.window = w
+        if w == restore_after:
+            saved = h.checkpoint()
+            done.append(h)
+            h = OperatorHarness.restored(make(), saved, context).setup()
+            h.window = w + 1
+            h.dispatcher.begin_window(w + 1)
+    h.window = len(windows) - 1
+    h.end_window()
+    done.append(h)
+    out: Outputs = {}
+    for port in h.sinks:
+        out[port] = {0: [t for x in done for t in x.sink(port).per_window.get(0, [])]}
+    for x in done:
+        x.teardown()
+    return out
