@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from malhar.algo._base import (
     FIELD_TYPES,
@@ -38,6 +39,11 @@ from malhar.state import State
 __all__ = ["LookupJoin", "StreamJoin"]
 
 JOIN_TYPES = ("inner", "left", "right", "outer")
+_POS, _KEY = "__malhar_pos", "__malhar_key"
+
+
+def _ragged() -> Any:
+    raise TypeError("the table rows have different fields")
 
 
 def _storable(k: Any) -> bool:
@@ -316,6 +322,16 @@ class LookupJoin(_Join):
         return None
 
     def process_batch_stream(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if self.output.port.schema is not None and self.left_key in batch.schema.names:
+            try:
+                joined = self._join_batch(batch)
+            except (pa.ArrowException, TypeError, ValueError):
+                joined = None  # keys or rows Arrow cannot join: row by row below
+            if joined is not None:
+                emit_table(self.output, joined)
+                return
         out = []
         for t in batch.to_pylist():
             try:
@@ -330,6 +346,52 @@ class LookupJoin(_Join):
             if row is not None:
                 out.append(row)
         self._emit_rows(out)
+
+    def _join_batch(self, batch: pa.RecordBatch) -> pa.Table:
+        """``batch`` joined with the table rows of its distinct keys (one state read per
+        key, an Arrow hash join, arrival order kept): the rows :meth:`process_stream` gives,
+        as columns. Raises TypeError where the rows do not fit one Arrow table."""
+        col = batch.column(self.left_key)
+        if col.null_count and self._table.get(None) is not None:
+            raise TypeError("a table row has the key None")
+        found = []
+        for k in pc.unique(col).drop_null().to_pylist():
+            if not _storable(k):
+                raise TypeError(f"the key {k!r} cannot be looked up")
+            row = self._table.get(k)
+            if row is not None:
+                found.append((k, row))
+        left = pa.Table.from_batches([batch])
+        left = left.append_column(_POS, pa.array(range(batch.num_rows), pa.int64()))
+        if not found:
+            if self.join_type == "inner":
+                return left.slice(0, 0).drop_columns([_POS])
+            return left.drop_columns([_POS])
+        fields = list(found[0][1])
+        names = list(batch.schema.names)
+        columns: dict[str, list] = {_KEY: [k for k, _ in found]}
+        for f in fields:
+            if f == self._rkey and self._rkey == self.left_key:
+                continue  # the left row has the key
+            name = f"right_{f}" if f in names else f
+            if name in names or name in columns:
+                raise TypeError(f"the joined field {name!r} clashes")
+            names.append(name)
+            columns[name] = [r[f] if list(r) == fields else _ragged() for _, r in found]
+        right = pa.table(
+            {
+                n: pa.array(v, type=col.type) if n == _KEY else pa.array(v)
+                for n, v in columns.items()
+            }
+        )
+        how = "inner" if self.join_type == "inner" else "left outer"
+        joined = left.join(
+            right, keys=self.left_key, right_keys=_KEY, join_type=how, use_threads=False
+        )
+        joined = joined.sort_by(_POS).drop_columns(
+            [c for c in (_POS, _KEY) if c in joined.column_names]
+        )
+        return joined.select([n for n in names if n in joined.column_names])
 
     def process_batch_table(self, batch: pa.RecordBatch) -> None:
         for row in batch.to_pylist():
