@@ -60,7 +60,10 @@ window, and in `metrics()`), and declares how it partitions:
 The catalogue-wide property test (`tests/algo/test_catalogue_properties.py`) checks, for
 random inputs mixing tuples, batches and bad tuples, that 1, 3 and 8 partitions (with the
 unifiers) give the one-partition result, and that a window replayed from its checkpoint
-emits the same tuples. Operators with a `schema` property (Spark DDL) type their output
+emits the same tuples, and that a partition rebuilt from its checkpoint between two
+streaming windows of one application window (`APPLICATION_WINDOW_COUNT` > 1: no new
+`begin_window`) gives the uninterrupted result (`MALHAR_ALGO_PROFILE=algo-thorough` runs
+more examples than the CI default). Operators with a `schema` property (Spark DDL) type their output
 ports with it, so that batches travel as Arrow between Spark tasks. Expressions of
 `FilterOperator` / `TransformOperator` follow the grammar of `malhar.algo.expr` (parsed with
 `ast` against a whitelist, compiled to `pyarrow.compute`; never `eval`).
@@ -81,6 +84,22 @@ top.run_window([("data", row) for row in keep.sink("truePort").tuples])
 print(top.sink("top").tuples, parse.sink("error").tuples)
 assert top.sink("top").tuples == [{"id": 2, "item": "jam", "n": 9, "rank": 1}]
 ```
+
+## End-to-end samples
+
+Each runs with one command against Kafka and PostgreSQL started by `malhar.testing` (or
+`MALHAR_KAFKA_BOOTSTRAP` / `MALHAR_POSTGRES_DSN`), prints its result and checks it against
+the ground truth read back from the topics; each has a SIGKILL test of its driver process.
+
+| sample | one command | families | crash test |
+|---|---|---|---|
+| orders: Kafka -> JSON -> dedup -> enrich from PostgreSQL -> quantity per product -> top products per application window -> PostgreSQL | `python -m samples.orders_top_products` | parse (`JsonParser`), dedup (`TimeBasedDedup`), enrich (`Enricher` + `JdbcLookup`), math (`Sum`), top (`TopN`), project (`ProjectionOperator`) | `tests/algo/test_sample_orders.py`: two SIGKILLs on `local[2]`, the table exact |
+| clicks: two Kafka topics -> CSV -> dedup -> bot filter -> impression/click join within 60 s of event time -> latency -> PostgreSQL (attributed clicks; clicks per ad) | `python -m samples.clicks_attribution` | parse (`CsvParser`), dedup (`BoundedDedup`, `TimeBasedDedup`), filter/transform/project (`FilterOperator`, `TransformOperator`, `ProjectionOperator`), join (`StreamJoin` on managed state), stream plumbing (`StreamDuplicater`, `DevNull`), math (`CountKeyVal`, cumulative) | `tests/algo/test_sample_clicks.py`: two SIGKILLs on `local-cluster[2,1,1024]` (two executor processes), both tables exact (the attributed clicks are plain inserts under a primary key: a click written twice would fail its window) |
+
+`tests/algo/test_crash.py` SIGKILLs a driver running `BoundedDedup` and `LookupJoin` (managed
+state, keyed over two partitions) twice and compares every window with the harness, and
+`tests/algo/test_spark_catalogue.py` runs an operator of every family (the formatters and
+`MergeSort` included) partitioned on Spark against the one-partition harness.
 
 ## Measured: batch path, per-tuple path, Spark
 

@@ -245,9 +245,9 @@ class LookupJoin(_Join):
     """Joins each ``stream`` tuple with the latest ``table`` row of its key (a stream-table
     join; the table lives in managed state and may be larger than memory).
 
-    Table updates of a window take effect at its end, so a stream tuple sees the table as
-    of the previous window whatever the arrival order (deterministic on replay); within a
-    window the last update of a key wins. ``join_type`` ``inner`` drops stream tuples
+    Table updates of an (application) window take effect at its end, so a stream tuple
+    sees the table as of the previous window whatever the arrival order (deterministic on
+    replay); within a window the last update of a key wins. ``join_type`` ``inner`` drops stream tuples
     without a row, ``left`` emits them alone.
 
     Example:

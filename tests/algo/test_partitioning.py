@@ -45,3 +45,18 @@ def test_partition_by_key_sets_the_declared_codecs_only_where_keyed() -> None:
     assert (
         repr(dag.operators["dedup"].port_attributes["input"]["STREAM_CODEC"]) == "FieldCodec('id')"
     )
+
+
+def test_every_catalogue_operator_declares_how_it_partitions() -> None:
+    from malhar.ports import ports_of
+    from tests.algo.cases import CASES
+    from tests.algo.partitions import partitioning_of
+
+    for case in CASES:
+        op = case.make()
+        declared = type(op).PARTITIONING
+        how = partitioning_of(op)
+        assert how.kind in ("stateless", "unifier", "keyed", "single"), case.name
+        assert declared.split(" ")[0] in (how.kind, "keyed"), (case.name, declared, how.kind)
+        if how.kind == "keyed":  # every input port has the codec that keys it
+            assert set(how.codecs) == set(ports_of(type(op))[0]), case.name
