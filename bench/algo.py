@@ -272,7 +272,14 @@ def main() -> int:
         wanted = set(args.only.split(","))
         families = [f for f in families if f.name in wanted]
 
-    spark = build_session("local[2]", app_name="malhar-bench-algo", shuffle_partitions=2)
+    # the cached frames of 1M rows (and their creation tasks) need more than the default
+    # 1 GiB of driver heap
+    spark = build_session(
+        "local[2]",
+        app_name="malhar-bench-algo",
+        shuffle_partitions=2,
+        conf={"spark.driver.memory": "3g"},
+    )
     frames = {
         "rows": spark.createDataFrame(table.to_pandas()).cache(),
         "lines": spark.createDataFrame(lines.to_pandas()).cache(),

@@ -104,28 +104,34 @@ state, keyed over two partitions) twice and compares every window with the harne
 ## Measured: batch path, per-tuple path, Spark
 
 `python bench/algo.py` (1M rows per family, batches of 100k rows; the per-tuple path on 50k
-rows; Spark `local[2]` on a cached DataFrame, best of 3, written to the `noop` sink), on the
-shared 2-core machine of this project with a 1-minute load average of 6.9 at the start and
-18.2 at the end (other agents' builds): figures move by 2x between runs, ratios less.
+rows; Spark `local[2]` with 3 GiB of driver heap, on a cached DataFrame, best of 3, written
+to the `noop` sink), on the shared 2-core machine of this project, 2026-11-24, with a 1-minute
+load average of 8.4 at the start and 12.0 at the end (three other agents' builds and tests;
+it reached 30 minutes before): figures move by 2-3x between runs, ratios less. TopN and
+TimeBasedDedup were measured again after the last change to the dedup (load 9.8 at the end).
 
 | family | operator | batch rows/s | tuple rows/s | Spark rows/s | batch/tuple (>= 10x) | batch/Spark (>= 0.67x) |
 |---|---|---|---|---|---|---|
-| math | Sum per key | 10,647,187 | 274,339 | 371,199 | 38.8x met | 28.7x met |
-| top | TopN(10) per key | 902,194 | 181,469 | 130,943 | 5.0x **not met** | 6.9x met |
-| distinct | Distinct(k) | 17,839,268 | 294,593 | 181,704 | 60.6x met | 98.2x met |
-| filter | FilterOperator(expr) | 2,482,143 | 240,918 | 242,826 | 10.3x met | 10.2x met |
-| transform | TransformOperator | 19,658,386 | 81,422 | 154,228 | 241x met | 127x met |
-| parse | CsvParser | 503,223 | 1,684 | 102,013 | 299x met | 4.9x met |
-| stream | Counter | 2.0e9 | 239,557 | 146,846 | met | met |
-| dedup | TimeBasedDedup(id) | 27,170 | 30,040 | 25,852 | 0.9x **not met** | 1.05x met |
-| enrich | Enricher(file) | 1,064,464 | 46,943 | 82,189 | 22.7x met | 13.0x met |
+| math | Sum per key | 3,353,925 | 211,202 | 207,444 | 15.9x met | 16.2x met |
+| top | TopN(10) per key | 1,142,963 | 98,698 | 315,693 | 11.6x met | 3.6x met |
+| distinct | Distinct(k) | 5,894,035 | 202,049 | 181,825 | 29.2x met | 32.4x met |
+| filter | FilterOperator(expr) | 2,079,899 | 145,099 | 228,998 | 14.3x met | 9.1x met |
+| transform | TransformOperator | 9,149,678 | 72,766 | 253,251 | 126x met | 36.1x met |
+| parse | CsvParser | 1,921,376 | 2,508 | 242,098 | 766x met | 7.9x met |
+| format | CsvFormatter | 1,186,668 | 2,923 | 138,484 | 406x met | 8.6x met |
+| stream | Counter | 1.7e10 | 1,255,544 | 602,949 | met | met |
+| dedup | TimeBasedDedup(id) | 114,059 | 135,437 | 511,950 | 0.8x **not met** | 0.22x **not met** |
+| join | LookupJoin(k) inner | 1,304,836 | 29,386 | 464,353 | 44.4x met | 2.8x met |
+| enrich | Enricher(file) | 3,959,422 | 291,171 | 576,991 | 13.6x met | 6.9x met |
 
-Where the batch path misses 10x: TopN keeps, per key, every row that can still rank (its
-value ties or beats the key's n-th value) and ranks those in Python, so its cost follows the
-number of groups x n, not the rows; TimeBasedDedup makes one managed-state read (and one
-write for a new key) per row, which costs the same on both paths (the state, not the
-dispatch, is the bottleneck). Spark's side includes its job scheduling (~0.2-0.5 s per job
-here), which dominates at 1M rows on 2 busy cores: compare the batch/tuple ratios first.
+TopN's batch path drops, vectorized, every row below its key's current n-th value before
+ranking the few others in Python (from 5.0x to 11.6x the per-tuple path). TimeBasedDedup
+misses both targets: it makes one managed-state read (and one write for a new key) per row,
+which costs the same on both paths (the state, not the dispatch, is the bottleneck), while
+Spark's `dropDuplicates` on a batch DataFrame keeps no state between batches; a bulk
+(multi-key) read/write in managed state is what would close the gap. Spark's side includes
+its job scheduling (~0.2-0.5 s per job here), which weighs on 1M rows on 2 busy cores:
+compare the batch/tuple ratios first.
 
 Each example below is its operator's docstring example (run as a doctest by
 `tests/test_docs.py`).

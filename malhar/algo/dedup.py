@@ -138,9 +138,6 @@ class TimeBasedDedup(_Dedup):
         """0 unique, 1 duplicate, 2 expired."""
         if (self._horizon is not None and ts < self._horizon) or self._seen.is_expired(ts):
             return 2
-        newest = self.window_max
-        if newest is None or ts > newest:
-            self.window_max = ts
         if self._seen.contains(k, ts):
             return 1
         self._seen.put(k, ts, 1)
@@ -166,7 +163,14 @@ class TimeBasedDedup(_Dedup):
                 raise
             self._error(t, f"the key {kt[0]!r} cannot be stored: use a number, string or tuple")
             return
+        if label != 2:
+            self._newest(kt[1])
         (self.unique, self.duplicate, self.expired)[label].emit(t)
+
+    def _newest(self, ts: int) -> None:
+        newest = self.window_max
+        if newest is None or ts > newest:
+            self.window_max = ts
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -186,7 +190,11 @@ class TimeBasedDedup(_Dedup):
             return
         if pa.types.is_timestamp(times.type):
             times = pc.cast(pc.cast(times, pa.timestamp("ms", tz=times.type.tz)), pa.int64())
-        labels = [self._classify(k, ts) for k, ts in zip(keys, times.to_pylist(), strict=True)]
+        stamps = times.to_pylist()
+        labels = [self._classify(k, ts) for k, ts in zip(keys, stamps, strict=True)]
+        live = [ts for ts, label in zip(stamps, labels, strict=True) if label != 2]
+        if live:
+            self._newest(max(live))
         self._emit_split(batch, labels, [self.unique, self.duplicate, self.expired])
 
     def end_window(self) -> None:
