@@ -12,10 +12,11 @@ the same Kafka broker and PostgreSQL server (``malhar.testing.services``), one S
 classpath for both engines):
 
 - **malhar**: the flagship as committed (``samples.wordcount_exactly_once.app.populate``):
-  ``KafkaTextInputOperator`` -> ``WordSplitter`` -> ``UniqueCounter``, 4 partitions of each fused
-  into one pass per reader -> unifier -> ``JdbcOutputOperator`` merge-add into
-  ``words(word, count)`` with its meta row (``--plan shuffle``: 2 readers, every word shuffled
-  by ``KeyCodec("word")`` to the 4 counters).
+  ``KafkaTextInputOperator`` -> ``WordSplitter`` -> ``UniqueCounter`` -> ``JdbcOutputOperator``
+  merge-add into ``words(word, count)``, 4 partitions of each fused into one pass per reader,
+  each writer with its meta row (``--plan combine``: partial counts shuffled to a unifier and
+  one writer; ``--plan shuffle``: 2 readers, every word shuffled by ``KeyCodec("word")`` to
+  the 4 counters).
 - **PySpark baseline**: ``spark.readStream.format("kafka")`` (Spark's own source) ->
   ``foreachBatch``: ``explode(split(value, " "))`` + ``groupBy(word).count()`` collected on the
   driver, written with psycopg2 in one transaction that locks the meta row ``(app) -> batch_id``
@@ -43,9 +44,16 @@ Sections (method and figures: docs/performance-wordcount.md):
    the first ``--warmup`` s are left out. p50 / p99 / max over all other records.
 3. **connectors**: raw ceilings (``bench/connectors.py``): confluent-kafka consume-only rate vs
    ``KafkaTextInputOperator``; PostgreSQL ``COPY`` vs ``JdbcOutputOperator``.
+4. **breakdown** (latency variants): the latency run of each variant (``--variants``): malhar
+   with ``--plan combine``, ``poll_timeout_ms=10``, async progress tracking; PySpark with
+   async progress (refused with ``foreachBatch``), in real-time and continuous mode (a fenced
+   ``foreach`` writer; these modes run one long-lived task per Kafka partition, so they need
+   ``--master local[4]``). Sections 2 and 4 print the per-stage breakdown of the windows and
+   batches (docs/performance-wordcount.md §7).
 
-Targets: malhar >= 1.0x the baseline's throughput; Kafka input >= 60% of raw consume; JDBC output
->= 60% of raw COPY. The 1-minute load average is printed with every section.
+Targets: malhar >= 1.0x the baseline's throughput; malhar's p50 and p99 below the baseline's and
+its window rate >= the baseline's batch rate (section 2); Kafka input >= 60% of raw consume; JDBC
+output >= 60% of raw COPY. The 1-minute load average is printed with every section.
 """
 
 from __future__ import annotations
@@ -100,6 +108,11 @@ def checkpoint_dir(prefix: str) -> str:
 # -- small helpers -----------------------------------------------------------------------------------
 def loadavg() -> float:
     return os.getloadavg()[0]
+
+
+def ident(name: str) -> str:
+    """``name`` as a topic / table name part (variant labels hold ``+``)."""
+    return "".join(c if c.isalnum() else "_" for c in name)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -159,14 +172,195 @@ def wait_for_total(
         time.sleep(0.05)
 
 
+# -- latency cuts prototyped in the bench (section 4) ---------------------------------------------
+#: Spark's async progress tracking: the offset and commit logs are written in the background
+#: (every interval) instead of twice per micro-batch on the query thread
+ASYNC_PROGRESS = {
+    "asyncProgressTrackingEnabled": "true",
+    "asyncProgressTrackingCheckpointIntervalMs": "1000",
+}
+
+
+@contextlib.contextmanager
+def async_progress(enabled: bool) -> Any:
+    """While ``enabled``: every streaming query started here gets ``ASYNC_PROGRESS`` (malhar's
+    ``launch`` builds its ``writeStream`` itself, so the bench patches ``start``)."""
+    if not enabled:
+        yield
+        return
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    original = DataStreamWriter.start
+
+    def start(self: Any, *a: Any, **k: Any) -> Any:
+        return original(self.options(**ASYNC_PROGRESS), *a, **k)
+
+    DataStreamWriter.start = start  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DataStreamWriter.start = original  # type: ignore[method-assign]
+
+
+# -- per-stage breakdown of a window / batch (section 4) -------------------------------------------
+def _ts(p: Any) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def _observed(p: Any) -> tuple[dict[str, list[dict]], Any]:
+    """The STATS reports of a malhar progress, by operator (``malhar/stats.py``)."""
+    metrics = (p.observedMetrics or {}).get("malhar")
+    if metrics is None:
+        return {}, None
+    values = metrics.asDict() if hasattr(metrics, "asDict") else dict(metrics)
+    out: dict[str, list[dict]] = {}
+    for report in values.get("stats") or ():
+        if report:
+            for op, raw in json.loads(report).items():
+                out.setdefault(op, []).append(raw)
+    return out, values.get("window")
+
+
+def _spark_steps(p: Any) -> tuple[dict[str, float], float, float]:
+    """Spark's own steps of a micro-batch (``durationMs``), and addBatch's [start, end]."""
+    d = p["durationMs"]
+    start = _ts(p)
+    trig, add, co = d["triggerExecution"], d.get("addBatch", 0), d.get("commitOffsets", 0)
+    pre = {
+        k: float(d.get(k, 0)) for k in ("latestOffset", "walCommit", "getBatch", "queryPlanning")
+    }
+    steps = {f"spark: {k}": v for k, v in pre.items()}
+    steps["spark: other before addBatch"] = trig - add - co - sum(pre.values())
+    add_end = start + (trig - co) / 1000
+    return steps, add_end - add / 1000, add_end
+
+
+def _summary(rows: list[dict[str, float]], starts: list[float], t0: float, t1: float) -> dict:
+    keys = list(rows[0]) if rows else []
+    return {
+        "n": len(rows),
+        "rate": len(rows) / (t1 - t0) if t1 > t0 else float("nan"),
+        "median": {k: med([r[k] for r in rows if r[k] == r[k]]) for k in keys},
+        "p90": {k: pct([r[k] for r in rows if r[k] == r[k]], 0.9) for k in keys},
+    }
+
+
+def malhar_breakdown(progress: list[Any], t0: float, t1: float) -> dict:
+    """Where a malhar window's time goes: Spark's steps (``durationMs``), then, inside
+    addBatch, the STATS begin/end times of every operator partition (worker wall clock)."""
+    progress = sorted(progress, key=_ts)
+    rows, starts = [], []
+    for i, p in enumerate(progress):
+        start = _ts(p)
+        if not t0 <= start <= t1:
+            continue
+        stats, _ = _observed(p)
+        if "lines" not in stats or "words" not in stats:
+            continue
+        steps, add_start, add_end = _spark_steps(p)
+        d = p["durationMs"]
+        lines = stats["lines"]
+        l0_begin = min(x["s"] for x in lines)
+        l0_end = max(x["e"] for op in ("lines", "split", "count") for x in stats.get(op, ()))
+        w_begin = min(x["s"] for x in stats["words"])
+        w_end = max(x["e"] for x in stats["words"])
+        if w_begin < l0_end:  # fused: the JDBC output runs in the readers' pass, no stage 1
+            l0_end = w_begin = w_end
+        nxt = _ts(progress[i + 1]) if i + 1 < len(progress) else float("nan")
+        rows.append(
+            {
+                **steps,
+                "stage 0 start: task launch, Python worker, claims, begin_window": (
+                    l0_begin - add_start
+                )
+                * 1000,
+                "stage 0: Kafka read (first poll wait incl.) + split + count (fused: + JDBC)": (
+                    l0_end - l0_begin
+                )
+                * 1000,
+                "stage 0 end -> stage 1 begin: shuffle, task launch": (w_begin - l0_end) * 1000,
+                "stage 1: unifier + PostgreSQL transaction": (w_end - w_begin) * 1000,
+                "stage 1 end -> addBatch end: task end, observe, noop": (add_end - w_end) * 1000,
+                "spark: commitOffsets": float(d.get("commitOffsets", 0)),
+                "= triggerExecution": float(d["triggerExecution"]),
+                "idle until the next trigger": (nxt - start) * 1000 - d["triggerExecution"],
+            }
+        )
+        starts.append(start)
+    return _summary(rows, starts, t0, t1)
+
+
+def spark_breakdown(
+    progress: list[Any], steps: dict[int, tuple[float, float, float]], t0: float, t1: float
+) -> dict:
+    """Where a PySpark batch's time goes: Spark's steps, then inside addBatch (foreachBatch)
+    the Spark job that collects the counts and the PostgreSQL transaction."""
+    progress = sorted(progress, key=_ts)
+    rows, starts = [], []
+    for i, p in enumerate(progress):
+        start = _ts(p)
+        bid = p["batchId"]
+        if not t0 <= start <= t1 or bid not in steps:
+            continue
+        own, add_start, add_end = _spark_steps(p)
+        d = p["durationMs"]
+        entered, collected, done = steps[bid]
+        nxt = _ts(progress[i + 1]) if i + 1 < len(progress) else float("nan")
+        rows.append(
+            {
+                **own,
+                "addBatch -> foreachBatch entered": (entered - add_start) * 1000,
+                "Spark job: Kafka fetch, split, partial count, shuffle, collect": (
+                    collected - entered
+                )
+                * 1000,
+                "PostgreSQL transaction": (done - collected) * 1000,
+                "foreachBatch end -> addBatch end": (add_end - done) * 1000,
+                "spark: commitOffsets": float(d.get("commitOffsets", 0)),
+                "= triggerExecution": float(d["triggerExecution"]),
+                "idle until the next trigger": (nxt - start) * 1000 - d["triggerExecution"],
+            }
+        )
+        starts.append(start)
+    return _summary(rows, starts, t0, t1)
+
+
+def print_breakdown(name: str, b: dict) -> None:
+    print(
+        f"    {name}: {b['n']} windows/batches with data in the measured span, "
+        f"{b['rate']:.2f}/s; median (p90) ms per stage:"
+    )
+    for k, v in b["median"].items():
+        print(f"      {k:<66} {v:7.0f}  ({b['p90'][k]:.0f})")
+
+
 # -- the two engines ---------------------------------------------------------------------------------
 class Malhar:
     """The flagship, launched with ``malhar.launch`` on the shared session."""
 
     name = "malhar"
 
-    def __init__(self, args: argparse.Namespace, kafka: Any, pg: Any, spark: Any) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        kafka: Any,
+        pg: Any,
+        spark: Any,
+        *,
+        label: str = "malhar",
+        poll_timeout_ms: int | None = None,
+        async_progress: bool = False,
+        plan: str | None = None,
+    ) -> None:
         self.args, self.kafka, self.pg, self.spark = args, kafka, pg, spark
+        #: latency variants (section 4): the Kafka input's ``poll_timeout_ms``, Spark's async
+        #: progress tracking on the query's ``noop`` sink, and the flagship's ``plan`` ("direct":
+        #: the JDBC output in every reader's pass, one Spark stage per window; "combine": partial
+        #: counts shuffled to one writer, two stages)
+        self.name, self.poll_timeout_ms = label, poll_timeout_ms
+        self.async_progress, self.plan = async_progress, plan
 
     def start(
         self, topic: str, table: str, *, logged: bool = False, logs: Path | None = None
@@ -181,7 +375,7 @@ class Malhar:
             url=self.pg.sqlalchemy_url,
             table=table,
             counters=a.counters,
-            plan=a.plan,
+            plan=self.plan or a.plan,
             input_partitions=a.input_partitions,
             max_records_per_window=max(1, a.batch // a.readers),
             initial_offset="EARLIEST",
@@ -195,13 +389,24 @@ class Malhar:
             output = K.TimedJdbcOutput()
             output.bench_log = str(logs / "commits.log")
         populate(dag, settings, output=output)
+        reader = dag.operators["lines"].operator
         if logged:
-            reader = dag.operators["lines"].operator
             reader.__class__ = K.LoggedKafkaTextInput  # same ports and properties, plus a log
             reader.bench_log = str(logs / "ranges.log")
+        if self.poll_timeout_ms is not None:
+            reader.poll_timeout_ms = self.poll_timeout_ms
         ckpt = checkpoint_dir("malhar-")
-        self.app = launch(dag, spark=self.spark, checkpoint=ckpt, window_ms=a.trigger_ms)
+        with async_progress(self.async_progress):
+            self.app = launch(dag, spark=self.spark, checkpoint=ckpt, window_ms=a.trigger_ms)
         return self.app
+
+    @property
+    def query(self) -> Any:
+        return self.app.query
+
+    def breakdown(self, t0: float, t1: float) -> dict[str, Any]:
+        """Per-stage medians of the windows that began in ``[t0, t1]`` (section 4)."""
+        return malhar_breakdown(self.app.query.recentProgress, t0, t1)
 
     def failed(self) -> str | None:
         exc = self.app.query.exception()
@@ -236,8 +441,18 @@ class SparkBaseline:
 
     name = "pyspark"
 
-    def __init__(self, args: argparse.Namespace, kafka: Any, pg: Any, spark: Any) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        kafka: Any,
+        pg: Any,
+        spark: Any,
+        *,
+        label: str = "pyspark",
+        async_progress: bool = False,
+    ) -> None:
         self.args, self.kafka, self.pg, self.spark = args, kafka, pg, spark
+        self.name, self.async_progress = label, async_progress
 
     def start(self, topic: str, table: str, **_: Any) -> Any:
         import psycopg2
@@ -254,12 +469,15 @@ class SparkBaseline:
             cur.execute("INSERT INTO spark_meta VALUES (%s, -1)", (app,))
         conn.commit()
         self.commits: dict[int, float] = {}
+        #: batch id -> (foreachBatch entered, counts collected, COMMIT returned)
+        self.steps: dict[int, tuple[float, float, float]] = {}
         merge = (
             f"INSERT INTO {table} AS t (word, count) VALUES %s "
             "ON CONFLICT (word) DO UPDATE SET count = t.count + EXCLUDED.count"
         )
 
         def write_batch(batch_df: Any, batch_id: int) -> None:
+            entered = time.time()
             counts = (
                 batch_df.select(
                     F.explode(F.split(F.col("value").cast("string"), " ")).alias("word")
@@ -269,6 +487,7 @@ class SparkBaseline:
                 .count()
                 .collect()
             )
+            collected = time.time()
             with conn.cursor() as cur:
                 cur.execute("SELECT batch_id FROM spark_meta WHERE app = %s FOR UPDATE", (app,))
                 if cur.fetchone()[0] >= batch_id:  # a replayed batch: already in the table
@@ -278,10 +497,11 @@ class SparkBaseline:
                     execute_values(cur, merge, [(r[0], r[1]) for r in counts], page_size=1000)
                 cur.execute("UPDATE spark_meta SET batch_id = %s WHERE app = %s", (batch_id, app))
             conn.commit()
-            self.commits[batch_id] = time.time()
+            self.commits[batch_id] = done = time.time()
+            self.steps[batch_id] = (entered, collected, done)
 
         self.ckpt = checkpoint_dir("spark-")
-        self.query = (
+        writer = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
             .option("subscribe", topic)
@@ -294,9 +514,15 @@ class SparkBaseline:
             .writeStream.foreachBatch(write_batch)
             .option("checkpointLocation", self.ckpt)
             .trigger(processingTime=f"{a.trigger_ms} milliseconds")
-            .start()
         )
+        if self.async_progress:
+            writer = writer.options(**ASYNC_PROGRESS)
+        self.query = writer.start()
         return self.query
+
+    def breakdown(self, t0: float, t1: float) -> dict[str, Any]:
+        """Per-stage medians of the batches that began in ``[t0, t1]`` (section 4)."""
+        return spark_breakdown(self.query.recentProgress, self.steps, t0, t1)
 
     def failed(self) -> str | None:
         exc = self.query.exception()
@@ -332,13 +558,88 @@ class SparkBaseline:
         return out
 
 
+class SparkRealTime:
+    """PySpark in real-time mode (``trigger(realTime=...)``, Spark 4.1+) or continuous mode
+    (``trigger(continuous=...)``): Spark's Kafka source -> ``foreach`` writer
+    (``peers_jobs.FencedForeachWriter``: per task, counts merge-added every ~20 ms in one
+    transaction with a per-Kafka-partition offset fence, so exact under replays). Neither mode
+    takes ``foreachBatch`` or a ``groupBy`` aggregation, so the count is the writer's."""
+
+    def __init__(
+        self, args: argparse.Namespace, kafka: Any, pg: Any, spark: Any, *, mode: str
+    ) -> None:
+        self.args, self.kafka, self.pg, self.spark, self.mode = args, kafka, pg, spark, mode
+        self.name = f"pyspark-{mode}"
+
+    def start(
+        self, topic: str, table: str, *, logged: bool = False, logs: Path | None = None
+    ) -> Any:
+        import psycopg2
+        from peers_jobs import FencedForeachWriter
+
+        self.logs = logs or Path(tempfile.mkdtemp(prefix="rt-", dir=WORK))
+        with contextlib.closing(psycopg2.connect(self.pg.dsn)) as conn, conn.cursor() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS rt_meta (app text, partition int, next_offset bigint "
+                "NOT NULL, PRIMARY KEY (app, partition))"
+            )
+            conn.commit()
+        app = f"bench-rt-{uuid.uuid4().hex[:8]}"
+        writer = FencedForeachWriter(self.pg.dsn, table, app, str(self.logs / "commits.log"))
+        trigger = (
+            {"realTime": "5 seconds"} if self.mode == "realtime" else {"continuous": "1 second"}
+        )
+        self.query = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .options(**SPARK_FETCH)
+            .load()
+            .selectExpr("partition", "offset", "CAST(value AS STRING) AS line")
+            .writeStream.foreach(writer)
+            .outputMode("update")  # real-time mode refuses append
+            .option("checkpointLocation", checkpoint_dir("rt-"))
+            .trigger(**trigger)
+            .start()
+        )
+        return self.query
+
+    def failed(self) -> str | None:
+        exc = self.query.exception()
+        return None if exc is None else f"{self.name} query failed: {exc}"
+
+    def batches(self) -> list[dict]:
+        return [p for p in self.query.recentProgress if p.numInputRows]
+
+    def stop(self) -> None:
+        self.query.stop()
+
+    def _commits(self) -> list[dict]:
+        path = self.logs / "commits.log"
+        if not path.exists():
+            return []
+        return [json.loads(x) for x in path.read_text().split("\n") if x]
+
+    def commit_times(self, logs: Path) -> dict[int, float]:
+        commits = self._commits()
+        self.n_commits = len(commits)
+        return {i: c["t"] for i, c in enumerate(commits)}
+
+    def windows_of_records(self, logs: Path) -> list[tuple[int, int, int, int]]:
+        return [(i, p, s, e) for i, c in enumerate(self._commits()) for p, s, e in c["runs"]]
+
+
 # -- section 1: throughput -----------------------------------------------------------------------------
 def throughput_run(engine: Any, topic: str, lines: int, truth: Counter, dsn: str) -> dict:
     total = sum(truth.values())
-    table = Table(dsn, f"wc_{engine.name}_{uuid.uuid4().hex[:6]}")
+    table = Table(dsn, f"wc_{ident(engine.name)}_{uuid.uuid4().hex[:6]}")
     load0 = loadavg()
     t0 = time.time()
     engine.start(topic, table.name)
+    # a peer (bench/peers.py) runs in processes of its own: its clock starts when its first
+    # instance is about to enter its run loop, not at the spawn (Python and library imports)
+    t0 = getattr(engine, "started_at", None) or t0
     try:
         first, done = wait_for_total(table, total, engine.failed)
         batches = engine.batches()
@@ -447,11 +748,11 @@ def kafka_timestamps(bootstrap: str, topic: str) -> dict[tuple[int, int], float]
 
 
 def latency_run(args: argparse.Namespace, engine: Any, kafka: Any, pg: Any) -> dict:
-    topic = f"wc-steady-{engine.name}-{uuid.uuid4().hex[:6]}"
+    topic = f"wc-steady-{ident(engine.name)}-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, partitions=4, config={"message.timestamp.type": "LogAppendTime"})
     logs = WORK / f"logs-{topic}"
     logs.mkdir()
-    table = Table(pg.dsn, f"wc_lat_{engine.name}_{uuid.uuid4().hex[:6]}")
+    table = Table(pg.dsn, f"wc_lat_{ident(engine.name)}_{uuid.uuid4().hex[:6]}")
     load0 = loadavg()
     engine.start(topic, table.name, logged=True, logs=logs)
     time.sleep(2.0)  # let the query start before the first line
@@ -477,9 +778,16 @@ def latency_run(args: argparse.Namespace, engine: Any, kafka: Any, pg: Any) -> d
     exact = table.counts() == truth
     table.close()
     stamps = kafka_timestamps(kafka.bootstrap_servers, topic)
+    breakdown = None
+    if hasattr(engine, "breakdown") and stamps:
+        first, last = min(stamps.values()), max(stamps.values())
+        breakdown = engine.breakdown(first + args.warmup, last)
     commits = engine.commit_times(logs)
     lat, unmatched, warm = [], 0, 0
     seen = 0
+    # the warm-up counts from the first record's append time, not from the producer's spawn
+    # (a spawned producer can take seconds to import and start on a loaded machine)
+    t_start = min(stamps.values(), default=t_start)
     for w, p, s, e in engine.windows_of_records(logs):
         c = commits.get(w)
         for o in range(s, e):
@@ -502,9 +810,10 @@ def latency_run(args: argparse.Namespace, engine: Any, kafka: Any, pg: Any) -> d
         "p99": pct(lat, 0.99),
         "max": max(lat) if lat else float("nan"),
         "mean": statistics.fmean(lat) if lat else float("nan"),
-        "batches": len(commits),
+        "batches": getattr(engine, "n_commits", None) or len(commits),
         "exact": exact,
         "load": (load0, load1),
+        "breakdown": breakdown,
     }
 
 
@@ -535,6 +844,61 @@ def latency(args: argparse.Namespace, engines: list[Any], kafka: Any, pg: Any) -
             f"{r['covered']}, exact={r['exact']})  load {r['load'][0]:.2f}->{r['load'][1]:.2f}",
             flush=True,
         )
+        if r.get("breakdown"):
+            print_breakdown(r["engine"], r["breakdown"])
+    return out
+
+
+def breakdown(args: argparse.Namespace, kafka: Any, pg: Any, spark: Any) -> list[dict]:
+    """Section 4: the latency run of each prototyped cut, one after the other."""
+    M, S = Malhar, SparkBaseline
+    variants: list[Any] = [
+        S(args, kafka, pg, spark),
+        M(args, kafka, pg, spark),
+        M(args, kafka, pg, spark, label="malhar-combine", plan="combine"),
+        M(args, kafka, pg, spark, label="malhar+poll10", poll_timeout_ms=10),
+        M(args, kafka, pg, spark, label="malhar+async", async_progress=True),
+        S(args, kafka, pg, spark, label="pyspark+async", async_progress=True),
+        SparkRealTime(args, kafka, pg, spark, mode="realtime"),
+        SparkRealTime(args, kafka, pg, spark, mode="continuous"),
+    ]
+    variants = [v for v in variants if v.name in args.variants] if args.variants else variants
+    print(
+        f"\n[4] latency cuts: {args.rate:,} lines/s for {args.duration:.0f}s each, trigger "
+        f"{args.trigger_ms} ms; malhar = plan {args.plan}; malhar-combine = the partial counts "
+        f"shuffled to one writer (2 stages); poll10 = the Kafka input's poll_timeout_ms 100 -> "
+        f"10; async = Spark's asyncProgressTrackingEnabled (offset/commit logs every 1 s)",
+        flush=True,
+    )
+    out = []
+    refused: set[str] = set()
+    for rnd in range(args.cut_rounds):
+        k = rnd % len(variants)
+        for engine in variants[k:] + variants[:k]:  # each round starts one later
+            if engine.name in refused:
+                continue
+            try:
+                (r,) = latency(args, [engine], kafka, pg)
+                r["round"] = rnd
+                out.append(r)
+            except Exception as exc:  # a variant Spark refuses is a result too
+                print(f"  {engine.name}: failed: {str(exc).splitlines()[0][:300]}", flush=True)
+                with contextlib.suppress(Exception):
+                    engine.stop()
+                refused.add(engine.name)
+                out.append({"engine": engine.name, "failed": str(exc).splitlines()[0][:200]})
+    print("  summary (one invocation, every round; windows/s and trigger: malhar / foreachBatch):")
+    for r in sorted(out, key=lambda r: [v.name for v in variants].index(r["engine"])):
+        if "failed" in r:
+            print(f"    {r['engine']:<26} refused: {r['failed'][:120]}")
+            continue
+        b = r.get("breakdown") or {}
+        trig = (b.get("median") or {}).get("= triggerExecution", float("nan"))
+        print(
+            f"    {r['engine']:<26} round {r['round']}  p50 {r['p50']:6.0f} ms  p99 {r['p99']:6.0f} ms"
+            f"  {b.get('rate', float('nan')):5.2f} windows/s  median trigger {trig:5.0f} ms  "
+            f"exact={r['exact']}  load {r['load'][0]:.1f}"
+        )
     return out
 
 
@@ -562,10 +926,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--plan",
-        choices=("combine", "shuffle"),
-        default="combine",
-        help="the flagship's plan: counters fused into the readers, partial counts shuffled to "
-        "the unifier (combine, the default), or every word shuffled by KeyCodec (shuffle)",
+        choices=("direct", "combine", "shuffle"),
+        default="direct",
+        help="the flagship's plan: counters and writers fused into the readers (direct, the "
+        "default), partial counts shuffled to one writer (combine), or every word shuffled "
+        "by KeyCodec (shuffle)",
     )
     parser.add_argument("--rate", type=int, default=2_000, help="latency: lines/s")
     parser.add_argument(
@@ -573,7 +938,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--warmup", type=float, default=5.0, help="latency: seconds left out")
     parser.add_argument(
-        "--only", default="throughput,latency,connectors", help="sections, comma separated"
+        "--cut-rounds", type=int, default=None, help="section 4 (breakdown) rounds (2; quick 1)"
+    )
+    parser.add_argument(
+        "--variants", default="", help="section 4: only these variants (comma separated)"
+    )
+    parser.add_argument(
+        "--only",
+        default="throughput,latency,breakdown,connectors",
+        help="sections, comma separated",
+    )
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master (local[2]); Spark's real-time and continuous modes run one "
+        "long-lived task per Kafka partition at once, so they need local[4] for 4 partitions",
     )
     parser.add_argument(
         "--hdfs",
@@ -591,6 +970,8 @@ def main(argv: list[str] | None = None) -> int:
     args.readers = args.input_partitions if args.plan == "shuffle" else args.counters
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.duration = args.duration or (15.0 if args.quick else 30.0)
+    args.cut_rounds = args.cut_rounds or (1 if args.quick else 2)
+    args.variants = [v for v in args.variants.split(",") if v]
     only = set(args.only.split(","))
     if args.hdfs and only != {"throughput"}:
         parser.error("--hdfs measures throughput only: add --only throughput")
@@ -609,7 +990,8 @@ def main(argv: list[str] | None = None) -> int:
         f"settings: batch {args.batch:,} lines (malhar {args.readers} readers x "
         f"{args.batch // args.readers:,}; Spark maxOffsetsPerTrigger {args.batch:,}), "
         f"trigger {args.trigger_ms} ms, malhar plan {args.plan}, counters {args.counters}, Kafka fetch "
-        f"{K.FETCH_CONFIG if args.fetch_tuned else 'client defaults'}, malhar slot claims "
+        f"{K.FETCH_CONFIG if args.fetch_tuned else 'client defaults'}, Spark {args.master}, "
+        f"malhar slot claims "
         f"{'on' if args.slot_claims else 'off'}"
     )
     t_all = time.monotonic()
@@ -623,7 +1005,7 @@ def main(argv: list[str] | None = None) -> int:
             HDFS_ROOT = f"{hdfs.url}/bench-wordcount-{uuid.uuid4().hex[:6]}"
             print(f"checkpoints on HDFS: {HDFS_ROOT}")
         spark = build_session(
-            "local[2]",
+            args.master,
             app_name="bench-wordcount",
             shuffle_partitions=2,
             jars=jars("spark-kafka"),
@@ -631,7 +1013,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         engines = [Malhar(args, kafka, pg, spark), SparkBaseline(args, kafka, pg, spark)]
         # warm-up: one small run of each (JVM JIT, Python workers, jar loading) not measured
-        if "throughput" in only or "latency" in only:
+        if only & {"throughput", "latency", "breakdown"}:
             warm = corpus(5_000, seed=3)
             topic = f"wc-warm-{uuid.uuid4().hex[:6]}"
             kafka.create_topic(topic, partitions=4)
@@ -658,6 +1040,16 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  malhar / pyspark: p50 {m['p50'] / s['p50']:.2f}x, p99 {m['p99'] / s['p99']:.2f}x"
             )
+            verdicts.append(
+                ("malhar p50 below PySpark's (PySpark / malhar)", s["p50"] / m["p50"], 1.0)
+            )
+            verdicts.append(
+                ("malhar p99 below PySpark's (PySpark / malhar)", s["p99"] / m["p99"], 1.0)
+            )
+            rates = [(r.get("breakdown") or {}).get("rate", float("nan")) for r in (m, s)]
+            verdicts.append(("malhar window rate >= PySpark batch rate", rates[0] / rates[1], 1.0))
+        if "breakdown" in only:
+            breakdown(args, kafka, pg, spark)
         spark.stop()
         if "connectors" in only:
             print("\n[3] raw ceilings and connectors (bench/connectors.py)", flush=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from malhar.console import step
 from malhar.redaction import redact_config
 from malhar.testing.services import SERVICES, acquire, service_class
 from malhar.testing.services.base import dumps_state, stop_recorded
@@ -52,7 +53,9 @@ def up(names: tuple[str, ...], timeout: float) -> None:
         if name in states:
             click.echo(f"{name}: already up ({redact_config(states[name]['connection'])})")
             continue
+        done = step(f"{name}: starting")
         service = acquire(name, timeout=timeout)
+        done()
         states[name] = service.state()
         _save(states)
         cls = service_class(name)

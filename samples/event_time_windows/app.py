@@ -2,7 +2,7 @@
 
 ::
 
-    clicks (KafkaJsonInputOperator) -> marks (WatermarkGenerator)        [4 partitions, fused]
+    clicks (KafkaJsonInputOperator, event-time watermarks per Kafka partition) [4 partitions]
         -> counts (KeyedWindowedOperator: Count per user, 10 s windows sliding by 5 s,
                    early panes every second, ACCUMULATING_AND_RETRACTING)
                                                     [2 partitions, by user]
@@ -11,8 +11,8 @@
 
 Events are JSON documents ``{"user": "u7", "page": "/a", "ts": <epoch ms>}``. Their event
 times arrive out of order (up to ``max_out_of_orderness`` behind the largest so far, per
-Kafka partition); the watermark generator turns that bound into watermarks, one per
-Kafka reader. Each user's window emits an EARLY pane a second after new clicks (the
+Kafka partition); the Kafka input turns that bound into watermarks (``event_time``,
+``max_out_of_orderness_ms``), one per Kafka reader. Each user's window emits an EARLY pane a second after new clicks (the
 streaming windows' implicit time, so a replay fires the same panes), the ON_TIME pane
 when the watermark passes the window's end, and a retraction before every pane but the
 first: in the table the upsert of the new pane *is* the retraction (the row is replaced).
@@ -31,7 +31,7 @@ from typing import Any
 from malhar import DAG, InputPort, Operator, OutputPort
 from malhar.io.jdbc import JdbcOutputOperator
 from malhar.io.kafka import KafkaJsonInputOperator
-from malhar.window import KeyedWindowedOperator, TimeWindows, TriggerOption, WatermarkGenerator
+from malhar.window import KeyedWindowedOperator, TimeWindows, TriggerOption
 from malhar.window.accumulation import Count
 
 APPLICATION_NAME = "event-time-windows"
@@ -124,15 +124,8 @@ def populate(dag: DAG, s: ClickSettings) -> DAG:
             topics=s.topic,
             initial_offset="APPLICATION_OR_EARLIEST",
             max_records_per_window=s.max_records_per_window,
-        ),
-        PARTITIONS=s.readers,
-    )
-    marks = dag.add_operator(
-        "marks",
-        WatermarkGenerator(
-            timestamp=event_time,
-            split_by="partition",
-            max_out_of_orderness=s.max_out_of_orderness_ms,
+            event_time="value.ts",
+            max_out_of_orderness_ms=s.max_out_of_orderness_ms,
         ),
         PARTITIONS=s.readers,
     )
@@ -168,8 +161,7 @@ def populate(dag: DAG, s: ClickSettings) -> DAG:
         JdbcOutputOperator(s.url, table=s.late_table, mode="insert", columns=LATE_COLUMNS),
         PARTITIONS=s.counters,
     )
-    dag.add_stream("records", clicks.output, marks.input)
-    dag.add_stream("timed", marks.output, counts.input)
+    dag.add_stream("records", clicks.output, counts.input)
     dag.add_stream("panes", counts.output, rows.input)
     dag.add_stream("rows", rows.output, table.input)
     dag.add_stream("late", counts.late, late_rows.input)

@@ -18,6 +18,7 @@ import time
 import uuid
 
 from malhar import DAG, build_session, launch
+from malhar.console import progress
 from malhar.engine.plan import build_plan, describe
 from malhar.testing.services import acquire
 from malhar.testing.services.process import wait_until
@@ -73,13 +74,20 @@ def main(argv: list[str] | None = None) -> int:
                 failed = app.failure()
                 return None if failed is None else str(failed)
 
-            wait_until(
-                lambda: sum(table_counts(settings.url, settings.table).values()) >= total,
-                timeout=600,
-                interval=0.5,
-                what=f"{total} words counted in {settings.table}",
-                alive=failed,
-            )
+            with progress(f"words counted in {settings.table}", total=total) as update:
+
+                def counted() -> bool:
+                    done = sum(table_counts(settings.url, settings.table).values())
+                    update(done)
+                    return done >= total
+
+                wait_until(
+                    counted,
+                    timeout=600,
+                    interval=0.5,
+                    what=f"{total} words counted in {settings.table}",
+                    alive=failed,
+                )
             # Two more windows: a double count arriving late would show in the check.
             app.await_window(app.last_window + 2)
             elapsed = time.monotonic() - run_started

@@ -45,7 +45,7 @@ class Flagship:
     checkpoint: str
     master: str = "local[2]"
     partitions: int = 4
-    plan: str = "combine"
+    plan: str = "direct"
     max_records_per_window: int = 2_000
     name: str = field(default_factory=lambda: f"flagship-{uuid.uuid4().hex[:8]}")
     proc: subprocess.Popen | None = None

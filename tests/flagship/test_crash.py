@@ -86,6 +86,12 @@ def test_sigkill_at_five_points_counts_every_word_once(flagship_factory) -> None
     crash_and_recover(f, kills, seed=6, lines=12_000)
 
 
+def test_sigkill_combine_plan_counts_every_word_once(flagship_factory) -> None:
+    # the earlier default: partial counts shuffled to a unifier and one writer (two stages)
+    f = flagship_factory(plan="combine")
+    crash_and_recover(f, ["before_commit", RANDOM], seed=10)
+
+
 def test_lost_spark_checkpoint_continues_window_ids_without_double_counting(
     flagship_factory, tmp_path: Path
 ) -> None:

@@ -67,6 +67,7 @@ class KafkaTestClient:
                 key=r.get("key"),
                 partition=r.get("partition", 0),
                 headers=r.get("headers"),
+                timestamp=r.get("timestamp_ms", 0),  # 0: now
                 on_delivery=report(i),
             )
             producer.poll(0)
@@ -130,6 +131,19 @@ def kafka_client(kafka_service: Any) -> Iterator[KafkaTestClient]:
     client = KafkaTestClient(kafka_service)
     yield client
     client.close()
+
+
+def kafka_op_args(client: Any, topics: Any, **extra: Any) -> dict[str, Any]:
+    """Kafka input settings of the tests: the session broker, from the earliest offset, a
+    group of its own, short idle windows; ``extra`` overrides."""
+    return {
+        "bootstrap_servers": client.bootstrap,
+        "topics": topics,
+        "initial_offset": "EARLIEST",
+        "group_id": kafka_unique("g"),
+        "poll_timeout_ms": 200,
+        **extra,
+    }
 
 
 def kafka_harness(op: InputOperator, checkpoint: str, **context: Any) -> OperatorHarness:

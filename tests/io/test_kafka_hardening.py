@@ -15,7 +15,13 @@ from malhar import DAG
 from malhar.errors import ConfigError, MalharError
 from malhar.io.kafka import KafkaInputOperator, KafkaJsonInputOperator, KafkaSource
 from malhar.testing.operators import Collector
-from tests.io.conftest import kafka_harness, kafka_key, kafka_run_window, kafka_unique
+from tests.io.conftest import (
+    kafka_harness,
+    kafka_key,
+    kafka_op_args,
+    kafka_run_window,
+    kafka_unique,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -23,17 +29,6 @@ SECRET = "pw-4f1d9c-never-in-clear"
 #: far deeper than Python's recursion limit: json.loads raises RecursionError on it
 DEEP_ARRAY = b"[" * 100_000 + b"]" * 100_000
 DEEP_OBJECT = b'{"a":' * 3_000 + b"1" + b"}" * 3_000
-
-
-def _args(client: Any, topic: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "bootstrap_servers": client.bootstrap,
-        "topics": topic,
-        "initial_offset": "EARLIEST",
-        "group_id": kafka_unique("g"),
-        "poll_timeout_ms": 200,
-        **extra,
-    }
 
 
 # -- point 4: a deeply nested JSON record is a bad record, not a stuck application ---------------
@@ -45,7 +40,7 @@ def test_deeply_nested_json_goes_to_the_error_port_and_replays_the_same(
     values = [b'{"a": 1}', DEEP_ARRAY, b"[1, 2]", DEEP_OBJECT, nested_ok, b'"[[[[ in a string"']
     kafka_client.produce(topic, [{"value": v} for v in values])
     checkpoint = str(tmp_path)
-    args = _args(kafka_client, topic)
+    args = kafka_op_args(kafka_client, topic)
     h = kafka_harness(KafkaJsonInputOperator(**args), checkpoint)
     first = kafka_run_window(h, 0)
     errors = list(h.sink("error").tuples)
@@ -110,11 +105,11 @@ def test_literal_secrets_are_refused_and_references_stay_references(
     # the engine's Spark source) and into Spark's task closures: refused, naming the key only
     for key in ("sasl.password", "ssl.key.password", "sasl.oauthbearer.client.secret"):
         with pytest.raises(ConfigError) as info:
-            KafkaInputOperator(**_args(kafka_client, topic, consumer_config={key: SECRET}))
+            KafkaInputOperator(**kafka_op_args(kafka_client, topic, consumer_config={key: SECRET}))
         message = str(info.value)
         assert key in message and "${env:" in message and "${file:" in message, message
         assert SECRET not in message
-    op = KafkaInputOperator(**_args(kafka_client, topic))
+    op = KafkaInputOperator(**kafka_op_args(kafka_client, topic))
     with pytest.raises(ConfigError):
         op.consumer_config = {"sasl.username": "app", "sasl.password": SECRET}
     with pytest.raises(ConfigError) as info:  # the text path of `malhar run --config ...`
@@ -130,7 +125,7 @@ def test_literal_secrets_are_refused_and_references_stay_references(
         "sasl.password": f"${{file:{secret_file}}}",
         "ssl.key.password": "${env:MALHAR_TEST_KAFKA_SECRET}",
     }
-    op = KafkaInputOperator(**_args(kafka_client, topic, consumer_config=config))
+    op = KafkaInputOperator(**kafka_op_args(kafka_client, topic, consumer_config=config))
     dag = DAG(kafka_unique("secrets"))
     src = dag.add_operator("in", op)
     dag.add_stream("s", src.output, dag.add_operator("out", Collector()).input)

@@ -25,22 +25,19 @@ from malhar.io.kafka.assignment import assign
 from malhar.io.kafka.client import KafkaClient
 from malhar.testing.operators import Collector, collected
 from malhar.testing.services.process import wait_until
-from tests.io.conftest import kafka_harness, kafka_key, kafka_run_window, kafka_unique
+from tests.io.conftest import (
+    kafka_harness,
+    kafka_key,
+    kafka_run_window,
+    kafka_unique,
+)
+from tests.io.conftest import (
+    kafka_op_args as op_args,
+)
 
 pytestmark = pytest.mark.integration
 
 SECRET = "s3cr3t-never-shown"
-
-
-def op_args(client: Any, topics: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        "bootstrap_servers": client.bootstrap,
-        "topics": topics,
-        "initial_offset": "EARLIEST",
-        "group_id": kafka_unique("g"),
-        "poll_timeout_ms": 200,
-        **extra,
-    }
 
 
 def rows_of(result: dict[int, list[Any]]) -> list[dict[str, Any]]:
@@ -66,10 +63,15 @@ def run_until(app: Any, predicate: Any, what: str, timeout: float = 180) -> None
 # -- pure functions ----------------------------------------------------------------------------
 def test_assignment_is_one_to_one_or_one_to_many() -> None:
     tps = [("b", 0), ("a", 2), ("a", 0), ("a", 1)]
-    assert [assign(tps, i, 4) for i in range(4)] == [[("a", 0)], [("a", 1)], [("a", 2)], [("b", 0)]]
+    assert [assign(tps, i, 3) for i in range(3)] == [[("a", 0)], [("a", 1), ("b", 0)], [("a", 2)]]
     assert [assign(tps, i, 2) for i in range(2)] == [[("a", 0), ("a", 2)], [("a", 1), ("b", 0)]]
     assert assign(tps, 4, 5) == []
-    assert sorted(tp for i in range(3) for tp in assign(tps, i, 3)) == sorted(tps)
+    assert sorted(tp for i in range(4) for tp in assign(tps, i, 4)) == sorted(tps)
+    # a topic that gains partitions: the new ones are dealt on, none of the old ones moves
+    grown = [*tps, ("a", 3), ("a", 4), ("b", 1)]
+    for n in (1, 2, 3, 4, 7):
+        for i in range(n):
+            assert set(assign(tps, i, n)) <= set(assign(grown, i, n))
 
 
 def test_batch_limit_is_spread_over_partitions() -> None:
@@ -791,3 +793,69 @@ def test_spark_data_source_reads_exactly_once(
         query.stop()
     assert sorted(batches[last], key=kafka_key) == before
     assert by_key(received()) == by_key(expected)
+
+
+# -- partitions added to a topic at runtime (issue 18 §4) -------------------------------------
+def test_partitions_added_at_runtime_are_read_from_their_start(
+    kafka_client: Any, tmp_path: Path
+) -> None:
+    topic = kafka_client.topic("grow", partitions=2)
+    readers = [
+        KafkaInputOperator(**op_args(kafka_client, topic, partition_discovery_ms=1))
+        for _ in range(2)
+    ]
+    hs = [
+        kafka_harness(op, str(tmp_path), partition=i, partitions=2) for i, op in enumerate(readers)
+    ]
+    sent = kafka_client.produce_numbers(topic, 2, 6)
+    got = [r for h in hs for r in kafka_run_window(h, 0)]
+    snapshot = pickle.dumps(readers[0])  # reader 0 before the topic grows
+
+    kafka_service = kafka_client.service
+    kafka_service.add_partitions(topic, 5)
+    kafka_client.close()  # a new producer: the old one's metadata has 2 partitions
+    grown = kafka_client.produce_numbers(topic, 5, 15, start=100)  # before anyone looks
+    for w in (1, 2):
+        got += [r for h in hs for r in kafka_run_window(h, w)]
+    for h in hs:
+        h.teardown()
+    assert by_key(got) == by_key(sent + grown)  # each record once, the new partitions included
+    assert {r["partition"] for r in got if r["offset"] == 0} == {0, 1, 2, 3, 4}
+
+    # reader 0 restored from before the growth (another process) takes its new partitions
+    # (2 and 4) from their earliest offset too
+    again = kafka_harness(pickle.loads(snapshot), str(tmp_path), partition=0, partitions=2)
+    replayed = kafka_run_window(again, 1) + kafka_run_window(again, 2)
+    again.teardown()
+    mine = [r for r in grown if r["partition"] in (0, 2, 4)]
+    assert by_key(replayed) == by_key(mine)
+
+
+@pytest.mark.slow
+def test_a_running_application_reads_partitions_added_to_its_topic_exactly_once(
+    spark: Any, kafka_client: Any, tmp_path: Path
+) -> None:
+    topic = kafka_client.topic("grow-app", partitions=1)
+    sent = kafka_client.produce_numbers(topic, 1, 10)
+    dag = DAG(kafka_unique("grow"))
+    src = dag.add_operator(
+        "src",
+        KafkaInputOperator(**op_args(kafka_client, topic, partition_discovery_ms=200)),
+        PARTITIONS=2,
+    )
+    dag.add_stream("s", src.output, dag.add_operator("out", Collector()).input)
+    checkpoint = str(tmp_path)
+    app = launch(dag, spark=spark, checkpoint=checkpoint, window_ms=100)
+    try:
+        run_until(app, lambda: len(rows_of(collected(checkpoint, "out"))) >= 10, "first records")
+        kafka_client.service.add_partitions(topic, 3)
+        kafka_client.close()  # a producer that knows the new partitions
+        sent += kafka_client.produce_numbers(topic, 3, 30, start=10)
+        run_until(
+            app,
+            lambda: len(rows_of(collected(checkpoint, "out"))) >= 40,
+            "records of new partitions",
+        )
+    finally:
+        app.stop()
+    assert by_key(rows_of(collected(checkpoint, "out"))) == by_key(sent)

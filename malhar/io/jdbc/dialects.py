@@ -142,11 +142,17 @@ class PostgresCopyMerge(_Postgres):
         keys = [q(k) for k in self.keys]
         values = [c for c in columns if c not in self.keys]
         cols = ", ".join(q(c) for c in columns)
+        # Rows go in in key order, so concurrent writers of overlapping keys (partitions of
+        # one output, or the flagship's direct plan) lock them in the same order: they wait
+        # for each other instead of deadlocking.
+        order = f"ORDER BY {', '.join(keys)}"
         if not folded:
-            select = f"SELECT {cols} FROM {self.stage}"
+            select = f"SELECT {cols} FROM {self.stage} {order}"
         elif self.options.mode == "merge_add":
             parts = [q(c) if c in self.keys else f"SUM({q(c)})" for c in columns]
-            select = f"SELECT {', '.join(parts)} FROM {self.stage} GROUP BY {', '.join(keys)}"
+            select = (
+                f"SELECT {', '.join(parts)} FROM {self.stage} GROUP BY {', '.join(keys)} {order}"
+            )
         else:  # upsert: the last row of each key wins
             select = (
                 f"SELECT DISTINCT ON ({', '.join(keys)}) {cols} FROM {self.stage} "

@@ -1,11 +1,14 @@
 """Which Kafka partitions an operator partition reads (Malhar's one-to-one and one-to-many).
 
-All ``(topic, partition)`` pairs of the configured topics are sorted and dealt round robin
-over the operator's partitions: operator partition ``i`` of ``n`` reads pairs
-``i, i + n, i + 2n, ...``. With as many operator partitions as Kafka partitions that is
-one-to-one; with fewer, one-to-many; with more, the extra operator partitions read nothing
-(they still complete their windows). The mapping depends only on the partition lists and
-``n``, so every process computes the same one.
+The configured topics are sorted; Kafka partition ``p`` of the ``k``-th topic goes to
+operator partition ``(k + p) % n``. With as many operator partitions as Kafka partitions of
+one topic that is one-to-one; with fewer, one-to-many; with more, the extra operator
+partitions read nothing (they still complete their windows).
+
+The owner of a partition depends only on its topic's rank, its number and ``n``, never on
+how many partitions the topics have: when a topic gains partitions at runtime, the new ones
+are dealt on and no existing partition changes its reader (whose checkpointed position it
+is). Every process computes the same mapping.
 """
 
 from __future__ import annotations
@@ -21,8 +24,7 @@ def assign(
     """The Kafka partitions of operator partition ``index`` out of ``count``."""
     if count < 1 or not 0 <= index < count:
         raise ValueError(f"operator partition {index} of {count} does not exist")
-    ordered = sorted(set(partitions))
-    return ordered[index::count]
+    return mapping(partitions, count)[index]
 
 
 def mapping(
@@ -30,4 +32,8 @@ def mapping(
 ) -> dict[int, list[TopicPartitionKey]]:
     """Operator partition -> its Kafka partitions, for all ``count`` operator partitions."""
     ordered = sorted(set(partitions))
-    return {i: ordered[i::count] for i in range(count)}
+    rank = {t: k for k, t in enumerate(sorted({t for t, _ in ordered}))}
+    out: dict[int, list[TopicPartitionKey]] = {i: [] for i in range(count)}
+    for topic, part in ordered:
+        out[(rank[topic] + part) % count].append((topic, part))
+    return out

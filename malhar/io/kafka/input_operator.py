@@ -16,6 +16,10 @@ Classes (one per value format, since a port's schema belongs to the class):
 Records that cannot be decoded go to the ``error`` port (counted per window). The settings
 are :class:`~malhar.io.kafka.settings.KafkaSettings` (shared with the Spark data source)
 plus the window limits below.
+
+With ``event_time`` set, the output port also carries event-time watermarks, per Kafka
+partition with bounded out-of-orderness (:mod:`malhar.io.kafka.event_time`), for the
+windowed operators downstream (docs/window.md).
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from malhar.control import DeliveryType
 from malhar.io.base.input import ReplayableInput, WindowRecord
 from malhar.io.kafka.assignment import assign
 from malhar.io.kafka.client import TP, KafkaClient, format_tps
 from malhar.io.kafka.deserializers import Deserializer, get_deserializer
 from malhar.io.kafka.errors import KafkaConfigError, ReplayError
+from malhar.io.kafka.event_time import PartitionWatermarks, batch_highs, row_highs
 from malhar.io.kafka.records import (
     ERROR_DDL,
     MessageColumns,
@@ -57,6 +63,26 @@ _NEXT_WAIT = 0.01
 Ranges = dict[str, list[list[Any]]]
 
 
+def _check_event_time(value: Any) -> str | None:
+    if value is None or isinstance(value, str) or callable(value):
+        return None
+    return "expected a column name ('timestamp': the Kafka record timestamp), a callable, or None"
+
+
+def _path(spec: str) -> Any:
+    """``"value.ts"`` reads ``row["value"]["ts"]`` (JSON records); ``"timestamp"`` a column."""
+    names = spec.split(".")
+    if len(names) == 1:
+        return lambda row: row[spec]
+
+    def get(row: Any) -> Any:
+        for name in names:
+            row = None if row is None else row.get(name)
+        return row
+
+    return get
+
+
 def _ranges(record: Ranges) -> dict[TP, tuple[int, int, int]]:
     return {(t, int(p)): (int(s), int(e), int(n)) for t, p, s, e, n in record["ranges"]}
 
@@ -76,7 +102,7 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         ... )
     """
 
-    output = OutputPort(record_ddl("binary"))
+    output = OutputPort(record_ddl("binary"), control_aware=True)
     error = OutputPort(ERROR_DDL, error=True)
 
     #: value format of this class: "bytes", "text" or "json" (see deserializers)
@@ -107,6 +133,31 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
     commit_offsets = Property(
         bool, default=True, doc="commit each committed window's offsets to the consumer group"
     )
+    partition_discovery_ms = Property(
+        int,
+        default=10_000,
+        min=1,
+        doc="how often a reader looks for partitions added to its topics (read from their "
+        "earliest offset); None: never, the partitions of the launch only",
+    )
+    event_time = Property(
+        object,
+        default=None,
+        check=_check_event_time,
+        doc="emit event-time watermarks: the event time of a tuple, a column ('timestamp': the "
+        "Kafka record timestamp; 'value.ts' a field of a JSON value) or a callable giving epoch "
+        "ms or a datetime; None: no watermarks",
+    )
+    max_out_of_orderness_ms = Property(
+        int, default=0, min=0, doc="watermark = largest event time per Kafka partition minus this"
+    )
+    watermark_idle_windows = Property(
+        int,
+        default=None,
+        min=1,
+        doc="a Kafka partition silent for this many streaming windows stops holding the "
+        "watermark back (None: it always does)",
+    )
 
     #: (topic, partition) -> next offset to read: the operator's position
     _next = State(dict)
@@ -116,6 +167,8 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
     _group_committed = State(dict)
     #: the partition count the checkpoint was written with
     _partitions = State(default=None)
+    #: per Kafka partition: the largest event time emitted (event_time watermarks)
+    _event_marks = State(PartitionWatermarks)
 
     def __init__(
         self,
@@ -131,6 +184,7 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
 
     # -- ReplayableInput ---------------------------------------------------------------------
     def open(self, context: OperatorContext) -> None:
+        restored = self._partitions is not None  # a checkpoint of an earlier run
         if self._partitions is not None and self._next and self._partitions != context.partitions:
             raise KafkaConfigError(
                 f"{self.label}: the checkpoint was written with {self._partitions} partitions, "
@@ -140,27 +194,18 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         self._partitions = context.partitions
         self._deser: Deserializer = get_deserializer(self.value_format)
         self._schema = record_schema(self._deser.ddl) if self._deser.ddl else None
+        self._event_time = self._event_time_extractor()
         group = self.group_id or f"malhar-{context.application}-{context.name}"
         self._client: KafkaClient = self.make_client(group, self.label)
+        self._index = context.partition
         self._tps: list[TP] = assign(
             self._client.partitions(self.topic_list()), context.partition, context.partitions
         )
         topics = {t for t, _ in self._tps}
         #: the only topic this partition reads (its records need no topic() call), else None
         self._topic: str | None = topics.pop() if len(topics) == 1 else None
-        missing = [tp for tp in self._tps if tp not in self._next]
-        if missing:
-            found = self.start_offsets(self._client, missing)
-            self._next.update(found)
-            for tp, offset in found.items():  # committed with the first released window
-                self._released_position.setdefault(tp, offset)
-            log.info(
-                "%s: %s starts at %s (%s)",
-                self.label,
-                format_tps(missing),
-                found,
-                self.initial_offset,
-            )
+        self._discovered_at = time.monotonic()
+        self._adopt([tp for tp in self._tps if tp not in self._next], restored)
         self._live = False
         self._pending: list[Any] = []
         log.info(
@@ -169,6 +214,78 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
             format_tps(self._tps),
             self._client.describe(),
         )
+
+    def _adopt(self, missing: list[TP], restored: bool) -> None:
+        """Start positions of Kafka partitions this reader has no position for.
+
+        At the first launch they start per ``initial_offset``. Later (a restored checkpoint,
+        or partitions found while running) they are partitions added to the topic after the
+        application started: read from their earliest offset, so that nothing written to
+        them before they were found is skipped.
+        """
+        if missing:
+            if restored:
+                found = self._client.start_offsets(missing, earliest=True, use_group=False)
+            else:
+                found = self.start_offsets(self._client, missing)
+            self._next.update(found)
+            for tp, offset in found.items():  # committed with the first released window
+                self._released_position.setdefault(tp, offset)
+            log.info(
+                "%s: %s starts at %s (%s)",
+                self.label,
+                format_tps(missing),
+                found,
+                "new partitions: earliest" if restored else self.initial_offset,
+            )
+
+    def _discover(self) -> None:
+        """Take on partitions added to the topics since the last look (new windows only: a
+        replayed window reads the ranges it recorded, whatever the partitions are now)."""
+        every = self.partition_discovery_ms
+        now = time.monotonic()
+        if every is None or (now - self._discovered_at) * 1000 < every:
+            return
+        self._discovered_at = now
+        mine = assign(
+            self._client.partitions(self.topic_list()), self._index, self._partitions or 1
+        )
+        new = [tp for tp in mine if tp not in self._tps]
+        if new:
+            self._adopt([tp for tp in new if tp not in self._next], restored=True)
+            self._tps = sorted([*self._tps, *new])
+            self._live = False  # assign the consumer again, with the new partitions
+            log.info("%s: partitions added to the topics: now reads %s", self.label,
+                     format_tps(self._tps))  # fmt: skip
+
+    def _event_time_extractor(self) -> Any:
+        spec = self.event_time
+        if spec is None or callable(spec):
+            return spec
+        if self._schema is not None and spec not in self._schema.names:
+            raise KafkaConfigError(
+                f"{self.label}: event_time={spec!r} is not a column of its records "
+                f"({', '.join(self._schema.names)}); use 'timestamp' for the Kafka record "
+                "timestamp, or KafkaJsonInputOperator with 'value.<field>' for a JSON field"
+            )
+        return _path(spec)
+
+    def end_window(self) -> None:
+        super().end_window()
+        if self._event_time is None:
+            return
+        mark = self._event_marks.watermark(
+            self._tps, self.max_out_of_orderness_ms, self.window_id, self.watermark_idle_windows
+        )
+        if mark is not None:
+            from malhar.window.watermark import Watermark
+
+            self.output.emit_control(Watermark(mark), DeliveryType.END_WINDOW)
+
+    def _observe_event_times(self, highs: Iterable[tuple[TP, int]]) -> None:
+        marks, window = self._event_marks, self.window_id
+        for tp, high in highs:
+            marks.observe(tp, high, window)
 
     def close(self) -> None:
         client = getattr(self, "_client", None)
@@ -181,6 +298,7 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         self._first_call = True
         self._began = 0.0
         self._eof_mark: dict[TP, int] = {}
+        self._discover()
         self._go_live()  # fetching starts now, while the engine begins other partitions
 
     def read(self, limit: int) -> int:
@@ -273,7 +391,15 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
             self._first_call = False
             self._began = time.monotonic()
             self._eof_mark = dict(client.eof)
-            msgs = client.fetch(n, self.poll_timeout_ms / 1000)
+            # ``consume(n, timeout)`` returns only once ``n`` records came or ``timeout`` ran
+            # out, so one call with ``poll_timeout_ms`` made every window of a live topic
+            # (fewer records than ``n``) wait the whole timeout, per reader, one reader after
+            # the other in a task (docs/performance-wordcount.md §7). Take what librdkafka
+            # already holds at once; wait in short steps only while nothing has come.
+            msgs = client.fetch(n, 0)
+            deadline = self._began + self.poll_timeout_ms / 1000
+            while not msgs and (left := deadline - time.monotonic()) > 0:
+                msgs = client.fetch(n, min(left, _NEXT_WAIT))
             if msgs:
                 return msgs
             # nothing yet: idle only if the broker said so (a watermark or an end reached);
@@ -372,8 +498,13 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
             errors.update(self._oversized(msgs, cols, self.max_message_bytes))
         for i, reason in errors.items():
             self.error.emit(error_row(msgs[i], reason))
+        event_time = self._event_time
         if self._schema is None:
-            for row in record_dicts(msgs, column, set(errors), cols=cols):
+            rows = record_dicts(msgs, column, set(errors), cols=cols)
+            if event_time is not None:
+                rows = list(rows)
+                self._observe_event_times(row_highs(rows, event_time, self.label).items())
+            for row in rows:
                 self.output.emit(row)
             return
         keep = None
@@ -381,19 +512,25 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
             keep = np.ones(len(msgs), dtype=bool)
             keep[list(errors)] = False
         batch = build_batch(msgs, column, self._schema, keep=keep, cols=cols)
-        if batch.num_rows:
-            self.output.emit_batch(batch)
+        if not batch.num_rows:
+            return
+        if isinstance(self.event_time, str):
+            self._observe_event_times(batch_highs(batch, self.event_time, self._topic))
+        elif event_time is not None:
+            highs = row_highs(batch.to_pylist(), event_time, self.label)
+            self._observe_event_times(highs.items())
+        self.output.emit_batch(batch)
 
 
 class KafkaTextInputOperator(KafkaInputOperator):
     """Reads Kafka topics with exactly-once replay (values as UTF-8 text)."""
 
-    output = OutputPort(record_ddl("string"))
+    output = OutputPort(record_ddl("string"), control_aware=True)
     value_format: ClassVar[str] = "text"
 
 
 class KafkaJsonInputOperator(KafkaInputOperator):
     """Reads Kafka topics with exactly-once replay (values parsed as JSON; dict tuples)."""
 
-    output = OutputPort()
+    output = OutputPort(control_aware=True)
     value_format: ClassVar[str] = "json"

@@ -344,6 +344,23 @@ class KafkaService(Service):
             f"topic {name!r} with {partitions} partition(s) and leaders",
         )
 
+    def add_partitions(self, name: str, total: int, timeout: float = 30.0) -> None:
+        """Grow topic ``name`` to ``total`` partitions; return once every one has a leader."""
+        from confluent_kafka.admin import NewPartitions
+
+        future = self.admin().create_partitions([NewPartitions(name, total)])[name]
+        try:
+            future.result(timeout=timeout)
+        except Exception as exc:
+            raise ServiceError(
+                self.name, f"could not grow topic {name!r} to {total} partitions: {exc}"
+            ) from exc
+        self._await(
+            lambda: self._topic_ready(name, total),
+            timeout,
+            f"topic {name!r} with {total} partition(s) and leaders",
+        )
+
     def delete_topic(self, name: str, timeout: float = 30.0) -> None:
         """Delete topic ``name``; return once the broker's metadata no longer lists it."""
         from confluent_kafka import KafkaException
