@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from malhar.algo._base import Partitioning
 from malhar.operator import Operator, Unifier
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
@@ -59,6 +60,9 @@ class UniqueCounter(Operator):
         [{'word': 'a', 'count': 2}, {'word': 'b', 'count': 1}]
     """
 
+    #: how it partitions (``docs/operators.md``): any way, the unifier adds partial counts
+    PARTITIONING = "unifier (any partitioning; the unifier adds the partial counts)"
+
     data = InputPort()
     count = OutputPort(unifier=UniqueCountUnifier)
 
@@ -81,6 +85,10 @@ class UniqueCounter(Operator):
         self.configure(
             key_name=key_name, count_name=count_name, key_column=key_column, cumulative=cumulative
         )
+
+    def partitioning(self) -> Partitioning:
+        """Any partitioning: the unifier adds the partial counts."""
+        return Partitioning("unifier")
 
     def get_unifier(self, port: str) -> UniqueCountUnifier:
         return UniqueCountUnifier(key_name=self.key_name, count_name=self.count_name)

@@ -1,0 +1,418 @@
+"""What every catalogue operator shares: how it partitions, field access, stable key codecs,
+error tuples, and output ports typed from configuration.
+
+Partitioning (``Operator.partitioning()``, shown by ``malhar info`` and ``docs/operators.md``):
+
+- ``stateless``: any partitioning; the partitions' outputs together are the one-partition output;
+- ``unifier``: any partitioning; the output ports' unifiers merge the partial results into the
+  one-partition result;
+- ``keyed``: each key must reach one partition: set ``partitioning().codecs`` on the input
+  ports (:func:`malhar.algo.partition_by_key` does it); with a unifier where one is declared;
+- ``single``: one partition only (the result depends on every tuple in order).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from malhar.codec import StreamCodec
+from malhar.errors import ConfigError
+from malhar.operator import Operator
+from malhar.ports import BoundOutput, OutputPort
+from malhar.properties import Property
+
+KINDS = ("stateless", "unifier", "keyed", "single")
+
+#: a field of a tuple: a dict key / attribute name, a position in a tuple, or None (the tuple)
+FieldSpec = str | int | None
+FIELD_TYPES = (str, int)
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """How an operator instance may be partitioned (see the module docstring)."""
+
+    kind: str
+    #: input port -> the stream codec its tuples must be partitioned with (kind ``keyed``)
+    codecs: dict[str, StreamCodec] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"partitioning kind {self.kind!r} is not one of {KINDS}")
+
+
+class AlgoOperator(Operator):
+    """Base of the catalogue's operators (internal): partitioning and error helpers."""
+
+    #: ``malhar info`` / docs: how the class partitions, in one line
+    PARTITIONING: ClassVar[str] = "stateless"
+
+    def partitioning(self) -> Partitioning:
+        """How this configured instance partitions."""
+        return Partitioning(self.PARTITIONING.split()[0])
+
+    def _error(self, value: Any, reason: str) -> None:
+        """Send a bad tuple to the ``error`` port: ``{"tuple": value, "reason": reason}``."""
+        self.error.emit({"tuple": value, "reason": reason})
+
+    def metrics(self) -> dict[str, float]:
+        error = getattr(self, "error", None)
+        return {"errors": float(error.count)} if isinstance(error, BoundOutput) else {}
+
+
+# -- field access --------------------------------------------------------------------------------
+def getter(spec: FieldSpec) -> Callable[[Any], Any]:
+    """A function reading field ``spec`` of a tuple (raises KeyError/IndexError if missing)."""
+    if spec is None:
+        return _identity
+    if isinstance(spec, int):
+        return lambda t: t[spec]
+
+    def get(t: Any) -> Any:
+        if isinstance(t, dict):
+            return t[spec]
+        try:
+            return getattr(t, spec)
+        except AttributeError:
+            raise KeyError(spec) from None
+
+    return get
+
+
+def _identity(t: Any) -> Any:
+    return t
+
+
+def column(batch: pa.RecordBatch, spec: FieldSpec) -> pa.Array:
+    """The column of ``batch`` that field ``spec`` names (the first one for None)."""
+    if spec is None:
+        return batch.column(0)
+    if isinstance(spec, int):
+        return batch.column(spec)
+    index = batch.schema.get_field_index(spec)
+    if index < 0:
+        raise KeyError(spec)
+    return batch.column(index)
+
+
+def missing(spec: FieldSpec) -> str:
+    return f"no field {spec!r}"
+
+
+# -- stable keys ---------------------------------------------------------------------------------
+def key_bytes(value: Any) -> bytes:
+    """Bytes that identify a key the same way in every process (never Python's ``hash``);
+    equal numbers give equal bytes whatever their type (``1 == 1.0 == True`` as dict keys)."""
+    if isinstance(value, bool | int):
+        return b"n%d" % int(value)
+    if isinstance(value, float):
+        if value.is_integer():
+            return b"n%d" % int(value)
+        return b"f" + repr(value).encode()
+    if isinstance(value, str):
+        return b"s" + value.encode()
+    if isinstance(value, bytes):
+        return b"b" + value
+    if isinstance(value, tuple | list):
+        return b"t(" + b",".join(key_bytes(v) for v in value) + b")"
+    if isinstance(value, dict):
+        return b"d{" + b",".join(key_bytes((k, v)) for k, v in sorted_items(value)) + b"}"
+    return b"r" + repr(value).encode()
+
+
+def stable_hash(value: Any) -> int:
+    return zlib.crc32(key_bytes(value))
+
+
+class FieldCodec(StreamCodec):
+    """Partitions by the value of one field (dict key, tuple position, or the tuple itself).
+
+    Single tuples and Arrow batches give the same partition for the same key value (a
+    batch is hashed per distinct value), so a keyed operator stays correct on a stream that
+    carries both.
+
+    Example:
+        >>> from malhar.algo import FieldCodec
+        >>> c = FieldCodec("user")
+        >>> c.partition({"user": "ann", "n": 1}) == c.partition({"user": "ann", "n": 7})
+        True
+    """
+
+    def __init__(self, spec: FieldSpec) -> None:
+        self.spec = spec
+        self._get = getter(spec)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["spec"])
+
+    def partition(self, value: Any) -> int:
+        try:
+            return stable_hash(self._get(value))
+        except (KeyError, IndexError, TypeError):
+            return 0  # a tuple without the key: the operator sends it to its error port
+
+    def partition_batch(self, batch: pa.RecordBatch) -> np.ndarray:
+        col = column(batch, self.spec)
+        encoded = pc.dictionary_encode(col)
+        hashes = np.fromiter(
+            (stable_hash(v) for v in encoded.dictionary.to_pylist()), dtype=np.int64
+        )
+        indices = encoded.indices.to_numpy(zero_copy_only=False)
+        if encoded.indices.null_count:
+            filled = pc.fill_null(encoded.indices, 0).to_numpy(zero_copy_only=False)
+            out = hashes[filled] if len(hashes) else np.zeros(len(filled), dtype=np.int64)
+            out[np.asarray(encoded.indices.is_null())] = stable_hash(None)
+            return out
+        return hashes[indices] if len(hashes) else np.zeros(len(indices), dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return f"FieldCodec({self.spec!r})"
+
+
+# -- a total order over tuples (deterministic tie-breaks across partitions) ----------------------
+def sorted_items(d: dict) -> list[tuple[Any, Any]]:
+    return sorted(d.items(), key=lambda kv: order_key(kv[0]))
+
+
+def order_key(value: Any) -> tuple:
+    """A key that orders any mix of values totally and the same way in every process:
+    None first, then numbers, strings, bytes, dates, sequences, dicts (by their items in
+    key order), anything else by its repr."""
+    if value is None:
+        return (0,)
+    if isinstance(value, bool | int | float | decimal.Decimal):
+        if isinstance(value, float) and math.isnan(value):
+            return (1, math.inf, 1)
+        return (1, value, 0)
+    if isinstance(value, str):
+        return (2, value)
+    if isinstance(value, bytes):
+        return (3, value)
+    if isinstance(value, dt.datetime):
+        return (4, value.timestamp() if value.tzinfo else value.replace(tzinfo=dt.UTC).timestamp())
+    if isinstance(value, dt.date):
+        return (5, value.toordinal())
+    if isinstance(value, tuple | list):
+        return (6, tuple(order_key(v) for v in value))
+    if isinstance(value, dict):
+        return (7, tuple((order_key(k), order_key(v)) for k, v in sorted_items(value)))
+    return (8, repr(value))
+
+
+# -- output ports typed by configuration ---------------------------------------------------------
+class SchemaProperty(Property):
+    """A Spark DDL property that types an output port: setting it re-types the instance."""
+
+    def __init__(self, *ports: str, doc: str = "") -> None:
+        super().__init__(str, default=None, check=_ddl_problem, doc=doc)
+        self.ports = ports
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        super().__set__(instance, value)
+        retype(instance)
+
+
+def _ddl_problem(value: str) -> str | None:
+    from malhar.schema import SchemaError, to_struct_type
+
+    try:
+        to_struct_type(value, where="schema")
+    except SchemaError as exc:
+        return str(exc)
+    return None
+
+
+def arrow_schema_of(ddl: str) -> pa.Schema:
+    from malhar.schema import arrow_schema, to_struct_type
+
+    return arrow_schema(to_struct_type(ddl))
+
+
+_VARIANTS: dict[tuple[type, tuple[tuple[str, str], ...]], type] = {}
+
+
+def _base_class(cls: type) -> type:
+    return cls.__dict__.get("_malhar_base", cls)
+
+
+def typed_variant(base: type, schemas: tuple[tuple[str, str], ...]) -> type:
+    """``base`` with the output ports named in ``schemas`` typed (cached per schema set)."""
+    key = (base, schemas)
+    cls = _VARIANTS.get(key)
+    if cls is None:
+        ns: dict[str, Any] = {
+            "_malhar_base": base,
+            "_malhar_schemas": schemas,
+            "__module__": base.__module__,
+            "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__,
+        }
+        for port, ddl in schemas:
+            old = getattr(base, port)
+            ns[port] = OutputPort(
+                ddl,
+                optional=old.optional,
+                error=old.error,
+                control_aware=old.control_aware,
+                unifier=old.unifier,
+            )
+        cls = _VARIANTS[key] = type(base.__name__, (base,), ns)
+    return cls
+
+
+def _rebuild_variant(base: type, schemas: tuple[tuple[str, str], ...]) -> Any:
+    return object.__new__(typed_variant(base, schemas))
+
+
+def retype(op: Any) -> None:
+    """Give ``op`` the class whose output ports carry its configured schemas."""
+    base = _base_class(type(op))
+    schemas: dict[str, str] = {}
+    for name in dir(base):
+        prop = getattr(base, name, None)
+        if isinstance(prop, SchemaProperty):
+            value = op.__dict__.get(name)
+            if value is not None:
+                for port in prop.ports:
+                    schemas[port] = value
+    items = tuple(sorted(schemas.items()))
+    op.__class__ = typed_variant(base, items) if items else base
+
+
+class TypedOutputs:
+    """Mixin: an operator whose output ports may be typed by a :class:`SchemaProperty`.
+
+    Typed outputs travel as Arrow batches between Spark tasks; untyped ones as pickled
+    Python objects. The instance's class becomes a cached subclass with the typed ports
+    (pickled by reference to the base class and the schemas)."""
+
+    def __reduce_ex__(self, protocol: int) -> Any:
+        schemas = type(self).__dict__.get("_malhar_schemas")
+        if schemas is None:
+            return super().__reduce_ex__(protocol)
+        return (_rebuild_variant, (_base_class(type(self)), schemas), self.__getstate__())
+
+
+def emit_table(port: BoundOutput, batch: pa.RecordBatch | pa.Table) -> None:
+    """Emit rows of ``batch``: as one Arrow batch on a typed port (cast to its schema), as
+    dict rows on an untyped one (an untyped stream carries Python objects)."""
+    if isinstance(batch, pa.Table):
+        batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
+        if batch is None:
+            return
+    if batch.num_rows == 0:
+        return
+    schema = port.port.schema
+    if schema is None:
+        for row in batch.to_pylist():
+            port.emit(row)
+        return
+    from malhar.schema import arrow_schema
+
+    target = arrow_schema(schema)
+    if batch.schema != target:
+        batch = conform(batch, target)
+    port.emit_batch(batch)
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly the columns of ``schema`` (missing ones null), cast to it."""
+    names = batch.schema.names
+    arrays = []
+    for f in schema:
+        if f.name in names:
+            arrays.append(batch.column(f.name).cast(f.type))
+        else:
+            arrays.append(pa.nulls(batch.num_rows, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def rows_of(batch: pa.RecordBatch, spec: FieldSpec = None) -> list[Any]:
+    """A batch as the tuples the per-tuple path would see (column values for a one-column
+    batch read with ``spec`` None, dict rows otherwise)."""
+    if spec is None and batch.num_columns == 1:
+        return batch.column(0).to_pylist()
+    return batch.to_pylist()
+
+
+def check_fields(name: str, value: Any) -> str | None:
+    """``check=`` of list-of-field-names properties."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        return f"{name}: expected a list of field names, got {value!r}"
+    return None
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def as_list(value: Iterable[Any] | None) -> list[Any]:
+    return [] if value is None else list(value)
+
+
+def partition_by_key(handle: Any) -> Any:
+    """Give the input ports of a keyed operator the stream codecs it declares.
+
+    ``handle`` is what ``DAG.add_operator`` returned; returns it. Operators that are not
+    keyed declare no codecs, so this is harmless for them.
+
+    Example:
+        >>> from malhar import DAG
+        >>> from malhar.algo import UniqueValueCount, partition_by_key
+        >>> dag = DAG("x")
+        >>> op = partition_by_key(dag.add_operator("uvc", UniqueValueCount("user", "page"), PARTITIONS=4))
+        >>> dag.operators["uvc"].port_attributes["data"]["STREAM_CODEC"]
+        FieldCodec('user')
+    """
+    operator = handle.operator
+    how = getattr(operator, "partitioning", None)
+    if how is None:
+        return handle
+    for port, codec in how().codecs.items():
+        getattr(handle, port).set_attribute("STREAM_CODEC", codec)
+    return handle
+
+
+class TieBreak:
+    """Orders like ``order_key(value)`` but computes it only when a comparison needs it
+    (a tie on the fields ranked before it), then keeps it."""
+
+    __slots__ = ("_key", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._key: tuple | None = None
+
+    def key(self) -> tuple:
+        if self._key is None:
+            self._key = order_key(self.value)
+        return self._key
+
+    def __lt__(self, other: TieBreak) -> bool:
+        return self.key() < other.key()
+
+    def __gt__(self, other: TieBreak) -> bool:
+        return self.key() > other.key()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TieBreak) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(key_bytes(self.value))
+
+    def __reduce__(self) -> tuple:
+        return (TieBreak, (self.value,))

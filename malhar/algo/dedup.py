@@ -1,0 +1,282 @@
+"""Deduplication (Malhar's ``lib/dedup``) on managed state: exactly once across crashes,
+larger than memory (the state spills past ``budget_bytes`` and is checkpointed
+incrementally with every window, see ``docs/state.md``).
+
+- :class:`TimeBasedDedup`: a key is remembered in the time bucket of its event time until
+  the bucket expires (``expire_after`` behind the largest event time seen); tuples older
+  than that go to ``expired``.
+- :class:`BoundedDedup`: remembers the last ``max_keys`` distinct keys (per partition).
+
+Both need a checkpoint location (a running application, or an ``OperatorHarness`` whose
+context names a ``checkpoint`` folder) and are partitioned by key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from malhar.algo._base import (
+    FIELD_TYPES,
+    AlgoOperator,
+    FieldCodec,
+    FieldSpec,
+    Partitioning,
+    SchemaProperty,
+    TypedOutputs,
+    column,
+    emit_table,
+    getter,
+    missing,
+)
+from malhar.ports import InputPort, OutputPort
+from malhar.properties import Property
+from malhar.state import State
+from malhar.util.state import INT, INT_VALUE
+
+__all__ = ["BoundedDedup", "TimeBasedDedup"]
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def event_millis(value: Any) -> int:
+    """Epoch milliseconds of an event time: an int (ms), a datetime (naive = UTC) or a date."""
+    if isinstance(value, bool):
+        raise TypeError("a boolean is not an event time")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return (value - _EPOCH) // dt.timedelta(milliseconds=1)
+    if isinstance(value, dt.date):
+        return (value - _EPOCH.date()).days * 86_400_000
+    raise TypeError(f"{type(value).__name__} {value!r} is not an event time")
+
+
+class _Dedup(TypedOutputs, AlgoOperator):
+    PARTITIONING: ClassVar[str] = "keyed by `key`"
+
+    input = InputPort()
+    unique = OutputPort()
+    duplicate = OutputPort()
+    error = OutputPort(error=True)
+
+    key = Property(
+        FIELD_TYPES, default=None, doc="the field that identifies a tuple; None: the tuple"
+    )
+    budget_bytes = Property(int, default=64 << 20, min=8 << 20, doc="managed-state memory budget")
+    schema = SchemaProperty("unique", "duplicate", doc="Spark DDL of the stream")
+
+    def partitioning(self) -> Partitioning:
+        return Partitioning("keyed", {"input": FieldCodec(self.key)})
+
+    def _emit_split(self, batch: pa.RecordBatch, labels: list[int], ports: list[Any]) -> None:
+        arr = pa.array(labels, pa.int8())
+        for i, port in enumerate(ports):
+            part = batch.filter(pc.equal(arr, i))
+            if part.num_rows:
+                emit_table(port, part)
+
+
+class TimeBasedDedup(_Dedup):
+    """Drops repeated tuples by key within an event-time horizon (Malhar's
+    ``TimeBasedDedupOperator``).
+
+    A tuple's ``time`` (epoch ms, or a datetime) picks its time bucket (``bucket_span``
+    ms); a tuple whose key is already in that bucket is a duplicate. Buckets expire once
+    they end ``expire_after`` ms before the largest event time seen at the end of the
+    previous window; a tuple older than that goes to ``expired``. So a duplicate is
+    recognized when it carries its original's event time (the same event delivered
+    twice), or any time in the same bucket.
+
+    Example:
+        >>> import tempfile
+        >>> from malhar import OperatorContext
+        >>> from malhar.algo import TimeBasedDedup
+        >>> from malhar.testing.harness import OperatorHarness
+        >>> ctx = OperatorContext(name="dedup", checkpoint=tempfile.mkdtemp())
+        >>> h = OperatorHarness(TimeBasedDedup(key="id", time="t", expire_after=60_000), ctx)
+        >>> h.run_window([("input", {"id": 1, "t": 100_000}), ("input", {"id": 1, "t": 100_000})])
+        >>> h.run_window([("input", {"id": 2, "t": 20_000})])  # behind the horizon
+        >>> len(h.sink("unique").tuples), len(h.sink("duplicate").tuples), h.sink("expired").tuples
+        (1, 1, [{'id': 2, 't': 20000}])
+        >>> h.teardown()
+    """
+
+    expired = OutputPort()
+
+    time = Property(FIELD_TYPES, default=None, not_null=True, doc="the event-time field")
+    expire_after = Property(int, default=3_600_000, min=1, doc="ms a key is remembered")
+    bucket_span = Property(int, default=60_000, min=1, doc="ms per time bucket")
+    schema = SchemaProperty("unique", "duplicate", "expired", doc="Spark DDL of the stream")
+
+    #: the largest event time seen, at the end of the last window
+    max_time = State(default=None)
+    #: the newest event time of the open application window (max_time at its end)
+    window_max = State(default=None)
+
+    def __init__(self, key: FieldSpec = None, time: FieldSpec = None, **props: Any) -> None:
+        self.configure(key=key, time=time, **props)
+
+    def setup(self, context: Any) -> None:
+        state = context.managed_state(budget_bytes=self.budget_bytes)
+        self._seen = state.time_buckets("seen", bucket_span=self.bucket_span, value_codec=INT_VALUE)
+        self._key, self._time = getter(self.key), getter(self.time)
+        # the horizon of the open application window (also after a restore inside it)
+        self._horizon = None if self.max_time is None else self.max_time - self.expire_after
+
+    def begin_window(self, window_id: int) -> None:
+        self._horizon = None if self.max_time is None else self.max_time - self.expire_after
+
+    def _classify(self, k: Any, ts: int) -> int:
+        """0 unique, 1 duplicate, 2 expired."""
+        if (self._horizon is not None and ts < self._horizon) or self._seen.is_expired(ts):
+            return 2
+        if self._seen.contains(k, ts):
+            return 1
+        self._seen.put(k, ts, 1)
+        return 0
+
+    def _read(self, t: Any) -> tuple[Any, int] | None:
+        try:
+            return self._key(t), event_millis(self._time(t))
+        except (KeyError, IndexError) as exc:
+            self._error(t, missing(exc.args[0]))
+        except TypeError as exc:
+            self._error(t, str(exc))
+        return None
+
+    def process(self, t: Any) -> None:
+        kt = self._read(t)
+        if kt is None:
+            return
+        try:
+            label = self._classify(*kt)
+        except Exception as exc:
+            if type(exc).__name__ != "StateCodecError":
+                raise
+            self._error(t, f"the key {kt[0]!r} cannot be stored: use a number, string or tuple")
+            return
+        if label != 2:
+            self._newest(kt[1])
+        (self.unique, self.duplicate, self.expired)[label].emit(t)
+
+    def _newest(self, ts: int) -> None:
+        newest = self.window_max
+        if newest is None or ts > newest:
+            self.window_max = ts
+
+    def process_batch(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        try:
+            keys = column(batch, self.key).to_pylist()
+            times = column(batch, self.time)
+        except KeyError:
+            keys = None
+        if (
+            keys is None
+            or times.null_count
+            or not (pa.types.is_integer(times.type) or pa.types.is_timestamp(times.type))
+        ):
+            for row in batch.to_pylist():
+                self.process(row)
+            return
+        if pa.types.is_timestamp(times.type):
+            times = pc.cast(pc.cast(times, pa.timestamp("ms", tz=times.type.tz)), pa.int64())
+        stamps = times.to_pylist()
+        labels = [self._classify(k, ts) for k, ts in zip(keys, stamps, strict=True)]
+        live = [ts for ts, label in zip(stamps, labels, strict=True) if label != 2]
+        if live:
+            self._newest(max(live))
+        self._emit_split(batch, labels, [self.unique, self.duplicate, self.expired])
+
+    def end_window(self) -> None:
+        newest = self.window_max
+        if newest is not None and (self.max_time is None or newest > self.max_time):
+            self.max_time = newest
+            self._seen.expire_before(self.max_time - self.expire_after)
+        self.window_max = None
+
+
+class BoundedDedup(_Dedup):
+    """Drops repeated tuples by key, remembering the last ``max_keys`` distinct keys of each
+    partition (Malhar's ``BoundedDedupOperator``): the oldest key is forgotten first, and
+    is unique again when it comes back.
+
+    Example:
+        >>> import tempfile
+        >>> from malhar import OperatorContext
+        >>> from malhar.algo import BoundedDedup
+        >>> from malhar.testing.harness import OperatorHarness
+        >>> ctx = OperatorContext(name="dedup", checkpoint=tempfile.mkdtemp())
+        >>> h = OperatorHarness(BoundedDedup(max_keys=2), ctx)
+        >>> h.run_window([("input", k) for k in ["a", "b", "a", "c", "a"]])
+        >>> h.sink("unique").tuples, h.sink("duplicate").tuples
+        (['a', 'b', 'c', 'a'], ['a'])
+        >>> h.teardown()
+    """
+
+    max_keys = Property(int, default=1_000_000, min=1, doc="distinct keys remembered per partition")
+
+    #: sequence number of the next new key, and of the oldest key remembered
+    next_seq = State(default=0)
+    oldest = State(default=0)
+
+    def __init__(self, key: FieldSpec = None, max_keys: int = 1_000_000, **props: Any) -> None:
+        self.configure(key=key, max_keys=max_keys, **props)
+
+    def setup(self, context: Any) -> None:
+        state = context.managed_state(budget_bytes=self.budget_bytes)
+        self._keys = state.map("keys", value_codec=INT_VALUE)
+        self._order = state.map("order", key_codec=INT)
+        self._key = getter(self.key)
+
+    def _classify(self, k: Any) -> int:
+        if k in self._keys:
+            return 1
+        seq = self.next_seq
+        self._keys[k] = seq
+        self._order[seq] = k
+        self.next_seq = seq + 1
+        while self.next_seq - self.oldest > self.max_keys:
+            old = self._order.pop(self.oldest)
+            if self._keys.get(old) == self.oldest:
+                del self._keys[old]
+            self.oldest += 1
+        return 0
+
+    def process(self, t: Any) -> None:
+        try:
+            k = self._key(t)
+        except (KeyError, IndexError, TypeError) as exc:
+            self._error(t, missing(exc.args[0] if exc.args else self.key))
+            return
+        try:
+            label = self._classify(k)
+        except Exception as exc:  # a key the state codec cannot encode (a dict, a list)
+            if type(exc).__name__ != "StateCodecError":
+                raise
+            self._error(t, f"the key {k!r} cannot be stored: use a number, string or tuple")
+            return
+        (self.unique, self.duplicate)[label].emit(t)
+
+    def process_batch(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        try:
+            keys = column(batch, self.key).to_pylist()
+        except KeyError:
+            keys = None
+        if keys is None or (self.key is None and batch.num_columns > 1):
+            for row in batch.to_pylist():
+                self.process(row)
+            return
+        labels = [self._classify(k) for k in keys]
+        self._emit_split(batch, labels, [self.unique, self.duplicate])

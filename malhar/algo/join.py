@@ -1,0 +1,403 @@
+"""Joins (Malhar's ``lib/join``) on managed state, partitioned by the join key.
+
+- :class:`StreamJoin`: a time-bounded inner / left / right / outer join of two streams.
+  Each tuple stays joinable for ``expiry_windows`` application windows (kept in managed
+  state's time buckets, one bucket per window); with ``within`` and the time fields, a
+  pair also needs event times at most ``within`` apart. An outer side's tuple that found
+  no partner is emitted alone when it expires.
+- :class:`LookupJoin`: a stream-table join: ``table`` tuples upsert rows by key, ``stream``
+  tuples are joined with the row of their key as of the end of the previous window.
+
+Retention counted in windows is the same in every partition and on every replay, so the
+result does not depend on the partitioning or on crashes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from malhar.algo._base import (
+    FIELD_TYPES,
+    AlgoOperator,
+    FieldCodec,
+    Partitioning,
+    SchemaProperty,
+    TypedOutputs,
+    emit_table,
+    getter,
+    missing,
+)
+from malhar.algo.dedup import event_millis
+from malhar.errors import ConfigError
+from malhar.ports import InputPort, OutputPort
+from malhar.properties import Property
+from malhar.state import State
+
+__all__ = ["LookupJoin", "StreamJoin"]
+
+JOIN_TYPES = ("inner", "left", "right", "outer")
+_POS, _KEY = "__malhar_pos", "__malhar_key"
+
+
+def _ragged() -> Any:
+    raise TypeError("the table rows have different fields")
+
+
+def _storable(k: Any) -> bool:
+    """A key managed state's ordered key codec takes (AUTO_KEY)."""
+    if isinstance(k, tuple):
+        return all(_storable(x) for x in k)
+    return k is None or isinstance(k, bool | int | float | str | bytes)
+
+
+def merge_rows(left: dict | None, right: dict | None, left_key: str, right_key: str) -> dict:
+    """The joined row: the left fields, then the right ones; a right field whose name the
+    left row has is prefixed ``right_`` (the right key is dropped when both keys share
+    a name)."""
+    out = dict(left or {})
+    for f, v in (right or {}).items():
+        if f == right_key and right_key == left_key:
+            if f not in out:
+                out[f] = v
+            continue
+        out[f"right_{f}" if f in out else f] = v
+    return out
+
+
+class _Join(TypedOutputs, AlgoOperator):
+    PARTITIONING: ClassVar[str] = "keyed by the join keys (both inputs)"
+
+    output = OutputPort()
+    error = OutputPort(error=True)
+
+    left_key = Property(str, default=None, not_null=True, doc="key field of the left tuples")
+    right_key = Property(str, default=None, doc="key field of the right tuples (default: left_key)")
+    budget_bytes = Property(int, default=64 << 20, min=8 << 20, doc="managed-state memory budget")
+    schema = SchemaProperty("output", doc="Spark DDL of the joined rows (types output)")
+
+    @property
+    def _rkey(self) -> str:
+        return self.right_key or self.left_key
+
+    def _get(self, t: Any, key: str) -> Any:
+        if not isinstance(t, dict):
+            raise TypeError(f"expected a dict tuple, got {type(t).__name__}")
+        return t[key]
+
+    def _emit_rows(self, rows: list[dict]) -> None:
+        if rows and self.output.port.schema is not None:
+            emit_table(self.output, pa.RecordBatch.from_pylist(rows))
+        else:
+            for r in rows:
+                self.output.emit(r)
+
+
+class StreamJoin(_Join):
+    """Joins the ``left`` and ``right`` streams on their keys within a time bound
+    (Malhar's ``POJOInnerJoinOperator`` on managed state, with left/right/outer variants).
+
+    Output ``output``: merged dict rows (left fields, then right ones; a clashing right
+    field is renamed ``right_<name>``), emitted when the second tuple of a pair arrives.
+    For ``left``/``right``/``outer`` joins, a tuple of an outer side that found no partner
+    is emitted alone when it expires.
+
+    Example:
+        >>> import tempfile
+        >>> from malhar import OperatorContext
+        >>> from malhar.algo import StreamJoin
+        >>> from malhar.testing.harness import OperatorHarness
+        >>> ctx = OperatorContext(name="join", checkpoint=tempfile.mkdtemp())
+        >>> h = OperatorHarness(
+        ...     StreamJoin(left_key="order", right_key="id", join_type="left", expiry_windows=2), ctx
+        ... )
+        >>> h.run_window([("left", {"order": 1, "qty": 2}), ("left", {"order": 2, "qty": 1})])
+        >>> h.run_window([("right", {"id": 1, "paid": True})])
+        >>> h.run_window([])
+        >>> h.sink("output").tuples
+        [{'order': 1, 'qty': 2, 'id': 1, 'paid': True}, {'order': 2, 'qty': 1}]
+        >>> h.teardown()
+    """
+
+    left = InputPort()
+    right = InputPort()
+
+    join_type = Property(str, default="inner", one_of=JOIN_TYPES, doc="inner, left, right or outer")
+    expiry_windows = Property(int, default=1, min=1, doc="application windows a tuple is joinable")
+    within = Property(int, default=None, min=0, doc="max distance of the event times (ms)")
+    left_time = Property(FIELD_TYPES, default=None, doc="event-time field of left tuples")
+    right_time = Property(FIELD_TYPES, default=None, doc="event-time field of right tuples")
+
+    #: application windows begun so far (the time of the state's buckets)
+    epoch = State(default=-1)
+
+    def __init__(
+        self, left_key: str | None = None, right_key: str | None = None, **props: Any
+    ) -> None:
+        self.configure(left_key=left_key, right_key=right_key, **props)
+
+    def partitioning(self) -> Partitioning:
+        return Partitioning(
+            "keyed", {"left": FieldCodec(self.left_key), "right": FieldCodec(self._rkey)}
+        )
+
+    def setup(self, context: Any) -> None:
+        if self.within is not None and (self.left_time is None or self.right_time is None):
+            raise ConfigError(f"{context.name}: within needs left_time and right_time")
+        state = context.managed_state(budget_bytes=self.budget_bytes)
+        self._sides = (
+            state.time_buckets("left", bucket_span=1),
+            state.time_buckets("right", bucket_span=1),
+        )
+        self._times = (getter(self.left_time), getter(self.right_time))
+        self._keys = (self.left_key, self._rkey)
+        outer = {"inner": (), "left": (0,), "right": (1,), "outer": (0, 1)}[self.join_type]
+        self._outer = outer
+        self._out: list[dict] = []  # rows of the call in progress (emitted before it returns)
+
+    def begin_window(self, window_id: int) -> None:
+        self.epoch += 1
+
+    def _close(self, a: Any, b: Any, side: int) -> bool:
+        if self.within is None:
+            return True
+        return abs(a - b) <= self.within
+
+    def _add(self, t: Any, side: int) -> None:
+        try:
+            k = self._get(t, self._keys[side])
+            ts = event_millis(self._times[side](t)) if self.within is not None else None
+        except KeyError as exc:
+            self._error(t, missing(exc.args[0]))
+            return
+        except (TypeError, IndexError) as exc:
+            self._error(t, str(exc))
+            return
+        if not _storable(k):
+            self._error(t, f"the key {k!r} cannot be stored: use a number, string or tuple")
+            return
+        other = self._sides[1 - side]
+        matched = False
+        for b in range(max(0, self.epoch - self.expiry_windows + 1), self.epoch + 1):
+            entries = other.get(k, b)
+            if not entries:
+                continue
+            changed = False
+            for entry in entries:
+                if not self._close(ts, entry[2], side):
+                    continue
+                matched = True
+                pair = (t, entry[0]) if side == 0 else (entry[0], t)
+                self._out.append(merge_rows(pair[0], pair[1], self.left_key, self._rkey))
+                if not entry[1]:
+                    entry[1], changed = True, True
+            if changed:
+                other.put(k, b, entries)
+        mine = self._sides[side]
+        entries = mine.get(k, self.epoch) or []
+        entries.append([t, matched, ts])
+        mine.put(k, self.epoch, entries)
+
+    def _flush(self) -> None:
+        # emitted at once: nothing of an application window waits in runtime attributes,
+        # which a partition restored between its streaming windows would not have
+        if self._out:
+            self._emit_rows(self._out)
+            self._out = []
+
+    def process_left(self, t: Any) -> None:
+        self._add(t, 0)
+        self._flush()
+
+    def process_right(self, t: Any) -> None:
+        self._add(t, 1)
+        self._flush()
+
+    def process_batch_left(self, batch: pa.RecordBatch) -> None:
+        for row in batch.to_pylist():
+            self._add(row, 0)
+        self._flush()
+
+    def process_batch_right(self, batch: pa.RecordBatch) -> None:
+        for row in batch.to_pylist():
+            self._add(row, 1)
+        self._flush()
+
+    def end_window(self) -> None:
+        last = self.epoch - self.expiry_windows + 1  # this bucket leaves after this window
+        if last >= 0:
+            for side in self._outer:
+                for _, _, entries in self._sides[side].items(last, last + 1):
+                    for row, matched, _ in entries:
+                        if not matched:
+                            pair = (row, None) if side == 0 else (None, row)
+                            self._out.append(
+                                merge_rows(pair[0], pair[1], self.left_key, self._rkey)
+                            )
+            for s in self._sides:
+                s.expire_before(last + 1)
+        self._flush()
+
+
+class LookupJoin(_Join):
+    """Joins each ``stream`` tuple with the latest ``table`` row of its key (a stream-table
+    join; the table lives in managed state and may be larger than memory).
+
+    Table updates of an (application) window take effect at its end, so a stream tuple
+    sees the table as of the previous window whatever the arrival order (deterministic on
+    replay); within a window the last update of a key wins. ``join_type`` ``inner`` drops stream tuples
+    without a row, ``left`` emits them alone.
+
+    Example:
+        >>> import tempfile
+        >>> from malhar import OperatorContext
+        >>> from malhar.algo import LookupJoin
+        >>> from malhar.testing.harness import OperatorHarness
+        >>> ctx = OperatorContext(name="lookup", checkpoint=tempfile.mkdtemp())
+        >>> h = OperatorHarness(LookupJoin(left_key="sku", right_key="id", join_type="left"), ctx)
+        >>> h.run_window([("table", {"id": "p1", "name": "tea"})])
+        >>> h.run_window([("stream", {"sku": "p1", "n": 2}), ("stream", {"sku": "p9", "n": 1})])
+        >>> h.sink("output").tuples
+        [{'sku': 'p1', 'n': 2, 'id': 'p1', 'name': 'tea'}, {'sku': 'p9', 'n': 1}]
+        >>> h.teardown()
+    """
+
+    stream = InputPort()
+    table = InputPort()
+
+    join_type = Property(str, default="inner", one_of=("inner", "left"), doc="inner or left")
+
+    #: key -> table row received in the open application window (in force at its end)
+    updates = State(dict)
+
+    def __init__(
+        self, left_key: str | None = None, right_key: str | None = None, **props: Any
+    ) -> None:
+        self.configure(left_key=left_key, right_key=right_key, **props)
+
+    def partitioning(self) -> Partitioning:
+        return Partitioning(
+            "keyed", {"stream": FieldCodec(self.left_key), "table": FieldCodec(self._rkey)}
+        )
+
+    def setup(self, context: Any) -> None:
+        state = context.managed_state(budget_bytes=self.budget_bytes)
+        self._table = state.map("table")
+
+    def process_table(self, t: Any) -> None:
+        try:
+            k = self._get(t, self._rkey)
+            if not _storable(k):
+                raise TypeError(f"the key {k!r} cannot be stored: use a number, string or tuple")
+            self.updates[k] = t
+        except KeyError as exc:
+            self._error(t, missing(exc.args[0]))
+        except TypeError as exc:
+            self._error(t, str(exc))
+
+    def process_stream(self, t: Any) -> None:
+        try:
+            k = self._get(t, self.left_key)
+        except KeyError as exc:
+            self._error(t, missing(exc.args[0]))
+            return
+        except TypeError as exc:
+            self._error(t, str(exc))
+            return
+        if not _storable(k):
+            self._error(t, f"the key {k!r} cannot be looked up: use a number, string or tuple")
+            return
+        row = self._joined(t, k)
+        if row is not None:
+            self._emit_rows([row])
+
+    def _joined(self, t: Any, k: Any) -> dict | None:
+        row = self._table.get(k)
+        if row is not None:
+            return merge_rows(t, row, self.left_key, self._rkey)
+        if self.join_type == "left":
+            return merge_rows(t, None, self.left_key, self._rkey)
+        return None
+
+    def process_batch_stream(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if self.output.port.schema is not None and self.left_key in batch.schema.names:
+            try:
+                joined = self._join_batch(batch)
+            except (pa.ArrowException, TypeError, ValueError):
+                joined = None  # keys or rows Arrow cannot join: row by row below
+            if joined is not None:
+                emit_table(self.output, joined)
+                return
+        out = []
+        for t in batch.to_pylist():
+            try:
+                k = self._get(t, self.left_key)
+            except (KeyError, TypeError):
+                self.process_stream(t)  # to the error port with the reason
+                continue
+            if not _storable(k):
+                self.process_stream(t)
+                continue
+            row = self._joined(t, k)
+            if row is not None:
+                out.append(row)
+        self._emit_rows(out)
+
+    def _join_batch(self, batch: pa.RecordBatch) -> pa.Table:
+        """``batch`` joined with the table rows of its distinct keys (one state read per
+        key, an Arrow hash join, arrival order kept): the rows :meth:`process_stream` gives,
+        as columns. Raises TypeError where the rows do not fit one Arrow table."""
+        col = batch.column(self.left_key)
+        if col.null_count and self._table.get(None) is not None:
+            raise TypeError("a table row has the key None")
+        found = []
+        for k in pc.unique(col).drop_null().to_pylist():
+            if not _storable(k):
+                raise TypeError(f"the key {k!r} cannot be looked up")
+            row = self._table.get(k)
+            if row is not None:
+                found.append((k, row))
+        left = pa.Table.from_batches([batch])
+        left = left.append_column(_POS, pa.array(range(batch.num_rows), pa.int64()))
+        if not found:
+            if self.join_type == "inner":
+                return left.slice(0, 0).drop_columns([_POS])
+            return left.drop_columns([_POS])
+        fields = list(found[0][1])
+        names = list(batch.schema.names)
+        columns: dict[str, list] = {_KEY: [k for k, _ in found]}
+        for f in fields:
+            if f == self._rkey and self._rkey == self.left_key:
+                continue  # the left row has the key
+            name = f"right_{f}" if f in names else f
+            if name in names or name in columns:
+                raise TypeError(f"the joined field {name!r} clashes")
+            names.append(name)
+            columns[name] = [r[f] if list(r) == fields else _ragged() for _, r in found]
+        right = pa.table(
+            {
+                n: pa.array(v, type=col.type) if n == _KEY else pa.array(v)
+                for n, v in columns.items()
+            }
+        )
+        how = "inner" if self.join_type == "inner" else "left outer"
+        joined = left.join(
+            right, keys=self.left_key, right_keys=_KEY, join_type=how, use_threads=False
+        )
+        joined = joined.sort_by(_POS).drop_columns(
+            [c for c in (_POS, _KEY) if c in joined.column_names]
+        )
+        return joined.select([n for n in names if n in joined.column_names])
+
+    def process_batch_table(self, batch: pa.RecordBatch) -> None:
+        for row in batch.to_pylist():
+            self.process_table(row)
+
+    def end_window(self) -> None:
+        for k, row in self.updates.items():
+            self._table[k] = row
+        self.updates = {}

@@ -1,0 +1,173 @@
+"""Enricher: file and JDBC sources, refresh, miss policies; batch and tuple paths agree."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+
+from malhar import PropertyError
+from malhar.algo import Enricher, FileLookup, JdbcLookup
+from malhar.testing.harness import OperatorHarness
+
+ORDERS = [{"product": 1, "qty": 2}, {"product": 7, "qty": 1}, {"product": 2, "qty": 5}]
+PRODUCTS = [{"id": 1, "name": "tea", "price": 2.5}, {"id": 2, "name": "jam", "price": 4.0}]
+
+
+def _write(path: Path, fmt: str, rows: list[dict]) -> None:
+    if fmt == "csv":
+        path.write_text(
+            "id,name,price\n" + "".join(f"{r['id']},{r['name']},{r['price']}\n" for r in rows)
+        )
+    elif fmt == "json":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def _both(make, rows):
+    one = OperatorHarness(make())
+    one.run_window([("input", r) for r in rows])
+    many = OperatorHarness(make())
+    many.run_window([("input", pa.RecordBatch.from_pylist(rows))])
+    assert one.sink("output").tuples == many.sink("output").tuples
+    assert one.sink("error").tuples == many.sink("error").tuples
+    return one
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+@pytest.mark.parametrize("policy", ["null", "pass", "drop", "error"])
+def test_file_sources_and_miss_policies(tmp_path: Path, fmt: str, policy: str) -> None:
+    path = tmp_path / f"products.{fmt}"
+    _write(path, fmt, PRODUCTS)
+    h = _both(
+        lambda: Enricher(
+            FileLookup(str(path)),
+            lookup_fields=["product"],
+            store_fields=["id"],
+            include_fields=["name"],
+            miss_policy=policy,
+        ),
+        ORDERS,
+    )
+    hits = [{"product": 1, "qty": 2, "name": "tea"}, {"product": 2, "qty": 5, "name": "jam"}]
+    miss = {
+        "null": [{"product": 7, "qty": 1, "name": None}],
+        "pass": [{"product": 7, "qty": 1}],
+    }.get(policy, [])
+    out = h.sink("output").tuples
+    assert sorted(out, key=lambda r: r["product"]) == sorted(
+        hits + miss, key=lambda r: r["product"]
+    )
+    errors = h.sink("error").tuples
+    assert errors == (
+        [{"tuple": {"product": 7, "qty": 1}, "reason": "no row for {'product': 7}"}]
+        if policy == "error"
+        else []
+    )
+
+
+def test_a_changed_file_is_reloaded_after_refresh(tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    _write(path, "csv", PRODUCTS)
+    h = OperatorHarness(Enricher(FileLookup(str(path)), lookup_fields=["id"], refresh_ms=1000))
+    h.setup()
+    now = [0.0]
+    h.operator.clock = lambda: now[0]
+    h.run_window([("input", {"id": 1})])
+    _write(path, "csv", [{"id": 1, "name": "green tea", "price": 3.0}])
+    os.utime(path, ns=(1, 1))  # a different mtime, whatever the clock's resolution
+    h.run_window([("input", {"id": 1})])  # within refresh_ms: the old table
+    now[0] = 1.5
+    h.run_window([("input", {"id": 1}), ("input", {"x": 1}), ("input", "text")])
+    assert [r["name"] for r in h.sink("output").tuples] == ["tea", "tea", "green tea"]
+    assert [e["reason"] for e in h.sink("error").tuples] == [
+        "no field 'id'",
+        "expected a dict tuple, got str",
+    ]
+
+
+def _sqlite(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'shop.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT, price REAL)"
+        )
+        conn.exec_driver_sql("INSERT INTO products VALUES (1, 'tea', 2.5), (2, 'jam', 4.0)")
+    engine.dispose()
+    return url
+
+
+def test_jdbc_lookup_caches_hits_and_misses_until_they_expire(tmp_path: Path) -> None:
+    url = _sqlite(tmp_path)
+
+    def make():
+        return Enricher(
+            JdbcLookup(url, "products"),
+            lookup_fields=["product"],
+            store_fields=["id"],
+            refresh_ms=10_000,
+        )
+
+    h = _both(make, ORDERS)
+    assert h.sink("output").tuples == [
+        {"product": 1, "qty": 2, "name": "tea", "price": 2.5},
+        {"product": 7, "qty": 1, "name": None, "price": None},
+        {"product": 2, "qty": 5, "name": "jam", "price": 4.0},
+    ]
+    op = OperatorHarness(make())
+    op.setup()
+    now = [0.0]
+    op.operator.clock = lambda: now[0]
+    op.run_window([("input", pa.RecordBatch.from_pylist(ORDERS))])
+    op.run_window([("input", r) for r in ORDERS])
+    assert op.operator.lookups == 1  # the second window was served by the cache
+    with sa.create_engine(url).begin() as conn:
+        conn.exec_driver_sql("UPDATE products SET name = 'oolong' WHERE id = 1")
+    now[0] = 11.0
+    op.run_window([("input", ORDERS[0])])
+    assert op.sink("output").per_window[2] == [
+        {"product": 1, "qty": 2, "name": "oolong", "price": 2.5}
+    ]
+    assert op.operator.lookups == 2
+    op.teardown()
+
+
+@pytest.mark.integration
+def test_jdbc_lookup_against_postgresql(postgres_service) -> None:
+    url = postgres_service.sqlalchemy_url
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE IF EXISTS enrich_products")
+        conn.exec_driver_sql(
+            "CREATE TABLE enrich_products (shop text, id int, name text, PRIMARY KEY (shop, id))"
+        )
+        conn.exec_driver_sql("INSERT INTO enrich_products VALUES ('x', 1, 'tea'), ('y', 1, 'rye')")
+    engine.dispose()
+    h = _both(
+        lambda: Enricher(
+            JdbcLookup(url, "enrich_products"),
+            lookup_fields=["shop", "sku"],
+            store_fields=["shop", "id"],
+            miss_policy="drop",
+        ),
+        [{"shop": "y", "sku": 1}, {"shop": "x", "sku": 2}, {"shop": "x", "sku": 1}],
+    )
+    assert h.sink("output").tuples == [
+        {"shop": "y", "sku": 1, "name": "rye"},
+        {"shop": "x", "sku": 1, "name": "tea"},
+    ]
+    h.teardown()
+
+
+def test_bad_configuration() -> None:
+    with pytest.raises(PropertyError, match="miss_policy"):
+        Enricher(FileLookup("x.csv"), lookup_fields=["a"], miss_policy="ignore")
+    with pytest.raises(PropertyError, match="source"):
+        Enricher("x.csv", lookup_fields=["a"])

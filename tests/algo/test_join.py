@@ -1,0 +1,102 @@
+"""Joins on managed state: stream-stream within windows and event time, stream-table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from malhar import OperatorContext
+from malhar.algo import LookupJoin, StreamJoin
+from malhar.errors import ConfigError
+from malhar.testing.harness import OperatorHarness
+
+
+def _harness(op, tmp_path: Path) -> OperatorHarness:
+    return OperatorHarness(op, OperatorContext(name="join", checkpoint=str(tmp_path)))
+
+
+def test_stream_join_types_expiry_and_unmatched_rows(tmp_path: Path) -> None:
+    got = {}
+    for how in ("inner", "left", "right", "outer"):
+        h = _harness(StreamJoin("id", join_type=how, expiry_windows=2), tmp_path / how)
+        h.run_window([("left", {"id": 1, "a": "x"}), ("left", {"id": 2, "a": "y"})])
+        h.run_window([("right", {"id": 1, "b": "p"}), ("right", {"id": 3, "b": "q"})])
+        h.run_window([("right", {"id": 2, "b": "late"})])  # id 2 left the join: expired
+        h.run_window([])
+        h.run_window([])
+        got[how] = h.sink("output").tuples
+        h.teardown()
+    pair = {"id": 1, "a": "x", "b": "p"}
+    assert got["inner"] == [pair]
+    assert got["left"] == [pair, {"id": 2, "a": "y"}]
+    assert sorted(got["right"], key=lambda r: r["b"]) == [
+        {"id": 2, "b": "late"},
+        pair,
+        {"id": 3, "b": "q"},
+    ]
+    assert len(got["outer"]) == 4 and pair in got["outer"]
+
+
+def test_stream_join_within_event_time_and_bad_tuples(tmp_path: Path) -> None:
+    h = _harness(
+        StreamJoin("k", expiry_windows=5, within=100, left_time="t", right_time="t"), tmp_path
+    )
+    h.run_window([("left", {"k": "a", "t": 1_000}), ("left", {"k": "a", "t": 5_000})])
+    h.run_window(
+        [
+            ("right", {"k": "a", "t": 1_050, "n": 1}),  # 50 ms from the first left tuple only
+            ("right", {"k": "a"}),
+            ("right", {"k": ["x"], "t": 1}),
+            ("left", "text"),
+        ]
+    )
+    assert h.sink("output").tuples == [{"k": "a", "t": 1_000, "right_t": 1_050, "n": 1}]
+    assert [e["reason"] for e in h.sink("error").tuples] == [
+        "no field 't'",
+        "the key ['x'] cannot be stored: use a number, string or tuple",
+        "expected a dict tuple, got str",
+    ]
+    h.teardown()
+    with pytest.raises(ConfigError, match="within needs left_time and right_time"):
+        _harness(StreamJoin("k", within=5), tmp_path / "bad").setup()
+
+
+def test_lookup_join_sees_the_table_as_of_the_previous_window(tmp_path: Path) -> None:
+    h = _harness(LookupJoin("sku", right_key="id", join_type="left"), tmp_path)
+    h.run_window([("table", {"id": 7, "name": "tea"}), ("stream", {"sku": 7, "qty": 1})])
+    h.run_window([("stream", {"sku": 7, "qty": 2}), ("table", {"id": 7, "name": "green tea"})])
+    h.run_window([("stream", {"sku": 7, "qty": 3}), ("stream", {"qty": 4})])
+    assert h.sink("output").tuples == [
+        {"sku": 7, "qty": 1},  # the table row arrives with it: in force at the window's end
+        {"sku": 7, "qty": 2, "id": 7, "name": "tea"},
+        {"sku": 7, "qty": 3, "id": 7, "name": "green tea"},
+    ]
+    assert [e["reason"] for e in h.sink("error").tuples] == ["no field 'sku'"]
+    h.teardown()
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_lookup_join_batches_equal_tuples(tmp_path: Path, how: str) -> None:
+    schema = "k bigint, v bigint, name string, right_v double"
+    table = [{"k": k, "name": f"n{k}", "v": k / 2} for k in range(0, 6, 2)]
+    stream = [{"k": k % 7 if k % 5 else None, "v": k} for k in range(30)]
+    outputs, emitted = [], []
+    for as_batch in (False, True):
+        h = _harness(LookupJoin("k", join_type=how, schema=schema), tmp_path / f"{as_batch}")
+        h.run_window([("table", t) for t in table])
+        feed = [pa.RecordBatch.from_pylist(stream)] if as_batch else stream
+        seen: list[pa.RecordBatch] = []
+        h.sink("output").batch = seen.append
+        h.run_window([("stream", t) for t in feed])
+        outputs.append([r for b in seen for r in b.to_pylist()])
+        emitted.append(len(seen))
+        h.teardown()
+    assert outputs[1] == outputs[0]
+    assert emitted[1] == 1  # the batch was joined at once (Arrow), not row by row
+    assert {r["name"] for r in outputs[0]} - {None} == {"n0", "n2", "n4"}
+    assert all(r["right_v"] == r["k"] / 2 for r in outputs[0] if r["name"] is not None)
+    assert len(outputs[0]) == (
+        30 if how == "left" else sum(1 for t in stream if t["k"] in (0, 2, 4))
+    )

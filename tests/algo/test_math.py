@@ -1,0 +1,181 @@
+"""Math operators: semantics per key and global, batches, unifiers, bad input."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from malhar import PropertyError
+from malhar.algo import (
+    Average,
+    Change,
+    ChangeAlert,
+    CountKeyVal,
+    Margin,
+    Max,
+    Min,
+    Quotient,
+    Range,
+    RunningAverage,
+    Sum,
+)
+from malhar.algo.math import MathUnifier
+from malhar.testing.harness import OperatorHarness
+
+ROWS = [{"k": "a", "v": 2}, {"k": "b", "v": 5}, {"k": "a", "v": -4}]
+
+
+def _run(op, rows, port="data"):
+    h = OperatorHarness(op)
+    h.run_window([(port, r) for r in rows])
+    return h
+
+
+@pytest.mark.parametrize(
+    "cls,port,expected",
+    [
+        (Sum, "sum", {"a": {"sum": -2}, "b": {"sum": 5}}),
+        (Min, "min", {"a": {"min": -4}, "b": {"min": 5}}),
+        (Max, "max", {"a": {"max": 2}, "b": {"max": 5}}),
+        (
+            Average,
+            "average",
+            {
+                "a": {"average": -1.0, "sum": -2, "count": 2},
+                "b": {"average": 5.0, "sum": 5, "count": 1},
+            },
+        ),
+        (Range, "range", {"a": {"low": -4, "high": 2}, "b": {"low": 5, "high": 5}}),
+        (CountKeyVal, "count", {"a": {"count": 2}, "b": {"count": 1}}),
+    ],
+)
+def test_per_key_tuples_and_batches_agree(cls, port, expected) -> None:
+    by_tuple = _run(cls(key="k", value="v"), ROWS).sink(port).tuples
+    batch = pa.RecordBatch.from_pylist(ROWS)
+    by_batch = _run(cls(key="k", value="v"), [batch]).sink(port).tuples
+    for got in (by_tuple, by_batch):
+        assert {r["k"]: {f: v for f, v in r.items() if f != "k"} for r in got} == expected
+
+
+def test_global_sum_of_plain_numbers_resets_each_window() -> None:
+    h = OperatorHarness(Sum())
+    h.run_window([("data", 1), ("data", 2.5)])
+    h.run_window([("data", 4)])
+    assert h.sink("sum").per_window == {0: [{"sum": 3.5}], 1: [{"sum": 4}]}
+
+
+def test_cumulative_sum_keeps_totals() -> None:
+    h = OperatorHarness(Sum(key=0, value=1, cumulative=True))
+    h.run_window([("data", ("x", 1))])
+    h.run_window([("data", ("x", 2)), ("data", ("y", 1))])
+    assert h.sink("sum").per_window[1] == [{"key": "x", "sum": 3}, {"key": "y", "sum": 1}]
+
+
+def test_bad_tuples_go_to_the_error_port_with_the_reason() -> None:
+    h = _run(
+        Sum(key="k", value="v"),
+        [{"k": "a", "v": "12"}, {"v": 1}, {"k": "a", "v": True}, {"k": "a", "v": 1}],
+    )
+    reasons = [e["reason"] for e in h.sink("error").tuples]
+    assert reasons == ["value '12' is not a number", "no field 'k'", "value True is not a number"]
+    assert h.sink("sum").tuples == [{"k": "a", "sum": 1}]
+    assert h.operator.metrics() == {"errors": 3.0}
+
+
+def test_batch_with_nulls_and_wrong_types() -> None:
+    h = OperatorHarness(Max(key="k", value="v"))
+    h.run_window([("data", pa.RecordBatch.from_pydict({"k": ["a", "a"], "v": [3, None]}))])
+    assert h.sink("max").tuples == [{"k": "a", "max": 3}]
+    assert h.sink("error").tuples == [
+        {"tuple": {"k": "a", "v": None}, "reason": "value None is not a number"}
+    ]
+    h.run_window([("data", pa.RecordBatch.from_pydict({"k": ["a"], "v": ["x"]}))])
+    assert h.sink("error").per_window[1][0]["reason"] == "value 'x' is not a number"
+
+
+def test_average_unifier_merges_partials_exactly() -> None:
+    u = OperatorHarness(MathUnifier("average", "k"))
+    u.run_window(
+        [
+            ("input", {"k": "a", "average": 1.0, "sum": 1, "count": 1}),
+            ("input", {"k": "a", "average": 4.0, "sum": 8, "count": 2}),
+        ]
+    )
+    assert u.sink("output").tuples == [{"k": "a", "average": 3.0, "sum": 9, "count": 3}]
+
+
+def test_running_average_spans_windows() -> None:
+    h = OperatorHarness(RunningAverage(key="k", value="v"))
+    h.run_window([("data", {"k": "a", "v": 1})])
+    h.run_window([("data", {"k": "b", "v": 4}), ("data", {"k": "a", "v": 3})])
+    assert h.sink("average").per_window[1] == [
+        {"k": "a", "average": 2.0, "sum": 4, "count": 2},
+        {"k": "b", "average": 4.0, "sum": 4, "count": 1},
+    ]
+
+
+def test_quotient_and_margin_with_zero_denominator() -> None:
+    h = _run(Quotient(key="k", value="v"), [{"k": "a", "v": 3}], port="numerator")
+    assert h.sink("quotient").tuples == [
+        {"k": "a", "numerator": 3, "denominator": 0, "quotient": None}
+    ]
+    h = OperatorHarness(Margin())
+    h.run_window([("numerator", 1), ("denominator", 4), ("denominator", "x")])
+    assert h.sink("margin").tuples == [{"numerator": 1, "denominator": 4, "margin": 0.75}]
+    assert len(h.sink("error").tuples) == 1
+
+
+def test_change_uses_the_base_of_the_previous_window() -> None:
+    h = OperatorHarness(Change(key="k", value="v"))
+    h.run_window(
+        [("data", {"k": "a", "v": 5}), ("base", {"k": "a", "v": 10}), ("data", {"k": "a", "v": 7})]
+    )
+    assert h.sink("change").tuples == []  # no base in force yet
+    assert h.operator.metrics()["no_base"] == 2
+    h.run_window([("data", {"k": "a", "v": 15}), ("base", {"k": "a", "v": 0})])
+    assert h.sink("change").per_window[1] == [
+        {"k": "a", "value": 15, "base": 10, "change": 5, "percent": 50.0}
+    ]
+    h.run_window([("data", pa.RecordBatch.from_pylist([{"k": "a", "v": 3}]))])
+    assert h.sink("change").per_window[2] == [
+        {"k": "a", "value": 3, "base": 0, "change": 3, "percent": None}
+    ]
+
+
+def test_change_alert_per_key_on_tuples_and_batches() -> None:
+    rows = [
+        {"k": "a", "v": 10},
+        {"k": "b", "v": 1},
+        {"k": "a", "v": 12},
+        {"k": "b", "v": 1},
+        {"k": "a", "v": 0},
+        {"k": "a", "v": 5},
+    ]
+    by_tuple = _run(ChangeAlert(key="k", value="v", threshold=15), rows).sink("alert").tuples
+    by_batch = (
+        _run(ChangeAlert(key="k", value="v", threshold=15), [pa.RecordBatch.from_pylist(rows)])
+        .sink("alert")
+        .tuples
+    )
+    assert (
+        by_tuple
+        == by_batch
+        == [
+            {"k": "a", "value": 12, "previous": 10, "percent": 20.0},
+            {"k": "a", "value": 0, "previous": 12, "percent": 100.0},
+        ]
+    )
+
+
+def test_keyed_change_declares_its_codec_and_global_is_single() -> None:
+    assert ChangeAlert(key="k").partitioning().kind == "keyed"
+    assert set(Change(key="k").partitioning().codecs) == {"data", "base"}
+    assert ChangeAlert().partitioning().kind == "single"
+    assert Sum().partitioning().kind == "unifier"
+
+
+def test_bad_property_values_are_refused() -> None:
+    with pytest.raises(PropertyError, match="threshold"):
+        ChangeAlert(threshold=-1)
+    with pytest.raises(PropertyError, match="key"):
+        Sum(key=1.5)

@@ -1,0 +1,125 @@
+"""The clicks sample (two Kafka topics -> CSV -> dedup -> filter -> stream-stream join on
+managed state -> transform/project -> PostgreSQL) survives SIGKILLs of its driver process
+on ``local-cluster[2,1,1024]`` (two executor processes): both tables end exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from malhar.testing.services.process import wait_until
+from samples.clicks_attribution import data
+from samples.clicks_attribution.driver import SETTINGS_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+MASTER = "local-cluster[2,1,1024]"
+
+
+def _start(settings: dict, checkpoint: Path, log: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+        SETTINGS_ENV: json.dumps(settings),
+    }
+    out = open(log, "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "samples.clicks_attribution.driver",
+            str(checkpoint),
+            "--master",
+            MASTER,
+            "--window-ms",
+            "150",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_sigkill_the_driver_on_a_local_cluster_and_the_attribution_is_exact(
+    kafka_service, postgres_service, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    settings = {
+        "bootstrap_servers": kafka_service.bootstrap_servers,
+        "impressions_topic": f"impressions-{tag}",
+        "clicks_topic": f"clicks-{tag}",
+        "url": postgres_service.sqlalchemy_url,
+        "attributed_table": f"attributed_{tag}",
+        "ad_clicks_table": f"ad_clicks_{tag}",
+        "max_records_per_window": 150,
+    }
+    for topic in (settings["impressions_topic"], settings["clicks_topic"]):
+        kafka_service.create_topic(topic, partitions=2)
+    data.create_tables(settings["url"], settings["attributed_table"], settings["ad_clicks_table"])
+    batches = [data.events(600, start=i * 600) for i in range(3)]
+
+    def send(imps: list[str], clicks: list[str]) -> None:
+        data.produce_lines(settings["bootstrap_servers"], settings["impressions_topic"], imps)
+        data.produce_lines(settings["bootstrap_servers"], settings["clicks_topic"], clicks)
+
+    send(*batches[0])
+    rng = random.Random(9)
+    checkpoint, log = tmp_path / "ckpt", tmp_path / "driver.log"
+
+    def attributed() -> set[tuple]:
+        return data.attributed_rows(settings["url"], settings["attributed_table"])
+
+    def alive(p: subprocess.Popen) -> str | None:
+        if p.poll() is None:
+            return None
+        return f"driver exited {p.returncode}: {log.read_text()[-3000:]}"
+
+    for kill in range(2):
+        wanted = len(attributed()) + rng.randint(20, 120)
+        proc = _start(settings, checkpoint, log)
+        wait_until(
+            lambda w=wanted: len(attributed()) >= w,
+            timeout=400,
+            what=f"{wanted} attributed clicks",
+            alive=lambda p=proc: alive(p),
+        )
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        send(*batches[kill + 1])  # produced while the application is down
+    truth = data.truth(
+        settings["bootstrap_servers"],
+        settings["impressions_topic"],
+        settings["clicks_topic"],
+        within_ms=60_000,
+    )
+    expected = dict(data.per_ad(truth))
+    proc = _start(settings, checkpoint, log)
+    try:
+        wait_until(
+            lambda: data.ad_clicks(settings["url"], settings["ad_clicks_table"]) == expected,
+            timeout=600,
+            what="the clicks of every ad counted",
+            alive=lambda: alive(proc),
+        )
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+    # a click inserted twice would have failed its window (primary key): none twice, none lost
+    assert attributed() == truth
+    assert data.ad_clicks(settings["url"], settings["ad_clicks_table"]) == expected
+    imps = [x for b in batches for x in b[0]]
+    clicks = [x for b in batches for x in b[1]]
+    assert len(imps) > len(set(imps)) and len(clicks) > len(set(clicks))  # re-sent lines
+    assert any(",bot," in c for c in clicks) and len(truth) > 500

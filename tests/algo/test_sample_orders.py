@@ -1,0 +1,124 @@
+"""The orders sample (Kafka -> JSON -> dedup -> enrich from PostgreSQL -> top products ->
+PostgreSQL) survives SIGKILLs of its driver process: the result table ends exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from malhar.testing.services.process import wait_until
+from samples.orders_top_products import data
+from samples.orders_top_products.driver import SETTINGS_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCTS = 8  # <= top_n: every application window's ranking holds every product
+
+
+def _start(settings: dict, checkpoint: Path, log: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+        SETTINGS_ENV: json.dumps(settings),
+    }
+    out = open(log, "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "samples.orders_top_products.driver",
+            str(checkpoint),
+            "--window-ms",
+            "150",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _check_windows(rows: list[tuple]) -> None:
+    by_window: dict[int, list[tuple]] = {}
+    for r in rows:
+        by_window.setdefault(r[0], []).append(r)
+    for w, ranked in by_window.items():
+        assert [r[1] for r in ranked] == list(range(1, len(ranked) + 1)), w
+        assert len({r[2] for r in ranked}) == len(ranked), w  # a product once per window
+        assert [r[3] for r in ranked] == sorted((r[3] for r in ranked), reverse=True), w
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_sigkill_the_driver_twice_and_the_top_products_are_exact(
+    kafka_service, postgres_service, tmp_path: Path
+) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    kafka_service.create_topic(topic, partitions=2)
+    settings = {
+        "bootstrap_servers": kafka_service.bootstrap_servers,
+        "topic": topic,
+        "url": postgres_service.sqlalchemy_url,
+        "products_table": f"products_{uuid.uuid4().hex[:8]}",
+        "top_table": f"top_{uuid.uuid4().hex[:8]}",
+        "max_records_per_window": 100,
+        "app_windows": 2,
+    }
+    data.create_tables(settings["url"], settings["products_table"], settings["top_table"], PRODUCTS)
+    batches = [data.orders(1500, PRODUCTS, start=i * 1500) for i in range(3)]
+    data.produce_orders(settings["bootstrap_servers"], topic, batches[0])
+    rng = random.Random(5)
+    checkpoint, log = tmp_path / "ckpt", tmp_path / "driver.log"
+
+    def rows() -> list[tuple]:
+        return data.table_rows(settings["url"], settings["top_table"])
+
+    for kill in range(2):
+        before = len(rows())
+        proc = _start(settings, checkpoint, log)
+        wanted = before + rng.randint(1, 3) * PRODUCTS  # one to three more application windows
+        wait_until(
+            lambda w=wanted: len(rows()) >= w,
+            timeout=300,
+            what=f"{wanted} rows in the result table",
+            alive=lambda p=proc: (
+                None
+                if p.poll() is None
+                else f"driver exited {p.returncode}: {log.read_text()[-2000:]}"
+            ),
+        )
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        data.produce_orders(settings["bootstrap_servers"], topic, batches[kill + 1])
+    truth = data.truth(settings["bootstrap_servers"], topic, PRODUCTS)
+    proc = _start(settings, checkpoint, log)
+    try:
+        wait_until(
+            lambda: sum(data.totals(rows()).values()) >= sum(truth.values()),
+            timeout=400,
+            what="every order in the result table",
+            alive=lambda: (
+                None
+                if proc.poll() is None
+                else f"driver exited {proc.returncode}: {log.read_text()[-2000:]}"
+            ),
+        )
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+    final = rows()
+    _check_windows(final)
+    assert data.totals(final) == truth  # every distinct order once: none lost, none twice
+    assert sum(truth.values()) > 0 and len({r[0] for r in final}) >= 3
+    sent = sum(len(b) for b in batches)
+    distinct = len({json.loads(x)["order_id"] for b in batches for x in b})
+    assert sent > distinct  # the topic held re-sent orders: the dedup dropped them
