@@ -9,7 +9,11 @@ An operator instance holds three kinds of attributes:
 - **state**: :class:`State` declarations. Saved with every window (only when it
   changed) and restored, on any worker, before a window is replayed.
 - **runtime**: everything else (clients, caches, per-window scratch). Never
-  checkpointed; build it in ``setup`` (or ``begin_window``).
+  checkpointed; build it in ``setup`` (or ``begin_window``). With
+  ``APPLICATION_WINDOW_COUNT`` > 1 a partition rebuilt from the checkpoint of a streaming
+  window in the middle of an application window gets ``setup`` but no new
+  ``begin_window``: what must last to the application window's ``end_window`` is
+  ``State``, not scratch made in ``begin_window``.
 
 An operator whose state does not fit fields may also override
 ``Operator.snapshot()`` / ``Operator.restore(snapshot)``: ``snapshot`` is called
