@@ -22,6 +22,10 @@ Measured in the same invocation, on the same data (method: docs/performance-word
   table), and the fixed cost of a small window (the flagship's ~34 rows) against a
   hand-written transaction doing the same (meta row locked and updated, ``execute_values``
   merge, ``COMMIT``).
+- **Kafka output and JDBC poll input** (``bench/kafka_out_jdbc_poll.py``, on the same
+  services): ``KafkaOutputOperator`` (exactly once) against a raw confluent-kafka
+  transactional producer, and ``JdbcPollInputOperator`` against a raw psycopg2 server-side
+  cursor read into Arrow. Targets: >= 60% each.
 
 This module also holds the bench-only operators that ``bench/wordcount.py`` ships to
 Spark's Python workers by reference (``bench/`` is on their ``PYTHONPATH``):
@@ -490,9 +494,15 @@ def main(argv: list[str] | None = None) -> int:
         with acquire("postgres") as pg:
             r = run_connectors(None, pg, records=0, rows=rows, rounds=rounds)
     else:
+        import kafka_out_jdbc_poll
+
         with acquire("kafka") as kafka, acquire("postgres") as pg:
             r = run_connectors(kafka, pg, records=records, rows=rows, rounds=rounds)
-    verdicts = print_connectors(r)
+            verdicts = print_connectors(r)
+            # the Kafka output and the JDBC poll input, on the same services
+            verdicts += kafka_out_jdbc_poll.run_section(kafka, pg, quick=args.quick)
+    if args.kafka_only or args.jdbc_only:
+        verdicts = print_connectors(r)
     print()
     for name, ratio, goal in verdicts:
         verdict = "" if goal != goal else ("met" if ratio >= goal else "MISSED")

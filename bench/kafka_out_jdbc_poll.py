@@ -1,5 +1,6 @@
-"""Issue 16 benchmarks: the exactly-once Kafka output and the JDBC poll input against their
-raw ceilings, in one invocation (starts Kafka and PostgreSQL through ``malhar.testing``)::
+"""The exactly-once Kafka output and the JDBC poll input against their raw ceilings, in one
+invocation (starts Kafka and PostgreSQL through ``malhar.testing``); also a section of
+``bench/connectors.py``::
 
     python bench/kafka_out_jdbc_poll.py            # ~1-2 min
     python bench/kafka_out_jdbc_poll.py --quick    # smaller data, one round
@@ -259,55 +260,58 @@ def verdict(ratio: float) -> str:
     return "met" if ratio >= TARGET else "NOT met"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--records", type=int, default=None, help="Kafka records (100k)")
-    parser.add_argument("--per-window", type=int, default=10_000)
-    parser.add_argument("--rows", type=int, default=None, help="table rows (200k)")
-    parser.add_argument("--fetch", type=int, default=10_000)
-    args = parser.parse_args(argv)
-    records = args.records or (30_000 if args.quick else 100_000)
-    n_rows = args.rows or (50_000 if args.quick else 200_000)
-    rounds = 1 if args.quick else 3
-    from malhar.testing.services import acquire
-
-    with acquire("kafka") as kafka, acquire("postgres") as pg:
-        bs = kafka.bootstrap_servers
-        topic = f"bench-out-{uuid.uuid4().hex[:8]}"
-        kafka.create_topic(topic, partitions=2)
-        kafka.create_topic(f"{topic}-marks", partitions=1)
-        batch = rows(records)
-        # warm-up, not timed: the transaction coordinator and the topic are ready for both
-        raw_transactional(bs, topic, rows(100), 10, marker="offsets")
-        raw, ours = [], []
-        for _ in range(rounds):
-            raw.append(raw_transactional(bs, topic, batch, args.per_window, marker="offsets"))
-            ours.append(operator_write(bs, topic, batch, args.per_window))
-        small = {m: [] for m in ("offsets", "record", None, "offsets-librdkafka-defaults")}
-        few = rows(10 * 50)
-        for _ in range(rounds):
-            for m in small:
-                plain = m == "offsets-librdkafka-defaults"
-                small[m].append(
-                    raw_transactional(
-                        bs, topic, few, 10, marker="offsets" if plain else m, defaults=plain
-                    )
+def run_section(
+    kafka: Any,
+    pg: Any,
+    *,
+    quick: bool = False,
+    records: int | None = None,
+    per_window: int = 10_000,
+    n_rows: int | None = None,
+    fetch: int = 10_000,
+) -> list[tuple[str, float, float]]:
+    """Run and print the section on running services; return ``(target, ratio, goal)`` rows
+    (``bench/connectors.py`` adds them to its own)."""
+    records = records or (30_000 if quick else 100_000)
+    n_rows = n_rows or (50_000 if quick else 200_000)
+    rounds = 1 if quick else 3
+    bs = kafka.bootstrap_servers
+    topic = f"bench-out-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=2)
+    kafka.create_topic(f"{topic}-marks", partitions=1)
+    batch = rows(records)
+    # warm-up, not timed: the transaction coordinator and the topic are ready for both
+    raw_transactional(bs, topic, rows(100), 10, marker="offsets")
+    raw, ours = [], []
+    for _ in range(rounds):
+        raw.append(raw_transactional(bs, topic, batch, per_window, marker="offsets"))
+        ours.append(operator_write(bs, topic, batch, per_window))
+    small = {m: [] for m in ("offsets", "record", None, "offsets-librdkafka-defaults")}
+    few = rows(10 * 50)
+    for _ in range(rounds):
+        for m in small:
+            plain = m == "offsets-librdkafka-defaults"
+            small[m].append(
+                raw_transactional(
+                    bs, topic, few, 10, marker="offsets" if plain else m, defaults=plain
                 )
-        look = [lookup_cost(bs, topic) for _ in range(rounds)]
-        table = make_table(pg, n_rows)
-        raw_read(pg, table, args.fetch)  # warm-up, not timed: hint bits set, pages cached
-        raw_r, ours_r = [], []
-        for _ in range(rounds):
-            raw_r.append(raw_read(pg, table, args.fetch))
-            ours_r.append(operator_read(pg, table, args.fetch, n_rows))
+            )
+    look = [lookup_cost(bs, topic) for _ in range(rounds)]
+    table = make_table(pg, n_rows)
+    raw_read(pg, table, fetch)  # warm-up, not timed: hint bits set, pages cached
+    raw_r, ours_r = [], []
+    for _ in range(rounds):
+        raw_r.append(raw_read(pg, table, fetch))
+        ours_r.append(operator_read(pg, table, fetch, n_rows))
 
     med = statistics.median
     load = os.getloadavg()[0]
-    print(f"\nissue 16 connectors bench (load average {load:.1f}, {rounds} round(s), medians)")
+    print(
+        f"\nKafka output and JDBC poll input (load average {load:.1f}, {rounds} round(s), medians)"
+    )
     r_out = med(ours) / med(raw)
     print(
-        f"Kafka output, {records} records in windows of {args.per_window}: "
+        f"Kafka output, {records} records in windows of {per_window}: "
         f"raw transactional producer {med(raw):,.0f} rec/s, KafkaOutputOperator "
         f"{med(ours):,.0f} rec/s: {r_out:.0%} of raw (target {TARGET:.0%}: {verdict(r_out)})"
     )
@@ -325,10 +329,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     r_in = med(ours_r) / med(raw_r)
     print(
-        f"JDBC poll input, {n_rows} rows, fetch {args.fetch}: raw psycopg2 server-side cursor "
+        f"JDBC poll input, {n_rows} rows, fetch {fetch}: raw psycopg2 server-side cursor "
         f"-> Arrow {med(raw_r):,.0f} rows/s, JdbcPollInputOperator {med(ours_r):,.0f} rows/s: "
         f"{r_in:.0%} of raw (target {TARGET:.0%}: {verdict(r_in)})"
     )
+    return [
+        ("Kafka output >= 60% of raw transactional producer", r_out, TARGET),
+        ("JDBC poll input >= 60% of raw server-side cursor", r_in, TARGET),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--records", type=int, default=None, help="Kafka records (100k)")
+    parser.add_argument("--per-window", type=int, default=10_000)
+    parser.add_argument("--rows", type=int, default=None, help="table rows (200k)")
+    parser.add_argument("--fetch", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    from malhar.testing.services import acquire
+
+    with acquire("kafka") as kafka, acquire("postgres") as pg:
+        run_section(
+            kafka,
+            pg,
+            quick=args.quick,
+            records=args.records,
+            per_window=args.per_window,
+            n_rows=args.rows,
+            fetch=args.fetch,
+        )
     return 0
 
 

@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from malhar.errors import ConfigError
 from malhar.io.base.output import RetryPolicy, WindowCommitter, WindowKey
 from malhar.io.kafka import (
+    KafkaAuthorizationError,
     KafkaOutputOperator,
     KafkaOutputSettings,
     KafkaSinkSettings,
@@ -619,3 +620,52 @@ def test_spark_sink_exactly_once_reruns_and_error_topic(
     assert {r.window for r in got} == {0, 1}
     (bad,) = read_topic(bs, errors_topic)
     assert bad.json()["k"] == "bad" and "JSON" in bad.json()["error"]
+
+
+def test_an_unauthorized_producer_fails_naming_the_topic_and_the_acls(
+    kafka_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the broker's SASL listener, as a user denied WRITE on the topic by an ACL."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    service = kafka_client.service
+    topic = kafka_client.topic("denied")
+    deny = AclBinding(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.LITERAL,
+        f"User:{service.sasl_user}",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.DENY,
+    )
+    for done in service.admin().create_acls([deny]).values():
+        done.result()
+    sasl = service.sasl_client_config()
+    monkeypatch.setenv("MALHAR_TEST_SASL_PASSWORD", sasl.pop("sasl.password"))
+    bootstrap = sasl.pop("bootstrap.servers")
+    config = {**sasl, "sasl.password": "${env:MALHAR_TEST_SASL_PASSWORD}"}
+    for delivery in ("exactly_once", "at_least_once"):
+        op = KafkaOutputOperator(
+            bootstrap, topic, delivery=delivery, producer_config=config, **quick()
+        )
+        h = harness(op, kafka_unique("auth"))
+        with pytest.raises(KafkaAuthorizationError) as info:
+            h.setup()
+            h.run_window([("input", {"a": 1})], 0)
+        h.teardown()
+        text = str(info.value)
+        assert f"WRITE on topic '{topic}'" in text and "check the ACLs" in text, text
+        assert service.sasl_password not in text
+    # the same user writes where no ACL denies it: the failure was the ACL's
+    other = kafka_client.topic("allowed")
+    h = harness(KafkaOutputOperator(bootstrap, other, producer_config=config), kafka_unique("ok"))
+    h.run_window([("input", {"a": 1})], 0)
+    h.teardown()
+    assert [r.json() for r in read_topic(kafka_client.bootstrap, other)] == [{"a": 1}]

@@ -76,13 +76,13 @@ class CountsApp(Flagship):
         self._log_offset = len(self.log_path.read_text(errors="replace"))
 
 
-def test_sigkill_three_times_and_a_broker_crash_counts_topic_exactly_once(
+def test_sigkill_five_times_and_a_broker_crash_counts_topic_exactly_once(
     kafka_service: Any, postgres_service: Any, tmp_path: Path
 ) -> None:
     app = CountsApp(kafka_service, postgres_service, tmp_path, str(tmp_path / "ckpt"))
     try:
         rng = random.Random(16)
-        parts = list(chunks(corpus(4_000, seed=16), 4))
+        parts = list(chunks(corpus(4_000, seed=16), 6))  # 5 killed runs and a last one
         for run, part in enumerate(parts[:-1]):
             app.produce(part)
             app.start()

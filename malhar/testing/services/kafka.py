@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import secrets
 import signal
 import socket
 import time
@@ -153,6 +154,10 @@ class KafkaService(Service):
         self._explicit_controller_port = controller_port
         self.port: int | None = port
         self.controller_port: int | None = controller_port
+        #: a second client listener, SASL_PLAINTEXT with PLAIN (user ``sasl_user``), whose
+        #: clients are subject to ACLs: for authorization tests (see ``sasl_client_config``)
+        self.sasl_port: int | None = None
+        self.sasl_password = secrets.token_hex(12)
         self._bootstrap: str | None = None
         self._java: str | None = None
         self._classpath: str | None = None
@@ -193,6 +198,9 @@ class KafkaService(Service):
         self.controller_port = self._explicit_controller_port or free_port(HOST)
         while self.controller_port == self.port:
             self.controller_port = free_port(HOST)
+        self.sasl_port = free_port(HOST)
+        while self.sasl_port in (self.port, self.controller_port):
+            self.sasl_port = free_port(HOST)
         self._bootstrap = f"{HOST}:{self.port}"
 
         self.home = new_service_dir(self.name)
@@ -250,7 +258,7 @@ class KafkaService(Service):
         if self.processes:
             raise ServiceError(self.name, "start_broker: the broker is already running")
         began = time.monotonic()
-        for port in (self.port, self.controller_port):
+        for port in (self.port, self.controller_port, self.sasl_port):
             if port is not None and port_in_use(port, HOST):
                 raise ServiceError(
                     self.name,
@@ -275,6 +283,26 @@ class KafkaService(Service):
 
     def connection(self) -> dict[str, Any]:
         return {"bootstrap_servers": self.bootstrap_servers}
+
+    #: the user of the SASL listener (the PLAINTEXT listener's clients are ANONYMOUS, a
+    #: super user: ACLs never stop them)
+    sasl_user = "malhar"
+
+    def sasl_client_config(self) -> dict[str, str]:
+        """librdkafka settings of a client that logs in as :attr:`sasl_user` on the SASL
+        listener, where ACLs apply (``allow.everyone.if.no.acl.found``: a resource with no
+        ACL is open to it)."""
+        if self.sasl_port is None:
+            raise ServiceError(
+                self.name, "the SASL listener exists on a locally started broker only"
+            )
+        return {
+            "bootstrap.servers": f"{HOST}:{self.sasl_port}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": self.sasl_user,
+            "sasl.password": self.sasl_password,
+        }
 
     def env_value(self) -> str:
         return self.bootstrap_servers
@@ -426,15 +454,28 @@ class KafkaService(Service):
         data = self.home / "data"
         data.mkdir()
         controller = f"{HOST}:{self.controller_port}"
+        sasl = f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}"
         props = {
             "process.roles": "broker,controller",
             "node.id": NODE_ID,
             "controller.quorum.bootstrap.servers": controller,
-            "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{controller}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{controller}",
+            "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{controller},{sasl}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{controller},"
+            f"{sasl}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT",
+            # ACLs for the SASL listener's user; the broker itself and the PLAINTEXT clients
+            # (ANONYMOUS) are super users, and a resource without ACLs is open to everyone
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found": "true",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'user_{self.sasl_user}="{self.sasl_password}";'
+            ),
             "log.dirs": data,
             "num.partitions": 1,
             "default.replication.factor": 1,
