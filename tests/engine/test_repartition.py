@@ -122,7 +122,9 @@ def test_the_throughput_partitioner_splits_under_load_and_merges_when_idle(
 ) -> None:
     checkpoint = tmp_path / "ck"
     checkpoint.mkdir()
-    (checkpoint / "rate").write_text("100")
+    # 2,000 tuples per window: above 400/s per partition even when a loaded machine (two
+    # test workers on two cores) stretches windows to seconds
+    (checkpoint / "rate").write_text("2000")
     dag = _dag()
     partitioner = StatelessThroughputBasedPartitioner(maximum=400, minimum=150, cooldown_ms=0)
     dag.set_operator_attribute("count", A.PARTITIONER, partitioner)
@@ -130,7 +132,7 @@ def test_the_throughput_partitioner_splits_under_load_and_merges_when_idle(
     dag.set_operator_attribute("count", A.PARTITIONS, 2)
     app = launch(dag, spark=spark, checkpoint=str(checkpoint), window_ms=100)
     try:
-        # ~100 tuples per 100 ms window over 2 partitions: ~500/s each, above 400: split
+        # ~2,000 tuples per window over 2 partitions: far above 400/s each: split
         wait_until(lambda: len(app.repartitions) >= 1, timeout=180, what="a split")
         assert app.repartitions[0].operators["count"].partitions > 2
         (checkpoint / "rate").write_text("4")  # now far below 150/s per partition: merge

@@ -26,7 +26,10 @@ MARKER_ENV = "FLAGSHIP_MARKER"
 
 
 def _stop_here(window_id: int) -> None:
-    Path(os.environ[MARKER_ENV]).write_text(str(window_id))
+    marker = Path(os.environ[MARKER_ENV])
+    tmp = marker.with_name(marker.name + ".tmp")
+    tmp.write_text(str(window_id))
+    tmp.replace(marker)  # the waiting test sees the marker only with its window id in it
     threading.Event().wait()  # until SIGKILL
 
 
