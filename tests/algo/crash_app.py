@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+import threading
 
 from malhar import DAG, build_session, launch
 from malhar.algo import BoundedDedup, CsvParser, LookupJoin, partition_by_key
@@ -61,8 +61,7 @@ def main() -> None:
     if windows:
         app.await_completion()
     else:
-        while True:
-            time.sleep(1)  # the test SIGKILLs this process
+        threading.Event().wait()  # until the test SIGKILLs this process
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,7 @@ def main() -> None:
     if windows:
         app.await_completion()
     else:
-        while True:
-            time.sleep(1)
+        threading.Event().wait()  # until the test SIGKILLs this process
 
 
 if __name__ == "__main__":

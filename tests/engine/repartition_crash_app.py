@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+import threading
 from pathlib import Path
 
 from malhar import DAG, KeyCodec, build_session, launch
@@ -46,8 +46,7 @@ def main() -> None:
     def hook(step: str) -> None:
         if step == pause:
             Path(checkpoint, "paused").write_text(step)
-            while True:  # killed here by the test
-                time.sleep(1)
+            threading.Event().wait()  # until the test SIGKILLs this process
 
     repartition.STEP_HOOK = hook
     spark = build_session("local[2]", app_name="malhar-repartition-crash", shuffle_partitions=2)
@@ -59,8 +58,7 @@ def main() -> None:
     if windows:
         app.await_completion()
     else:
-        while True:
-            time.sleep(1)
+        threading.Event().wait()  # until the test SIGKILLs this process
 
 
 if __name__ == "__main__":

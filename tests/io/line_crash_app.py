@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+import threading
 
 from malhar import DAG, build_session, launch
 from malhar.testing.operators import Collector
@@ -33,8 +33,7 @@ def main() -> None:
     os.environ["CRASH_RUN_ID"] = f"{os.getpid()}"  # inherited by the JVM and its Python workers
     spark = build_session("local[2]", app_name="malhar-line-crash", shuffle_partitions=2)
     launch(build(files), spark=spark, checkpoint=checkpoint, window_ms=100)
-    while True:
-        time.sleep(1)
+    threading.Event().wait()  # until the test SIGKILLs this process
 
 
 if __name__ == "__main__":

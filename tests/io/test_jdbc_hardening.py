@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -337,8 +336,9 @@ def _await_committed(options: dict[str, str], partition: int, batch: int) -> Non
     """Until the sink's partition has committed ``batch`` (the meta row says so)."""
     import psycopg2
 
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    from malhar.testing.services.process import wait_until
+
+    def committed() -> bool:
         conn = psycopg2.connect(options["dsn"])
         try:
             with conn.cursor() as cur:
@@ -349,10 +349,9 @@ def _await_committed(options: dict[str, str], partition: int, batch: int) -> Non
                 found = cur.fetchone()
         finally:
             conn.close()
-        if found and found[0] >= batch:
-            return
-        time.sleep(0.1)  # polling a condition, as wait_until does
-    raise TimeoutError(f"partition {partition} never committed batch {batch}")
+        return bool(found and found[0] >= batch)
+
+    wait_until(committed, timeout=120, what=f"partition {partition} committing batch {batch}")
 
 
 class ShiftingSource(DataSource):
