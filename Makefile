@@ -12,10 +12,11 @@ run: setup
 	$(PY) -m samples.wordcount_exactly_once
 
 # Two workers: most of a test's time is spent waiting on Spark, Kafka or PostgreSQL, not on a
-# core. Each worker starts the services it needs; TEST_JOBS=0 runs in one process.
+# core. Each worker starts the services it needs; TEST_JOBS=0 runs in one process. Tests are
+# handed out two at a time, longest first (tests/conftest.py), so both workers end together.
 TEST_JOBS ?= 2
 test: setup
-	$(PY) -m pytest -n $(TEST_JOBS) --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --maxschedchunk 2 --durations=25 $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

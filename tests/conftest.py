@@ -1,11 +1,28 @@
-"""Test-wide setup: Spark's Python workers must import test modules (tests.engine.ops)."""
+"""Test-wide setup: Spark's Python workers must import test modules (tests.engine.ops);
+the longest tests are collected first."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import pytest
+
 ROOT = str(Path(__file__).resolve().parent.parent)
 _path = os.environ.get("PYTHONPATH", "")
 if ROOT not in _path.split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, _path) if p)
+
+
+def _rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("long"):
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Minutes-long tests first, then slow ones. ``make test`` hands tests to its xdist
+    workers two at a time (``--maxschedchunk 2``), so this is longest-first scheduling: the
+    long tests spread over the workers from the start and the short ones fill the end,
+    instead of one crash test running alone at the end."""
+    items.sort(key=_rank)  # stable: the file order stays within a rank

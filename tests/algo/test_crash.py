@@ -64,6 +64,7 @@ def _expected(tmp: Path, windows: int) -> dict[str, dict[int, list]]:
     return out
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.slow
 def test_sigkill_twice_and_every_window_equals_the_harness(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ def _start(settings: dict, checkpoint: Path, log: Path) -> subprocess.Popen:
     )
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.slow
 def test_sigkill_the_driver_on_a_local_cluster_and_the_attribution_is_exact(

@@ -57,6 +57,7 @@ def _check_windows(rows: list[tuple]) -> None:
         assert [r[3] for r in ranked] == sorted((r[3] for r in ranked), reverse=True), w
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.slow
 def test_sigkill_the_driver_twice_and_the_top_products_are_exact(

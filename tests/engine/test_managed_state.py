@@ -74,6 +74,7 @@ def _journal(root: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("master,kills", [("local[2]", 3), ("local-cluster[2,1,1024]", 2)])

@@ -56,6 +56,7 @@ def _expected_total(w: int) -> int:
     return sum(v for x in range(w + 1) for _, v in window_items(x))
 
 
+@pytest.mark.long
 def test_sigkill_restart_and_lost_spark_checkpoint(tmp_path: Path) -> None:
     checkpoint = tmp_path / "ckpt"
     rng = random.Random(7)

@@ -162,6 +162,7 @@ def _start(checkpoint: Path, windows: int, pause: str = "") -> subprocess.Popen:
     )
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_sigkill_during_a_repartitioning_recovers_to_one_partitioning(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ def test_idle_runtimes_are_torn_down_and_busy_ones_kept() -> None:
     assert ("app", "g", 1) in cache and ("app", "g", 0) not in cache
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.slow
 def test_runtimes_left_behind_in_other_workers_are_released(tmp_path: Path) -> None:

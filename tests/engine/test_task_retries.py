@@ -54,6 +54,7 @@ def expected(windows: int) -> dict[str, list[int]]:
     return out
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("master", ["local[2,3]", "local-cluster[2,1,1024]"])
 def test_task_retries_inside_a_window_give_exact_results(tmp_path, master: str) -> None:
     checkpoint = str(tmp_path / "ckpt")

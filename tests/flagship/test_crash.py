@@ -78,6 +78,7 @@ def flagship_factory(kafka_service, postgres_service, tmp_path: Path):
         f.stop()
 
 
+@pytest.mark.long
 def test_sigkill_at_five_points_counts_every_word_once(flagship_factory) -> None:
     # Two deterministic points (inside the database transaction before COMMIT, and after
     # the COMMIT before the engine records the window) and three random ones.
@@ -86,12 +87,14 @@ def test_sigkill_at_five_points_counts_every_word_once(flagship_factory) -> None
     crash_and_recover(f, kills, seed=6, lines=12_000)
 
 
+@pytest.mark.long
 def test_sigkill_combine_plan_counts_every_word_once(flagship_factory) -> None:
     # the earlier default: partial counts shuffled to a unifier and one writer (two stages)
     f = flagship_factory(plan="combine")
     crash_and_recover(f, ["before_commit", RANDOM], seed=10)
 
 
+@pytest.mark.long
 def test_lost_spark_checkpoint_continues_window_ids_without_double_counting(
     flagship_factory, tmp_path: Path
 ) -> None:
@@ -101,12 +104,14 @@ def test_lost_spark_checkpoint_continues_window_ids_without_double_counting(
     assert f.windows_seen[-1][0] > 0  # continued from malhar's window log, not from 0
 
 
+@pytest.mark.long
 def test_checkpoint_and_storage_manager_on_hdfs(flagship_factory, hdfs_service) -> None:
     os.environ.setdefault("MALHAR_WEBHDFS_URL", hdfs_service.webhdfs_url)
     f = flagship_factory(checkpoint=f"{hdfs_service.url}/flagship-{uuid.uuid4().hex[:8]}")
     crash_and_recover(f, ["after_commit", RANDOM], seed=8)
 
 
+@pytest.mark.long
 def test_local_cluster_executors(flagship_factory) -> None:
     f = flagship_factory(master="local-cluster[2,1,1024]")
     crash_and_recover(f, [RANDOM, "after_commit"], seed=9)

@@ -145,6 +145,7 @@ def crash_and_recover(run: Run, kills: int, spark: Any) -> None:
     assert moved == [f"f{i:04d}.txt" for i in range(run.files)]
 
 
+@pytest.mark.long
 def test_sigkill_five_times_hdfs_files_to_parquet_exactly_once(
     hdfs_service, spark, tmp_path: Path
 ) -> None:
@@ -156,6 +157,7 @@ def test_sigkill_five_times_hdfs_files_to_parquet_exactly_once(
         place.fs.delete(place.root, recursive=True)
 
 
+@pytest.mark.long
 def test_sigkill_five_times_on_local_cluster_local_files_exactly_once(
     spark, tmp_path: Path
 ) -> None:

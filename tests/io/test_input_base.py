@@ -285,6 +285,7 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.slow
 def test_sigkilled_driver_restarts_and_every_line_arrives_exactly_once(tmp_path: Path) -> None:

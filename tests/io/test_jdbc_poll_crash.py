@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TIMEOUT = 300.0
 
 
+@pytest.mark.long
 def test_sigkill_poll_to_kafka_on_local_cluster_every_row_once(
     kafka_service: Any, postgres_service: Any, tmp_path: Path
 ) -> None:

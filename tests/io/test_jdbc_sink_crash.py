@@ -303,6 +303,7 @@ class SinkDriver:
         assert staged == [(0,)]
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("master", ["local[2]", "local-cluster[2,1,1024]"])

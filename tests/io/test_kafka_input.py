@@ -670,6 +670,7 @@ def test_undecodable_records_go_to_the_error_port(
     assert sent[0]["offset"] == 0
 
 
+@pytest.mark.long
 def test_broker_outage_fails_clearly_and_a_restart_resumes_exactly(
     spark: Any, kafka_service: Any, kafka_client: Any, tmp_path: Path
 ) -> None:

@@ -76,6 +76,7 @@ class CountsApp(Flagship):
         self._log_offset = len(self.log_path.read_text(errors="replace"))
 
 
+@pytest.mark.long
 def test_sigkill_five_times_and_a_broker_crash_counts_topic_exactly_once(
     kafka_service: Any, postgres_service: Any, tmp_path: Path
 ) -> None:

@@ -505,6 +505,7 @@ def test_10000_windows_x_4_partitions_round_trip_local(local_store: Any) -> None
     _round_trip(local_store, 10_000, 4, 256 << 10)
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.slow
 def test_10000_windows_x_4_partitions_round_trip_hdfs(hdfs_store: Any) -> None:

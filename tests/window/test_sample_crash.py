@@ -163,6 +163,7 @@ def deployment(kafka_service, postgres_service, tmp_path):
     d.stop()
 
 
+@pytest.mark.long
 def test_sigkill_at_random_points_leaves_tables_equal_to_the_batch_reference(deployment) -> None:
     d, rng = deployment, random.Random(14)
     sizes = [1_500, 1_500, 1_500, 1_500]

@@ -100,6 +100,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.long
 def test_exactly_once_on_local_cluster_with_task_failures_and_a_restart(tmp_path) -> None:
     checkpoint = str(tmp_path / "ckpt")
     got = run_spark_script(SCRIPT.format(checkpoint=checkpoint), timeout=600)
