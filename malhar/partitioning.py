@@ -94,6 +94,9 @@ class PartitioningContext:
     operator: str  #: the operator's name
     stats: OperatorStats | None = None  #: its recent windows, all partitions
     parallel_partitions: int = 0  #: upstream partitions it must follow (PARALLEL_PARTITION)
+    #: the partition count asked for (``RunningApplication.repartition({name: n})`` on an
+    #: operator that is its own partitioner, e.g. an input that moves its read positions)
+    requested: int | None = None
 
 
 @runtime_checkable

@@ -10,7 +10,8 @@ snapshots of ``W``; then:
    partitions is pooled and each entry goes to the new partition that receives its
    key (the stream codec's ``hash_keys`` and the new partition keys); a state field
    that is not keyed must be equal in every old partition (it is copied), else the
-   repartitioning is refused with the field's name;
+   repartitioning is refused with the field's name. An input operator's own
+   partitioner places its read positions (e.g. Kafka partitions and their offsets);
 2. the snapshots of every group partition of the new plan are written for window
    ``W`` under the next generation's root; the managed state of the repartitioned
    operators is rewritten there too, by key;
@@ -70,12 +71,23 @@ def planned(dag: DAG, checkpoint: str, generation: generations.Generation) -> Pl
 
 def partitioner_of(dag: DAG, name: str, request: Request | None) -> Partitioner:
     """What defines ``name``'s partitions: the request, its PARTITIONER attribute, or the
-    operator itself when it implements the protocol."""
+    operator itself when it implements the protocol. A count asks for a
+    :class:`StatelessPartitioner`, except for an input: its own partitioner gets the
+    count (``PartitioningContext.requested``) and moves its read positions."""
+    meta = dag.operators[name]
+    if isinstance(meta.operator, InputOperator):
+        # only the input knows its read positions: a fresh copy would read again or skip
+        if not isinstance(meta.operator, Partitioner) or not isinstance(request, int | None):
+            raise ConfigError(
+                f"operator {name!r} is an input that cannot move its read positions to new "
+                "partitions, so it keeps its partition count (an input is repartitioned by "
+                "its own define_partitions, e.g. KafkaInputOperator's, given a count or None)"
+            )
+        return meta.operator
     if isinstance(request, int):
         return StatelessPartitioner(request)
     if request is not None:
         return request
-    meta = dag.operators[name]
     found = meta.attr(A.PARTITIONER)
     if found is None and isinstance(meta.operator, Partitioner):
         found = meta.operator
@@ -218,8 +230,7 @@ def repartition(
             )
         meta = dag.operators[name]
         group = old_plan.groups[old_plan.group_of[name]]
-        if isinstance(meta.operator, InputOperator):
-            raise ConfigError(f"operator {name!r} is an input: inputs are not repartitioned yet")
+        is_input = isinstance(meta.operator, InputOperator)
         if group.operators[0] != name:
             raise ConfigError(
                 f"operator {name!r} runs fused with {group.operators[0]!r} (PARALLEL_PARTITION): "
@@ -239,7 +250,11 @@ def repartition(
             ]
             existing.append(Partition(instance, old_keys[p], stat))
         partitioner = partitioner_of(dag, name, request)
-        context = PartitioningContext(name, (stats or {}).get(name))
+        context = PartitioningContext(
+            name,
+            (stats or {}).get(name),
+            requested=request if isinstance(request, int) and is_input else None,
+        )
         new = partitioner.define_partitions(list(existing), context)
         if not new:
             raise ConfigError(f"the partitioner of {name!r} returned no partitions")
@@ -259,7 +274,8 @@ def repartition(
                     restore_window_snapshot(inst, snapshots.get(member, p))
                     olds.append(inst)
                 news = [Partition(mmeta.operator.clone(), p.keys) for p in new]
-            _redistribute(member, olds, news, codec, typed, table)
+            if not (is_input and member == name):  # an input's partitioner placed its positions
+                _redistribute(member, olds, news, codec, typed, table)
             changed[member] = news
             new_gen.operators[member] = generations.OperatorPartitioning.of([p.keys for p in new])
         partitioners[name] = partitioner

@@ -27,7 +27,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -39,6 +39,7 @@ from malhar.io.kafka.client import TP, KafkaClient, format_tps
 from malhar.io.kafka.deserializers import Deserializer, get_deserializer
 from malhar.io.kafka.errors import KafkaConfigError, ReplayError
 from malhar.io.kafka.event_time import PartitionWatermarks, batch_highs, row_highs
+from malhar.io.kafka.readers import deal, readers_for
 from malhar.io.kafka.records import (
     ERROR_DDL,
     MessageColumns,
@@ -50,9 +51,11 @@ from malhar.io.kafka.records import (
 )
 from malhar.io.kafka.settings import KafkaSettings
 from malhar.operator import OperatorContext
+from malhar.partitioning import Partition, PartitioningContext
 from malhar.ports import OutputPort
 from malhar.properties import Property
 from malhar.state import State
+from malhar.stats import OperatorStats, Response
 
 log = logging.getLogger("malhar.io.kafka")
 
@@ -140,6 +143,14 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         doc="how often a reader looks for partitions added to its topics (read from their "
         "earliest offset); None: never, the partitions of the launch only",
     )
+    partitions_per_reader = Property(
+        int,
+        default=None,
+        min=1,
+        doc="readers follow the topics: one reader per this many Kafka partitions (1: one "
+        "to one), repartitioned at a window boundary when the topics gain partitions; "
+        "None: the operator's PARTITIONS readers",
+    )
     event_time = Property(
         object,
         default=None,
@@ -198,9 +209,9 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         group = self.group_id or f"malhar-{context.application}-{context.name}"
         self._client: KafkaClient = self.make_client(group, self.label)
         self._index = context.partition
-        self._tps: list[TP] = assign(
-            self._client.partitions(self.topic_list()), context.partition, context.partitions
-        )
+        every = self._client.partitions(self.topic_list())
+        self._known = len(every)
+        self._tps: list[TP] = assign(every, context.partition, context.partitions)
         topics = {t for t, _ in self._tps}
         #: the only topic this partition reads (its records need no topic() call), else None
         self._topic: str | None = topics.pop() if len(topics) == 1 else None
@@ -247,9 +258,9 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         if every is None or (now - self._discovered_at) * 1000 < every:
             return
         self._discovered_at = now
-        mine = assign(
-            self._client.partitions(self.topic_list()), self._index, self._partitions or 1
-        )
+        every = self._client.partitions(self.topic_list())
+        self._known = len(every)
+        mine = assign(every, self._index, self._partitions or 1)
         new = [tp for tp in mine if tp not in self._tps]
         if new:
             self._adopt([tp for tp in new if tp not in self._next], restored=True)
@@ -257,6 +268,47 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
             self._live = False  # assign the consumer again, with the new partitions
             log.info("%s: partitions added to the topics: now reads %s", self.label,
                      format_tps(self._tps))  # fmt: skip
+
+    # -- dynamic partitioning: its own Partitioner and StatsListener ----------------------------
+    def metrics(self) -> Mapping[str, float]:
+        # Kafka partitions of the topics at the last look (what partitions_per_reader follows)
+        return {"kafka_partitions": self._known}
+
+    def process_stats(self, stats: OperatorStats) -> Response:
+        """With ``partitions_per_reader``: ask for a repartitioning when the topics' Kafka
+        partitions need another reader count (called on the driver)."""
+        per = self.partitions_per_reader
+        known = max((int(w.metrics.get("kafka_partitions", 0)) for w in stats.windows), default=0)
+        if per is None or not known:
+            return Response()
+        wanted = readers_for(known, per)
+        current = getattr(self, "_readers", None) or stats.partitions
+        if wanted == current:
+            return Response()
+        self._wanted = wanted
+        return Response(
+            True, f"{known} Kafka partitions at {per} per reader: {wanted} readers, not {current}"
+        )
+
+    def define_partitions(
+        self, existing: list[Partition], context: PartitioningContext
+    ) -> list[Partition]:
+        """The readers after a repartitioning: ``context.requested`` of them (a count asked
+        for), else the count ``partitions_per_reader`` needs; each Kafka partition's position
+        moves to its new reader (:mod:`malhar.io.kafka.readers`)."""
+        count = context.requested or getattr(self, "_wanted", None)
+        if count is None:
+            raise KafkaConfigError(
+                f"Kafka input {context.operator!r}: ask for a reader count "
+                "(repartition({name: n})) or set partitions_per_reader"
+            )
+        if count == len(existing):
+            return existing
+        return [Partition(r) for r in deal([p.operator for p in existing], count)]
+
+    def partitioned(self, partitions: dict[int, Partition]) -> None:
+        self._readers = len(partitions)
+        self._wanted = None
 
     def _event_time_extractor(self) -> Any:
         spec = self.event_time
