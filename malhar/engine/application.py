@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
+from malhar import attributes as A
 from malhar.dag import DAG
 from malhar.engine.failure import ApplicationFailed, explain
 from malhar.engine.spark_io import shutdown_flag_path
@@ -75,6 +77,11 @@ class RunningApplication:
         the last window of the run recorded.
         """
         return self.log.largest_completed()
+
+    @property
+    def active(self) -> bool:
+        """The application runs: its query is active, or a repartitioning is restarting it."""
+        return self._repartitioning.is_set() or self.query.isActive
 
     def error_counts(self, window: int) -> dict[str, int]:
         """Tuples emitted on each error port ("operator.port") in ``window``.
@@ -199,11 +206,19 @@ class RunningApplication:
     def stop(self, timeout: float = 120.0) -> None:
         """Orderly stop: a last window tears every operator down, then the query ends.
 
+        An operator with ``APPLICATION_WINDOW_COUNT > 1`` ends its open application window
+        early in that last window.
+
         Raises:
             TimeoutError: the last window did not complete within ``timeout`` seconds;
                 the query was then stopped at once (as :meth:`abort`), and the next
                 start replays the unfinished window.
         """
+        self._stop(timeout, align=1)
+
+    def _stop(self, timeout: float, *, align: int) -> None:
+        """``stop()`` whose last window is the first one ending an application window of
+        ``align`` streaming windows (``(id + 1) % align == 0``)."""
         from malhar.util.fs import filesystem_for
 
         if not self.query.isActive:
@@ -211,7 +226,7 @@ class RunningApplication:
             return
         fs, flag = filesystem_for(shutdown_flag_path(self.checkpoint))
         fs.mkdirs(fs.dirname(flag))
-        fs.create(flag, b"", overwrite=True)
+        fs.create(flag, str(align).encode() if align > 1 else b"", overwrite=True)
         try:
             # returns once the source found nothing after the shutdown window, which is
             # when it records that window as complete (``MalharStreamReader.latestOffset``)
@@ -242,7 +257,8 @@ class RunningApplication:
             self._repartitioning.set()
             try:
                 stats = self._recent_stats()
-                self.stop(timeout)
+                # the last window ends every application window: none is cut short
+                self._stop(timeout, align=application_window_lcm(self.dag))
                 generation = repartition(
                     self.dag, self.checkpoint, self.last_window, requests, stats
                 )
@@ -299,3 +315,11 @@ class RunningApplication:
             self.query.stop()
         finally:
             self._finish()
+
+
+def application_window_lcm(dag: DAG) -> int:
+    """The shortest span of streaming windows that ends every operator's application
+    window at once (their ``APPLICATION_WINDOW_COUNT``s' least common multiple)."""
+    return math.lcm(
+        *(int(meta.attr(A.APPLICATION_WINDOW_COUNT)) for meta in dag.operators.values())
+    )

@@ -124,18 +124,27 @@ class MalharStreamReader(DataSourceStreamReader):
         if self.first is None:
             self.first = window
         nxt = window + 1
-        shutdown = self._shutdown_requested() or (
+        shutdown = self._shutdown_requested(nxt) or (
             self.max_windows is not None and nxt >= self.first + self.max_windows
         )
         if shutdown:
             self.final = nxt
         return {"window": nxt, "shutdown": shutdown}
 
-    def _shutdown_requested(self) -> bool:
+    def _shutdown_requested(self, window: int) -> bool:
+        """Whether ``window`` is the last: a stop was asked for (the flag file), and the
+        window ends an application window of the length the flag holds (empty: any)."""
         from malhar.util.fs import filesystem_for
+        from malhar.util.fs.errors import StorageNotFoundError
 
         fs, path = filesystem_for(shutdown_flag_path(self.checkpoint))
-        return fs.exists(path)
+        if not fs.exists(path):
+            return False
+        try:
+            align = int(fs.read(path) or b"1")
+        except StorageNotFoundError:  # the stop completed meanwhile
+            return False
+        return (window + 1) % align == 0
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         if end["window"] == start["window"]:

@@ -458,6 +458,26 @@ class KeyedRunningCount(Operator):
             self.output.emit((key, self.counts[key]))
 
 
+class AppWindowKeyCount(KeyedRunningCount):
+    """``KeyedRunningCount`` for application windows of several streaming windows: the keys
+    touched so far are ``State`` (a partition may be rebuilt inside an application window,
+    without a new ``begin_window``)."""
+
+    touched = State(dict)  # key -> None: the keys of the open application window
+
+    def begin_window(self, window_id: int) -> None:
+        pass
+
+    def process(self, row: dict[str, Any]) -> None:
+        self.counts[row["key"]] = self.counts.get(row["key"], 0) + 1
+        self.touched[row["key"]] = None
+
+    def end_window(self) -> None:
+        for key in sorted(self.touched):
+            self.output.emit((key, self.counts[key]))
+        self.touched.clear()
+
+
 class ManagedKeyCount(KeyedRunningCount):
     """``KeyedRunningCount`` with its counts in managed state (a spillable map)."""
 

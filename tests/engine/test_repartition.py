@@ -28,7 +28,7 @@ from malhar.partitioning import (
 from malhar.stats import OperatorStats, WindowStats
 from malhar.testing.operators import Collector, collected
 from malhar.testing.services.process import wait_until
-from tests.engine.ops import KeyedRunningCount, RatedKeys, keyed_items
+from tests.engine.ops import AppWindowKeyCount, KeyedRunningCount, RatedKeys, keyed_items
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,10 +73,10 @@ def test_the_throughput_partitioner_splits_busy_and_merges_idle_neighbours() -> 
     assert not part.process_stats(_stats({0: 50, 1: 5, 2: 50, 3: 5})).repartition_required
 
 
-def _dag() -> DAG:
+def _dag(counter: KeyedRunningCount | None = None) -> DAG:
     dag = DAG("repartition")
     src = dag.add_operator("src", RatedKeys(), PARTITIONS=2)
-    count = dag.add_operator("count", KeyedRunningCount())
+    count = dag.add_operator("count", counter or KeyedRunningCount())
     out = dag.add_operator("out", Collector())
     dag.add_stream("items", src.output, count.input)
     dag.add_stream("counts", count.output, out.input)
@@ -114,6 +114,33 @@ def test_a_keyed_counter_goes_from_one_to_four_to_two_partitions_exactly(
     assert max(got) >= 11
     # the three partitionings each ran windows (ids never went backwards, none repeated)
     assert first.window < second.window < max(got)
+
+
+@pytest.mark.integration
+def test_a_repartitioning_waits_for_the_end_of_an_application_window(
+    spark, tmp_path: Path
+) -> None:
+    """With APPLICATION_WINDOW_COUNT=3 the stop before the repartitioning comes at the end of
+    an application window: no application window is cut short by it."""
+    checkpoint = str(tmp_path / "ck")
+    dag = _dag(AppWindowKeyCount())
+    dag.set_operator_attribute("count", A.APPLICATION_WINDOW_COUNT, 3)
+    app = launch(dag, spark=spark, checkpoint=checkpoint, window_ms=100)
+    try:
+        app.await_window(0)
+        done = [app.repartition({"count": 3}), app.repartition({"count": 2})]
+        for generation in done:  # the last window before each ended one
+            assert (generation.window + 1) % 3 == 0, generation.window
+        app.await_window(generation.window + 6)
+        last = app.last_window
+    finally:
+        app.stop()  # this stop may cut the last application window short: not checked
+    got = {w: pairs for w, pairs in collected(checkpoint, "out").items() if pairs and w <= last}
+    assert max(got) > generation.window
+    for w, pairs in got.items():
+        assert (w + 1) % 3 == 0, f"window {w} ended an application window early"
+        keys = {r["key"] for v in (w - 2, w - 1, w) for r in keyed_items(v, 100, 50)}
+        assert sorted(pairs) == [p for p in expected(w) if p[0] in keys], f"window {w}"
 
 
 @pytest.mark.integration

@@ -55,7 +55,7 @@ def run_until(app: Any, predicate: Any, what: str, timeout: float = 180) -> None
         exc = app.query.exception()
         if exc is not None:
             return f"the query failed: {exc}"
-        return None if app.query.isActive else "the query stopped"
+        return None if app.active else "the query stopped"
 
     wait_until(predicate, timeout=timeout, what=what, interval=0.2, alive=dead)
 

@@ -277,26 +277,27 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
     def process_stats(self, stats: OperatorStats) -> Response:
         """With ``partitions_per_reader``: ask for a repartitioning when the topics' Kafka
         partitions need another reader count (called on the driver)."""
-        per = self.partitions_per_reader
-        known = max((int(w.metrics.get("kafka_partitions", 0)) for w in stats.windows), default=0)
-        if per is None or not known:
+        wanted = self._readers_wanted(stats)
+        if wanted is None or wanted == stats.partitions:
             return Response()
-        wanted = readers_for(known, per)
-        current = getattr(self, "_readers", None) or stats.partitions
-        if wanted == current:
-            return Response()
-        self._wanted = wanted
         return Response(
-            True, f"{known} Kafka partitions at {per} per reader: {wanted} readers, not {current}"
+            True, f"{self.partitions_per_reader} Kafka partitions per reader: {wanted} readers"
         )
+
+    def _readers_wanted(self, stats: OperatorStats | None) -> int | None:
+        per = self.partitions_per_reader
+        windows = stats.windows if stats is not None else ()
+        known = max((int(w.metrics.get("kafka_partitions", 0)) for w in windows), default=0)
+        return readers_for(known, per) if per is not None and known else None
 
     def define_partitions(
         self, existing: list[Partition], context: PartitioningContext
     ) -> list[Partition]:
         """The readers after a repartitioning: ``context.requested`` of them (a count asked
-        for), else the count ``partitions_per_reader`` needs; each Kafka partition's position
-        moves to its new reader (:mod:`malhar.io.kafka.readers`)."""
-        count = context.requested or getattr(self, "_wanted", None)
+        for), else the count ``partitions_per_reader`` needs for the Kafka partitions the
+        readers last saw; each Kafka partition's position moves to its new reader
+        (:mod:`malhar.io.kafka.readers`)."""
+        count = context.requested or self._readers_wanted(context.stats)
         if count is None:
             raise KafkaConfigError(
                 f"Kafka input {context.operator!r}: ask for a reader count "
@@ -307,8 +308,7 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         return [Partition(r) for r in deal([p.operator for p in existing], count)]
 
     def partitioned(self, partitions: dict[int, Partition]) -> None:
-        self._readers = len(partitions)
-        self._wanted = None
+        pass  # the readers' positions are in their snapshots; nothing is kept here
 
     def _event_time_extractor(self) -> Any:
         spec = self.event_time
