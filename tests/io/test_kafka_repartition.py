@@ -4,12 +4,17 @@ partitions (``partitions_per_reader``); every record is read exactly once."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from malhar import DAG, launch
+from malhar.engine import generations
 from malhar.engine.repartition import partitioner_of
 from malhar.errors import ConfigError
 from malhar.io.kafka import KafkaInputOperator
@@ -18,10 +23,12 @@ from malhar.io.kafka.readers import deal, readers_for
 from malhar.partitioning import Partition, PartitioningContext, StatelessPartitioner
 from malhar.stats import OperatorStats, WindowStats
 from malhar.testing.operators import Collector, collected
+from malhar.testing.services.process import wait_until
 from tests.io.conftest import kafka_op_args, kafka_unique
 from tests.io.line_input import LineFileInput
 from tests.io.test_kafka_input import by_key, rows_of, run_until
 
+ROOT = Path(__file__).resolve().parents[2]
 TPS = [("a", p) for p in range(5)] + [("b", p) for p in range(2)]
 
 
@@ -158,3 +165,55 @@ def test_readers_follow_the_topic_one_to_one_as_it_gains_partitions(
     finally:
         app.stop()
     assert by_key(_got(checkpoint)) == by_key(sent)
+
+
+@pytest.mark.long
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_sigkill_during_a_kafka_input_repartitioning_reads_every_record_once(
+    kafka_client: Any, tmp_path: Path
+) -> None:
+    """Killed before and after the commit point of a 2 -> 3 reader repartitioning, records
+    arriving meanwhile: the next start finds one partitioning, and every record arrives once."""
+    topic = kafka_client.topic("rp-crash", partitions=4)
+    group = kafka_unique("g")
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    sent = kafka_client.produce_numbers(topic, 4, 40)
+
+    def start(total: int, pause: str = "") -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
+        args = [str(checkpoint), kafka_client.bootstrap, topic, group, str(total)]
+        log = open(tmp_path / "driver.log", "ab")  # noqa: SIM115 - closed with the process
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.io.kafka_repartition_app",
+                *args,
+                *([pause] * bool(pause)),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    for pause in ("snapshots", "committed"):
+        proc = start(0, pause)
+        wait_until(
+            lambda: (checkpoint / "paused").exists(),
+            timeout=300,
+            what=f"the repartitioning to reach {pause!r}",
+            alive=lambda p=proc: None if p.poll() is None else f"driver exited {p.returncode}",
+        )
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        (checkpoint / "paused").unlink()
+        parts = {op: g.partitions for op, g in generations.load(str(checkpoint)).operators.items()}
+        assert parts == ({} if pause == "snapshots" else {"src": 3})  # never a mix
+        sent += kafka_client.produce_numbers(topic, 4, 20, start=len(sent))
+    proc = start(len(sent))
+    assert proc.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    assert by_key(_got(str(checkpoint))) == by_key(sent)
