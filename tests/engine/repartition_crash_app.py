@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from pathlib import Path
 
 from malhar import DAG, KeyCodec, build_session, launch
 from malhar import attributes as A
 from malhar.engine import repartition
 from malhar.testing.operators import Collector
+from tests.drivers import pause_hook
 from tests.engine.crash_app import Journal
 from tests.engine.ops import KeyedRunningCount, ManagedKeyCount, RatedKeys
 
@@ -43,12 +43,7 @@ def main() -> None:
     pause = sys.argv[3] if len(sys.argv) > 3 else ""
     os.environ["CRASH_RUN_ID"] = f"{os.getpid()}"
 
-    def hook(step: str) -> None:
-        if step == pause:
-            Path(checkpoint, "paused").write_text(step)
-            threading.Event().wait()  # until the test SIGKILLs this process
-
-    repartition.STEP_HOOK = hook
+    repartition.STEP_HOOK = pause_hook(checkpoint, pause)
     spark = build_session("local[2]", app_name="malhar-repartition-crash", shuffle_partitions=2)
     app = launch(
         build(), spark=spark, checkpoint=checkpoint, windows=windows or None, window_ms=100

@@ -4,10 +4,7 @@ application exactly once."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -28,6 +25,7 @@ from malhar.partitioning import (
 from malhar.stats import OperatorStats, WindowStats
 from malhar.testing.operators import Collector, collected
 from malhar.testing.services.process import wait_until
+from tests.drivers import kill_when_paused, start_driver
 from tests.engine.ops import AppWindowKeyCount, KeyedRunningCount, RatedKeys, keyed_items
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,9 +115,7 @@ def test_a_keyed_counter_goes_from_one_to_four_to_two_partitions_exactly(
 
 
 @pytest.mark.integration
-def test_a_repartitioning_waits_for_the_end_of_an_application_window(
-    spark, tmp_path: Path
-) -> None:
+def test_a_repartitioning_waits_for_the_end_of_an_application_window(spark, tmp_path: Path) -> None:
     """With APPLICATION_WINDOW_COUNT=3 the stop before the repartitioning comes at the end of
     an application window: no application window is cut short by it."""
     checkpoint = str(tmp_path / "ck")
@@ -175,18 +171,10 @@ def test_the_throughput_partitioner_splits_under_load_and_merges_when_idle(
         app.stop()
 
 
-def _start(checkpoint: Path, windows: int, pause: str = "") -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
-    log = open(checkpoint.parent / "driver.log", "ab")  # noqa: SIM115 - closed with the process
-    args = [str(checkpoint), str(windows), *([pause] if pause else [])]
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.engine.repartition_crash_app", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+def _start(checkpoint: Path, windows: int, *pause: str) -> subprocess.Popen:
+    args = [str(checkpoint), str(windows), *pause]
+    log = checkpoint.parent / "driver.log"
+    return start_driver("tests.engine.repartition_crash_app", *args, log=log)
 
 
 @pytest.mark.long
@@ -199,16 +187,7 @@ def test_a_sigkill_during_a_repartitioning_recovers_to_one_partitioning(tmp_path
     checkpoint.mkdir()
     seen = []
     for pause in ("loaded", "snapshots", "managed", "committed"):
-        proc = _start(checkpoint, 0, pause)
-        wait_until(
-            lambda: (checkpoint / "paused").exists(),
-            timeout=300,
-            what=f"the repartitioning to reach {pause!r}",
-            alive=lambda p=proc: None if p.poll() is None else f"driver exited {p.returncode}",
-        )
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        (checkpoint / "paused").unlink()
+        kill_when_paused(_start(checkpoint, 0, pause), checkpoint, pause)
         gen = generations.load(str(checkpoint))
         seen.append((pause, gen.generation))
         parts = {op: gen.operators[op].partitions for op in gen.operators}

@@ -11,14 +11,13 @@ until TOTAL records were collected and stops in order.
 from __future__ import annotations
 
 import sys
-import threading
-from pathlib import Path
 
 from malhar import DAG, build_session, launch
 from malhar.engine import repartition
 from malhar.io.kafka import KafkaInputOperator
 from malhar.testing.operators import Collector, collected
 from malhar.testing.services.process import wait_until
+from tests.drivers import pause_hook
 
 
 def build(bootstrap: str, topic: str, group: str) -> DAG:
@@ -46,12 +45,7 @@ def main() -> None:
     checkpoint, bootstrap, topic, group, total = sys.argv[1:6]
     pause = sys.argv[6] if len(sys.argv) > 6 else ""
 
-    def hook(step: str) -> None:
-        if step == pause:
-            Path(checkpoint, "paused").write_text(step)
-            threading.Event().wait()  # until the test SIGKILLs this process
-
-    repartition.STEP_HOOK = hook
+    repartition.STEP_HOOK = pause_hook(checkpoint, pause)
     spark = build_session("local[2]", app_name="malhar-kafka-repartition", shuffle_partitions=2)
     app = launch(build(bootstrap, topic, group), spark=spark, checkpoint=checkpoint, window_ms=100)
     app.await_window(app.last_window + 2)

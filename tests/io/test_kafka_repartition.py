@@ -4,10 +4,7 @@ partitions (``partitions_per_reader``); every record is read exactly once."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +20,11 @@ from malhar.io.kafka.readers import deal, readers_for
 from malhar.partitioning import Partition, PartitioningContext, StatelessPartitioner
 from malhar.stats import OperatorStats, WindowStats
 from malhar.testing.operators import Collector, collected
-from malhar.testing.services.process import wait_until
+from tests.drivers import kill_when_paused, start_driver
 from tests.io.conftest import kafka_op_args, kafka_unique
 from tests.io.line_input import LineFileInput
 from tests.io.test_kafka_input import by_key, rows_of, run_until
 
-ROOT = Path(__file__).resolve().parents[2]
 TPS = [("a", p) for p in range(5)] + [("b", p) for p in range(2)]
 
 
@@ -181,36 +177,12 @@ def test_a_sigkill_during_a_kafka_input_repartitioning_reads_every_record_once(
     checkpoint.mkdir()
     sent = kafka_client.produce_numbers(topic, 4, 40)
 
-    def start(total: int, pause: str = "") -> subprocess.Popen:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
-        args = [str(checkpoint), kafka_client.bootstrap, topic, group, str(total)]
-        log = open(tmp_path / "driver.log", "ab")  # noqa: SIM115 - closed with the process
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.io.kafka_repartition_app",
-                *args,
-                *([pause] * bool(pause)),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    def start(total: int, *pause: str) -> subprocess.Popen:
+        args = [str(checkpoint), kafka_client.bootstrap, topic, group, str(total), *pause]
+        return start_driver("tests.io.kafka_repartition_app", *args, log=tmp_path / "driver.log")
 
     for pause in ("snapshots", "committed"):
-        proc = start(0, pause)
-        wait_until(
-            lambda: (checkpoint / "paused").exists(),
-            timeout=300,
-            what=f"the repartitioning to reach {pause!r}",
-            alive=lambda p=proc: None if p.poll() is None else f"driver exited {p.returncode}",
-        )
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        (checkpoint / "paused").unlink()
+        kill_when_paused(start(0, pause), checkpoint, pause)
         parts = {op: g.partitions for op, g in generations.load(str(checkpoint)).operators.items()}
         assert parts == ({} if pause == "snapshots" else {"src": 3})  # never a mix
         sent += kafka_client.produce_numbers(topic, 4, 20, start=len(sent))

@@ -1,0 +1,57 @@
+"""Driver processes for crash tests: started in their own process group (a SIGKILL of the
+group takes the driver's JVM and Python workers with it), paused at a step, killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from malhar.testing.services.process import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+PAUSED = "paused"
+
+
+def start_driver(module: str, *args: str, log: Path) -> subprocess.Popen:
+    """``python -m module args`` from the project root, its output appended to ``log``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
+    out = open(log, "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def pause_hook(checkpoint: str, pause: str) -> Callable[[str], None]:
+    """A step hook (in the driver) that, at step ``pause``, writes ``<checkpoint>/paused``
+    and waits to be killed."""
+
+    def hook(step: str) -> None:
+        if step == pause:
+            Path(checkpoint, PAUSED).write_text(step)
+            threading.Event().wait()  # until the test SIGKILLs this process
+
+    return hook
+
+
+def kill_when_paused(proc: subprocess.Popen, checkpoint: Path, step: str) -> None:
+    """Wait for the driver to pause at ``step`` (:func:`pause_hook`), SIGKILL its group."""
+    marker = checkpoint / PAUSED
+    wait_until(
+        marker.exists,
+        timeout=300,
+        what=f"the driver to reach {step!r}",
+        alive=lambda: None if proc.poll() is None else f"driver exited {proc.returncode}",
+    )
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    marker.unlink()
