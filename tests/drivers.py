@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from malhar.testing.services.process import wait_until
@@ -17,14 +17,29 @@ ROOT = Path(__file__).resolve().parent.parent
 PAUSED = "paused"
 
 
-def start_driver(module: str, *args: str, log: Path) -> subprocess.Popen:
-    """``python -m module args`` from the project root, its output appended to ``log``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
+def start_driver(
+    module: str,
+    *args: str,
+    log: Path,
+    env: Mapping[str, str | None] | None = None,
+    header: str | None = None,
+) -> subprocess.Popen:
+    """``python -m module args`` from the project root, its output appended to ``log``
+    (after a ``header`` line, when given); ``env`` adds variables (None removes one)."""
+    full: dict[str, str] = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
+    for name, value in (env or {}).items():
+        if value is None:
+            full.pop(name, None)
+        else:
+            full[name] = value
     out = open(log, "ab")  # noqa: SIM115 - closed with the process
+    if header is not None:
+        out.write(f"\n==== {header}\n".encode())
+        out.flush()
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
-        env=env,
+        env=full,
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,

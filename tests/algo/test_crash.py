@@ -8,7 +8,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,21 +19,12 @@ from malhar.testing.operators import collected
 from malhar.testing.services.process import wait_until
 from tests.algo import crash_app
 from tests.algo.partitions import as_multiset
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.drivers import start_driver
 
 
 def _start(checkpoint: Path, windows: int = 0) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
-    log = open(checkpoint.parent / "driver.log", "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.algo.crash_app", str(checkpoint), "local[2]", str(windows)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    args = [str(checkpoint), "local[2]", str(windows)]
+    return start_driver("tests.algo.crash_app", *args, log=checkpoint.parent / "driver.log")
 
 
 def _expected(tmp: Path, windows: int) -> dict[str, dict[int, list]]:

@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,9 +16,8 @@ from malhar import OperatorContext
 from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import collected
 from malhar.testing.services.process import wait_until
+from tests.drivers import start_driver
 from tests.engine.ops import ManagedCount, managed_items
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def expected_output(window: int) -> list[tuple[str, int]]:
@@ -48,23 +46,9 @@ def test_managed_state_through_the_harness_checkpoint_and_replay(tmp_path: Path)
 
 
 def _start(checkpoint: Path, master: str, windows: int = 0) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
-    log = open(checkpoint.parent / "driver.log", "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.engine.managed_crash_app",
-            str(checkpoint),
-            master,
-            str(windows),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    args = [str(checkpoint), master, str(windows)]
+    log = checkpoint.parent / "driver.log"
+    return start_driver("tests.engine.managed_crash_app", *args, log=log)
 
 
 def _journal(root: Path) -> list[dict]:

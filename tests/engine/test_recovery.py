@@ -14,30 +14,21 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from malhar.testing.operators import collected
 from malhar.testing.services.process import wait_until
+from tests.drivers import start_driver
 from tests.engine.ops import window_items
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _start(checkpoint: Path, master: str = "local[2]", windows: int = 0) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
-    log = open(checkpoint.parent / "driver.log", "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.engine.crash_app", str(checkpoint), master, str(windows)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    args = [str(checkpoint), master, str(windows)]
+    return start_driver("tests.engine.crash_app", *args, log=checkpoint.parent / "driver.log")
 
 
 def _journal(root: Path) -> list[dict]:

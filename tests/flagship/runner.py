@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,9 +28,9 @@ from samples.wordcount_exactly_once.data import (
     topic_truth,
 )
 from samples.wordcount_exactly_once.driver import SETTINGS_ENV
+from tests.drivers import start_driver
 from tests.flagship.pausing_driver import MARKER_ENV, PAUSE_ENV
 
-ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 240.0
 
 
@@ -89,34 +88,16 @@ class Flagship:
         self.runs += 1
         self.marker = self.workdir / f"paused-{self.runs}"
         settings = {k: v for k, v in vars(self.settings).items() if v is not None}
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "PYSPARK_PYTHON": sys.executable,
-            SETTINGS_ENV: json.dumps(settings),
-            MARKER_ENV: str(self.marker),
-        }
-        env.pop(PAUSE_ENV, None)
-        if pause:
-            env[PAUSE_ENV] = pause
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        log.write(f"\n==== run {self.runs} pause={pause}\n".encode())
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.flagship.pausing_driver",
-                self.checkpoint,
-                "--master",
-                self.master,
-                "--name",
-                self.name,
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        self.proc = start_driver(
+            "tests.flagship.pausing_driver",
+            *(self.checkpoint, "--master", self.master, "--name", self.name),
+            log=self.log_path,
+            env={
+                SETTINGS_ENV: json.dumps(settings),
+                MARKER_ENV: str(self.marker),
+                PAUSE_ENV: pause or None,
+            },
+            header=f"run {self.runs} pause={pause}",
         )
         self._first = self.last_window()
         self._log_offset = len(self.log_path.read_text(errors="replace"))

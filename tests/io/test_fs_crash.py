@@ -11,7 +11,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -21,11 +20,11 @@ import pytest
 
 from malhar.engine.window_log import WindowLog
 from malhar.testing.services.process import wait_until
+from tests.drivers import start_driver
 from tests.io.fs_support import Place, word_truth
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 240.0
 WORDS = ["alpha", "beta", "gamma", "délta", "日本", "😀", "x"]
 
@@ -56,18 +55,9 @@ class Run:
             self.files += 1
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
         args = [self.checkpoint, self.source.url("in"), self.out.url("out"), self.master]
         args += [self.name, self.source.url("done")]
-        log = open(self.log, "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.io.fs_support", *args],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.proc = start_driver("tests.io.fs_support", *args, log=self.log)
 
     def last_window(self) -> int:
         return WindowLog(self.checkpoint).largest_completed()

@@ -9,7 +9,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from malhar.io.base import ReplayableInput, ReplayError, WindowRecord
 from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import collected
 from malhar.testing.services.process import wait_until
+from tests.drivers import start_driver
 from tests.io.line_input import LineFileInput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,16 +261,8 @@ def test_the_howto_shows_the_tested_connector() -> None:
 
 # -- SIGKILLed driver processes ----------------------------------------------------------------
 def _start(root: Path, files: list[Path]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
-    log = open(root / "driver.log", "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.io.line_crash_app", str(root / "ckpt"), *map(str, files)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    args = [str(root / "ckpt"), *map(str, files)]
+    return start_driver("tests.io.line_crash_app", *args, log=root / "driver.log")
 
 
 def _journal(root: Path) -> list[dict[str, Any]]:

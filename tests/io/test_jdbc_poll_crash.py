@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 
 from malhar.engine.window_log import WindowLog
 from malhar.testing.services.process import wait_until
-from tests.flagship.runner import ROOT
+from tests.drivers import start_driver
 from tests.io.jdbc_poll_app import SETTINGS_ENV
 from tests.io.test_jdbc_poll import _insert, _orders
 from tests.io.test_kafka_output import read_topic
@@ -39,33 +38,14 @@ def test_sigkill_poll_to_kafka_on_local_cluster_every_row_once(
     kafka_service.create_topic(topic, partitions=2)
     checkpoint = str(tmp_path / "ckpt")
     name = f"poll-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "PYSPARK_PYTHON": sys.executable,
-        SETTINGS_ENV: json.dumps(
-            {"url": pg.sqlalchemy_url, "table": table, "bootstrap_servers": bs, "topic": topic}
-        ),
-    }
+    settings = {"url": pg.sqlalchemy_url, "table": table, "bootstrap_servers": bs, "topic": topic}
+    env = {SETTINGS_ENV: json.dumps(settings)}
     log_path = tmp_path / "driver.log"
     procs: list[subprocess.Popen] = []
 
     def start() -> subprocess.Popen:
-        log = open(log_path, "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.io.jdbc_poll_app",
-                checkpoint,
-                *("--master", "local-cluster[2,1,1024]", "--name", name),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        args = [checkpoint, "--master", "local-cluster[2,1,1024]", "--name", name]
+        proc = start_driver("tests.io.jdbc_poll_app", *args, log=log_path, env=env)
         procs.append(proc)
         return proc
 

@@ -33,8 +33,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from malhar.io.jdbc.config import JdbcSinkSettings
 from malhar.io.jdbc.spark_sink import JdbcSink, JdbcStreamWriter
 from malhar.testing.services.process import wait_until
+from tests.drivers import start_driver
 
-ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_ENV = "JDBC_SINK_CRASH"
 PAUSE_ENV = "JDBC_SINK_PAUSE"  # before_commit | after_commit
 MARKER_ENV = "JDBC_SINK_MARKER"
@@ -201,34 +201,24 @@ class SinkDriver:
     def start(self, pause: str | None = None) -> None:
         self.runs += 1
         self.marker = self.workdir / f"paused-{self.runs}"
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "PYSPARK_PYTHON": sys.executable,
-            SETTINGS_ENV: json.dumps(
-                {
-                    "url": self.pg.sqlalchemy_url,
-                    "table": self.table,
-                    "name": self.name,
-                    "batches": self.batches,
-                    "rows": self.rows,
-                }
-            ),
-            MARKER_ENV: str(self.marker),
-            JOURNAL_ENV: str(self.journal),
+        settings = {
+            "url": self.pg.sqlalchemy_url,
+            "table": self.table,
+            "name": self.name,
+            "batches": self.batches,
+            "rows": self.rows,
         }
-        env.pop(PAUSE_ENV, None)
-        if pause:
-            env[PAUSE_ENV] = pause
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        log.write(f"\n==== run {self.runs} pause={pause}\n".encode())
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.io.test_jdbc_sink_crash", self.checkpoint, self.master],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        self.proc = start_driver(
+            "tests.io.test_jdbc_sink_crash",
+            *(self.checkpoint, self.master),
+            log=self.log_path,
+            env={
+                SETTINGS_ENV: json.dumps(settings),
+                MARKER_ENV: str(self.marker),
+                JOURNAL_ENV: str(self.journal),
+                PAUSE_ENV: pause or None,
+            },
+            header=f"run {self.runs} pause={pause}",
         )
 
     def _alive(self) -> str | None:

@@ -8,11 +8,8 @@ ground truth read from the input topic (and the table)."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +20,8 @@ import pytest
 from samples.counts_to_kafka.app import CountsToKafkaSettings, published_counts
 from samples.counts_to_kafka.driver import SETTINGS_ENV
 from samples.wordcount_exactly_once.data import chunks, corpus, exactness
-from tests.flagship.runner import ROOT, Flagship
+from tests.drivers import start_driver
+from tests.flagship.runner import Flagship
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,27 +48,12 @@ class CountsApp(Flagship):
         assert self.proc is None or self.proc.poll() is not None, "a driver is still running"
         self.runs += 1
         settings = {k: v for k, v in vars(self.settings).items() if v is not None}
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "PYSPARK_PYTHON": sys.executable,
-            SETTINGS_ENV: json.dumps(settings),
-        }
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        log.write(f"\n==== run {self.runs}\n".encode())
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "samples.counts_to_kafka.driver",
-                self.checkpoint,
-                *("--master", self.master, "--name", self.name),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        self.proc = start_driver(
+            "samples.counts_to_kafka.driver",
+            *(self.checkpoint, "--master", self.master, "--name", self.name),
+            log=self.log_path,
+            env={SETTINGS_ENV: json.dumps(settings)},
+            header=f"run {self.runs}",
         )
         self._first = self.last_window()
         self._log_offset = len(self.log_path.read_text(errors="replace"))

@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -38,10 +37,10 @@ from samples.event_time_windows.data import (
     topic_events,
 )
 from samples.event_time_windows.driver import SETTINGS_ENV
+from tests.drivers import start_driver
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 300.0
 
 
@@ -83,18 +82,12 @@ class Deployment:
 
     def start(self) -> None:
         assert self.proc is None or self.proc.poll() is not None
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "PYSPARK_PYTHON": sys.executable,
-            SETTINGS_ENV: json.dumps(vars(self.settings)),
-        }
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "samples.event_time_windows.driver", self.checkpoint,
-             "--master", self.master, "--name", self.name],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        self.proc = start_driver(
+            "samples.event_time_windows.driver",
+            *(self.checkpoint, "--master", self.master, "--name", self.name),
+            log=self.log_path,
+            env={SETTINGS_ENV: json.dumps(vars(self.settings))},
+        )
         self._first = self.last_window()
 
     def _alive(self) -> str | None:
