@@ -91,6 +91,8 @@ Record = dict[str, list[Any]]
 _MTIME, _PATH, _INDEX, _START, _END, _POS = range(6)
 #: _seen values: [size, mtime, splits owned here, of them finished and released]
 _SIZE, _SEEN_MTIME, _OWN, _RELEASED = range(4)
+#: bytes read past a block's end with it, so its last line usually ends in the same read
+_LINE_SLACK = 64 << 10
 #: errors that mean "this file cannot be read" (not "the filesystem is down")
 _UNREADABLE = (StorageNotFoundError, StoragePermissionError)
 
@@ -498,7 +500,9 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
     ) -> tuple[bytes, int]:
         """Complete lines from ``pos`` that start before ``end``: at most ``budget`` lines and
         about ``chunk_bytes`` bytes (more for a longer line). Returns (bytes, next position)."""
-        want = min(self.chunk_bytes, size - pos)
+        # to the block's end and a little past it (its last line ends there), not to the
+        # end of the file: with a block per partition every block read the rest of the file
+        want = min(self.chunk_bytes, size - pos, max(end - pos, 0) + _LINE_SLACK)
         data = self._read_bytes(path, pos, want)
         while True:
             if budget >= len(data):
