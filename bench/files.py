@@ -58,8 +58,15 @@ SCHEMA = pa.schema(
 )  # fmt: skip
 
 
-#: rows per window and input partition
+#: rows per window and input partition, at least (see window_rows)
 WINDOW_ROWS = 1_000_000
+
+
+def window_rows(total: int) -> int:
+    """malhar's MAX_TUPLES_PER_WINDOW: like Spark's availableNow without maxFilesPerTrigger
+    (one batch for what is there), a window may hold every row; a cap of 1M rows on 2M
+    rows cut a partition's 1,000,009 rows into two windows (one micro-batch more)."""
+    return max(WINDOW_ROWS, total)
 
 
 def write_data(folder: Path, files: int, rows: int) -> int:
@@ -124,8 +131,8 @@ def _read(path: Path) -> pa.Table:
 
 
 def run_operators(source: Path, work: Path, total: int) -> float:
-    """The malhar operators without Spark: each partition's one window (read, staged
-    commit), then its finalization on ``committed``; batches go from the input's port to the
+    """The malhar operators without Spark: each partition's windows (read, staged commit),
+    each finalized on ``committed`` at the start of the next; batches go from the input's port to the
     output's ``process_batch`` as in a fused task. Both partitions one after the other."""
     from malhar import OperatorContext
     from malhar.io.fs import CsvFileInput, ParquetFileOutput
@@ -148,7 +155,7 @@ def run_operators(source: Path, work: Path, total: int) -> float:
     started = time.perf_counter()
     rows = 0
     for part in range(2):
-        attrs = {"MAX_TUPLES_PER_WINDOW": WINDOW_ROWS}
+        attrs = {"MAX_TUPLES_PER_WINDOW": window_rows(total)}
 
         def ctx(name: str) -> OperatorContext:
             return OperatorContext(
@@ -169,16 +176,21 @@ def run_operators(source: Path, work: Path, total: int) -> float:
         src.setup(ctx("csv"))
         out.setup(ctx("parquet"))
         out.activate(ctx("parquet"))
-        for window in (0, 1):
-            if window == 1:  # as the engine: committed(w - 1) at the start of window w
-                out.committed(0)
-                src.committed(0)
+        window = 0
+        while True:  # windows until one reads nothing: the previous ones are all published
+            if window:  # as the engine: committed(w - 1) at the start of window w
+                out.committed(window - 1)
+                src.committed(window - 1)
             src.begin_window(window)
             out.begin_window(window)
+            before = fused.rows
             while not src._window_done:  # as the engine: until a call reads nothing
                 src.emit_tuples()
             src.end_window()
             out.end_window()
+            if fused.rows == before:
+                break
+            window += 1
         out.deactivate()
         out.teardown()
         src.teardown()
@@ -245,7 +257,7 @@ def run_malhar(
         "csv",
         CsvFileInput(str(source), schema=DDL, scan_interval_ms=0),
         PARTITIONS=2,
-        MAX_TUPLES_PER_WINDOW=WINDOW_ROWS,
+        MAX_TUPLES_PER_WINDOW=window_rows(total),
     )
     sink = dag.add_operator(
         "parquet",
