@@ -61,12 +61,13 @@ class OperatorContext:
         """The operator partition's window data manager (``FSWindowDataManager``), signed
         with the application's integrity key when it has one."""
         from malhar.util import FSWindowDataManager
+        from malhar.util.fs.urls import child_url
 
         if self.checkpoint is None:
             raise RuntimeError(f"{self.name}: no checkpoint location, so no window data manager")
         options.setdefault("integrity_key", self.integrity_key)
         return FSWindowDataManager(
-            f"{self.checkpoint.rstrip('/')}/malhar/wal",
+            child_url(self.checkpoint, "malhar", "wal"),  # a URL's ?query stays last
             self.name,
             partition=self.partition,
             **options,

@@ -80,8 +80,11 @@ class Generation:
 
 def state_root(checkpoint: str, generation: int) -> str:
     """Where a generation's snapshots live (generation 0: the checkpoint root itself)."""
-    root = checkpoint.rstrip("/")
-    return root if generation == 0 else f"{root}/malhar/gen/{generation}"
+    from malhar.util.fs.urls import child_url
+
+    if generation == 0:
+        return checkpoint.rstrip("/")
+    return child_url(checkpoint, "malhar", "gen", str(generation))  # a URL's ?query stays last
 
 
 def spark_checkpoint(checkpoint: str, generation: int) -> str:

@@ -32,6 +32,7 @@ from malhar.engine.plan import Plan
 from malhar.engine.slot_claims import claim_slots
 from malhar.engine.task import run_inputs, warm_slots
 from malhar.engine.window_log import WindowLog
+from malhar.util.fs.urls import child_url
 
 SOURCE_NAME = "malhar"
 
@@ -54,7 +55,7 @@ def integrity_options(key: str | bytes | None) -> dict[str, str]:
 
 
 def shutdown_flag_path(checkpoint: str) -> str:
-    return f"{checkpoint.rstrip('/')}/malhar/control/shutdown"
+    return child_url(checkpoint, "malhar", "control", "shutdown")  # a URL's ?query stays last
 
 
 @dataclass

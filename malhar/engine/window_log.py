@@ -29,12 +29,20 @@ class WindowLog:
         self.checkpoint = state["checkpoint"]
         self.integrity_key = state.get("integrity_key")
 
+    @property
+    def root(self) -> str:
+        """The window data managers' root: ``<checkpoint>/malhar/wal`` (a URL's ?query
+        stays last)."""
+        from malhar.util.fs.urls import child_url
+
+        return child_url(self.checkpoint, "malhar", "wal")
+
     @cached_property
     def _manager(self) -> Any:
         from malhar.util import FSWindowDataManager
 
         manager = FSWindowDataManager(
-            f"{self.checkpoint}/malhar/wal",
+            self.root,
             APP_OPERATOR,
             serializer="json",
             segment_bytes=1 << 20,

@@ -155,6 +155,37 @@ def _raise_once(fn: Any) -> Any:
     return wrapped
 
 
+def test_leftovers_of_an_interrupted_finalization_are_swept_once_after_a_restart(
+    place: Place, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def op() -> ParquetFileOutput:
+        return ParquetFileOutput(place.url("s"), schema=DDL, roll_windows=1)
+
+    h = out_harness(op())
+    h.run_window(rows(1), window=0)
+    h.run_window(rows(1, 1), window=1)
+    # a crashed attempt at window 0's file left its in-progress file behind
+    leftover = ".part-fs-tests-out-00000-000000000000-000000000000.parquet.dead.inprogress"
+    place.write(f"s/{leftover}", b"partial")
+    again = out_harness(op())
+    again.setup()
+    store: FileStore = again.operator._store
+    listed: list[str] = []
+    real = store.fs.list
+
+    def counting(path: str) -> Any:
+        listed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(store.fs, "list", counting)  # a shared instance: restored after
+    again.committed(0)  # the first group finalized after the restart: its folder is swept
+    assert not place.exists(f"s/{leftover}")
+    assert listed.count(place.path("s")) == 1
+    again.committed(1)  # later files do not list the output folder (O(files) each)
+    assert listed.count(place.path("s")) == 1
+    assert sorted(r["count"] for r in place.parquet_rows("s")) == [0, 1]
+
+
 def test_two_writers_of_one_window_commit_it_once(place: Place) -> None:
     a = out_harness(ParquetFileOutput(place.url("z"), schema=DDL, roll_windows=1, retry_backoff=0))
     b = out_harness(ParquetFileOutput(place.url("z"), schema=DDL, roll_windows=1, retry_backoff=0))

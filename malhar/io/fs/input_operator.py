@@ -3,10 +3,12 @@
 
 **Files and splits.** Every partition lists the path (:class:`DirectoryScanner`, at most every
 ``scan_interval_ms``) and cuts each new file into *splits*: blocks of ``block_size`` bytes
-for uncompressed text, the whole stream for compressed text, row groups for a Parquet file
-larger than ``block_size`` (else the whole file). A split belongs to the partition
-``owner(path#index)``, a stable hash, so every process and every restart agrees on who
-reads what without talking. A partition reads its splits oldest file first (modification
+for uncompressed text (a smaller file into one block per partition when each keeps at
+least 1 MiB), the whole stream for compressed text, row groups for a Parquet file larger
+than ``block_size`` (or large enough to spread; else the whole file). A split belongs to
+the partition :func:`~malhar.io.fs.splits.split_owner` gives it (the file's stable hash,
+then round robin over its splits), so every process and every restart agrees on who reads
+what without talking (:mod:`malhar.io.fs.splits`). A partition reads its splits oldest file first (modification
 time, then path). A line belongs to the block where it starts: a block skips the end of
 the line it starts in and reads past its end to finish its last line, so a line that
 crosses a boundary is read once; a multi-byte character never straddles a cut, since cuts
@@ -54,9 +56,10 @@ from malhar.io.fs.formats import (
     codec_for,
     error_row,
 )
-from malhar.io.fs.paths import child_url, open_binary, owner, resolve
+from malhar.io.fs.paths import child_url, open_binary, resolve
 from malhar.io.fs.scanner import DirectoryScanner
 from malhar.io.fs.settings import FileInputSettings, parse_schema
+from malhar.io.fs.splits import SPREAD_MIN_BLOCK, block_size_for, split_owner
 from malhar.operator import OperatorContext
 from malhar.ports import OutputPort
 from malhar.properties import Property
@@ -88,6 +91,8 @@ Record = dict[str, list[Any]]
 _MTIME, _PATH, _INDEX, _START, _END, _POS = range(6)
 #: _seen values: [size, mtime, splits owned here, of them finished and released]
 _SIZE, _SEEN_MTIME, _OWN, _RELEASED = range(4)
+#: bytes read past a block's end with it, so its last line usually ends in the same read
+_LINE_SLACK = 64 << 10
 #: errors that mean "this file cannot be read" (not "the filesystem is down")
 _UNREADABLE = (StorageNotFoundError, StoragePermissionError)
 
@@ -368,7 +373,7 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
     def _splits_of(self, path: str, size: int) -> list[tuple[int, int, int]]:
         """``(index, start, end)`` of a file's splits (end -1: to the end of the stream)."""
         if self.kind == "parquet":
-            if size > self.block_size:
+            if size > self.block_size or (self._n > 1 and size >= self._n * SPREAD_MIN_BLOCK):
                 pf = self._parquet_file(path, size)
                 if not isinstance(pf, str) and pf.metadata.num_row_groups > 1:
                     return [
@@ -378,14 +383,14 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
             return [(-1, 0, -1)]
         if codec_for(path, self.compression) is not None:
             return [(0, 0, -1)]
-        bs = self.block_size
+        bs = block_size_for(size, self.block_size, self._n)
         blocks = max(1, -(-size // bs))
         return [(i, i * bs, min((i + 1) * bs, size)) for i in range(blocks)]
 
     def _discover(self, path: str, size: int, mtime: float) -> bool:
         """Queue this partition's splits of a new file; False when it owns none."""
         splits = self._splits_of(path, size)
-        mine = [s for s in splits if owner(f"{path}#{s[0]}", self._n) == self._me]
+        mine = [s for s in splits if split_owner(path, s[0], self._n) == self._me]
         if not mine:
             return False
         self._seen[path] = [size, mtime, len(mine), 0]
@@ -495,9 +500,15 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
     ) -> tuple[bytes, int]:
         """Complete lines from ``pos`` that start before ``end``: at most ``budget`` lines and
         about ``chunk_bytes`` bytes (more for a longer line). Returns (bytes, next position)."""
-        want = min(self.chunk_bytes, size - pos)
+        # to the block's end and a little past it (its last line ends there), not to the
+        # end of the file: with a block per partition every block read the rest of the file
+        want = min(self.chunk_bytes, size - pos, max(end - pos, 0) + _LINE_SLACK)
         data = self._read_bytes(path, pos, want)
         while True:
+            if budget >= len(data):
+                found = _cut_unbounded(data, end - 1 - pos, pos + len(data) >= size)
+                if found is not None:
+                    return data[:found], pos + found
             arr = np.frombuffer(data, dtype=np.uint8)
             nl = np.flatnonzero(arr == 10)
             eof = pos + len(data) >= size
@@ -751,8 +762,8 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
             return
         size = self._seen[path][_SIZE]
         splits = self._splits_of(path, size)
-        owners = {owner(f"{path}#{s[0]}", self._n) for s in splits}
-        first = owner(f"{path}#{splits[0][0]}", self._n)
+        owners = {split_owner(path, s[0], self._n) for s in splits}
+        first = split_owner(path, splits[0][0], self._n)
         others = sorted(owners - {self._me})
         if first != self._me:
             marker = f"{self._mroot}/{_file_id(path)}/{self._me}"
@@ -801,6 +812,22 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
             mtime = self._seen.get(path, [0, 0.0])[_SEEN_MTIME]
             target = f"{target}.{int(mtime * 1000)}"
         fs.rename(path, target, overwrite=True)
+
+
+def _cut_unbounded(data: bytes, last_rel: int, eof: bool) -> int | None:
+    """Where :meth:`FileInputOperator._take_lines` cuts ``data`` when its line budget cannot
+    bind (no more lines than bytes): after the line that starts at or before ``last_rel``
+    and ends last, found with two ``memchr`` scans instead of indexing every newline (a
+    numpy pass over the chunk). None when ``data`` holds no newline (read on)."""
+    i = data.find(b"\n", max(last_rel, 0))
+    if i >= 0:
+        return i + 1  # the line that starts at or before last_rel (its end) or after it
+    j = data.rfind(b"\n")
+    if j < 0:
+        return None
+    if eof and j + 1 < len(data):
+        return len(data)  # the file's last line has no newline and starts in the block
+    return j + 1
 
 
 def _file_id(path: str) -> str:

@@ -7,9 +7,9 @@ import hashlib
 import io
 import os
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from malhar.util.fs import FileSystem, LocalFileSystem, filesystem_for
+from malhar.util.fs.urls import child_url
 
 __all__ = [
     "RangeFile",
@@ -31,23 +31,6 @@ _HIVE_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(i) for i in ra
 def resolve(url: str) -> tuple[FileSystem, str]:
     """``(filesystem, absolute path)`` of a local path or an ``hdfs://`` / ``webhdfs://`` URL."""
     return filesystem_for(url)
-
-
-def child_url(url: str, *parts: str) -> str:
-    """``url`` with ``parts`` appended to its path (a ``?query`` stays at the end).
-
-    Example:
-        >>> child_url("hdfs://nn:8020/ckpt?webhdfs=http://nn:9870", "malhar", "files")
-        'hdfs://nn:8020/ckpt/malhar/files?webhdfs=http://nn:9870'
-        >>> child_url("/tmp/ckpt/", "a")
-        '/tmp/ckpt/a'
-    """
-    split = urlsplit(url)
-    if split.scheme in ("", "file") or len(split.scheme) == 1:
-        base, sep, query = url.partition("?") if split.scheme else (url, "", "")
-        return "/".join([base.rstrip("/"), *parts]) + (sep + query if sep else "")
-    path = "/".join([split.path.rstrip("/"), *parts])
-    return urlunsplit((split.scheme, split.netloc, path, split.query, split.fragment))
 
 
 def owner(key: str, partitions: int) -> int:

@@ -155,6 +155,10 @@ class FileStore(TransactionalStore[_Txn]):
         self.force_roll = False  #: the next commit closes the group (a due roll, no data)
         self._mark = CommitMark()
         self._stale = True
+        #: in-progress leftovers may exist: a crash or a lost compare-and-swap interrupted
+        #: an attempt at the next group to finalize (set by each load, cleared once a group
+        #: is finalized; see _publish)
+        self._sweep = True
 
     # -- lifecycle ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -205,6 +209,7 @@ class FileStore(TransactionalStore[_Txn]):
         else:
             self._mark = CommitMark(self.finalized)
         self._stale = False
+        self._sweep = True
 
     # -- the window protocol --------------------------------------------------------------------
     def read_committed(self) -> CommitMark:
@@ -244,16 +249,20 @@ class FileStore(TransactionalStore[_Txn]):
             meta[_RUN] = mark.run.encode()
         if txn.rejected:
             meta[_REJECTED] = json.dumps(txn.rejected, default=str).encode()
-        # the roll decision needs the piece's size: encode without it, then with it
-        data = _ipc_bytes(table, meta)
         s = self.settings
         roll = (
             self.force_roll
-            or size_before + len(data) >= s.roll_bytes
             or (s.roll_records is not None and rows_before + table.num_rows >= s.roll_records)
             or (s.roll_windows is not None and window - first + 1 >= s.roll_windows)
             or (s.roll_ms is not None and now - opened >= s.roll_ms)
         )
+        data = None
+        if not roll:
+            # only roll_bytes needs the piece's size: encode without the mark to learn it,
+            # and again with the mark only when it decides (once per file); encoding is a
+            # copy of the window's rows, the largest cost of a commit after the write
+            data = _ipc_bytes(table, meta)
+            roll = size_before + len(data) >= s.roll_bytes
         if roll:
             meta[_ROLL] = b"1"
             data = _ipc_bytes(table, meta)
@@ -336,6 +345,7 @@ class FileStore(TransactionalStore[_Txn]):
                 written.append(self._publish(folder, self._name(group), part))
         fs.write_atomic(f"{self.stage}/finalized.json", json.dumps({"window": group.last}).encode())
         self.finalized = group.last
+        self._sweep = False
         for piece in group.pieces:
             _delete(fs, f"{self.stage}/w{piece.window:020d}.arrow")
         log.info(
@@ -383,10 +393,14 @@ class FileStore(TransactionalStore[_Txn]):
                 fs.rename(tmp, final, overwrite=False)
             except StorageExistsError:
                 _delete(fs, tmp)  # published meanwhile by another attempt
-        # in-progress leftovers of interrupted attempts at this very file
-        for entry in fs.list(folder):
-            if entry.name.startswith(f".{name}.") and entry.name.endswith(".inprogress"):
-                _delete(fs, entry.path)
+        if self._sweep:
+            # In-progress leftovers of interrupted attempts at this very file. Groups are
+            # finalized in window order and finalized.json records each, so only the first
+            # group finalized after a load can have them: listing the folder (every file
+            # ever published there) for each file made publishing O(files published).
+            for entry in fs.list(folder):
+                if entry.name.startswith(f".{name}.") and entry.name.endswith(".inprogress"):
+                    _delete(fs, entry.path)
         return final
 
 

@@ -16,7 +16,8 @@ Options (``filesystem_for(url, **options)`` / ``fs_options=`` of the window data
 - both: ``fsync`` (bool, default False): the strongest durability of the backend on every
   write. Local: fdatasync on every flush. HDFS: files created with ``createflag=sync_block``.
   (The window data manager sets it from its ``durability`` argument.)
-- hdfs: ``webhdfs_url``, ``user`` (default ``?user=`` query, ``$HADOOP_USER_NAME``, OS user),
+- hdfs: ``webhdfs_url``, ``user`` (default ``?user=`` or ``?user.name=`` query, ``$HADOOP_USER_NAME``,
+  OS user),
   ``retries`` (5), ``backoff`` (0.1 s), ``max_backoff`` (2 s), ``timeout`` ((10, 120) s).
 
 Options of the other backend are ignored (one ``fs_options`` dict can serve both);
@@ -113,7 +114,8 @@ def filesystem_for(url: str, **options: Any) -> tuple[FileSystem, str]:
         else:
             webhdfs = f"{'https' if scheme == 'swebhdfs' else 'http'}://{parts.netloc}"
             namenode = None
-        user = options.get("user") or (query.get("user") or [None])[0]
+        # ``user.name`` is WebHDFS's own parameter: a URL copied from a WebHDFS call works
+        user = options.get("user") or (query.get("user") or query.get("user.name") or [None])[0]
         kwargs = {k: options[k] for k in ("retries", "backoff", "max_backoff") if k in options}
         if "timeout" in options:
             kwargs["timeout"] = _freeze(options["timeout"])

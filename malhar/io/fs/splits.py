@@ -1,0 +1,59 @@
+"""How the file input cuts a file into splits and which partition reads each one.
+
+Both are pure functions of what every partition sees the same way (the path, the size
+recorded when the file was discovered, ``block_size`` and the partition count, which the
+checkpoint pins), so every process and every restart agrees without talking, and a replay
+or a restore cuts exactly the same blocks.
+
+**Cutting.** A text file larger than ``block_size`` is cut into blocks of ``block_size``
+(Malhar's ``FileSplitter``). A smaller file is still cut into one block per partition when
+each block keeps at least :data:`SPREAD_MIN_BLOCK` bytes: otherwise a few files of tens of
+MB (the common daily dump) are each read by one partition and, with a hash per file, the
+partitions' shares differ by whole files (6 files on 2 partitions fell 4:2, so the window
+took twice as long as a balanced one). Spark's file source splits and packs files by size
+for the same reason.
+
+**Owners.** The file's stable hash picks the partition of its first split; the next splits
+go round robin from there. A file cut into ``partitions`` blocks is thus read by every
+partition once, and different files start at different partitions.
+"""
+
+from __future__ import annotations
+
+from malhar.io.fs.paths import owner
+
+__all__ = ["SPREAD_MIN_BLOCK", "block_size_for", "split_owner"]
+
+#: the smallest block a file below ``block_size`` is cut into to spread it over the
+#: partitions: below it a block's fixed cost (finding its first line, one more decode call
+#: and range in the window record) outweighs the parallelism
+SPREAD_MIN_BLOCK = 1 << 20
+
+
+def block_size_for(size: int, block_size: int, partitions: int) -> int:
+    """The block size a file of ``size`` bytes is cut with (see the module doc).
+
+    Example:
+        >>> block_size_for(4_000_000, 64 << 20, 2)  # spread: one block per partition
+        2000000
+        >>> block_size_for(1_500_000, 64 << 20, 2)  # too small to spread
+        67108864
+        >>> block_size_for(300 << 20, 64 << 20, 2)  # large: blocks of block_size
+        67108864
+    """
+    if partitions > 1 and partitions * SPREAD_MIN_BLOCK <= size <= block_size:
+        return -(-size // partitions)
+    return block_size
+
+
+def split_owner(path: str, index: int, partitions: int) -> int:
+    """The partition that reads split ``index`` of ``path`` (index -1, a whole Parquet
+    file, counts as the first split).
+
+    Example:
+        >>> [split_owner("/in/a.csv", i, 2) for i in range(4)] in ([0, 1, 0, 1], [1, 0, 1, 0])
+        True
+    """
+    if partitions <= 1:
+        return 0
+    return (owner(path, partitions) + max(index, 0)) % partitions
