@@ -41,6 +41,23 @@ class ReadCache:
         if self.bytes > (self.budget if limit is None else limit):
             self.shrink((self.budget if limit is None else limit) // 2)
 
+    def put_many(self, items: list[tuple[bytes, bytes | None]], limit: int | None = None) -> None:
+        """``put(key, value, limit)`` for each pair, in order."""
+        cap = self.budget if limit is None else limit
+        d = self._d
+        nbytes = self.bytes
+        for key, value in items:
+            old = d.pop(key, MISSING)
+            if old is not MISSING:
+                nbytes -= len(key) + (len(old) if old is not None else 0) + ENTRY_OVERHEAD
+            d[key] = value
+            nbytes += len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+            if nbytes > cap:
+                self.bytes = nbytes
+                self.shrink(cap // 2)
+                d, nbytes = self._d, self.bytes
+        self.bytes = nbytes
+
     def discard(self, key: bytes) -> None:
         old = self._d.pop(key, MISSING)
         if old is not MISSING:

@@ -30,7 +30,7 @@ import logging
 import os
 import struct
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from hashlib import sha1
 from typing import Any
 
@@ -579,6 +579,82 @@ class ManagedState:
         v = self._local().get(_B + ik)
         self._cache.put(ik, v, self._py_budget - self._overlay_bytes)
         return v
+
+    def get_many_raw(self, iks: Sequence[bytes]) -> list[bytes | None]:
+        """``[get_raw(ik) for ik in iks]``, one pass per layer instead of one call chain per key.
+
+        Same answers and the same read-cache effects (found values and absences are cached)
+        as the loop; a key may repeat. The local store is read with one ``get`` per key
+        that no upper layer answers: rocksdict's multi-get (``Rdict.get(list)``) measured
+        slower than single gets (1.2 vs 0.9 us per present key, 650 vs 225 ns per absent
+        one, 0.3.29), so it is not used.
+        """
+        if self._window is None:
+            self._require_restored("reading state")
+        ov = self._overlay
+        out: list[Any] = [ov.get(ik, MISSING) for ik in iks]
+        todo = [i for i, v in enumerate(out) if v is MISSING]
+        if not todo:
+            return out
+        get = self._local().get
+        if self._pending:
+            rest = []
+            for i in todo:
+                pv = get(_P + iks[i])
+                if pv is None:
+                    rest.append(i)
+                else:
+                    out[i] = None if pv[:1] == _P_DEL else pv[1:]
+            todo = rest
+        if self._ranges:
+            rest = []
+            for i in todo:
+                if self._in_ranges(iks[i]):
+                    out[i] = None
+                else:
+                    rest.append(i)
+            todo = rest
+        cache = self._cache
+        cget = cache.get
+        misses = []
+        for i in todo:
+            v = cget(iks[i])
+            if v is MISSING:
+                misses.append(i)
+            else:
+                out[i] = v
+        if misses:
+            found = [(iks[i], get(_B + iks[i])) for i in misses]
+            for i, (_, v) in zip(misses, found, strict=True):
+                out[i] = v
+            cache.put_many(found, self._py_budget - self._overlay_bytes)
+        return out
+
+    def put_many_raw(self, items: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """``put_raw(ik, value)`` for each pair in order (the overlay spills at the same
+        point as the loop would), without a method call per key."""
+        if self._window is None:
+            self._require_restored("writing state")
+        ov = self._overlay
+        half = self._py_budget // 2
+        nbytes = self._overlay_bytes
+        overhead = ENTRY_OVERHEAD
+        for ik, value in items:
+            old = ov.get(ik, MISSING)
+            if old is MISSING:
+                nbytes += len(ik) + overhead
+            elif old is not None:
+                nbytes -= len(old)
+            if value is not None:
+                nbytes += len(value)
+            ov[ik] = value
+            if nbytes > half:
+                self._overlay_bytes = nbytes
+                self._spill()
+                ov, nbytes = self._overlay, 0
+            elif nbytes + self._cache.bytes > self._py_budget:
+                self._cache.shrink(max(0, self._py_budget - nbytes) // 2)
+        self._overlay_bytes = nbytes
 
     def put_raw(self, ik: bytes, value: bytes | None) -> None:
         """Set (``value`` None: delete) internal key ``ik`` in this window."""
