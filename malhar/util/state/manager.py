@@ -352,6 +352,11 @@ class ManagedState:
         if not (self._overlay or self._ranges or self._pending):
             self._window = window
             return
+        overlay = self._overlay
+        if self._pending and overlay:
+            # the rest of the overlay joins the spilled writes: the changes are then one
+            # sorted RocksDB range, read twice below without merging two sources in Python
+            self._spill(counted=False)
         fs, _, pdir = self._dirfs()
         lo, prev = self._head
         writer = FileWriter(fs, pdir, lo, window, new_uid(), prev, signer=self.signer)
@@ -369,13 +374,7 @@ class ManagedState:
         batch.put(_META_AT, _DIRTY)
         for lo_k, hi_k in self._ranges:
             batch.delete_range(_B + lo_k, _B + hi_k)
-        for k, v in self._changes():
-            if v is None:
-                batch.delete(_B + k)
-            else:
-                batch.put(_B + k, v)
-            if batch.bytes >= _APPLY_BATCH_BYTES:
-                batch.commit()
+        batch.put_all(_B, self._changes(), _APPLY_BATCH_BYTES)
         if self._pending:
             batch.delete_range(_P, b"Q")
         batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
@@ -383,7 +382,7 @@ class ManagedState:
         cache = self._cache
         for lo_k, hi_k in self._ranges:
             cache.discard_range(lo_k, hi_k)
-        for k, v in self._overlay.items():
+        for k, v in overlay.items():
             cache.put(k, v)
         self._overlay = {}
         self._overlay_bytes = 0
@@ -534,17 +533,22 @@ class ManagedState:
 
     # -- internals: the read/write path of the structures ---------------------------------------
     def _changes(self) -> Iterator[tuple[bytes, bytes | None]]:
-        """This window's changes in key order: the overlay over the spilled pending area."""
-        mem = sorted(self._overlay.items())
+        """This window's changes in key order: the overlay, or (once it spilled) the pending
+        area, which ``checkpoint`` completes with the overlay first."""
         if not self._pending:
-            return iter(mem)
-        return self._merge_pending(mem)
+            return iter(sorted(self._overlay.items()))
+        if self._overlay:
+            return self._merge_pending(sorted(self._overlay.items()))
+        return ((k[1:], None if v[:1] == _P_DEL else v[1:]) for k, v in self._spilled())
+
+    def _spilled(self) -> Iterator[tuple[bytes, bytes]]:
+        return self._local().items(_P, b"Q")
 
     def _merge_pending(
         self, mem: list[tuple[bytes, bytes | None]]
     ) -> Iterator[tuple[bytes, bytes | None]]:
         def spilled() -> Iterator[tuple[bytes, int, bytes | None]]:
-            for k, v in self._local().items(_P, b"Q"):
+            for k, v in self._spilled():
                 yield k[1:], 1, (None if v[:1] == _P_DEL else v[1:])
 
         def memory() -> Iterator[tuple[bytes, int, bytes | None]]:
@@ -723,23 +727,24 @@ class ManagedState:
             if v is not None:
                 yield k, v
 
-    def _spill(self) -> None:
-        """Move the overlay to the local store's pending area (a window bigger than memory)."""
-        store = self._local()
-        batch = store.batch()
-        cache = self._cache
-        for k, v in self._overlay.items():
-            # the cache holds the base; these keys change it at the checkpoint, which only
-            # refreshes the cache from the (then) in-memory overlay
-            cache.discard(k)
-            batch.put(_P + k, _P_DEL if v is None else _P_PUT + v)
-            if batch.bytes >= _APPLY_BATCH_BYTES:
-                batch.commit()
+    def _spill(self, counted: bool = True) -> None:
+        """Move the overlay to the local store's pending area (a window bigger than memory;
+        ``counted``: in ``stats["spills"]``, not when ``checkpoint`` completes the area)."""
+        batch = self._local().batch()
+        # the cache holds the base; these keys change it at the checkpoint, which only
+        # refreshes the cache from the (then) in-memory overlay
+        self._cache.discard_many(self._overlay)
+        batch.put_all(
+            _P,
+            ((k, _P_DEL if v is None else _P_PUT + v) for k, v in self._overlay.items()),
+            _APPLY_BATCH_BYTES,
+        )
         batch.commit()
         self._overlay = {}
         self._overlay_bytes = 0
         self._pending = True
-        self.stats["spills"] += 1
+        if counted:
+            self.stats["spills"] += 1
 
 
 __all__ = ["ManagedState", "encode_name", "operator_dir"]
