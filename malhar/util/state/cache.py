@@ -43,7 +43,9 @@ class ReadCache:
         if self.bytes > (self.budget if limit is None else limit):
             self.shrink((self.budget if limit is None else limit) // 2)
 
-    def put_many(self, items: list[tuple[bytes, bytes | None]], limit: int | None = None) -> None:
+    def put_many(
+        self, items: Iterable[tuple[bytes, bytes | None]], limit: int | None = None
+    ) -> None:
         """``put(key, value, limit)`` for each pair, in order."""
         cap = self.budget if limit is None else limit
         d = self._d

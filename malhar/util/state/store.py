@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from malhar.util.state.errors import StateError
 
@@ -61,6 +61,11 @@ class LocalStore:
     def get(self, key: bytes) -> bytes | None:
         return self._db.get(key)
 
+    @property
+    def getter(self) -> Callable[[bytes], bytes | None]:
+        """``get`` without this wrapper's frame, for loops over many keys."""
+        return self._db.get
+
     def write(
         self,
         puts: Iterable[tuple[bytes, bytes]] = (),
@@ -99,6 +104,11 @@ class LocalStore:
             if kv[0] >= hi:
                 return
             yield kv
+
+    def scan_from(self, lo: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` from ``lo`` to the end of the store, in key order: the caller
+        stops it (``items`` with one generator step less per entry)."""
+        return self._db.items(from_key=lo)
 
     def any_in(self, lo: bytes, hi: bytes) -> bool:
         return next(self.items(lo, hi), None) is not None

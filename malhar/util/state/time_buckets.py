@@ -95,16 +95,14 @@ class TimeBucketedState(Structure):
                 return [None] * len(eks)
             head = prefix + INT.encode(b)
             return [head + ek for ek in eks]
-        heads: dict[int, bytes | None] = {}
-        out: list[bytes | None] = []
-        append = out.append
-        for ek, t in zip(eks, times, strict=True):
-            b = t // span
-            head = heads.get(b, b"")
-            if head == b"":
-                head = heads[b] = None if b < meta else prefix + INT.encode(int(b))
-            append(None if head is None else head + ek)
-        return out
+        if len(times) != len(eks):
+            raise ValueError(f"{len(eks)} keys but {len(times)} times")
+        buckets = [t // span for t in times]
+        heads = {b: None if b < meta else prefix + INT.encode(int(b)) for b in set(buckets)}
+        return [
+            None if (head := heads[b]) is None else head + ek
+            for b, ek in zip(buckets, eks, strict=True)
+        ]
 
     def get_many(
         self,
@@ -126,11 +124,19 @@ class TimeBucketedState(Structure):
         return out
 
     def contains_many(
-        self, keys: Sequence[Any], times: Sequence[int] | int, *, encoded: bool = False
+        self,
+        keys: Sequence[Any],
+        times: Sequence[int] | int,
+        *,
+        encoded: bool = False,
+        cache_absent: bool = True,
     ) -> list[bool]:
-        """``[contains(k, t) for k, t in zip(keys, times)]``, see :meth:`get_many`."""
+        """``[contains(k, t) for k, t in zip(keys, times)]``, see :meth:`get_many`;
+        ``cache_absent=False``: for a caller that puts the absent keys next (see
+        ``ManagedState.get_many_raw``)."""
         iks = self._iks(keys, times, encoded)
-        found = iter(self._state.get_many_raw([ik for ik in iks if ik is not None]))
+        live = [ik for ik in iks if ik is not None]
+        found = iter(self._state.get_many_raw(live, cache_absent=cache_absent))
         return [ik is not None and next(found) is not None for ik in iks]
 
     def put_many(

@@ -118,6 +118,20 @@ def test_spilled_checkpointed_and_cached_keys(new_state) -> None:
     assert m.get_many(keys) == expect and len(m) == 401
 
 
+def test_absences_can_stay_out_of_the_read_cache(new_state) -> None:
+    ms = new_state()
+    ms.restore(-1)
+    tb = _tb(ms)
+    tb.put_many(["a"], [1], [1])
+    ms.checkpoint(0)
+    ms._cache.clear()
+    assert tb.contains_many(["a", "b"], 1, cache_absent=False) == [True, False]
+    assert len(ms._cache) == 1, "the found key is cached, the absent one is not"
+    assert tb.contains_many(["a", "b"], 1) == [True, False] and len(ms._cache) == 2
+    with pytest.raises(ValueError):
+        tb.get_many(["a", "b"], [1])
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     ops=st.lists(
