@@ -246,7 +246,11 @@ class TimeBasedDedup(_Dedup):
         first = alive[np.sort(groups.column("i_min").to_numpy())]
         first_keys = [encoded[i] for i in first.tolist()]
         first_times = stamps[first].tolist()
-        present = np.array(self._seen.contains_many(first_keys, first_times, encoded=True), bool)
+        # the absent keys are put right after: caching their absence would be waste
+        present = np.array(
+            self._seen.contains_many(first_keys, first_times, encoded=True, cache_absent=False),
+            bool,
+        )
         new = np.flatnonzero(~present)
         if len(new):
             self._seen.put_many(
