@@ -9,6 +9,12 @@ incrementally with every window, see ``docs/state.md``).
 
 Both need a checkpoint location (a running application, or an ``OperatorHarness`` whose
 context names a ``checkpoint`` folder) and are partitioned by key.
+
+Batches: an Arrow batch whose key column is integers, strings or binaries is decided at
+once, with the same decisions and final state as its rows one at a time: keys encoded for
+the whole column (``arrow_keys.encode_keys``), repeats inside the batch found by Arrow,
+and one many-key state read and write (``contains_many``/``put_many``, ``get_many``/...)
+instead of state calls per row. Other key types go one key at a time.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,6 +43,7 @@ from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
 from malhar.util.state import INT, INT_VALUE
+from malhar.util.state.arrow_keys import encode_keys
 
 __all__ = ["BoundedDedup", "TimeBasedDedup"]
 
@@ -76,7 +84,9 @@ class _Dedup(TypedOutputs, AlgoOperator):
     def partitioning(self) -> Partitioning:
         return Partitioning("keyed", {"input": FieldCodec(self.key)})
 
-    def _emit_split(self, batch: pa.RecordBatch, labels: list[int], ports: list[Any]) -> None:
+    def _emit_split(
+        self, batch: pa.RecordBatch, labels: list[int] | np.ndarray, ports: list[Any]
+    ) -> None:
         arr = pa.array(labels, pa.int8())
         for i, port in enumerate(ports):
             part = batch.filter(pc.equal(arr, i))
@@ -176,12 +186,13 @@ class TimeBasedDedup(_Dedup):
         if batch.num_rows == 0:
             return
         try:
-            keys = column(batch, self.key).to_pylist()
+            keys = column(batch, self.key)
             times = column(batch, self.time)
         except KeyError:
             keys = None
         if (
             keys is None
+            or (self.key is None and batch.num_columns > 1)  # the key is the whole row
             or times.null_count
             or not (pa.types.is_integer(times.type) or pa.types.is_timestamp(times.type))
         ):
@@ -190,12 +201,66 @@ class TimeBasedDedup(_Dedup):
             return
         if pa.types.is_timestamp(times.type):
             times = pc.cast(pc.cast(times, pa.timestamp("ms", tz=times.type.tz)), pa.int64())
-        stamps = times.to_pylist()
-        labels = [self._classify(k, ts) for k, ts in zip(keys, stamps, strict=True)]
-        live = [ts for ts, label in zip(stamps, labels, strict=True) if label != 2]
-        if live:
-            self._newest(max(live))
+        stamps = times.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        encoded = encode_keys(self._seen.key_codec, keys)
+        if encoded is None:  # a key type without a vectorized encoding: one key at a time
+            stamps_list = stamps.tolist()
+            labels = np.array(
+                [
+                    self._classify(k, ts)
+                    for k, ts in zip(keys.to_pylist(), stamps_list, strict=True)
+                ],
+                np.int8,
+            )
+        else:
+            labels = self._classify_batch(keys, encoded, stamps)
+        live = stamps[labels != 2]
+        if len(live):
+            self._newest(int(live.max()))
         self._emit_split(batch, labels, [self.unique, self.duplicate, self.expired])
+
+    def _classify_batch(
+        self, keys: pa.Array, encoded: list[bytes], stamps: np.ndarray
+    ) -> np.ndarray:
+        """The labels of :meth:`_classify` for a whole batch, in arrival order: expired rows
+        by comparing with the horizons; of the rest, the first row of each (bucket, key)
+        pair is looked up in the state (one ``contains_many``) and stored if new (one
+        ``put_many``); later rows of a pair are duplicates, as they are one at a time."""
+        # expiry does not move inside a window (expire_before runs at its end)
+        horizon = self._seen.horizon
+        if self._horizon is not None:
+            horizon = max(horizon, self._horizon)
+        labels = np.full(len(stamps), 2, np.int8)
+        alive = np.flatnonzero(stamps >= horizon)
+        if not len(alive):
+            return labels
+        labels[alive] = 1
+        buckets = stamps[alive] // self.bucket_span
+        # the codec's bytes are equal exactly when the Arrow values are (integers, strings,
+        # binaries): group by the values, the first row of each group in arrival order
+        groups = (
+            pa.table({"b": buckets, "k": keys.take(pa.array(alive)), "i": np.arange(len(alive))})
+            .group_by(["b", "k"], use_threads=False)
+            .aggregate([("i", "min")])
+        )
+        first = alive[np.sort(groups.column("i_min").to_numpy())]
+        first_keys = [encoded[i] for i in first.tolist()]
+        first_times = stamps[first].tolist()
+        # the absent keys are put right after: caching their absence would be waste
+        present = np.array(
+            self._seen.contains_many(first_keys, first_times, encoded=True, cache_absent=False),
+            bool,
+        )
+        new = np.flatnonzero(~present)
+        if len(new):
+            self._seen.put_many(
+                [first_keys[j] for j in new.tolist()],
+                [first_times[j] for j in new.tolist()],
+                fill=1,
+                encoded=True,
+            )
+            labels[first[new]] = 0
+        return labels
 
     def end_window(self) -> None:
         newest = self.window_max
@@ -271,12 +336,74 @@ class BoundedDedup(_Dedup):
         if batch.num_rows == 0:
             return
         try:
-            keys = column(batch, self.key).to_pylist()
+            keys = column(batch, self.key)
         except KeyError:
             keys = None
         if keys is None or (self.key is None and batch.num_columns > 1):
             for row in batch.to_pylist():
                 self.process(row)
             return
-        labels = [self._classify(k) for k in keys]
+        encoded = encode_keys(self._keys.key_codec, keys)
+        if encoded is None:  # a key type without a vectorized encoding: one key at a time
+            labels = [self._classify(k) for k in keys.to_pylist()]
+        else:
+            labels = self._classify_batch(keys, encoded)
         self._emit_split(batch, labels, [self.unique, self.duplicate])
+
+    def _classify_batch(self, keys: pa.Array, encoded: list[bytes]) -> list[int]:
+        """The labels of :meth:`_classify` for a whole batch, and the same final state, with
+        a few many-key state calls instead of ~6 state calls per new key.
+
+        The rows are walked in order against a batch-local ``key -> seq`` (read once for
+        the distinct keys): a key is remembered iff its newest seq is ``>= oldest``, and
+        ``oldest`` moves as new keys push the count past ``max_keys``, exactly as one
+        tuple at a time. Then the differences are written: new ``keys``/``order``
+        entries that survive the batch, and the evicted ones removed.
+        """
+        distinct = list(dict.fromkeys(encoded))
+        start = dict(zip(distinct, self._keys.get_many(distinct, encoded=True), strict=True))
+        seq_of = dict(start)
+        first_seq, first_oldest = self.next_seq, self.oldest
+        nxt, oldest, cap = first_seq, first_oldest, self.max_keys
+        labels = []
+        added = []  # row index of each new seq, in seq order
+        for row, ek in enumerate(encoded):
+            s = seq_of[ek]
+            if s is not None and s >= oldest:
+                labels.append(1)
+                continue
+            labels.append(0)
+            seq_of[ek] = nxt
+            added.append(row)
+            nxt += 1
+            if nxt - oldest > cap:
+                oldest = nxt - cap
+        self.next_seq, self.oldest = nxt, oldest
+        if not added:
+            return labels
+        # the order map: the previous state's evicted seqs leave, new seqs that survive enter
+        gone_to = min(oldest, first_seq)
+        evicted = dict(self._order.range(first_oldest, gone_to)) if first_oldest < gone_to else {}
+        if evicted:
+            self._order.delete_many(list(evicted))
+        kept = [(seq, row) for seq, row in enumerate(added, first_seq) if seq >= oldest]
+        if kept:
+            rows = keys.take(pa.array([row for _, row in kept], pa.int64())).to_pylist()
+            self._order.put_many([seq for seq, _ in kept], rows)
+        # the keys map: a key of the batch keeps its newest seq while that survives and
+        # leaves once it does not; a key outside the batch leaves with its evicted seq
+        puts = [
+            (ek, s) for ek, s in seq_of.items() if s is not None and s >= oldest and s != start[ek]
+        ]
+        drops = [ek for ek, s in seq_of.items() if start[ek] is not None and s < oldest]
+        encode = self._keys.key_codec.encode
+        outside = [(encode(k), seq) for seq, k in evicted.items()]
+        outside = [(ek, seq) for ek, seq in outside if ek not in seq_of]
+        if outside:
+            named = self._keys.get_many([ek for ek, _ in outside], encoded=True)
+            drops += [ek for (ek, seq), now in zip(outside, named, strict=True) if now == seq]
+        if drops:
+            self._keys.delete_many(drops, encoded=True)
+        if puts:
+            self._keys.put_many([ek for ek, _ in puts], [s for _, s in puts], encoded=True)
+        return labels

@@ -3,8 +3,8 @@
 Starts Kafka and PostgreSQL (or uses ``MALHAR_KAFKA_BOOTSTRAP`` / ``MALHAR_POSTGRES_DSN``),
 creates the result tables, produces impressions and clicks (with re-sent duplicates, bot
 clicks and bad lines; half of them while the application runs), runs the DAG until every
-attributable click is in PostgreSQL, prints the clicks per ad and checks both tables
-against the ground truth read back from the topics.
+attributable click is in PostgreSQL, prints the clicks per ad and the rejected clicks, and
+checks the three tables against the ground truth read back from the topics.
 """
 
 from __future__ import annotations
@@ -39,10 +39,11 @@ def main(argv: list[str] | None = None) -> int:
             pg.sqlalchemy_url,
             attributed_table=f"attributed_{tag}",
             ad_clicks_table=f"ad_clicks_{tag}",
+            rejected_table=f"rejected_{tag}",
         )
         for topic in (s.impressions_topic, s.clicks_topic):
             kafka.create_topic(topic, partitions=2)
-        data.create_tables(s.url, s.attributed_table, s.ad_clicks_table)
+        data.create_tables(s.url, s.attributed_table, s.ad_clicks_table, s.rejected_table)
         half = args.impressions // 2
         first, rest = data.events(half), data.events(args.impressions - half, start=half)
         data.produce_lines(s.bootstrap_servers, s.impressions_topic, first[0])
@@ -66,16 +67,20 @@ def main(argv: list[str] | None = None) -> int:
                 s.bootstrap_servers, s.impressions_topic, s.clicks_topic, s.within_ms
             )
             expected = data.per_ad(truth)
+            rejected = data.rejected_truth(s.bootstrap_servers, s.clicks_topic)
 
             def failed() -> str | None:
                 failure = app.failure()
                 return None if failure is None else str(failure)
 
             wait_until(
-                lambda: data.ad_clicks(s.url, s.ad_clicks_table) == dict(expected),
+                lambda: (
+                    data.ad_clicks(s.url, s.ad_clicks_table) == dict(expected)
+                    and data.rejected_total(s.url, s.rejected_table) >= rejected
+                ),
                 timeout=600,
                 interval=0.5,
-                what="every attributable click counted",
+                what="every attributable and every rejected click counted",
                 alive=failed,
             )
             app.await_window(app.last_window + 2 * s.app_windows)  # a late double count would show
@@ -85,13 +90,15 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
         rows = data.attributed_rows(s.url, s.attributed_table)
         counts = data.ad_clicks(s.url, s.ad_clicks_table)
+        rejected_total = data.rejected_total(s.url, s.rejected_table)
         print(
             f"\n{args.impressions} impressions, {len(rows)} attributed clicks in {elapsed:.1f}s "
             f"(services up in {run_started - started:.1f}s); clicks per ad:"
         )
         for ad, n in sorted(counts.items(), key=lambda kv: -kv[1]):
             print(f"  {ad:<8} {n}")
-        exact = rows == truth and counts == dict(expected)
+        print(f"  rejected (bot clicks and re-sent copies): {rejected_total}")
+        exact = rows == truth and counts == dict(expected) and rejected_total == rejected
         print(
             f"\nexactness check against the ground truth from the topics: {'EXACT' if exact else 'MISMATCH'}"
         )

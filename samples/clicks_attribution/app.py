@@ -4,8 +4,10 @@
 
     impressions (KafkaTextInputOperator, 2) -> parse_imps (CsvParser, typed)
       -> imps (BoundedDedup by imp_id, 2, keyed) ------------------------------+
+      -duplicate-> dropped (DevNull: re-sent impressions)                        |
     clicks (KafkaTextInputOperator, 2) -> parse_clicks (CsvParser, typed)        |
-      -> bots (FilterOperator "source != 'bot'") -falsePort-> dropped (DevNull)   |
+      -> throttle (Throttle, at most ``max_clicks_per_second`` per partition)    |
+      -> bots (FilterOperator "source != 'bot'")                                 |
       -truePort-> click_dedup (TimeBasedDedup by click_id, 2, keyed)            |
       -> join (StreamJoin on imp_id within ``within_ms`` of event time, 2, keyed) <+
       -> latency (TransformOperator "right_ts - ts") -> pick (ProjectionOperator)
@@ -13,12 +15,17 @@
            out1 -> attributed (JdbcOutputOperator, insert: one row per attributed click)
            out2 -> per_ad (CountKeyVal by ad, cumulative) -> as_clicks (ProjectionOperator)
              -> ad_clicks (JdbcOutputOperator, upsert: clicks per ad so far)
+    bots -falsePort-> rejected (StreamMerger) <-duplicate- click_dedup
+      -> rejected_count (Counter, per window) -> rejected_row (TransformOperator)
+      -> rejected_total (JdbcOutputOperator, merge_add: rejected clicks so far)
 
 Kafka offsets per window are in the inputs' window data managers, the dedups' keys and
 the join's both sides in managed state, the cumulative counts in checkpointed state, and
 each window's rows reach PostgreSQL in one transaction with its meta row. ``attributed``
 is a plain insert into a table keyed by ``click_id``: a click written twice would fail
-the window, so the table is the proof that nothing is emitted twice or lost.
+the window, so the table is the proof that nothing is emitted twice or lost; the
+rejected total is added window by window (``merge_add``), so a window counted twice or
+lost would show in it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Any
 from malhar import DAG
 from malhar.algo import (
     BoundedDedup,
+    Counter,
     CountKeyVal,
     CsvParser,
     DevNull,
@@ -36,6 +44,8 @@ from malhar.algo import (
     ProjectionOperator,
     StreamDuplicater,
     StreamJoin,
+    StreamMerger,
+    Throttle,
     TimeBasedDedup,
     TransformOperator,
     partition_by_key,
@@ -53,6 +63,7 @@ ATTRIBUTED_DDL = (
 #: managed-state memory per partition of each stateful operator
 _BUDGET = 16 << 20
 AD_CLICKS_DDL = "ad text PRIMARY KEY, clicks bigint NOT NULL"
+REJECTED_DDL = "what text PRIMARY KEY, clicks bigint NOT NULL"
 
 
 @dataclass
@@ -63,6 +74,7 @@ class ClicksSettings:
     url: str
     attributed_table: str = "attributed_clicks"
     ad_clicks_table: str = "ad_clicks"
+    rejected_table: str = "rejected_clicks"
     #: a click is attributed to its impression when at most this far apart (event time, ms)
     within_ms: int = 60_000
     #: application windows a tuple stays joinable (longer than any run of the sample)
@@ -70,6 +82,9 @@ class ClicksSettings:
     #: streaming windows per application window of the join and the counts
     app_windows: int = 2
     max_records_per_window: int = 2_000
+    #: a guard on the click stream (per partition): far above what the sample produces,
+    #: so it never waits there, but a flood would slow the reader instead of the join
+    max_clicks_per_second: int = 50_000
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ClicksSettings:
@@ -90,6 +105,11 @@ def _kafka(s: ClicksSettings, topic: str) -> KafkaTextInputOperator:
     )
 
 
+def rejected_row(count: int) -> dict[str, Any]:
+    """A window's count of rejected clicks as the row ``merge_add`` adds to the total."""
+    return {"what": "rejected", "clicks": count}
+
+
 def populate(dag: DAG, s: ClicksSettings) -> DAG:
     impressions = dag.add_operator("impressions", _kafka(s, s.impressions_topic), PARTITIONS=2)
     parse_imps = dag.add_operator(
@@ -108,10 +128,16 @@ def populate(dag: DAG, s: ClicksSettings) -> DAG:
     parse_clicks = dag.add_operator(
         "parse_clicks", CsvParser(schema=CLICK_DDL, field="value"), PARTITIONS=2
     )
+    throttle = dag.add_operator(
+        "throttle",
+        Throttle(rate=s.max_clicks_per_second, schema=CLICK_DDL),
+        PARTITIONS=2,
+    )
     bots = dag.add_operator(
         "bots", FilterOperator("source != 'bot'", schema=CLICK_DDL), PARTITIONS=2
     )
-    dropped = dag.add_operator("dropped", DevNull())
+    # two partitions like ``imps``: fused into its tasks, no task of its own
+    dropped = dag.add_operator("dropped", DevNull(), PARTITIONS=2)
     click_dedup = partition_by_key(
         dag.add_operator(
             "click_dedup",
@@ -163,12 +189,26 @@ def populate(dag: DAG, s: ClicksSettings) -> DAG:
         "ad_clicks",
         JdbcOutputOperator(s.url, table=s.ad_clicks_table, mode="upsert", key_columns=["ad"]),
     )
+    # bot clicks and re-sent clicks: one stream, counted per window, added to a total
+    rejected = dag.add_operator("rejected", StreamMerger(schema=CLICK_DDL))
+    rejected_count = dag.add_operator("rejected_count", Counter())
+    as_row = dag.add_operator("rejected_row", TransformOperator(function=rejected_row))
+    rejected_total = dag.add_operator(
+        "rejected_total",
+        JdbcOutputOperator(s.url, table=s.rejected_table, mode="merge_add", key_columns=["what"]),
+    )
     dag.add_stream("imp_records", impressions.output, parse_imps.input)
     dag.add_stream("imp_rows", parse_imps.out, imps.input)
     dag.add_stream("unique_imps", imps.unique, join.left)
+    dag.add_stream("resent_imps", imps.duplicate, dropped.data)
     dag.add_stream("click_records", clicks.output, parse_clicks.input)
-    dag.add_stream("click_rows", parse_clicks.out, bots.input)
-    dag.add_stream("bot_clicks", bots.falsePort, dropped.data)
+    dag.add_stream("click_rows", parse_clicks.out, throttle.data)
+    dag.add_stream("paced_clicks", throttle.out, bots.input)
+    dag.add_stream("bot_clicks", bots.falsePort, rejected.data1)
+    dag.add_stream("resent_clicks", click_dedup.duplicate, rejected.data2)
+    dag.add_stream("rejected_clicks", rejected.out, rejected_count.input)
+    dag.add_stream("rejected_counts", rejected_count.output, as_row.input)
+    dag.add_stream("rejected_rows", as_row.output, rejected_total.input)
     dag.add_stream("human_clicks", bots.truePort, click_dedup.input)
     dag.add_stream("unique_clicks", click_dedup.unique, join.right)
     dag.add_stream("pairs", join.output, latency.input)

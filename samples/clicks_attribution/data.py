@@ -8,7 +8,7 @@ from collections import Counter
 
 import sqlalchemy as sa
 
-from samples.clicks_attribution.app import AD_CLICKS_DDL, ATTRIBUTED_DDL
+from samples.clicks_attribution.app import AD_CLICKS_DDL, ATTRIBUTED_DDL, REJECTED_DDL
 from samples.wordcount_exactly_once.data import produce, topic_messages
 
 ADS = ["shoes", "books", "tea", "bikes", "maps", "lamps", "socks", "games"]
@@ -41,7 +41,9 @@ def events(count: int, *, start: int = 0, seed: int = 7) -> tuple[list[str], lis
     return imps, clicks
 
 
-def create_tables(url: str, attributed_table: str, ad_clicks_table: str) -> None:
+def create_tables(
+    url: str, attributed_table: str, ad_clicks_table: str, rejected_table: str = "rejected_clicks"
+) -> None:
     engine = sa.create_engine(url)
     try:
         q = engine.dialect.identifier_preparer.quote
@@ -49,6 +51,7 @@ def create_tables(url: str, attributed_table: str, ad_clicks_table: str) -> None
             for table, ddl in (
                 (attributed_table, ATTRIBUTED_DDL),
                 (ad_clicks_table, AD_CLICKS_DDL),
+                (rejected_table, REJECTED_DDL),
             ):
                 conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS {q(table)} ({ddl})"))
     finally:
@@ -86,6 +89,26 @@ def truth(
             ad, imp_ts = imps[imp_id]
             out.add((click_id, imp_id, ad, source, ts - imp_ts))
     return out
+
+
+def rejected_truth(bootstrap_servers: str, clicks_topic: str) -> int:
+    """Clicks the sample rejects, from the topic: every valid bot click line (the filter
+    comes before the dedup) and every re-sent copy of a valid human click."""
+    bots = humans = 0
+    distinct: set[int] = set()
+    for click_id, _, source, ts in _records(bootstrap_servers, clicks_topic, 4):
+        if not ts.isdigit():
+            continue  # not a number: the parser's error port
+        if source == "bot":
+            bots += 1
+        else:
+            humans += 1
+            distinct.add(int(click_id))
+    return bots + humans - len(distinct)
+
+
+def rejected_total(url: str, table: str) -> int:
+    return sum(n for _, n in _select(url, table, "what, clicks"))
 
 
 def attributed_rows(url: str, table: str) -> set[tuple]:

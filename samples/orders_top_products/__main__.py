@@ -5,7 +5,8 @@ creates the products table, produces orders (with re-sent duplicates, half of th
 the application runs), runs the DAG until every order is counted, prints the top products
 of the last application window and checks the table against the ground truth read back
 from the topic (quantities per product over all windows: with as many products as the
-top N, every window's ranking holds them all).
+top N, every window's ranking holds them all), and the JSON-lines archive against the
+table.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             pg.sqlalchemy_url,
             top_table=f"top_{uuid.uuid4().hex[:8]}",
             top_n=max(10, args.products),
+            archive_path=tempfile.mkdtemp(prefix="malhar-orders-archive-"),
         )
         data.create_tables(s.url, s.products_table, s.top_table, args.products)
         half = args.orders // 2
@@ -75,6 +77,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             app.await_window(app.last_window + 2 * s.app_windows)  # a late double count would show
             elapsed = time.monotonic() - run_started
+            ranked = len(data.table_rows(s.url, s.top_table))
+            wait_until(  # archive files are visible once rolled and committed
+                lambda: len(data.archive_lines(s.archive_path)) >= ranked,
+                timeout=120,
+                interval=0.5,
+                what="every ranking in the JSON archive",
+                alive=failed,
+            )
         finally:
             app.stop()
             spark.stop()
@@ -87,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         for _, rank, product, quantity in [r for r in rows if r[0] == last][:10]:
             print(f"  {rank:>2}. {product:<8} {quantity}")
-        exact = got == truth
+        lines = data.archive_lines(s.archive_path)
+        print(f"\n{len(lines)} ranking rows archived as JSON lines in {s.archive_path}, e.g.")
+        print(f"  {lines[-1] if lines else '(none)'}")
+        exact = got == truth and sorted(data.archived_rows(s.archive_path)) == rows
         print(
             f"\nexactness check against the ground truth from the topic: {'EXACT' if exact else 'MISMATCH'}"
         )

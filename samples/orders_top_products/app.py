@@ -7,11 +7,15 @@
          PostgreSQL products table; fused) -> quantity (Sum per product name, 2, unifier)
       -> top (TopN by quantity, per application window) -> rename (ProjectionOperator)
       -> out (JdbcOutputOperator: upsert into top_products(app_window, rank, product, quantity))
+      -> as_json (JsonFormatter) -> archive (LinesFileOutput: rolling JSON-lines files,
+         when ``archive_path`` is set)
 
 Kafka offsets per window are in the input's window data manager, the dedup's keys in
 managed state, the sums and ranks in checkpointed state, and each window's rows reach
 the table in one transaction with its meta row: a crash anywhere replays the same
-windows with the same results, and the table ends exact.
+windows with the same results, and the table ends exact. The archive gets the same
+rankings as JSON text, one object per line, in files renamed into place once their
+windows are committed: each ranking once, whatever crashes happen.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from malhar import DAG
 from malhar.algo import (
     Enricher,
     JdbcLookup,
+    JsonFormatter,
     JsonParser,
     ProjectionOperator,
     Sum,
@@ -30,6 +35,7 @@ from malhar.algo import (
     TopN,
     partition_by_key,
 )
+from malhar.io.fs import LinesFileOutput
 from malhar.io.jdbc import JdbcOutputOperator
 from malhar.io.kafka import KafkaTextInputOperator
 
@@ -39,6 +45,8 @@ TOP_DDL = (
     "app_window bigint NOT NULL, rank int NOT NULL, product text, quantity bigint, "
     "PRIMARY KEY (app_window, rank)"
 )
+#: the fields of an archived ranking row, in the order of its JSON object
+TOP_FIELDS = ["app_window", "rank", "product", "quantity"]
 
 
 @dataclass
@@ -54,6 +62,10 @@ class OrdersSettings:
     max_records_per_window: int = 2_000
     #: how long an order id is remembered by the dedup (ms of event time)
     dedup_ms: int = 3_600_000
+    #: a directory (local path or HDFS URL) for the rankings as JSON lines; None: no archive
+    archive_path: str | None = None
+    #: streaming windows per archive file (a file is visible once all of them are committed)
+    archive_roll_windows: int = 20
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> OrdersSettings:
@@ -125,7 +137,14 @@ def populate(dag: DAG, s: OrdersSettings) -> DAG:
     dag.add_stream("enriched", enrich.output, quantity.data)
     dag.add_stream("sums", quantity.sum, top.data)
     dag.add_stream("ranked", top.top, rename.input)
-    dag.add_stream("rows", rename.projected, out.input)
+    rows = dag.add_stream("rows", rename.projected, out.input)
+    if s.archive_path:
+        as_json = dag.add_operator("as_json", JsonFormatter(fields=TOP_FIELDS))
+        archive = dag.add_operator(
+            "archive", LinesFileOutput(s.archive_path, roll_windows=s.archive_roll_windows)
+        )
+        dag.add_stream(rows.name, rename.projected, as_json.input)
+        dag.add_stream("json_lines", as_json.out, archive.input)
     return dag
 
 

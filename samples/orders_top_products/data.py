@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from samples.orders_top_products.app import TOP_DDL
+from samples.orders_top_products.app import TOP_DDL, TOP_FIELDS
 from samples.wordcount_exactly_once.data import produce, topic_messages
 
 PRODUCTS = ["tea", "jam", "oat", "rye", "egg", "fig", "nut", "cod", "ham", "soy", "yam", "kale"]
@@ -103,3 +104,22 @@ def totals(rows: list[tuple]) -> Counter:
     for _, _, product, quantity in rows:
         out[product] += quantity
     return out
+
+
+def archive_lines(path: str) -> list[str]:
+    """Every line of the archive's visible files, file by file in name order (the names
+    starting with ``_`` or ``.`` are the file output's staging and in-progress files)."""
+    root = Path(path)
+    if not root.is_dir():
+        return []
+    out: list[str] = []
+    for f in sorted(root.iterdir()):
+        if f.is_file() and not f.name.startswith(("_", ".")):
+            out.extend(f.read_text().splitlines())
+    return out
+
+
+def archived_rows(path: str) -> list[tuple]:
+    """The archived rankings as the result table's rows ``(app_window, rank, product,
+    quantity)``, one per JSON line."""
+    return [tuple(json.loads(line)[k] for k in TOP_FIELDS) for line in archive_lines(path)]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from malhar import OperatorContext
 from malhar.algo import BoundedDedup, TimeBasedDedup
@@ -104,3 +107,72 @@ def test_keys_beyond_the_memory_budget_spill_and_still_dedup(tmp_path: Path) -> 
     assert [r["id"] for r in h.sink("unique").per_window[1]] == [n]
     assert n * 146 > (8 << 20)
     h.teardown()
+
+
+# -- the batch paths decide exactly as one tuple at a time -----------------------------------
+_EVENTS = st.lists(
+    st.lists(st.tuples(st.integers(0, 12), st.integers(0, 30_000)), max_size=40),
+    min_size=1,
+    max_size=4,
+)
+
+
+def _both_ways(make, windows, tmp_path: Path, schema: pa.Schema) -> tuple[list, list]:
+    """Per window and port, what a harness fed tuples and one fed one batch per window emit."""
+    out = []
+    for kind in ("tuples", "batch"):
+        h = OperatorHarness(make(), OperatorContext(name="d", checkpoint=str(tmp_path / kind)))
+        for rows in windows:
+            items = [("input", r) for r in rows]
+            if kind == "batch" and rows:
+                items = [("input", pa.RecordBatch.from_pylist(rows, schema=schema))]
+            h.run_window(items)
+        out.append({p: dict(s.per_window) for p, s in h.sinks.items()})
+        h.teardown()
+    return out[0], out[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(events=_EVENTS, text=st.booleans())
+def test_time_based_batches_decide_as_tuples(events, text: bool) -> None:
+    """Repeats in one bucket and across buckets, late (expired) events, several windows."""
+    kind = pa.string() if text else pa.int64()
+    schema = pa.schema([("id", kind), ("t", pa.int64())])
+    windows = [[{"id": f"k{i}" if text else i, "t": t} for i, t in rows] for rows in events]
+    make = lambda: TimeBasedDedup(  # noqa: E731
+        key="id",
+        time="t",
+        expire_after=8_000,
+        bucket_span=2_000,
+        schema="id " + ("string" if text else "bigint") + ", t bigint",
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        tuples, batches = _both_ways(make, windows, Path(tmp), schema)
+    assert batches == tuples
+
+
+@settings(max_examples=40, deadline=None)
+@given(events=_EVENTS, max_keys=st.integers(1, 8))
+def test_bounded_batches_decide_as_tuples(events, max_keys: int) -> None:
+    """With few keys remembered, keys are evicted inside a batch and come back unique."""
+    schema = pa.schema([("id", pa.int64()), ("t", pa.int64())])
+    windows = [[{"id": i, "t": t} for i, t in rows] for rows in events]
+
+    def make() -> BoundedDedup:
+        return BoundedDedup(key="id", max_keys=max_keys, schema="id bigint, t bigint")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tuples, batches = _both_ways(make, windows, Path(tmp), schema)
+        assert batches == tuples
+        # and the state left behind is the same: a next window of tuples decides alike
+        probe = [{"id": i, "t": 0} for i in range(13)]
+        after = []
+        for kind in ("tuples", "batch"):
+            h = OperatorHarness(make(), OperatorContext(name="d", checkpoint=f"{tmp}/{kind}"))
+            for rows in windows:
+                batch = [("input", pa.RecordBatch.from_pylist(rows, schema=schema))] if rows else []
+                h.run_window([("input", r) for r in rows] if kind == "tuples" else batch)
+            h.run_window([("input", r) for r in probe])
+            after.append((h.sink("unique").per_window[len(windows)], len(h.operator._keys)))
+            h.teardown()
+    assert after[0] == after[1]

@@ -1,6 +1,7 @@
-"""The clicks sample (two Kafka topics -> CSV -> dedup -> filter -> stream-stream join on
-managed state -> transform/project -> PostgreSQL) survives SIGKILLs of its driver process
-on ``local-cluster[2,1,1024]`` (two executor processes): both tables end exact."""
+"""The clicks sample (two Kafka topics -> CSV -> throttle -> dedup -> filter -> stream-stream
+join on managed state -> transform/project -> PostgreSQL; rejected clicks merged, counted and
+totalled) survives SIGKILLs of its driver process on ``local-cluster[2,1,1024]`` (two
+executor processes): all three tables end exact."""
 
 from __future__ import annotations
 
@@ -64,11 +65,17 @@ def test_sigkill_the_driver_on_a_local_cluster_and_the_attribution_is_exact(
         "url": postgres_service.sqlalchemy_url,
         "attributed_table": f"attributed_{tag}",
         "ad_clicks_table": f"ad_clicks_{tag}",
+        "rejected_table": f"rejected_{tag}",
         "max_records_per_window": 150,
     }
     for topic in (settings["impressions_topic"], settings["clicks_topic"]):
         kafka_service.create_topic(topic, partitions=2)
-    data.create_tables(settings["url"], settings["attributed_table"], settings["ad_clicks_table"])
+    data.create_tables(
+        settings["url"],
+        settings["attributed_table"],
+        settings["ad_clicks_table"],
+        settings["rejected_table"],
+    )
     batches = [data.events(600, start=i * 600) for i in range(3)]
 
     def send(imps: list[str], clicks: list[str]) -> None:
@@ -106,12 +113,20 @@ def test_sigkill_the_driver_on_a_local_cluster_and_the_attribution_is_exact(
         within_ms=60_000,
     )
     expected = dict(data.per_ad(truth))
+    rejected = data.rejected_truth(settings["bootstrap_servers"], settings["clicks_topic"])
+
+    def rejected_total() -> int:
+        return data.rejected_total(settings["url"], settings["rejected_table"])
+
     proc = _start(settings, checkpoint, log)
     try:
         wait_until(
-            lambda: data.ad_clicks(settings["url"], settings["ad_clicks_table"]) == expected,
+            lambda: (
+                data.ad_clicks(settings["url"], settings["ad_clicks_table"]) == expected
+                and rejected_total() >= rejected
+            ),
             timeout=600,
-            what="the clicks of every ad counted",
+            what="the clicks of every ad and every rejected click counted",
             alive=lambda: alive(proc),
         )
     finally:
@@ -120,6 +135,9 @@ def test_sigkill_the_driver_on_a_local_cluster_and_the_attribution_is_exact(
     # a click inserted twice would have failed its window (primary key): none twice, none lost
     assert attributed() == truth
     assert data.ad_clicks(settings["url"], settings["ad_clicks_table"]) == expected
+    # bot clicks and re-sent clicks merged (StreamMerger), counted per window (Counter) and
+    # added to the total window by window: a window counted twice or lost would show
+    assert rejected_total() == rejected > 0
     imps = [x for b in batches for x in b[0]]
     clicks = [x for b in batches for x in b[1]]
     assert len(imps) > len(set(imps)) and len(clicks) > len(set(clicks))  # re-sent lines

@@ -9,6 +9,8 @@ checks of ``__setitem__``/``add`` on new keys do not read the disk twice.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 #: bytes counted per entry besides the key and value bytes: two bytes objects and a dict slot
 ENTRY_OVERHEAD = 33 + 33 + 80
 
@@ -41,10 +43,39 @@ class ReadCache:
         if self.bytes > (self.budget if limit is None else limit):
             self.shrink((self.budget if limit is None else limit) // 2)
 
+    def put_many(
+        self, items: Iterable[tuple[bytes, bytes | None]], limit: int | None = None
+    ) -> None:
+        """``put(key, value, limit)`` for each pair, in order."""
+        cap = self.budget if limit is None else limit
+        d = self._d
+        nbytes = self.bytes
+        for key, value in items:
+            old = d.pop(key, MISSING)
+            if old is not MISSING:
+                nbytes -= len(key) + (len(old) if old is not None else 0) + ENTRY_OVERHEAD
+            d[key] = value
+            nbytes += len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+            if nbytes > cap:
+                self.bytes = nbytes
+                self.shrink(cap // 2)
+                d, nbytes = self._d, self.bytes
+        self.bytes = nbytes
+
     def discard(self, key: bytes) -> None:
         old = self._d.pop(key, MISSING)
         if old is not MISSING:
             self.bytes -= len(key) + (len(old) if old is not None else 0) + ENTRY_OVERHEAD
+
+    def discard_many(self, keys: Iterable[bytes]) -> None:
+        d, pop, nbytes = self._d, self._d.pop, self.bytes
+        if not d:
+            return
+        for key in keys:
+            old = pop(key, MISSING)
+            if old is not MISSING:
+                nbytes -= len(key) + (len(old) if old is not None else 0) + ENTRY_OVERHEAD
+        self.bytes = nbytes
 
     def discard_range(self, lo: bytes, hi: bytes) -> None:
         for k in [k for k in self._d if lo <= k < hi]:

@@ -201,8 +201,30 @@ class FileWriter:
             self._flush_entries()
 
     def add_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
-        for k, v in entries:
-            self.add(k, v)
+        """``add(key, value)`` for each entry (the same records, without a call per entry)."""
+        if not self._started_entries:
+            self._started_entries = True
+            self._flush_ranges()
+        last, recs, pack = self._last_key, self._entries, _ENTRY.pack
+        nbytes, count = self._entry_bytes, self._count
+        try:
+            for key, value in entries:
+                if last is not None and key <= last:
+                    raise ValueError(f"checkpoint entries out of order: {key!r} after {last!r}")
+                last = key
+                if value is None:
+                    rec = pack(DELETE, len(key), 0) + key
+                else:
+                    rec = pack(PUT, len(key), len(value)) + key + value
+                recs.append(rec)
+                nbytes += len(rec)
+                count += 1
+                if nbytes >= BLOCK_BYTES:
+                    self._entry_bytes = nbytes
+                    self._flush_entries()  # clears recs in place
+                    nbytes = 0
+        finally:
+            self._last_key, self._entry_bytes, self._count = last, nbytes, count
 
     def _flush_entries(self) -> None:
         if self._entries:

@@ -30,7 +30,7 @@ import logging
 import os
 import struct
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from hashlib import sha1
 from typing import Any
 
@@ -352,6 +352,11 @@ class ManagedState:
         if not (self._overlay or self._ranges or self._pending):
             self._window = window
             return
+        overlay = self._overlay
+        if self._pending and overlay:
+            # the rest of the overlay joins the spilled writes: the changes are then one
+            # sorted RocksDB range, read twice below without merging two sources in Python
+            self._spill(counted=False)
         fs, _, pdir = self._dirfs()
         lo, prev = self._head
         writer = FileWriter(fs, pdir, lo, window, new_uid(), prev, signer=self.signer)
@@ -369,13 +374,7 @@ class ManagedState:
         batch.put(_META_AT, _DIRTY)
         for lo_k, hi_k in self._ranges:
             batch.delete_range(_B + lo_k, _B + hi_k)
-        for k, v in self._changes():
-            if v is None:
-                batch.delete(_B + k)
-            else:
-                batch.put(_B + k, v)
-            if batch.bytes >= _APPLY_BATCH_BYTES:
-                batch.commit()
+        batch.put_all(_B, self._changes(), _APPLY_BATCH_BYTES)
         if self._pending:
             batch.delete_range(_P, b"Q")
         batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
@@ -383,8 +382,7 @@ class ManagedState:
         cache = self._cache
         for lo_k, hi_k in self._ranges:
             cache.discard_range(lo_k, hi_k)
-        for k, v in self._overlay.items():
-            cache.put(k, v)
+        cache.put_many(overlay.items())
         self._overlay = {}
         self._overlay_bytes = 0
         self._ranges = []
@@ -534,17 +532,31 @@ class ManagedState:
 
     # -- internals: the read/write path of the structures ---------------------------------------
     def _changes(self) -> Iterator[tuple[bytes, bytes | None]]:
-        """This window's changes in key order: the overlay over the spilled pending area."""
-        mem = sorted(self._overlay.items())
+        """This window's changes in key order: the overlay, or (once it spilled) the pending
+        area, which ``checkpoint`` completes with the overlay first."""
         if not self._pending:
-            return iter(mem)
-        return self._merge_pending(mem)
+            return iter(sorted(self._overlay.items()))
+        if self._overlay:
+            return self._merge_pending(sorted(self._overlay.items()))
+        return self._spilled_changes()
+
+    def _spilled(self) -> Iterator[tuple[bytes, bytes]]:
+        return self._local().items(_P, b"Q")
+
+    def _spilled_changes(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """The pending area as ``(key, value or None)``: one generator step per entry (it
+        is read twice per checkpoint of a window that spilled)."""
+        deleted = _P_DEL[0]
+        for k, v in self._local().scan_from(_P):
+            if k >= b"Q":
+                return
+            yield k[1:], (None if v[0] == deleted else v[1:])
 
     def _merge_pending(
         self, mem: list[tuple[bytes, bytes | None]]
     ) -> Iterator[tuple[bytes, bytes | None]]:
         def spilled() -> Iterator[tuple[bytes, int, bytes | None]]:
-            for k, v in self._local().items(_P, b"Q"):
+            for k, v in self._spilled():
                 yield k[1:], 1, (None if v[:1] == _P_DEL else v[1:])
 
         def memory() -> Iterator[tuple[bytes, int, bytes | None]]:
@@ -579,6 +591,88 @@ class ManagedState:
         v = self._local().get(_B + ik)
         self._cache.put(ik, v, self._py_budget - self._overlay_bytes)
         return v
+
+    def get_many_raw(
+        self, iks: Sequence[bytes], *, cache_absent: bool = True
+    ) -> list[bytes | None]:
+        """``[get_raw(ik) for ik in iks]``, one pass per layer instead of one call chain per key.
+
+        Same answers and the same read-cache effects (found values and absences are cached)
+        as the loop; a key may repeat. ``cache_absent=False``: absences read from the local
+        store are not cached (for a caller that writes those keys next: their entries
+        would only push useful ones out of the cache). The local store is read with one ``get`` per key
+        that no upper layer answers: rocksdict's multi-get (``Rdict.get(list)``) measured
+        slower than single gets (1.2 vs 0.9 us per present key, 650 vs 225 ns per absent
+        one, 0.3.29), so it is not used.
+        """
+        if self._window is None:
+            self._require_restored("reading state")
+        ov = self._overlay
+        out: list[Any] = [ov.get(ik, MISSING) for ik in iks]
+        todo = [i for i, v in enumerate(out) if v is MISSING]
+        if not todo:
+            return out
+        get = self._local().getter
+        if self._pending:
+            rest = []
+            for i in todo:
+                pv = get(_P + iks[i])
+                if pv is None:
+                    rest.append(i)
+                else:
+                    out[i] = None if pv[:1] == _P_DEL else pv[1:]
+            todo = rest
+        if self._ranges:
+            rest = []
+            for i in todo:
+                if self._in_ranges(iks[i]):
+                    out[i] = None
+                else:
+                    rest.append(i)
+            todo = rest
+        cache = self._cache
+        cget = cache.get
+        misses = []
+        for i in todo:
+            v = cget(iks[i])
+            if v is MISSING:
+                misses.append(i)
+            else:
+                out[i] = v
+        if misses:
+            found = [(iks[i], get(_B + iks[i])) for i in misses]
+            for i, (_, v) in zip(misses, found, strict=True):
+                out[i] = v
+            if not cache_absent:
+                found = [kv for kv in found if kv[1] is not None]
+            cache.put_many(found, self._py_budget - self._overlay_bytes)
+        return out
+
+    def put_many_raw(self, items: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """``put_raw(ik, value)`` for each pair in order (the overlay spills at the same
+        point as the loop would), without a method call per key."""
+        if self._window is None:
+            self._require_restored("writing state")
+        ov = self._overlay
+        half = self._py_budget // 2
+        nbytes = self._overlay_bytes
+        overhead = ENTRY_OVERHEAD
+        for ik, value in items:
+            old = ov.get(ik, MISSING)
+            if old is MISSING:
+                nbytes += len(ik) + overhead
+            elif old is not None:
+                nbytes -= len(old)
+            if value is not None:
+                nbytes += len(value)
+            ov[ik] = value
+            if nbytes > half:
+                self._overlay_bytes = nbytes
+                self._spill()
+                ov, nbytes = self._overlay, 0
+            elif nbytes + self._cache.bytes > self._py_budget:
+                self._cache.shrink(max(0, self._py_budget - nbytes) // 2)
+        self._overlay_bytes = nbytes
 
     def put_raw(self, ik: bytes, value: bytes | None) -> None:
         """Set (``value`` None: delete) internal key ``ik`` in this window."""
@@ -647,23 +741,24 @@ class ManagedState:
             if v is not None:
                 yield k, v
 
-    def _spill(self) -> None:
-        """Move the overlay to the local store's pending area (a window bigger than memory)."""
-        store = self._local()
-        batch = store.batch()
-        cache = self._cache
-        for k, v in self._overlay.items():
-            # the cache holds the base; these keys change it at the checkpoint, which only
-            # refreshes the cache from the (then) in-memory overlay
-            cache.discard(k)
-            batch.put(_P + k, _P_DEL if v is None else _P_PUT + v)
-            if batch.bytes >= _APPLY_BATCH_BYTES:
-                batch.commit()
+    def _spill(self, counted: bool = True) -> None:
+        """Move the overlay to the local store's pending area (a window bigger than memory;
+        ``counted``: in ``stats["spills"]``, not when ``checkpoint`` completes the area)."""
+        batch = self._local().batch()
+        # the cache holds the base; these keys change it at the checkpoint, which only
+        # refreshes the cache from the (then) in-memory overlay
+        self._cache.discard_many(self._overlay)
+        batch.put_all(
+            _P,
+            ((k, _P_DEL if v is None else _P_PUT + v) for k, v in self._overlay.items()),
+            _APPLY_BATCH_BYTES,
+        )
         batch.commit()
         self._overlay = {}
         self._overlay_bytes = 0
         self._pending = True
-        self.stats["spills"] += 1
+        if counted:
+            self.stats["spills"] += 1
 
 
 __all__ = ["ManagedState", "encode_name", "operator_dir"]

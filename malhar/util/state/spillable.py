@@ -9,7 +9,7 @@ Iteration is in encoded key order (for the built-in key codecs: natural order).
 from __future__ import annotations
 
 import struct
-from collections.abc import ItemsView, Iterable, Iterator, MutableMapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, MutableMapping, Sequence, ValuesView
 from typing import Any
 
 from malhar.util.state.codecs import Codec
@@ -60,6 +60,61 @@ class SpillableMap(Structure, MutableMapping):
             raise KeyError(key)
         self._meta = self._meta - 1
         st.put_raw(ik, None)
+
+    # -- many keys at once: one pass per layer of the manager (docs/state.md §2) ---------------
+    def _iks(self, keys: Sequence[Any], encoded: bool) -> list[bytes]:
+        p = self._prefix
+        if encoded:
+            return [p + ek for ek in keys]
+        ek = self._ek
+        return [p + ek(k) for k in keys]
+
+    def get_many(
+        self, keys: Sequence[Any], default: Any = None, *, encoded: bool = False
+    ) -> list[Any]:
+        """``[m.get(k, default) for k in keys]``; ``encoded``: ``keys`` are already the key
+        codec's bytes."""
+        dv = self._dvalue
+        return [
+            default if v is None else dv(v)
+            for v in self._state.get_many_raw(self._iks(keys, encoded))
+        ]
+
+    def contains_many(self, keys: Sequence[Any], *, encoded: bool = False) -> list[bool]:
+        """``[k in m for k in keys]``, see :meth:`get_many`."""
+        return [v is not None for v in self._state.get_many_raw(self._iks(keys, encoded))]
+
+    def put_many(
+        self, keys: Sequence[Any], values: Sequence[Any], *, encoded: bool = False
+    ) -> None:
+        """``m[k] = v`` for each pair, in order (``len`` stays exact: one existence read
+        per key, in one pass). A key or value the codecs refuse raises before anything
+        is written."""
+        iks = self._iks(keys, encoded)
+        if len(values) != len(iks):
+            raise ValueError(f"{len(iks)} keys but {len(values)} values")
+        items = [(ik, self._ev(v, k)) for ik, k, v in zip(iks, keys, values, strict=True)]
+        new: set[bytes] = set()
+        for ik, old in zip(iks, self._state.get_many_raw(iks), strict=True):
+            if old is None:
+                new.add(ik)
+        if new:
+            self._meta = self._meta + len(new)
+        self._state.put_many_raw(items)
+
+    def delete_many(self, keys: Sequence[Any], *, encoded: bool = False) -> int:
+        """Remove the keys that are present (``del m[k]`` without the KeyError); how many
+        were removed (a repeated key counts once)."""
+        iks = self._iks(keys, encoded)
+        gone = dict.fromkeys(
+            ik
+            for ik, old in zip(iks, self._state.get_many_raw(iks), strict=True)
+            if old is not None
+        )
+        if gone:
+            self._meta = self._meta - len(gone)
+            self._state.put_many_raw([(ik, None) for ik in gone])
+        return len(gone)
 
     def __len__(self) -> int:
         return self._meta

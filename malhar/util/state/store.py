@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from malhar.util.state.errors import StateError
 
@@ -61,6 +61,11 @@ class LocalStore:
     def get(self, key: bytes) -> bytes | None:
         return self._db.get(key)
 
+    @property
+    def getter(self) -> Callable[[bytes], bytes | None]:
+        """``get`` without this wrapper's frame, for loops over many keys."""
+        return self._db.get
+
     def write(
         self,
         puts: Iterable[tuple[bytes, bytes]] = (),
@@ -83,18 +88,27 @@ class LocalStore:
         return _Batch(self)
 
     def items(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        """``(key, value)`` with ``lo <= key < hi`` (``hi`` None: to the end), in key order."""
-        it = self._db.iter()
-        it.seek(lo)
-        try:
-            while it.valid():
-                k = it.key()
-                if hi is not None and k >= hi:
-                    break
-                yield k, it.value()
-                it.next()
-        finally:
-            del it
+        """``(key, value)`` with ``lo <= key < hi`` (``hi`` None: to the end), in key order.
+
+        RocksDB's own items iterator (~175 ns per entry; stepping a ``RdictIter`` from
+        Python with valid/key/value/next costs ~4x that), stopped here at ``hi``. Not
+        with ``ReadOptions.set_iterate_upper_bound``: rocksdict 0.3.29 keeps a pointer
+        to the bound's memory, and once the Python objects are freed the iteration ends
+        early (seen: 1 of 3 entries). Reads the store as of its first step.
+        """
+        items = self._db.items(from_key=lo)
+        if hi is None:
+            yield from items
+            return
+        for kv in items:
+            if kv[0] >= hi:
+                return
+            yield kv
+
+    def scan_from(self, lo: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` from ``lo`` to the end of the store, in key order: the caller
+        stops it (``items`` with one generator step less per entry)."""
+        return self._db.items(from_key=lo)
 
     def any_in(self, lo: bytes, hi: bytes) -> bool:
         return next(self.items(lo, hi), None) is not None
@@ -127,6 +141,25 @@ class _Batch:
     def delete(self, k: bytes) -> None:
         self._wb.delete(k)
         self.bytes += len(k) + 16
+
+    def put_all(
+        self, prefix: bytes, changes: Iterable[tuple[bytes, bytes | None]], commit_bytes: int
+    ) -> None:
+        """``put(prefix + key, value)`` (value None: ``delete``) for each change, committing
+        whenever the batch reaches ``commit_bytes`` (the last part stays uncommitted)."""
+        wb, nbytes = self._wb, self.bytes
+        for k, v in changes:
+            if v is None:
+                wb.delete(prefix + k)
+                nbytes += len(k) + 17
+            else:
+                wb.put(prefix + k, v)
+                nbytes += len(k) + len(v) + 17
+            if nbytes >= commit_bytes:
+                self.bytes = nbytes
+                self.commit()
+                wb, nbytes = self._wb, 0
+        self.bytes = nbytes
 
     def delete_range(self, lo: bytes, hi: bytes) -> None:
         self._wb.delete_range(lo, hi)

@@ -12,7 +12,7 @@ refused (``put`` returns False) and reads of them return None, as Malhar's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from malhar.util.state.codecs import INT, Codec, KeyCodec
@@ -26,7 +26,8 @@ class TimeBucketedState(Structure):
     """``put/get/delete`` by ``(key, time)``; ``expire_before(time)`` drops whole buckets.
 
     Times are ints in any unit (e.g. epoch milliseconds); ``bucket_span`` is in the
-    same unit.
+    same unit. ``get_many``/``contains_many``/``put_many`` do the same for many
+    ``(key, time)`` pairs (in any buckets) with one pass per layer of the manager.
     """
 
     KIND = TIME
@@ -79,6 +80,92 @@ class TimeBucketedState(Structure):
     def contains(self, key: Any, time: int) -> bool:
         b = self.bucket_of(time)
         return b >= self._meta and self._state.get_raw(self._ik(key, b)) is not None
+
+    # -- many keys at once: one pass per layer of the manager (docs/state.md §2) ---------------
+    def _iks(
+        self, keys: Sequence[Any], times: Sequence[int] | int, encoded: bool
+    ) -> list[bytes | None]:
+        """The internal keys of ``(keys[i], times[i])`` (one time: all keys), None where the
+        bucket expired. Every key is encoded before anything is read or written."""
+        eks = keys if encoded else [self._ek(k) for k in keys]
+        span, meta, prefix = self.bucket_span, self._meta, self._prefix
+        if isinstance(times, int):
+            b = times // span
+            if b < meta:
+                return [None] * len(eks)
+            head = prefix + INT.encode(b)
+            return [head + ek for ek in eks]
+        if len(times) != len(eks):
+            raise ValueError(f"{len(eks)} keys but {len(times)} times")
+        buckets = [t // span for t in times]
+        heads = {b: None if b < meta else prefix + INT.encode(int(b)) for b in set(buckets)}
+        return [
+            None if (head := heads[b]) is None else head + ek
+            for b, ek in zip(buckets, eks, strict=True)
+        ]
+
+    def get_many(
+        self,
+        keys: Sequence[Any],
+        times: Sequence[int] | int,
+        default: Any = None,
+        *,
+        encoded: bool = False,
+    ) -> list[Any]:
+        """``[get(k, t, default) for k, t in zip(keys, times)]`` (``times`` an int: one time for
+        all keys). ``encoded``: ``keys`` are already the key codec's bytes."""
+        iks = self._iks(keys, times, encoded)
+        found = iter(self._state.get_many_raw([ik for ik in iks if ik is not None]))
+        dv = self._dvalue
+        out = []
+        for ik in iks:
+            v = None if ik is None else next(found)
+            out.append(default if v is None else dv(v))
+        return out
+
+    def contains_many(
+        self,
+        keys: Sequence[Any],
+        times: Sequence[int] | int,
+        *,
+        encoded: bool = False,
+        cache_absent: bool = True,
+    ) -> list[bool]:
+        """``[contains(k, t) for k, t in zip(keys, times)]``, see :meth:`get_many`;
+        ``cache_absent=False``: for a caller that puts the absent keys next (see
+        ``ManagedState.get_many_raw``)."""
+        iks = self._iks(keys, times, encoded)
+        live = [ik for ik in iks if ik is not None]
+        found = iter(self._state.get_many_raw(live, cache_absent=cache_absent))
+        return [ik is not None and next(found) is not None for ik in iks]
+
+    def put_many(
+        self,
+        keys: Sequence[Any],
+        times: Sequence[int] | int,
+        values: Sequence[Any] | None = None,
+        *,
+        fill: Any = None,
+        encoded: bool = False,
+    ) -> list[bool]:
+        """``[put(k, t, v) for k, t, v in zip(keys, times, values)]`` (False: the bucket
+        expired, nothing stored), in order. ``values`` None: every key gets ``fill``.
+        A key or value the codecs refuse raises before anything is written."""
+        iks = self._iks(keys, times, encoded)
+        if values is None:
+            live = [ik for ik in iks if ik is not None]
+            ev = self._ev(fill, None) if live else b""
+            items = [(ik, ev) for ik in live]
+        else:
+            if len(values) != len(iks):
+                raise ValueError(f"{len(iks)} keys but {len(values)} values")
+            items = [
+                (ik, self._ev(v, k))
+                for ik, k, v in zip(iks, keys, values, strict=True)
+                if ik is not None
+            ]
+        self._state.put_many_raw(items)
+        return [ik is not None for ik in iks]
 
     def delete(self, key: Any, time: int) -> bool:
         """Remove ``key`` from the bucket of ``time``; True if it was there."""

@@ -111,6 +111,30 @@ class StateModel(RuleBasedStateMachine):
         if ok:
             self.tb[(bucket, str(k))] = v
 
+    # the many-key API (one pass per layer) against the same models
+    @rule(pairs=st.lists(st.tuples(keys, values), max_size=6))
+    def put_many(self, pairs: list[tuple[int, int]]) -> None:
+        self.smap.put_many([k for k, _ in pairs], [v for _, v in pairs])
+        self.m.update(pairs)
+
+    @rule(ks=st.lists(keys, max_size=6))
+    def delete_many(self, ks: list[int]) -> None:
+        assert self.smap.delete_many(ks) == len(set(ks) & self.m.keys())
+        for k in ks:
+            self.m.pop(k, None)
+
+    @rule(
+        items=st.lists(st.tuples(keys, st.integers(min_value=0, max_value=100), values), max_size=6)
+    )
+    def put_many_timed(self, items: list[tuple[int, int, int]]) -> None:
+        ok = self.stb.put_many(
+            [str(k) for k, _, _ in items], [t for _, t, _ in items], [v for _, _, v in items]
+        )
+        assert ok == [t // SPAN >= self.horizon for _, t, _ in items]
+        for k, t, v in items:
+            if t // SPAN >= self.horizon:
+                self.tb[(t // SPAN, str(k))] = v
+
     @rule(t=st.integers(min_value=0, max_value=100))
     def expire(self, t: int) -> None:
         self.stb.expire_before(t)
@@ -184,6 +208,11 @@ class StateModel(RuleBasedStateMachine):
         assert list(self.slist) == self.lst and len(self.slist) == len(self.lst)
         got = {(b // SPAN, k): v for b, k, v in self.stb.items()}
         assert got == self.tb
+        every = list(range(14))
+        assert self.smap.get_many(every) == [self.m.get(k) for k in every]
+        names, times = [str(k) for k in every] * 3, [5] * 14 + [45] * 14 + [95] * 14
+        expect = [self.tb.get((t // SPAN, k)) for k, t in zip(names, times, strict=True)]
+        assert self.stb.get_many(names, times) == expect
 
     def teardown(self) -> None:
         if hasattr(self, "ms"):
