@@ -7,17 +7,22 @@
       -duplicate-> dropped (DevNull: re-sent impressions)                        |
     clicks (KafkaTextInputOperator, 2) -> parse_clicks (CsvParser, typed)        |
       -> throttle (Throttle, at most ``max_clicks_per_second`` per partition)    |
+      -> click_dedup (TimeBasedDedup by click_id, 2, keyed)                      |
       -> bots (FilterOperator "source != 'bot'")                                 |
-      -truePort-> click_dedup (TimeBasedDedup by click_id, 2, keyed)            |
-      -> join (StreamJoin on imp_id within ``within_ms`` of event time, 2, keyed) <+
+      -truePort-> join (StreamJoin on imp_id within ``within_ms``, 2, keyed)   <-+
       -> latency (TransformOperator "right_ts - ts") -> pick (ProjectionOperator)
       -> fork (StreamDuplicater)
            out1 -> attributed (JdbcOutputOperator, insert: one row per attributed click)
            out2 -> per_ad (CountKeyVal by ad, cumulative) -> as_clicks (ProjectionOperator)
              -> ad_clicks (JdbcOutputOperator, upsert: clicks per ad so far)
-    bots -falsePort-> rejected (StreamMerger) <-duplicate- click_dedup
-      -> rejected_count (Counter, per window) -> rejected_row (TransformOperator)
+    click_dedup -duplicate-> rejected (StreamMerger) <-falsePort- bots
+      -> rejected_count (Counter, per ``rejected_windows``) -> rejected_row (TransformOperator)
+      -> nonzero (FilterOperator "clicks > 0": a count of none touches no table)
       -> rejected_total (JdbcOutputOperator, merge_add: rejected clicks so far)
+
+The rejected chain runs in ``click_dedup``'s two partitions (fused: no task of its own):
+each partition's counts go to the table without a unifier (``PARALLEL_PARTITION``), and
+``merge_add`` adds them up, each partition exactly once with its own meta row.
 
 Kafka offsets per window are in the inputs' window data managers, the dedups' keys and
 the join's both sides in managed state, the cumulative counts in checkpointed state, and
@@ -82,6 +87,8 @@ class ClicksSettings:
     #: streaming windows per application window of the join and the counts
     app_windows: int = 2
     max_records_per_window: int = 2_000
+    #: streaming windows per count of rejected clicks (one table write per count)
+    rejected_windows: int = 10
     #: a guard on the click stream (per partition): far above what the sample produces,
     #: so it never waits there, but a flood would slow the reader instead of the join
     max_clicks_per_second: int = 50_000
@@ -133,11 +140,6 @@ def populate(dag: DAG, s: ClicksSettings) -> DAG:
         Throttle(rate=s.max_clicks_per_second, schema=CLICK_DDL),
         PARTITIONS=2,
     )
-    bots = dag.add_operator(
-        "bots", FilterOperator("source != 'bot'", schema=CLICK_DDL), PARTITIONS=2
-    )
-    # two partitions like ``imps``: fused into its tasks, no task of its own
-    dropped = dag.add_operator("dropped", DevNull(), PARTITIONS=2)
     click_dedup = partition_by_key(
         dag.add_operator(
             "click_dedup",
@@ -151,6 +153,11 @@ def populate(dag: DAG, s: ClicksSettings) -> DAG:
             PARTITIONS=2,
         )
     )
+    bots = dag.add_operator(
+        "bots", FilterOperator("source != 'bot'", schema=CLICK_DDL), PARTITIONS=2
+    )
+    # two partitions like ``imps``: fused into its tasks, no task of its own
+    dropped = dag.add_operator("dropped", DevNull(), PARTITIONS=2)
     join = partition_by_key(
         dag.add_operator(
             "join",
@@ -189,13 +196,19 @@ def populate(dag: DAG, s: ClicksSettings) -> DAG:
         "ad_clicks",
         JdbcOutputOperator(s.url, table=s.ad_clicks_table, mode="upsert", key_columns=["ad"]),
     )
-    # bot clicks and re-sent clicks: one stream, counted per window, added to a total
-    rejected = dag.add_operator("rejected", StreamMerger(schema=CLICK_DDL))
-    rejected_count = dag.add_operator("rejected_count", Counter())
+    # re-sent clicks and (distinct) bot clicks: one stream, counted, added to a total; all
+    # in click_dedup's partitions (see the module doc)
+    rejected = dag.add_operator("rejected", StreamMerger(schema=CLICK_DDL), PARTITIONS=2)
+    rejected_count = dag.add_operator(
+        "rejected_count", Counter(), PARTITIONS=2, APPLICATION_WINDOW_COUNT=s.rejected_windows
+    )
     as_row = dag.add_operator("rejected_row", TransformOperator(function=rejected_row))
+    as_row.input.set_attribute("PARALLEL_PARTITION", True)  # partial counts: no unifier
+    nonzero = dag.add_operator("nonzero", FilterOperator("clicks > 0"), PARTITIONS=2)
     rejected_total = dag.add_operator(
         "rejected_total",
         JdbcOutputOperator(s.url, table=s.rejected_table, mode="merge_add", key_columns=["what"]),
+        PARTITIONS=2,
     )
     dag.add_stream("imp_records", impressions.output, parse_imps.input)
     dag.add_stream("imp_rows", parse_imps.out, imps.input)
@@ -203,14 +216,15 @@ def populate(dag: DAG, s: ClicksSettings) -> DAG:
     dag.add_stream("resent_imps", imps.duplicate, dropped.data)
     dag.add_stream("click_records", clicks.output, parse_clicks.input)
     dag.add_stream("click_rows", parse_clicks.out, throttle.data)
-    dag.add_stream("paced_clicks", throttle.out, bots.input)
-    dag.add_stream("bot_clicks", bots.falsePort, rejected.data1)
-    dag.add_stream("resent_clicks", click_dedup.duplicate, rejected.data2)
+    dag.add_stream("paced_clicks", throttle.out, click_dedup.input)
+    dag.add_stream("unique_clicks", click_dedup.unique, bots.input)
+    dag.add_stream("resent_clicks", click_dedup.duplicate, rejected.data1)
+    dag.add_stream("bot_clicks", bots.falsePort, rejected.data2)
     dag.add_stream("rejected_clicks", rejected.out, rejected_count.input)
     dag.add_stream("rejected_counts", rejected_count.output, as_row.input)
-    dag.add_stream("rejected_rows", as_row.output, rejected_total.input)
-    dag.add_stream("human_clicks", bots.truePort, click_dedup.input)
-    dag.add_stream("unique_clicks", click_dedup.unique, join.right)
+    dag.add_stream("rejected_rows", as_row.output, nonzero.input)
+    dag.add_stream("rejected_nonzero", nonzero.truePort, rejected_total.input)
+    dag.add_stream("human_clicks", bots.truePort, join.right)
     dag.add_stream("pairs", join.output, latency.input)
     dag.add_stream("with_latency", latency.output, pick.input)
     dag.add_stream("rows", pick.projected, fork.data)

@@ -92,19 +92,16 @@ def truth(
 
 
 def rejected_truth(bootstrap_servers: str, clicks_topic: str) -> int:
-    """Clicks the sample rejects, from the topic: every valid bot click line (the filter
-    comes before the dedup) and every re-sent copy of a valid human click."""
-    bots = humans = 0
-    distinct: set[int] = set()
+    """Clicks the sample rejects, from the topic: every re-sent copy of a valid click line
+    (the dedup comes first) and every distinct valid bot click."""
+    lines = 0
+    source_of: dict[int, str] = {}
     for click_id, _, source, ts in _records(bootstrap_servers, clicks_topic, 4):
-        if not ts.isdigit():
-            continue  # not a number: the parser's error port
-        if source == "bot":
-            bots += 1
-        else:
-            humans += 1
-            distinct.add(int(click_id))
-    return bots + humans - len(distinct)
+        if ts.isdigit():  # else not a number: the parser's error port
+            lines += 1
+            source_of.setdefault(int(click_id), source)
+    bots = sum(1 for source in source_of.values() if source == "bot")
+    return lines - len(source_of) + bots
 
 
 def rejected_total(url: str, table: str) -> int:
