@@ -12,6 +12,14 @@ from malhar.properties import Configurable
 from malhar.state import config_of, fields_of
 
 
+def wal_root(checkpoint: str) -> str:
+    """The window data managers' root: ``<checkpoint>/malhar/wal`` (the operators' logs and
+    the application's window log, ``__app__``); a URL's ?query stays last."""
+    from malhar.util.fs.urls import child_url
+
+    return child_url(checkpoint, "malhar", "wal")
+
+
 @dataclass
 class OperatorContext:
     """What an operator partition knows about where it runs.
@@ -61,13 +69,12 @@ class OperatorContext:
         """The operator partition's window data manager (``FSWindowDataManager``), signed
         with the application's integrity key when it has one."""
         from malhar.util import FSWindowDataManager
-        from malhar.util.fs.urls import child_url
 
         if self.checkpoint is None:
             raise RuntimeError(f"{self.name}: no checkpoint location, so no window data manager")
         options.setdefault("integrity_key", self.integrity_key)
         return FSWindowDataManager(
-            child_url(self.checkpoint, "malhar", "wal"),  # a URL's ?query stays last
+            wal_root(self.checkpoint),
             self.name,
             partition=self.partition,
             **options,

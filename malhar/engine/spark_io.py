@@ -139,11 +139,9 @@ class MalharStreamReader(DataSourceStreamReader):
         from malhar.util.fs.errors import StorageNotFoundError
 
         fs, path = filesystem_for(shutdown_flag_path(self.checkpoint))
-        if not fs.exists(path):
-            return False
-        try:
+        try:  # one storage call per window, as the exists() check it replaces
             align = int(fs.read(path) or b"1")
-        except StorageNotFoundError:  # the stop completed meanwhile
+        except StorageNotFoundError:  # no stop asked for (or it completed meanwhile)
             return False
         return (window + 1) % align == 0
 

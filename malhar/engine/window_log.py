@@ -31,11 +31,10 @@ class WindowLog:
 
     @property
     def root(self) -> str:
-        """The window data managers' root: ``<checkpoint>/malhar/wal`` (a URL's ?query
-        stays last)."""
-        from malhar.util.fs.urls import child_url
+        """The window data managers' root (:func:`malhar.operator.wal_root`)."""
+        from malhar.operator import wal_root
 
-        return child_url(self.checkpoint, "malhar", "wal")
+        return wal_root(self.checkpoint)
 
     @cached_property
     def _manager(self) -> Any:

@@ -209,9 +209,9 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         group = self.group_id or f"malhar-{context.application}-{context.name}"
         self._client: KafkaClient = self.make_client(group, self.label)
         self._index = context.partition
-        every = self._client.partitions(self.topic_list())
-        self._known = len(every)
-        self._tps: list[TP] = assign(every, context.partition, context.partitions)
+        self._tps: list[TP] = assign(
+            self._topic_partitions(), context.partition, context.partitions
+        )
         topics = {t for t, _ in self._tps}
         #: the only topic this partition reads (its records need no topic() call), else None
         self._topic: str | None = topics.pop() if len(topics) == 1 else None
@@ -258,9 +258,7 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         if every is None or (now - self._discovered_at) * 1000 < every:
             return
         self._discovered_at = now
-        every = self._client.partitions(self.topic_list())
-        self._known = len(every)
-        mine = assign(every, self._index, self._partitions or 1)
+        mine = assign(self._topic_partitions(), self._index, self._partitions or 1)
         new = [tp for tp in mine if tp not in self._tps]
         if new:
             self._adopt([tp for tp in new if tp not in self._next], restored=True)
@@ -268,6 +266,13 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
             self._live = False  # assign the consumer again, with the new partitions
             log.info("%s: partitions added to the topics: now reads %s", self.label,
                      format_tps(self._tps))  # fmt: skip
+
+    def _topic_partitions(self) -> list[TP]:
+        """Every Kafka partition of the topics now; their count is the ``kafka_partitions``
+        metric (what ``partitions_per_reader`` follows)."""
+        every = self._client.partitions(self.topic_list())
+        self._known = len(every)
+        return every
 
     # -- dynamic partitioning: its own Partitioner and StatsListener ----------------------------
     def metrics(self) -> Mapping[str, float]:
