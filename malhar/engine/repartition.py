@@ -81,7 +81,7 @@ def partitioner_of(dag: DAG, name: str, request: Request | None) -> Partitioner:
             raise ConfigError(
                 f"operator {name!r} is an input that cannot move its read positions to new "
                 "partitions, so it keeps its partition count (an input is repartitioned by "
-                "its own define_partitions, e.g. KafkaInputOperator's, given a count or None)"
+                "its own define_partitions, as the Kafka and file inputs are, given a count or None)"
             )
         return meta.operator
     if isinstance(request, int):

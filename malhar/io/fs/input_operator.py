@@ -22,6 +22,11 @@ reads exactly those ranges again and checks the counts; ``advance_past`` rebuild
 position from the record. Files are identified by path: each is read once, also across
 restarts.
 
+**Repartitioning.** The operator is its own partitioner: a running input changes its
+partition count with ``RunningApplication.repartition({name: n})``, which moves its files and
+unfinished splits with their positions to the new partitions
+(:mod:`malhar.io.fs.partitions`).
+
 **Committed windows.** With ``post_action`` ``delete`` or ``move``, a file is deleted or
 moved once every window that read it is committed; a file read by several partitions is
 handled by the partition that owns its first split, once the others have left a marker
@@ -56,11 +61,28 @@ from malhar.io.fs.formats import (
     codec_for,
     error_row,
 )
+from malhar.io.fs.partitions import deal
 from malhar.io.fs.paths import child_url, open_binary, resolve
 from malhar.io.fs.scanner import DirectoryScanner
 from malhar.io.fs.settings import FileInputSettings, parse_schema
-from malhar.io.fs.splits import SPREAD_MIN_BLOCK, block_size_for, split_owner
+from malhar.io.fs.splits import (
+    CUT,
+    DEALT,
+    END,
+    INDEX,
+    OWN,
+    PATH,
+    POS,
+    RELEASED,
+    SEEN_MTIME,
+    SIZE,
+    SPREAD_MIN_BLOCK,
+    START,
+    block_size_for,
+    split_owner,
+)
 from malhar.operator import OperatorContext
+from malhar.partitioning import Partition, PartitioningContext
 from malhar.ports import OutputPort
 from malhar.properties import Property
 from malhar.state import State
@@ -87,10 +109,6 @@ log = logging.getLogger("malhar.io.fs")
 #: error event {"f", "i", "o": offset, "err": reason, "text": str | None, "last": bool}
 Record = dict[str, list[Any]]
 
-# queue entries: [mtime, path, index, start, end, position]
-_MTIME, _PATH, _INDEX, _START, _END, _POS = range(6)
-#: _seen values: [size, mtime, splits owned here, of them finished and released]
-_SIZE, _SEEN_MTIME, _OWN, _RELEASED = range(4)
 #: bytes read past a block's end with it, so its last line usually ends in the same read
 _LINE_SLACK = 64 << 10
 #: errors that mean "this file cannot be read" (not "the filesystem is down")
@@ -213,20 +231,23 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
         if self._partitions is not None and self._seen and self._partitions != context.partitions:
             raise FileConfigError(
                 f"{self.label}: the checkpoint was written with {self._partitions} partitions, "
-                f"now {context.partitions}: a file input keeps its partition count for the life "
-                "of its checkpoint (which partition reads which block depends on it)"
+                f"now {context.partitions}: which partition reads which block depends on the "
+                "count, so change it on the running application (RunningApplication."
+                "repartition({name: n}) moves the read positions), not by the PARTITIONS "
+                "attribute between runs"
             )
+        for seen in self._seen.values():
+            if len(seen) < DEALT + 1:  # a checkpoint from before the cut was recorded
+                seen.extend([context.partitions, None, None][len(seen) - CUT :])
         self._partitions = context.partitions
-        self._me, self._n = context.partition, context.partitions
-        self._scanner = DirectoryScanner(self.path, recursive=self.recursive, pattern=self.pattern)
-        self._fs: FileSystem = self._scanner.fs
+        self._me = context.partition
+        self._cutter(context.partitions)
         self._decoder = self.make_decoder()
         self._arrow = parse_schema(self.schema) if self.schema else None
         self._last_scan = float("-inf")
         self._not_mine: dict[str, tuple[int, float]] = {}
         self._headers: dict[str, list[str]] = {}
         self._streams: dict[str, Any] = {}  # compressed: path -> [stream, position, leftover]
-        self._parquet: dict[str, Any] = {}  # path -> ParquetFile (or an error text)
         self._rg_cache: tuple[Any, Any] | None = None
         if self.post_action != "none":
             if not context.checkpoint:
@@ -262,7 +283,7 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
         while queue and n < limit:
             got, emitted = self._read_split(queue[0], limit - n)
             n += got
-            if queue and queue[0][_POS] == -2:  # finished
+            if queue and queue[0][POS] == -2:  # finished
                 queue.pop(0)
             if emitted:
                 break  # the engine calls again: one chunk per call
@@ -309,10 +330,10 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
             if split is None:
                 continue  # finished already (replayed twice)
             if entry.get("last"):
-                split[_POS] = -2
+                split[POS] = -2
                 self._queue.remove(split)
             elif "e" in entry:
-                split[_POS] = int(entry["e"])
+                split[POS] = int(entry["e"])
 
     def release(self, records: list[WindowRecord[Record]]) -> None:
         for _, record in records:
@@ -320,8 +341,8 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
                 if entry.get("last"):
                     seen = self._seen.get(entry["f"])
                     if seen is not None:
-                        seen[_RELEASED] += 1
-                        if seen[_RELEASED] >= seen[_OWN]:
+                        seen[RELEASED] += 1
+                        if seen[RELEASED] >= seen[OWN]:
                             self._file_done(entry["f"])
         if self._awaiting:
             self._post_actions()
@@ -332,6 +353,35 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
 
     def backlog(self) -> int | None:
         return len(self._queue)
+
+    # -- dynamic partitioning: its own Partitioner ------------------------------------------------
+    def define_partitions(
+        self, existing: list[Partition], context: PartitioningContext
+    ) -> list[Partition]:
+        """The partitions after a repartitioning to ``context.requested`` of them: every
+        unfinished split moves with its position to its owner among the new partitions, and
+        every file known stays known (:mod:`malhar.io.fs.partitions`). Called on the driver
+        after an orderly stop; ask with ``RunningApplication.repartition({name: n})``."""
+        count = context.requested
+        if count is None:
+            raise FileConfigError(
+                f"file input {context.operator!r}: ask for a partition count "
+                "(RunningApplication.repartition({name: n}))"
+            )
+        if count == len(existing):
+            return existing
+        return [Partition(p) for p in deal([p.operator for p in existing], count)]
+
+    def partitioned(self, partitions: dict[int, Partition]) -> None:
+        pass  # the positions are in the partitions' snapshots; nothing is kept here
+
+    def _cutter(self, partitions: int) -> FileInputOperator:
+        """Runtime enough to cut files (:meth:`_splits_of`) outside a running partition."""
+        self._scanner = DirectoryScanner(self.path, recursive=self.recursive, pattern=self.pattern)
+        self._fs: FileSystem = self._scanner.fs
+        self._parquet: dict[str, Any] = {}  # path -> ParquetFile (or an error text)
+        self._n = partitions
+        return self
 
     # -- scanning -----------------------------------------------------------------------------
     def _maybe_scan(self) -> None:
@@ -365,15 +415,16 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
                 self._not_mine[f.path] = (f.size, f.mtime)
         # forget finished files that are gone (moved, deleted) or too old
         for path, seen in list(self._seen.items()):
-            finished = seen[_RELEASED] >= seen[_OWN] and path not in self._awaiting
-            old = horizon is not None and seen[_SEEN_MTIME] < horizon
+            finished = seen[RELEASED] >= seen[OWN] and path not in self._awaiting
+            old = horizon is not None and seen[SEEN_MTIME] < horizon
             if finished and (path not in listed or old):
                 del self._seen[path]
 
-    def _splits_of(self, path: str, size: int) -> list[tuple[int, int, int]]:
-        """``(index, start, end)`` of a file's splits (end -1: to the end of the stream)."""
+    def _splits_of(self, path: str, size: int, cut: int) -> list[tuple[int, int, int]]:
+        """``(index, start, end)`` of a file's splits (end -1: to the end of the stream),
+        cut for ``cut`` partitions."""
         if self.kind == "parquet":
-            if size > self.block_size or (self._n > 1 and size >= self._n * SPREAD_MIN_BLOCK):
+            if size > self.block_size or (cut > 1 and size >= cut * SPREAD_MIN_BLOCK):
                 pf = self._parquet_file(path, size)
                 if not isinstance(pf, str) and pf.metadata.num_row_groups > 1:
                     return [
@@ -383,24 +434,24 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
             return [(-1, 0, -1)]
         if codec_for(path, self.compression) is not None:
             return [(0, 0, -1)]
-        bs = block_size_for(size, self.block_size, self._n)
+        bs = block_size_for(size, self.block_size, cut)
         blocks = max(1, -(-size // bs))
         return [(i, i * bs, min((i + 1) * bs, size)) for i in range(blocks)]
 
     def _discover(self, path: str, size: int, mtime: float) -> bool:
         """Queue this partition's splits of a new file; False when it owns none."""
-        splits = self._splits_of(path, size)
+        splits = self._splits_of(path, size, self._n)
         mine = [s for s in splits if split_owner(path, s[0], self._n) == self._me]
         if not mine:
             return False
-        self._seen[path] = [size, mtime, len(mine), 0]
+        self._seen[path] = [size, mtime, len(mine), 0, self._n, len(splits), None]
         for index, start, end in mine:
             bisect.insort(self._queue, [mtime, path, index, start, end, -1])
         return True
 
     def _find(self, path: str, index: int) -> list[Any] | None:
         for split in self._queue:
-            if split[_PATH] == path and split[_INDEX] == index:
+            if split[PATH] == path and split[INDEX] == index:
                 return split
         return None
 
@@ -424,23 +475,23 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
             self._ranges.append(entry)
 
     def _finish(self, split: list[Any]) -> None:
-        split[_POS] = -2
+        split[POS] = -2
         self._counts["files"] += 1
 
     def _read_split(self, split: list[Any], budget: int) -> tuple[int, bool]:
         """Read from the queue's first split; (items read, whether anything was emitted)."""
-        path, index = split[_PATH], split[_INDEX]
-        size = self._seen[path][_SIZE]
+        path, index = split[PATH], split[INDEX]
+        size = self._seen[path][SIZE]
         try:
             if self.kind == "parquet":
                 return self._read_parquet(split, size, budget)
-            if split[_END] < 0:
+            if split[END] < 0:
                 return self._read_stream(split, budget)
             return self._read_block(split, size, budget)
         except (_Unreadable, *_UNREADABLE) as exc:
             if self.on_unreadable == "fail":
                 raise FileReadError(f"{self.label}: cannot read {self._url(path)}: {exc}") from None
-            pos = max(split[_POS], split[_START])
+            pos = max(split[POS], split[START])
             reason = f"cannot read the file: {exc}"
             log.warning("%s: %s: %s; skipped", self.label, self._url(path), reason)
             self._record(
@@ -452,8 +503,8 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
             return 1, True
 
     def _read_block(self, split: list[Any], size: int, budget: int) -> tuple[int, bool]:
-        path, index, start, end = split[_PATH], split[_INDEX], split[_START], split[_END]
-        pos = split[_POS]
+        path, index, start, end = split[PATH], split[INDEX], split[START], split[END]
+        pos = split[POS]
         if pos < 0:
             pos = self._align(path, start, size)
         if pos >= end or pos >= size:
@@ -468,7 +519,7 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
         if last:
             self._finish(split)
         else:
-            split[_POS] = stop
+            split[POS] = stop
         return max(items, 1), True
 
     def _align(self, path: str, start: int, size: int) -> int:
@@ -548,7 +599,7 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
     # -- compressed text ----------------------------------------------------------------------
     def _open_stream(self, path: str) -> Any:
         codec = codec_for(path, self.compression)
-        size = self._seen[path][_SIZE] if path in self._seen else None
+        size = self._seen[path][SIZE] if path in self._seen else None
         raw = open_binary(self._fs, path, size)
         return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), codec)
 
@@ -570,11 +621,11 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
         return cur
 
     def _read_stream(self, split: list[Any], budget: int) -> tuple[int, bool]:
-        path, index = split[_PATH], split[_INDEX]
+        path, index = split[PATH], split[INDEX]
         try:
-            if split[_POS] < 0:
-                split[_POS] = self.first_record(path, None)
-            pos = split[_POS]
+            if split[POS] < 0:
+                split[POS] = self.first_record(path, None)
+            pos = split[POS]
             cur = self._stream_at(path, pos)
             buf = cur[2]
             eof = False
@@ -613,7 +664,7 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
             self._finish(split)
         else:
             cur[1], cur[2] = stop, rest
-            split[_POS] = stop
+            split[POS] = stop
         return max(items, 1), True
 
     def _stream_range(self, path: str, start: int, end: int) -> bytes:
@@ -666,8 +717,8 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
         return None
 
     def _read_parquet(self, split: list[Any], size: int, budget: int) -> tuple[int, bool]:
-        path, index, end = split[_PATH], split[_INDEX], split[_END]
-        pos = max(split[_POS], 0)
+        path, index, end = split[PATH], split[INDEX], split[END]
+        pos = max(split[POS], 0)
         pf = self._parquet_file(path, size)
         problem = pf if isinstance(pf, str) else self._schema_problem(pf)
         if problem is not None:
@@ -693,7 +744,7 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
         if last:
             self._finish(split)
         else:
-            split[_POS] = pos + n
+            split[POS] = pos + n
         return max(items, 1), True
 
     def _rows(self, path: str, index: int, start: int, end: int) -> pa.Table:
@@ -760,16 +811,24 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
         """Every split of ``path`` this partition owns is read and committed."""
         if self.post_action == "none":
             return
-        size = self._seen[path][_SIZE]
-        splits = self._splits_of(path, size)
-        owners = {split_owner(path, s[0], self._n) for s in splits}
-        first = split_owner(path, splits[0][0], self._n)
-        others = sorted(owners - {self._me})
+        seen = self._seen[path]
+        if seen[DEALT] is None:
+            splits = self._splits_of(path, seen[SIZE], seen[CUT])
+            owners = {split_owner(path, s[0], self._n) for s in splits}
+            first = split_owner(path, splits[0][0], self._n)
+            name = str
+        else:  # its splits were moved by a repartitioning, which named who reads them
+            epoch, first, others = seen[DEALT]
+            owners = {first, *others}
+
+            def name(p: int) -> str:
+                return f"{epoch}.{p}"  # markers left before that repartitioning are stale
+
         if first != self._me:
-            marker = f"{self._mroot}/{_file_id(path)}/{self._me}"
+            marker = f"{self._mroot}/{_file_id(path)}/{name(self._me)}"
             self._mfs.create(marker, b"", overwrite=True)
             return
-        self._awaiting[path] = others
+        self._awaiting[path] = [name(p) for p in sorted(owners - {self._me})]
 
     def _post_actions(self) -> None:
         fs = self._mfs
@@ -784,7 +843,8 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
                     if not {str(p) for p in others} <= have:
                         continue
                 self._apply_post_action(path)
-                if others:
+                seen = self._seen.get(path)
+                if others or (seen is not None and seen[DEALT] is not None):
                     fs.delete(f"{self._mroot}/{_file_id(path)}", recursive=True)
             except StorageError as exc:
                 log.warning(
@@ -809,7 +869,7 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
             return  # moved by an earlier attempt
         self._move_fs.mkdirs(self._move_dir)
         if self._move_fs.status(target) is not None:
-            mtime = self._seen.get(path, [0, 0.0])[_SEEN_MTIME]
+            mtime = self._seen.get(path, [0, 0.0])[SEEN_MTIME]
             target = f"{target}.{int(mtime * 1000)}"
         fs.rename(path, target, overwrite=True)
 
@@ -907,7 +967,7 @@ class CsvFileInput(FileInputOperator):
         if names is None:
             import csv
 
-            size = self._seen[path][_SIZE] if path in self._seen else None
+            size = self._seen[path][SIZE] if path in self._seen else None
             line = self._first_line(path, size).decode(self.encoding, "replace").rstrip("\r\n")
             names = next(
                 csv.reader([line], delimiter=self.delimiter, quotechar=self.quote_char or None), []

@@ -1,8 +1,8 @@
 """How the file input cuts a file into splits and which partition reads each one.
 
 Both are pure functions of what every partition sees the same way (the path, the size
-recorded when the file was discovered, ``block_size`` and the partition count, which the
-checkpoint pins), so every process and every restart agrees without talking, and a replay
+recorded when the file was discovered, ``block_size`` and the partition count it was
+discovered with, which the checkpoint records), so every process and every restart agrees without talking, and a replay
 or a restore cuts exactly the same blocks.
 
 **Cutting.** A text file larger than ``block_size`` is cut into blocks of ``block_size``
@@ -16,6 +16,14 @@ for the same reason.
 **Owners.** The file's stable hash picks the partition of its first split; the next splits
 go round robin from there. A file cut into ``partitions`` blocks is thus read by every
 partition once, and different files start at different partitions.
+
+**After a repartitioning** (:mod:`malhar.io.fs.partitions`) a file keeps the cut it was
+discovered with (its ``cut`` count is recorded with it); its unfinished splits go to the
+owners :func:`split_owner` gives them among the new partitions, and the file records who
+they are (``dealt``), since the cut's count no longer says.
+
+The layout of the partition's checkpointed position (``State`` of the file input) is here
+too, shared by the operator and the repartitioning.
 """
 
 from __future__ import annotations
@@ -23,6 +31,16 @@ from __future__ import annotations
 from malhar.io.fs.paths import owner
 
 __all__ = ["SPREAD_MIN_BLOCK", "block_size_for", "split_owner"]
+
+#: a queue entry (one unfinished split of this partition):
+#: ``[mtime, path, index, start, end, position]`` (position -1: not started)
+MTIME, PATH, INDEX, START, END, POS = range(6)
+#: a ``_seen`` value (a file this partition knows): ``[size, mtime, splits owned here, of
+#: them finished and released, the partition count it was cut with, its split count,
+#: dealt]``; ``dealt`` is None, or ``(epoch, coordinator, others)`` once a repartitioning
+#: moved the file's splits (the partitions that read what is left of it, and the
+#: repartitioning's number for the file, which names its post-action markers)
+SIZE, SEEN_MTIME, OWN, RELEASED, CUT, TOTAL, DEALT = range(7)
 
 #: the smallest block a file below ``block_size`` is cut into to spread it over the
 #: partitions: below it a block's fixed cost (finding its first line, one more decode call
