@@ -16,7 +16,7 @@ from pyspark import cloudpickle
 from malhar import DAG, OperatorContext, launch
 from malhar.engine import generations
 from malhar.errors import ConfigError
-from malhar.io.fs import LinesFileInput
+from malhar.io.fs import LinesFileInput, ParquetFileInput
 from malhar.io.fs.errors import FileConfigError
 from malhar.io.fs.partitions import deal
 from malhar.io.fs.splits import OWN, TOTAL
@@ -259,3 +259,50 @@ def test_a_sigkill_during_a_file_input_repartitioning_reads_every_line_once(
     proc = start(len(sent))
     assert proc.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     assert Counter(_got(str(checkpoint))) == Counter(sent)
+
+
+def test_parquet_row_groups_and_compressed_streams_move_too(tmp_path: Path) -> None:
+    import gzip
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    place = Place(str(tmp_path / "data"), "local")
+    rows = [{"id": i} for i in range(600)]
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), sink, row_group_size=50)
+    place.write("in/a.parquet", sink.getvalue(), mtime=1_000)
+    ckpt = str(tmp_path / "ck")
+    props = {"block_size": 1, "scan_interval_ms": 0, "max_records_per_window": 30}
+    hs = [
+        harness(ParquetFileInput(place.url("in"), **props), ckpt, partition=p, partitions=2)
+        for p in (0, 1)
+    ]
+    for window in range(3):
+        hs[1].run_window()
+        if window == 2:  # a file only partition 0 lists: 12 row groups, 6 of them its own
+            place.write("in/b.parquet", sink.getvalue(), mtime=2_000)
+        hs[0].run_window()
+    got = [r["id"] for h in hs for r in h.sink("output").tuples]
+    new = _moved(hs, 3, ckpt, **props)
+    _drain_all(new)
+    got += [r["id"] for h in new for r in h.sink("output").tuples]
+    assert Counter(got) == Counter(list(range(600)) * 2)
+
+    # a gzip stream is one split: its decompressed position moves to the new owner
+    text = "".join(f"g{i}\n" for i in range(300))
+    place.write("gz/g.txt.gz", gzip.compress(text.encode()))
+    ckpt = str(tmp_path / "ck-gz")
+    hs = [
+        harness(LinesFileInput(place.url("gz"), **props), ckpt, partition=p, partitions=2)
+        for p in (0, 1)
+    ]
+    for _ in range(2):
+        for h in hs:
+            h.run_window()
+    lines = _lines(hs)
+    assert 0 < len(lines) < 300
+    new = _moved(hs, 3, ckpt, **props)
+    _drain_all(new)
+    assert Counter(lines + _lines(new)) == Counter(text.split())
