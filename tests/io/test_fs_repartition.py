@@ -172,7 +172,7 @@ def test_the_input_repartitions_only_to_a_count_and_every_state_field_is_dealt(
     tmp_path: Path,
 ) -> None:
     op = LinesFileInput(str(tmp_path))
-    with pytest.raises(FileConfigError, match="ask for a partition count"):
+    with pytest.raises(ConfigError, match="ask for a partition count"):
         op.define_partitions([Partition(op)], PartitioningContext("in"))
     same = [Partition(op)]
     assert op.define_partitions(same, PartitioningContext("in", requested=1)) is same

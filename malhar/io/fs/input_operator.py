@@ -50,6 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from malhar.io.base.dealing import DealtPositions
 from malhar.io.base.input import ReplayableInput, WindowRecord
 from malhar.io.fs.errors import FileConfigError, FileReadError, FileReplayError
 from malhar.io.fs.formats import (
@@ -82,7 +83,6 @@ from malhar.io.fs.splits import (
     split_owner,
 )
 from malhar.operator import OperatorContext
-from malhar.partitioning import Partition, PartitioningContext
 from malhar.ports import OutputPort
 from malhar.properties import Property
 from malhar.state import State
@@ -142,7 +142,7 @@ def _typed(cls: type, ddl: str) -> type:
 _TYPED: dict[tuple[type, str], type] = {}
 
 
-class FileInputOperator(ReplayableInput[Record], FileInputSettings):
+class FileInputOperator(DealtPositions, ReplayableInput[Record], FileInputSettings):
     """Reads the files of a path exactly once (see the module doc); a format subclass
     decides how bytes become tuples. Use :class:`LinesFileInput`, :class:`CsvFileInput`,
     :class:`JsonLinesFileInput` or :class:`ParquetFileInput`."""
@@ -354,26 +354,11 @@ class FileInputOperator(ReplayableInput[Record], FileInputSettings):
     def backlog(self) -> int | None:
         return len(self._queue)
 
-    # -- dynamic partitioning: its own Partitioner ------------------------------------------------
-    def define_partitions(
-        self, existing: list[Partition], context: PartitioningContext
-    ) -> list[Partition]:
-        """The partitions after a repartitioning to ``context.requested`` of them: every
-        unfinished split moves with its position to its owner among the new partitions, and
-        every file known stays known (:mod:`malhar.io.fs.partitions`). Called on the driver
-        after an orderly stop; ask with ``RunningApplication.repartition({name: n})``."""
-        count = context.requested
-        if count is None:
-            raise FileConfigError(
-                f"file input {context.operator!r}: ask for a partition count "
-                "(RunningApplication.repartition({name: n}))"
-            )
-        if count == len(existing):
-            return existing
-        return [Partition(p) for p in deal([p.operator for p in existing], count)]
-
-    def partitioned(self, partitions: dict[int, Partition]) -> None:
-        pass  # the positions are in the partitions' snapshots; nothing is kept here
+    # -- dynamic partitioning: its own Partitioner (DealtPositions) -------------------------------
+    def deal(self, inputs: list[Any], count: int) -> list[Any]:
+        """Every file known and unfinished split, with its position, dealt to ``count``
+        partitions (:mod:`malhar.io.fs.partitions`)."""
+        return deal(inputs, count)
 
     def _cutter(self, partitions: int) -> FileInputOperator:
         """Runtime enough to cut files (:meth:`_splits_of`) outside a running partition."""

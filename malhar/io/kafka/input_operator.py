@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from malhar.control import DeliveryType
+from malhar.io.base.dealing import DealtPositions
 from malhar.io.base.input import ReplayableInput, WindowRecord
 from malhar.io.kafka.assignment import assign
 from malhar.io.kafka.client import TP, KafkaClient, format_tps
@@ -51,7 +52,7 @@ from malhar.io.kafka.records import (
 )
 from malhar.io.kafka.settings import KafkaSettings
 from malhar.operator import OperatorContext
-from malhar.partitioning import Partition, PartitioningContext
+from malhar.partitioning import PartitioningContext
 from malhar.ports import OutputPort
 from malhar.properties import Property
 from malhar.state import State
@@ -90,7 +91,7 @@ def _ranges(record: Ranges) -> dict[TP, tuple[int, int, int]]:
     return {(t, int(p)): (int(s), int(e), int(n)) for t, p, s, e, n in record["ranges"]}
 
 
-class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
+class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings):
     """Reads Kafka topics with exactly-once replay (values as bytes).
 
     Example:
@@ -110,6 +111,8 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
 
     #: value format of this class: "bytes", "text" or "json" (see deserializers)
     value_format: ClassVar[str] = "bytes"
+    partition_noun: ClassVar[str] = "reader"
+    count_hint: ClassVar[str] = " or set partitions_per_reader"
 
     max_bytes_per_window = Property(
         int, default=None, min=1, doc="key+value bytes per window and partition (>= 1 record)"
@@ -274,7 +277,7 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         self._known = len(every)
         return every
 
-    # -- dynamic partitioning: its own Partitioner and StatsListener ----------------------------
+    # -- dynamic partitioning: its own Partitioner (DealtPositions) and StatsListener -----------
     def metrics(self) -> Mapping[str, float]:
         # Kafka partitions of the topics at the last look (what partitions_per_reader follows)
         return {"kafka_partitions": self._known}
@@ -295,25 +298,14 @@ class KafkaInputOperator(ReplayableInput[Ranges], KafkaSettings):
         known = max((int(w.metrics.get("kafka_partitions", 0)) for w in windows), default=0)
         return readers_for(known, per) if per is not None and known else None
 
-    def define_partitions(
-        self, existing: list[Partition], context: PartitioningContext
-    ) -> list[Partition]:
-        """The readers after a repartitioning: ``context.requested`` of them (a count asked
-        for), else the count ``partitions_per_reader`` needs for the Kafka partitions the
-        readers last saw; each Kafka partition's position moves to its new reader
-        (:mod:`malhar.io.kafka.readers`)."""
-        count = context.requested or self._readers_wanted(context.stats)
-        if count is None:
-            raise KafkaConfigError(
-                f"Kafka input {context.operator!r}: ask for a reader count "
-                "(repartition({name: n})) or set partitions_per_reader"
-            )
-        if count == len(existing):
-            return existing
-        return [Partition(r) for r in deal([p.operator for p in existing], count)]
+    def count_wanted(self, context: PartitioningContext) -> int | None:
+        """With ``partitions_per_reader``: the reader count the Kafka partitions the readers
+        last saw need (each reader's position per Kafka partition moves to its new reader,
+        :mod:`malhar.io.kafka.readers`)."""
+        return self._readers_wanted(context.stats)
 
-    def partitioned(self, partitions: dict[int, Partition]) -> None:
-        pass  # the readers' positions are in their snapshots; nothing is kept here
+    def deal(self, inputs: list[Any], count: int) -> list[Any]:
+        return deal(inputs, count)
 
     def _event_time_extractor(self) -> Any:
         spec = self.event_time
