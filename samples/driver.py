@@ -1,0 +1,74 @@
+"""The driver process of a sample: what every ``samples/<name>/driver.py`` runs.
+
+    <NAME>_SETTINGS='{...}' python -m samples.<name>.driver CHECKPOINT [--master local[2]]
+        [--name NAME] [--window-ms 200] [--windows N]
+
+The settings come from the environment, as JSON (a URL may hold a password, which must not
+show in ``ps``). The process runs the sample's DAG until SIGTERM (an orderly stop, exit 0),
+until ``--windows`` windows are done, or until the query fails (its failure printed, exit
+1). The crash tests start it, SIGKILL it and start it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from malhar import DAG, build_session, launch
+
+__all__ = ["run_driver", "settings_from_env"]
+
+S = TypeVar("S")
+
+
+def settings_from_env(variable: str, settings: Callable[[dict[str, Any]], S]) -> S:
+    """The sample's settings from the JSON in environment ``variable``."""
+    text = os.environ.get(variable)
+    if not text:
+        raise SystemExit(f"set {variable} to the sample's settings as JSON")
+    return settings(json.loads(text))
+
+
+def run_driver(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    name: str,
+    dag: Callable[[DAG], DAG],
+) -> int:
+    """Parse ``argv``, build the DAG with ``dag(DAG(name))`` and run it (see the module doc)."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("checkpoint", help="checkpoint root (local path or hdfs://)")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--name", default=name, help="application name")
+    parser.add_argument("--window-ms", type=int, default=200)
+    parser.add_argument("--windows", type=int, default=0, help="stop after N windows (0: never)")
+    args = parser.parse_args(argv)
+    built = dag(DAG(args.name))
+    spark = build_session(args.master, app_name=args.name, shuffle_partitions=2)
+    app = launch(
+        built,
+        spark=spark,
+        checkpoint=args.checkpoint,
+        windows=args.windows or None,
+        window_ms=args.window_ms,
+    )
+    if args.windows:
+        app.await_completion()
+        return 0
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    while not stopping.is_set() and app.query.isActive:
+        stopping.wait(0.5)
+    failed = app.failure()
+    if failed is not None:
+        print(failed, file=sys.stderr)
+        return 1
+    app.stop()
+    return 0
