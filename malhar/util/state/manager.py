@@ -32,6 +32,7 @@ import struct
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from hashlib import sha1
+from itertools import islice
 from typing import Any
 
 from malhar.util.fs import WindowOrderError, filesystem_for
@@ -53,6 +54,8 @@ _DIRTY = b"dirty"
 _P_PUT, _P_DEL = b"\x01", b"\x02"
 _AT = struct.Struct("<q16s")
 _APPLY_BATCH_BYTES = 8 << 20
+_CHUNK = 1 << 16  # changes per step of the checkpoint's one pass
+_FILTER_MIN_KEYS = 32  # many-key reads of fewer keys (after the overlay) skip the filter
 
 
 def encode_name(name: str) -> str:
@@ -81,7 +84,10 @@ class ManagedState:
     new process on the same host catches up from it instead of rebuilding);
     ``signer``: an HMAC key: checkpoint files are signed and verified with it;
     ``fs_options``: options of :func:`malhar.util.fs.filesystem_for`;
-    ``compaction_ratio``: see :func:`malhar.util.state.chain.plan_merge`.
+    ``compaction_ratio``: see :func:`malhar.util.state.chain.plan_merge`;
+    ``key_filter``: keep a membership filter of the local store's keys
+    (:mod:`malhar.util.state.keyfilter`, a 16th of the budget at most), so many-key reads
+    skip the local store for keys it certainly does not hold.
 
     Not thread-safe: one task thread uses an instance. Picklable (configuration only).
     """
@@ -97,6 +103,7 @@ class ManagedState:
         signer: bytes | str | None = None,
         fs_options: dict[str, Any] | None = None,
         compaction_ratio: float = 1.0,
+        key_filter: bool = True,
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must be >= 0, got {partition}")
@@ -110,6 +117,7 @@ class ManagedState:
         self.signer = signer.encode() if isinstance(signer, str) else signer
         self.fs_options = dict(fs_options or {})
         self.compaction_ratio = compaction_ratio
+        self.key_filter = key_filter
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -126,16 +134,30 @@ class ManagedState:
         self._pending = False
         self.epoch = 0  # bumped on restore: structures reload their metadata
         store_mem = max(4 << 20, self.budget_bytes // 4)
-        self._py_budget = self.budget_bytes - store_mem
+        # the key filter's share: ~1.75 bytes per key, so 4 MiB of 64 cover ~2.4M keys
+        self._filter_budget = self.budget_bytes // 16 if self.key_filter else 0
+        self._py_budget = self.budget_bytes - store_mem - self._filter_budget
+        #: the filter of the keys in the local store (base and pending area), or None: not
+        #: built yet (built at the first many-key read once ``_filter_due`` <= 0) or over
+        #: its budget (``_filter_due``: keys to write before the next attempt)
+        self._filter: Any = None
+        self._filter_due = 0
         self._store_mem = store_mem
         self._cache = ReadCache(self._py_budget)
-        self.stats = {"spills": 0, "files_written": 0, "bytes_written": 0, "files_applied": 0}
+        self.stats = {
+            "spills": 0,
+            "files_written": 0,
+            "bytes_written": 0,
+            "files_applied": 0,
+            "filter_builds": 0,
+        }
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("root", "operator", "partition", "budget_bytes", "local_dir", "signer")
         state = {k: self.__dict__[k] for k in keep}
         state["fs_options"] = self.fs_options
         state["compaction_ratio"] = self.compaction_ratio
+        state["key_filter"] = self.key_filter
         # the structures' definitions (name, codecs) travel, so an operator pickled with its
         # structures gets them back bound to this manager; their data does not
         state["structs"] = self._structs
@@ -143,6 +165,7 @@ class ManagedState:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         structs = state.pop("structs", {})
+        state.setdefault("key_filter", True)
         self.__dict__.update(state)
         self._init_runtime()
         self._structs = structs
@@ -290,6 +313,7 @@ class ManagedState:
         if window < -1:
             raise ValueError(f"window must be >= -1, got {window}")
         fs, opdir, pdir = self._dirfs()
+        self._filter_reset()  # the base changes below: the filter is rebuilt when next used
         from malhar.util.state.repartition import finish_pending
 
         finish_pending(fs, opdir)
@@ -330,6 +354,7 @@ class ManagedState:
         self._chain = chain
         self._head = head
         self._window = window
+        self._filter_reset()
         self.epoch += 1
 
     def checkpoint(self, window: int) -> None:
@@ -357,6 +382,10 @@ class ManagedState:
             # the rest of the overlay joins the spilled writes: the changes are then one
             # sorted RocksDB range, read twice below without merging two sources in Python
             self._spill(counted=False)
+        elif overlay:
+            # the overlay's keys enter the store's base below: into the filter first (a key
+            # in the store and not in the filter would be a false negative)
+            self._filter_add(list(overlay))
         fs, _, pdir = self._dirfs()
         lo, prev = self._head
         writer = FileWriter(fs, pdir, lo, window, new_uid(), prev, signer=self.signer)
@@ -438,6 +467,7 @@ class ManagedState:
                 self._store.close()
             self._store = None
         self._cache.clear()
+        self._filter_reset()
         self._overlay = {}
         self._overlay_bytes = 0
         self._window = None
@@ -485,6 +515,7 @@ class ManagedState:
             raise StateError(f"{self.where}: call restore(window) before {what}")
 
     def _wipe(self, store: LocalStore) -> None:
+        self._filter_reset()
         store.write(ranges=[(b"", b"\xff")], puts=[(_META_AT, _AT.pack(-1, ROOT.encode()))])
         self._cache.clear()
 
@@ -612,6 +643,18 @@ class ManagedState:
         todo = [i for i, v in enumerate(out) if v is MISSING]
         if not todo:
             return out
+        if len(todo) >= _FILTER_MIN_KEYS and (keyfilter := self._key_filter()) is not None:
+            # a key the filter has never seen is in neither the pending area nor the base
+            maybe = keyfilter.may_contain([iks[i] for i in todo]).tolist()
+            rest = []
+            for i, m in zip(todo, maybe, strict=True):
+                if m:
+                    rest.append(i)
+                else:
+                    out[i] = None
+            todo = rest
+            if not todo:
+                return out
         get = self._local().getter
         if self._pending:
             rest = []
@@ -741,13 +784,60 @@ class ManagedState:
             if v is not None:
                 yield k, v
 
+    # -- internals: the key filter ------------------------------------------------------------
+    def _filter_reset(self) -> None:
+        self._filter = None
+        self._filter_due = 0
+
+    def _filter_add(self, keys: list[bytes]) -> None:
+        """``keys`` are about to enter the local store (base or pending area)."""
+        f = self._filter
+        if f is None:
+            self._filter_due -= len(keys)
+            return
+        f.add(keys)
+        if f.nbytes > self._filter_budget:
+            # grown past its share (keys that left the store stay in it): rebuilt from the
+            # live keys at the next use
+            self._filter_reset()
+
+    def _key_filter(self) -> Any:
+        """The filter of the store's keys, built by one scan of the store when missing (after
+        a restore, or after it outgrew its budget); None when disabled or when the store's
+        keys would not fit (retried after as many keys were written again)."""
+        if self._filter is not None or not self.key_filter or self._filter_due > 0:
+            return self._filter
+        from malhar.util.state.keyfilter import BITS_PER_KEY, FIRST_CAPACITY, KeyFilter, key_hashes
+
+        # room to grow: the first layer holds twice the keys, within half the budget
+        limit = self._filter_budget * 8 // (4 * BITS_PER_KEY)
+        store = self._local()
+        self.stats["filter_builds"] += 1
+        hashes, n = [], 0
+        for lo, hi in ((_P, b"Q"), (_B, b"C")):
+            keys = store.keys(lo, hi)
+            while chunk := [k[1:] for k in islice(keys, _CHUNK)]:
+                n += len(chunk)
+                if n > limit:
+                    # too many to filter within the budget: try again once as many keys
+                    # were written (a scan per `limit` writes at most)
+                    self._filter_due = limit
+                    return None
+                hashes.append(key_hashes(chunk))
+        f = KeyFilter(max(FIRST_CAPACITY, 2 * n))
+        for h in hashes:
+            f.add_hashes(h)
+        self._filter = f
+        return f
+
     def _spill(self, counted: bool = True) -> None:
         """Move the overlay to the local store's pending area (a window bigger than memory;
         ``counted``: in ``stats["spills"]``, not when ``checkpoint`` completes the area)."""
-        batch = self._local().batch()
+        self._filter_add(list(self._overlay))  # before the store holds them (no false negative)
         # the cache holds the base; these keys change it at the checkpoint, which only
         # refreshes the cache from the (then) in-memory overlay
         self._cache.discard_many(self._overlay)
+        batch = self._local().batch()
         batch.put_all(
             _P,
             ((k, _P_DEL if v is None else _P_PUT + v) for k, v in self._overlay.items()),

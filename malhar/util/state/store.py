@@ -105,6 +105,13 @@ class LocalStore:
                 return
             yield kv
 
+    def keys(self, lo: bytes, hi: bytes) -> Iterator[bytes]:
+        """The keys ``lo <= key < hi`` in key order (without reading values into Python)."""
+        for k in self._db.keys(from_key=lo):
+            if k >= hi:
+                return
+            yield k
+
     def scan_from(self, lo: bytes) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` from ``lo`` to the end of the store, in key order: the caller
         stops it (``items`` with one generator step less per entry)."""
