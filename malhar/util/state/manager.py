@@ -380,7 +380,7 @@ class ManagedState:
         overlay = self._overlay
         if self._pending and overlay:
             # the rest of the overlay joins the spilled writes: the changes are then one
-            # sorted RocksDB range, read twice below without merging two sources in Python
+            # sorted RocksDB range, read once below without merging two sources in Python
             self._spill(counted=False)
         elif overlay:
             # the overlay's keys enter the store's base below: into the filter first (a key
@@ -388,26 +388,51 @@ class ManagedState:
             self._filter_add(list(overlay))
         fs, _, pdir = self._dirfs()
         lo, prev = self._head
-        writer = FileWriter(fs, pdir, lo, window, new_uid(), prev, signer=self.signer)
+        uid = new_uid()
+        writer = FileWriter(fs, pdir, lo, window, uid, prev, signer=self.signer)
+        store = self._local()
+        ingest = None
         try:
             writer.add_ranges(self._ranges)
-            writer.add_all(self._changes())
+            if self._pending:
+                # a window that spilled: its changes are read back from the store once,
+                # each chunk written to the file and to a sorted table file on local disk,
+                # which the store ingests whole (no write batch, no memtable) once the
+                # checkpoint file is durable
+                ingest = store.ingest_batch(uid)
+                changes = self._changes()
+                while chunk := list(islice(changes, _CHUNK)):
+                    writer.add_all(chunk)
+                    ingest.put_all(_B, chunk)
+                sorted_overlay = None
+            else:
+                sorted_overlay = sorted(overlay.items())
+                writer.add_all(sorted_overlay)
             node = writer.finish()
         except BaseException:
             writer.abort()
+            if ingest is not None:
+                ingest.abort()
             raise
         self.stats["files_written"] += 1
         self.stats["bytes_written"] += node.size
-        store = self._local()
-        batch = store.batch()
-        batch.put(_META_AT, _DIRTY)
-        for lo_k, hi_k in self._ranges:
-            batch.delete_range(_B + lo_k, _B + hi_k)
-        batch.put_all(_B, self._changes(), _APPLY_BATCH_BYTES)
-        if self._pending:
-            batch.delete_range(_P, b"Q")
-        batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
-        batch.commit()
+        try:
+            batch = store.batch()
+            batch.put(_META_AT, _DIRTY)
+            for lo_k, hi_k in self._ranges:
+                batch.delete_range(_B + lo_k, _B + hi_k)
+            if ingest is not None:
+                # the range deletes first (the file's semantics), then the entries on top
+                batch.commit()
+                ingest.ingest()
+                batch.delete_range(_P, b"Q")
+            else:
+                batch.put_all(_B, sorted_overlay or (), _APPLY_BATCH_BYTES)
+            batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
+            batch.commit()
+        finally:
+            if ingest is not None:
+                ingest.abort()  # its file, unless the store took it
         cache = self._cache
         for lo_k, hi_k in self._ranges:
             cache.discard_range(lo_k, hi_k)
