@@ -55,7 +55,8 @@ _P_PUT, _P_DEL = b"\x01", b"\x02"
 _AT = struct.Struct("<q16s")
 _APPLY_BATCH_BYTES = 8 << 20
 _CHUNK = 1 << 16  # changes per step of the checkpoint's one pass
-_FILTER_MIN_KEYS = 32  # many-key reads of fewer keys (after the overlay) skip the filter
+_FILTER_MIN_KEYS = 32
+_BULK_MIN = 256  # many-key writes of at least this many items try the bulk path  # many-key reads of fewer keys (after the overlay) skip the filter
 
 
 def encode_name(name: str) -> str:
@@ -721,6 +722,10 @@ class ManagedState:
         point as the loop would), without a method call per key."""
         if self._window is None:
             self._require_restored("writing state")
+        if not isinstance(items, list):
+            items = list(items)
+        if len(items) >= _BULK_MIN and self._put_new_many(items):
+            return
         ov = self._overlay
         half = self._py_budget // 2
         nbytes = self._overlay_bytes
@@ -741,6 +746,43 @@ class ManagedState:
             elif nbytes + self._cache.bytes > self._py_budget:
                 self._cache.shrink(max(0, self._py_budget - nbytes) // 2)
         self._overlay_bytes = nbytes
+
+    def _put_new_many(self, items: list[tuple[bytes, bytes | None]]) -> bool:
+        """``put_many_raw`` when every key is new to the overlay, distinct, and has a value (a
+        batch of new keys): dict updates between the points where the loop would spill,
+        found with a cumulative sum of the entry sizes. False (nothing done) otherwise."""
+        import numpy as np
+
+        ov = self._overlay
+        keys = [ik for ik, _ in items]
+        values = [v for _, v in items]
+        if None in values or not ov.keys().isdisjoint(keys) or len(set(keys)) != len(keys):
+            return False
+        n = len(keys)
+        sizes = np.fromiter(map(len, keys), np.int64, n)
+        sizes += np.fromiter(map(len, values), np.int64, n)
+        sizes += ENTRY_OVERHEAD
+        ends = np.cumsum(sizes)
+        start, base = 0, 0  # items[start:] remain; ends[i] - base: their bytes up to i
+        nbytes = self._overlay_bytes
+        while start < n:
+            half = self._py_budget // 2
+            # the loop spills right after the entry that takes the overlay past half
+            over = int(np.searchsorted(ends, half - nbytes + base, side="right"))
+            stop = max(min(over + 1, n), start + 1)
+            ov = self._overlay
+            ov.update(items[start:stop])
+            nbytes += int(ends[stop - 1]) - base
+            base = int(ends[stop - 1])
+            start = stop
+            if nbytes > half:
+                self._overlay_bytes = nbytes
+                self._spill()
+                nbytes = 0
+            elif nbytes + self._cache.bytes > self._py_budget:
+                self._cache.shrink(max(0, self._py_budget - nbytes) // 2)
+        self._overlay_bytes = nbytes
+        return True
 
     def put_raw(self, ik: bytes, value: bytes | None) -> None:
         """Set (``value`` None: delete) internal key ``ik`` in this window."""
