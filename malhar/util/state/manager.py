@@ -401,14 +401,16 @@ class ManagedState:
                 # which the store ingests whole (no write batch, no memtable) once the
                 # checkpoint file is durable
                 ingest = store.ingest_batch(uid)
-                changes = self._changes()
-                while chunk := list(islice(changes, _CHUNK)):
-                    writer.add_all(chunk)
-                    ingest.put_all(_B, chunk)
+                for keys, values in self._spilled_columns():
+                    writer.add_many(keys, values)
+                    ingest.put_all(_B, zip(keys, values, strict=True))
                 sorted_overlay = None
             else:
                 sorted_overlay = sorted(overlay.items())
-                writer.add_all(sorted_overlay)
+                if len(sorted_overlay) >= _BULK_MIN:
+                    writer.add_many([k for k, _ in sorted_overlay], [v for _, v in sorted_overlay])
+                else:
+                    writer.add_all(sorted_overlay)
             node = writer.finish()
         except BaseException:
             writer.abort()
@@ -588,43 +590,21 @@ class ManagedState:
         return node
 
     # -- internals: the read/write path of the structures ---------------------------------------
-    def _changes(self) -> Iterator[tuple[bytes, bytes | None]]:
-        """This window's changes in key order: the overlay, or (once it spilled) the pending
-        area, which ``checkpoint`` completes with the overlay first."""
-        if not self._pending:
-            return iter(sorted(self._overlay.items()))
-        if self._overlay:
-            return self._merge_pending(sorted(self._overlay.items()))
-        return self._spilled_changes()
-
-    def _spilled(self) -> Iterator[tuple[bytes, bytes]]:
-        return self._local().items(_P, b"Q")
-
-    def _spilled_changes(self) -> Iterator[tuple[bytes, bytes | None]]:
-        """The pending area as ``(key, value or None)``: one generator step per entry (it
-        is read twice per checkpoint of a window that spilled)."""
+    def _spilled_columns(self) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
+        """The pending area as chunks of ``(keys, values or None)`` lists, in key order."""
         deleted = _P_DEL[0]
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
         for k, v in self._local().scan_from(_P):
             if k >= b"Q":
-                return
-            yield k[1:], (None if v[0] == deleted else v[1:])
-
-    def _merge_pending(
-        self, mem: list[tuple[bytes, bytes | None]]
-    ) -> Iterator[tuple[bytes, bytes | None]]:
-        def spilled() -> Iterator[tuple[bytes, int, bytes | None]]:
-            for k, v in self._spilled():
-                yield k[1:], 1, (None if v[:1] == _P_DEL else v[1:])
-
-        def memory() -> Iterator[tuple[bytes, int, bytes | None]]:
-            for k, v in mem:
-                yield k, 0, v
-
-        last = None
-        for k, _, v in heapq.merge(memory(), spilled()):
-            if k != last:
-                last = k
-                yield k, v
+                break
+            keys.append(k[1:])
+            values.append(None if v[0] == deleted else v[1:])
+            if len(keys) == _CHUNK:
+                yield keys, values
+                keys, values = [], []
+        if keys:
+            yield keys, values
 
     def _in_ranges(self, ik: bytes) -> bool:
         return any(lo <= ik < hi for lo, hi in self._ranges)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from itertools import pairwise
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from malhar.util import filesystem_for
 from malhar.util.state import (
     INT,
     INT_VALUE,
@@ -15,7 +20,7 @@ from malhar.util.state import (
     ManagedState,
     StateError,
 )
-from malhar.util.state.fileformat import parse_name
+from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, parse_name
 
 
 def _fill(ms: ManagedState, keys: range, value: int) -> None:
@@ -471,3 +476,45 @@ def test_spilled_keys_do_not_leave_stale_cache_entries(root) -> None:
     assert ms.stats["spills"] == 1
     ms.restore(0)
     assert (len(mm), list(lst), len(m)) == (1, [0, 1], 1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    entries=st.dictionaries(
+        st.binary(min_size=1, max_size=40),
+        st.one_of(st.none(), st.binary(max_size=60_000)),
+        max_size=120,
+    ),
+    cuts=st.lists(st.integers(0, 120), max_size=4),
+    signed=st.booleans(),
+)
+def test_add_many_writes_the_bytes_of_add_all(entries, cuts, signed) -> None:
+    """``FileWriter.add_many`` (records built by Arrow) against ``add_all``, in chunks: the
+    same file, byte for byte (blocks cut at the same records), read back the same."""
+    items = sorted(entries.items())
+    bounds = sorted({0, len(items), *(c for c in cuts if c <= len(items))})
+    with tempfile.TemporaryDirectory() as tmp:
+        fs, base = filesystem_for(tmp)
+        key = b"k" if signed else None
+        files = []
+        for kind in ("all", "many"):
+            d = fs.join(base, kind)
+            fs.mkdirs(d)
+            w = FileWriter(fs, d, -1, 0, "1" * 16, ROOT, signer=key)
+            w.add_ranges([(b"a", b"b")])
+            for lo, hi in pairwise(bounds):
+                part = items[lo:hi]
+                if kind == "all":
+                    w.add_all(part)
+                else:
+                    w.add_many([k for k, _ in part], [v for _, v in part])
+            node = w.finish()
+            path = fs.join(d, node.name)
+            files.append(fs.read(path, 0, 1 << 30))
+            assert FileReader(fs, path, node, signer=key).read_all() == ([(b"a", b"b")], items)
+        assert files[0] == files[1]
+    if len(items) >= 2:
+        w = FileWriter(fs, base, -1, 0, "1" * 16, ROOT)
+        with pytest.raises(ValueError, match="out of order"):
+            w.add_many([items[1][0], items[0][0]], [b"", b""])
+        w.abort()
