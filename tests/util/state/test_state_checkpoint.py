@@ -518,3 +518,24 @@ def test_add_many_writes_the_bytes_of_add_all(entries, cuts, signed) -> None:
         with pytest.raises(ValueError, match="out of order"):
             w.add_many([items[1][0], items[0][0]], [b"", b""])
         w.abort()
+
+
+def test_spilled_puts_inside_a_range_delete_of_the_same_window(root) -> None:
+    """clear() (a range delete) then new values for the same keys, spilled: the store
+    applies the range delete before ingesting the window's entries, so they survive it."""
+    ms = root.new()
+    ms.restore(-1)
+    m = ms.map("m", INT, INT_VALUE)
+    m.put_many(list(range(500)), [1] * 500)
+    ms.checkpoint(0)
+    ms._py_budget = 4 << 10
+    m.clear()
+    m.put_many(list(range(0, 500, 2)), [2] * 250)  # spills
+    assert ms._pending
+    ms.checkpoint(1)
+    ms._cache.clear()
+    want = {k: 2 for k in range(0, 500, 2)}
+    assert _state(ms) == want and m.get_many(list(range(6))) == [2, None, 2, None, 2, None]
+    fresh = root.new()
+    fresh.restore(1)
+    assert _state(fresh) == want
