@@ -314,7 +314,6 @@ class ManagedState:
         if window < -1:
             raise ValueError(f"window must be >= -1, got {window}")
         fs, opdir, pdir = self._dirfs()
-        self._filter_reset()  # the base changes below: the filter is rebuilt when next used
         from malhar.util.state.repartition import finish_pending
 
         finish_pending(fs, opdir)
@@ -345,6 +344,9 @@ class ManagedState:
         todo = chain[start:]
         if todo:
             self._cache.clear()  # it caches the base, which changes (never the overlay)
+            # so does the key filter (wiping resets it too): rebuilt when next used. A restore
+            # that applies nothing keeps it: the dropped pending keys are false positives
+            self._filter_reset()
         # a crashed process may have left spilled writes of an unfinished window
         store.write(ranges=[(_P, b"Q")])
         self._apply_nodes(store, todo)
@@ -355,7 +357,6 @@ class ManagedState:
         self._chain = chain
         self._head = head
         self._window = window
-        self._filter_reset()
         self.epoch += 1
 
     def checkpoint(self, window: int) -> None:

@@ -104,6 +104,23 @@ def test_rebuilt_when_a_live_instance_catches_up_with_another_workers_files(
         a.close()
 
 
+def test_kept_by_a_restore_that_applies_nothing(always_filter) -> None:
+    """The engine may restore the window the manager is at before every task: no rescan."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ms = _open(tmp)
+        ms.restore(-1)
+        m = ms.map("m", INT, INT_VALUE)
+        m.put_many(list(range(100)), list(range(100)))
+        ms.checkpoint(0)
+        m.put_many(list(range(100, 200)), [1] * 100)  # dropped by the restore below
+        assert m.get_many([0, 1000]) == [0, None]
+        ms.restore(0)
+        ms.restore(0)
+        assert m.get_many(list(range(98, 102))) == [98, 99, None, None]
+        assert ms.stats["filter_builds"] == 1
+        ms.close()
+
+
 def test_kept_up_to_date_by_spills_and_checkpoints(always_filter) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ms = _open(tmp)
