@@ -728,31 +728,60 @@ class ManagedState:
                 self._cache.shrink(max(0, self._py_budget - nbytes) // 2)
         self._overlay_bytes = nbytes
 
-    def _put_new_many(self, items: list[tuple[bytes, bytes | None]]) -> bool:
-        """``put_many_raw`` when every key is new to the overlay, distinct, and has a value (a
-        batch of new keys): dict updates between the points where the loop would spill,
-        found with a cumulative sum of the entry sizes. False (nothing done) otherwise."""
+    def put_fill_many_raw(self, iks: list[bytes], value: bytes) -> None:
+        """``put_many_raw([(ik, value) for ik in iks])``; when the keys are distinct and new to
+        the overlay (a batch of new keys), a few dict updates."""
+        if self._window is None:
+            self._require_restored("writing state")
+        if (
+            len(iks) < _BULK_MIN
+            or not self._overlay.keys().isdisjoint(iks)
+            or len(set(iks)) != len(iks)
+        ):
+            self.put_many_raw([(ik, value) for ik in iks])
+            return
         import numpy as np
 
-        ov = self._overlay
+        sizes = np.fromiter(map(len, iks), np.int64, len(iks))
+        sizes += len(value) + ENTRY_OVERHEAD
+        self._put_new(sizes, lambda a, b: dict.fromkeys(iks[a:b], value))
+
+    def _put_new_many(self, items: list[tuple[bytes, bytes | None]]) -> bool:
+        """``put_many_raw`` when every key is new to the overlay, distinct, and has a value:
+        see :meth:`_put_new`. False (nothing done) otherwise."""
+        import numpy as np
+
         keys = [ik for ik, _ in items]
         values = [v for _, v in items]
-        if None in values or not ov.keys().isdisjoint(keys) or len(set(keys)) != len(keys):
+        if (
+            None in values
+            or not self._overlay.keys().isdisjoint(keys)
+            or len(set(keys)) != len(keys)
+        ):
             return False
         n = len(keys)
         sizes = np.fromiter(map(len, keys), np.int64, n)
         sizes += np.fromiter(map(len, values), np.int64, n)
         sizes += ENTRY_OVERHEAD
+        self._put_new(sizes, lambda a, b: items[a:b])
+        return True
+
+    def _put_new(self, sizes: Any, part: Callable[[int, int], Any]) -> None:
+        """New entries ``part(0, n)`` (``sizes``: their bytes as counted) into the overlay: dict
+        updates between the points where the one-key loop would spill, found with a
+        cumulative sum of the sizes (the same spills and overlay as ``put_raw`` one by one)."""
+        import numpy as np
+
         ends = np.cumsum(sizes)
-        start, base = 0, 0  # items[start:] remain; ends[i] - base: their bytes up to i
+        n = len(ends)
+        start, base = 0, 0  # entries [start:] remain; ends[i] - base: their bytes up to i
         nbytes = self._overlay_bytes
         while start < n:
             half = self._py_budget // 2
             # the loop spills right after the entry that takes the overlay past half
             over = int(np.searchsorted(ends, half - nbytes + base, side="right"))
             stop = max(min(over + 1, n), start + 1)
-            ov = self._overlay
-            ov.update(items[start:stop])
+            self._overlay.update(part(start, stop))
             nbytes += int(ends[stop - 1]) - base
             base = int(ends[stop - 1])
             start = stop
@@ -763,7 +792,6 @@ class ManagedState:
             elif nbytes + self._cache.bytes > self._py_budget:
                 self._cache.shrink(max(0, self._py_budget - nbytes) // 2)
         self._overlay_bytes = nbytes
-        return True
 
     def put_raw(self, ik: bytes, value: bytes | None) -> None:
         """Set (``value`` None: delete) internal key ``ik`` in this window."""
@@ -886,17 +914,29 @@ class ManagedState:
         # refreshes the cache from the (then) in-memory overlay
         self._cache.discard_many(self._overlay)
         batch = self._local().batch()
-        batch.put_all(
-            _P,
-            ((k, _P_DEL if v is None else _P_PUT + v) for k, v in self._overlay.items()),
-            _APPLY_BATCH_BYTES,
-        )
+        batch.put_all(_P, _pending_entries(self._overlay.items()), _APPLY_BATCH_BYTES)
         batch.commit()
         self._overlay = {}
         self._overlay_bytes = 0
         self._pending = True
         if counted:
             self.stats["spills"] += 1
+
+
+def _pending_entries(
+    items: Iterable[tuple[bytes, bytes | None]],
+) -> Iterator[tuple[bytes, bytes]]:
+    """Overlay entries as the pending area stores them (a put's value after a flag byte);
+    a value shared by consecutive entries (a dedup's fill) is prefixed once."""
+    last: bytes | None = None
+    flagged = b""
+    for k, v in items:
+        if v is None:
+            yield k, _P_DEL
+        else:
+            if v is not last:
+                last, flagged = v, _P_PUT + v
+            yield k, flagged
 
 
 __all__ = ["ManagedState", "encode_name", "operator_dir"]

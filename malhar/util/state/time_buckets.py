@@ -186,8 +186,8 @@ class TimeBucketedState(Structure):
         ev = self._ev(fill, None)
         found = self._state.get_many_raw(live, cache_absent=False)
         absent = [ik for ik, v in zip(live, found, strict=True) if v is None]
-        todo = dict.fromkeys(absent, ev)
-        self._state.put_many_raw(todo.items())
+        todo = list(dict.fromkeys(absent))
+        self._state.put_fill_many_raw(todo, ev)
         if len(todo) == len(absent) and len(live) == len(iks):  # no repeats, no expired bucket
             return [v is None for v in found]
         out, it, added = [], iter(found), set()

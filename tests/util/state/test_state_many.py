@@ -278,6 +278,15 @@ def test_bulk_writes_of_new_keys_spill_where_the_loop_does(new_state, fill) -> N
         loop.put_raw(ik, v)
     bulk.put_many_raw(again)
     assert bulk._overlay == loop._overlay and bulk.stats["spills"] == loop.stats["spills"]
+    # one value for many keys: new keys in bulk, then keys already there (the loop's path)
+    fresh = [b"\x0a" + rng.randbytes(rng.randint(1, 30)) for _ in range(3000)]
+    fresh = list(dict.fromkeys(fresh))
+    for keys in (fresh, fresh[:500] + [b"\x0b"] * 300):
+        for ik in keys:
+            loop.put_raw(ik, b"v")
+        bulk.put_fill_many_raw(keys, b"v")
+        assert bulk._overlay == loop._overlay and bulk._overlay_bytes == loop._overlay_bytes
+        assert bulk.stats["spills"] == loop.stats["spills"]
 
 
 # -- Arrow arrays to codec bytes ------------------------------------------------------------
