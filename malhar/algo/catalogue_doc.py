@@ -110,7 +110,9 @@ load average of 8.4 at the start and 12.0 at the end (three other agents' builds
 it reached 30 minutes before): figures move by 2-3x between runs, ratios less. TopN and
 TimeBasedDedup was measured again after its batch path became vectorized (load 2.8 at the
 start, 2.9 at the end; before that change, at load 2.1: 134,301 / 138,010 / 564,892 rows/s,
-1.0x and 0.24x).
+1.0x and 0.24x). TimeBasedDedup's row is from 2026-11-24 18:20 UTC, after issue 17's
+managed-state work below (1-minute load 3.7 at the start, 3.0 at the end; the run just
+before it, at 4.7 and 4.7, gave 481,184 / 155,094 / 498,790 rows/s: 3.1x and 0.96x).
 
 | family | operator | batch rows/s | tuple rows/s | Spark rows/s | batch/tuple (>= 10x) | batch/Spark (>= 0.67x) |
 |---|---|---|---|---|---|---|
@@ -122,26 +124,44 @@ start, 2.9 at the end; before that change, at load 2.1: 134,301 / 138,010 / 564,
 | parse | CsvParser | 1,921,376 | 2,508 | 242,098 | 766x met | 7.9x met |
 | format | CsvFormatter | 1,186,668 | 2,923 | 138,484 | 406x met | 8.6x met |
 | stream | Counter | 1.7e10 | 1,255,544 | 602,949 | met | met |
-| dedup | TimeBasedDedup(id) | 259,216 | 147,344 | 522,446 | 1.8x **not met** | 0.50x **not met** |
+| dedup | TimeBasedDedup(id) | 433,170 | 157,504 | 581,696 | 2.8x **not met** | 0.74x met |
 | join | LookupJoin(k) inner | 1,304,836 | 29,386 | 464,353 | 44.4x met | 2.8x met |
 | enrich | Enricher(file) | 3,959,422 | 291,171 | 576,991 | 13.6x met | 6.9x met |
 
 TopN's batch path drops, vectorized, every row below its key's current n-th value before
 ranking the few others in Python (from 5.0x to 11.6x the per-tuple path). TimeBasedDedup
-misses both targets at 1M rows. Its batch path is vectorized (keys encoded per column,
-repeats inside the batch found by an Arrow `group_by`, one many-key managed-state read and
-one write per batch), but 91% of the bench's rows carry a new (bucket, key), and each new key
-is state that must be made durable: 910k keys in one window spill the 64 MiB budget's
-overlay six times (and once more at the checkpoint), and are read back, written to the
-checkpoint file and applied to the local store at the checkpoint. Measured (1M rows, load ~4): of 3.9 s, the spills take
-0.7 s and the checkpoint 1.2 s, the lookups 1.2 s (absent keys in the spilled area and the
-store), the rest 0.7 s. The checkpoint alone, ~1.3 µs per new key, is more than the
-0.7 µs per row that 10x the per-tuple path (7 µs per row, state included) would allow;
-Spark's `dropDuplicates` on a batch DataFrame keeps and checkpoints no state. At 200k rows
-(one spill; Spark's job scheduling weighs more) the same run gives 276,172 / 152,061 /
-343,927 rows/s: 1.8x and 0.80x (met). Spark's side includes its job scheduling (~0.2-0.5 s
-per job here), which weighs on 1M rows on 2 busy cores: compare the batch/tuple ratios
-first.
+misses the 10x target. Its batch path is vectorized (keys encoded per column, repeats
+inside the batch found by an Arrow `group_by`, one many-key managed-state read and write per
+batch), but 91% of the bench's rows carry a new (bucket, key), and each new key is state
+that must be made durable: 910k keys in one window overflow the 64 MiB budget's overlay
+(seven spills into the local store's pending area), and are read back, written to the
+checkpoint file and applied to the local store at the checkpoint. Before issue 17's work
+(load ~4) the 3.9 s of the 1M-row batch run went to the spills (0.7 s), the checkpoint
+(1.2 s), the lookups (1.2 s: absent keys searched in the spilled area and the store) and
+the rest (0.7 s). What changed (`docs/state.md`): a key filter of the local store's keys
+(a layered blocked Bloom filter, no false negatives, rebuilt after a restore that changes
+the base) lets a many-key read skip RocksDB for keys it never saw; the checkpoint of a
+window that spilled reads its changes back once, builds the file's records with Arrow and
+hands the store one sorted table file to ingest (no write batch through the memtable);
+`TimeBucketedState.add_many` does the dedup's read and write with the internal keys built
+once; writes of new keys go into the overlay as dict updates between the points where the
+one-key loop would spill. Measured on the same machine in one sitting (2026-11-24
+18:14 UTC, load 8.3-9.7), CPU time of the 1M-row batch run (all threads, best of 2): 4.68
+s before, 2.65 s after (main thread 3.98 s -> 2.27 s), and of the 50k-row per-tuple run
+0.365 s -> 0.340 s (its checkpoint got cheaper too): batch/tuple per CPU second went from
+1.6x to 2.6x (again at 18:21, load 5.6-5.9: 4.83 s -> 2.62 s and 0.364 s -> 0.331 s). Of the ~2.2 s left on the main thread, the spills take ~0.7 s (RocksDB
+memtable inserts of 910k keys), the checkpoint ~0.7 s (reading the spilled keys back,
+the file, the table file), the lookups ~0.2 s, the rest ~0.6 s: ~2.4 µs of Python and
+RocksDB per new key, against the ~0.7 µs per row that 10x the per-tuple path allows;
+Spark's `dropDuplicates` on a batch DataFrame keeps and checkpoints no state. Wall-clock
+runs of `bench/algo.py --only dedup` the same day, before the change: 247,829 / 146,449 /
+541,127 rows/s at load 2.1 (17:14 UTC: 1.7x and 0.46x) and 257,144 / 143,255 / 519,378
+at load 4.7-3.9 (18:19 UTC, between the two runs after it quoted above: 1.8x and 0.50x).
+At load 8-11 (18:10-18:16 UTC) Spark's side slowed down as much as ours and the ratios
+scattered: before 1.4x/0.64x and 1.8x/0.93x, after 2.4x/1.56x, 1.6x/1.03x and
+2.9x/0.70x. Spark's side includes
+its job scheduling (~0.2-0.5 s per job here), which weighs on 1M rows on 2 busy cores:
+compare the batch/tuple ratios first.
 
 Each example below is its operator's docstring example (run as a doctest by
 `tests/test_docs.py`).

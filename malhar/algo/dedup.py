@@ -224,8 +224,9 @@ class TimeBasedDedup(_Dedup):
     ) -> np.ndarray:
         """The labels of :meth:`_classify` for a whole batch, in arrival order: expired rows
         by comparing with the horizons; of the rest, the first row of each (bucket, key)
-        pair is looked up in the state (one ``contains_many``) and stored if new (one
-        ``put_many``); later rows of a pair are duplicates, as they are one at a time."""
+        pair is looked up in the state and stored if new (one ``add_many`` per bucket: one
+        many-key read, one many-key write); later rows of a pair are duplicates, as they
+        are one at a time."""
         # expiry does not move inside a window (expire_before runs at its end)
         horizon = self._seen.horizon
         if self._horizon is not None:
@@ -238,28 +239,32 @@ class TimeBasedDedup(_Dedup):
         buckets = stamps[alive] // self.bucket_span
         # the codec's bytes are equal exactly when the Arrow values are (integers, strings,
         # binaries): group by the values, the first row of each group in arrival order
+        alive_keys = keys if len(alive) == len(stamps) else keys.take(pa.array(alive))
         groups = (
-            pa.table({"b": buckets, "k": keys.take(pa.array(alive)), "i": np.arange(len(alive))})
+            pa.table({"b": buckets, "k": alive_keys, "i": np.arange(len(alive))})
             .group_by(["b", "k"], use_threads=False)
             .aggregate([("i", "min")])
         )
-        first = alive[np.sort(groups.column("i_min").to_numpy())]
+        idx = np.sort(groups.column("i_min").to_numpy())
+        first = alive[idx]
         first_keys = [encoded[i] for i in first.tolist()]
-        first_times = stamps[first].tolist()
-        # the absent keys are put right after: caching their absence would be waste
-        present = np.array(
-            self._seen.contains_many(first_keys, first_times, encoded=True, cache_absent=False),
-            bool,
-        )
-        new = np.flatnonzero(~present)
-        if len(new):
-            self._seen.put_many(
-                [first_keys[j] for j in new.tolist()],
-                [first_times[j] for j in new.tolist()],
-                fill=1,
-                encoded=True,
+        first_buckets = buckets[idx]
+        # one add_many per bucket (usually one or two per batch): the internal keys share
+        # the bucket's prefix; the pairs are distinct, so the buckets' order does not matter
+        span = self.bucket_span
+        uniq = np.unique(first_buckets)
+        if len(uniq) == 1:
+            added = np.array(
+                self._seen.add_many(first_keys, int(uniq[0]) * span, 1, encoded=True), bool
             )
-            labels[first[new]] = 0
+        else:
+            added = np.zeros(len(first), bool)
+            for b in uniq.tolist():
+                rows = np.flatnonzero(first_buckets == b)
+                added[rows] = self._seen.add_many(
+                    [first_keys[j] for j in rows.tolist()], b * span, 1, encoded=True
+                )
+        labels[first[added]] = 0
         return labels
 
     def end_window(self) -> None:

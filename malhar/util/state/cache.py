@@ -71,6 +71,8 @@ class ReadCache:
         d, pop, nbytes = self._d, self._d.pop, self.bytes
         if not d:
             return
+        if isinstance(keys, dict) and len(d) < len(keys):
+            keys = [k for k in d if k in keys]  # the smaller side is walked
         for key in keys:
             old = pop(key, MISSING)
             if old is not MISSING:

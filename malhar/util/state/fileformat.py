@@ -50,6 +50,7 @@ _ENTRY = struct.Struct("<BII")
 _RANGE = struct.Struct("<II")
 _END = struct.Struct("<QQ")
 _U32 = struct.Struct("<I")
+_HEAD_DTYPE = [("op", "u1"), ("kl", "<u4"), ("vl", "<u4")]  # an entry's header (_ENTRY)
 PUT, DELETE = 1, 2
 BLOCK_BYTES = 1 << 20
 _READ_CHUNK = 8 << 20
@@ -225,6 +226,65 @@ class FileWriter:
                     nbytes = 0
         finally:
             self._last_key, self._entry_bytes, self._count = last, nbytes, count
+
+    def add_many(self, keys: list[bytes], values: list[bytes | None]) -> None:
+        """``add_all(zip(keys, values))`` with the records built by Arrow instead of one
+        ``pack`` and two concatenations per entry: the same bytes, blocks cut at the same
+        records (tested)."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = len(keys)
+        if len(values) != n:
+            raise ValueError(f"{n} keys but {len(values)} values")
+        if not self._started_entries:
+            self._started_entries = True
+            self._flush_ranges()
+        if not n:
+            return
+        karr = pa.array(keys, pa.binary())
+        last = self._last_key
+        if (last is not None and keys[0] <= last) or (
+            n > 1 and not pc.all(pc.less(karr.slice(0, n - 1), karr.slice(1))).as_py()
+        ):
+            prev = last
+            for key in keys:  # name the first pair out of order
+                if prev is not None and key <= prev:
+                    raise ValueError(f"checkpoint entries out of order: {key!r} after {prev!r}")
+                prev = key
+        deletes = None in values
+        varr = pa.array(
+            [b"" if v is None else v for v in values] if deletes else values, pa.binary()
+        )
+        head = np.empty(n, _HEAD_DTYPE)
+        head["op"] = PUT
+        if deletes:
+            head["op"][np.fromiter((v is None for v in values), bool, n)] = DELETE
+        kl = pc.binary_length(karr).to_numpy()
+        vl = pc.binary_length(varr).to_numpy()
+        head["kl"] = kl
+        head["vl"] = vl
+        heads = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(_ENTRY.size), n, [None, pa.py_buffer(head)]
+        ).cast(pa.binary())
+        recs = pc.binary_join_element_wise(heads, karr, varr, pa.scalar(b"", pa.binary()))
+        offsets = np.frombuffer(recs.buffers()[1], np.int32, n + 1, recs.offset * 4)
+        data = recs.buffers()[2]
+        ends = offsets[1:].astype(np.int64) - int(offsets[0])
+        start, base, first = 0, 0, int(offsets[0])
+        while start < n:
+            # add_all flushes right after the record that takes the block to BLOCK_BYTES
+            cut = int(np.searchsorted(ends, BLOCK_BYTES - self._entry_bytes + base, side="left"))
+            stop = max(min(cut + 1, n), start + 1)
+            end = int(ends[stop - 1])
+            self._entries.append(data[first + base : first + end].to_pybytes())
+            self._entry_bytes += end - base
+            base, start = end, stop
+            if self._entry_bytes >= BLOCK_BYTES:
+                self._flush_entries()
+        self._count += n
+        self._last_key = keys[-1]
 
     def _flush_entries(self) -> None:
         if self._entries:

@@ -32,6 +32,7 @@ import struct
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from hashlib import sha1
+from itertools import islice
 from typing import Any
 
 from malhar.util.fs import WindowOrderError, filesystem_for
@@ -53,6 +54,9 @@ _DIRTY = b"dirty"
 _P_PUT, _P_DEL = b"\x01", b"\x02"
 _AT = struct.Struct("<q16s")
 _APPLY_BATCH_BYTES = 8 << 20
+_CHUNK = 1 << 16  # changes per step of the checkpoint's one pass
+_FILTER_MIN_KEYS = 32
+_BULK_MIN = 256  # many-key writes of at least this many items try the bulk path  # many-key reads of fewer keys (after the overlay) skip the filter
 
 
 def encode_name(name: str) -> str:
@@ -81,7 +85,10 @@ class ManagedState:
     new process on the same host catches up from it instead of rebuilding);
     ``signer``: an HMAC key: checkpoint files are signed and verified with it;
     ``fs_options``: options of :func:`malhar.util.fs.filesystem_for`;
-    ``compaction_ratio``: see :func:`malhar.util.state.chain.plan_merge`.
+    ``compaction_ratio``: see :func:`malhar.util.state.chain.plan_merge`;
+    ``key_filter``: keep a membership filter of the local store's keys
+    (:mod:`malhar.util.state.keyfilter`, a 16th of the budget at most), so many-key reads
+    skip the local store for keys it certainly does not hold.
 
     Not thread-safe: one task thread uses an instance. Picklable (configuration only).
     """
@@ -97,6 +104,7 @@ class ManagedState:
         signer: bytes | str | None = None,
         fs_options: dict[str, Any] | None = None,
         compaction_ratio: float = 1.0,
+        key_filter: bool = True,
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must be >= 0, got {partition}")
@@ -110,6 +118,7 @@ class ManagedState:
         self.signer = signer.encode() if isinstance(signer, str) else signer
         self.fs_options = dict(fs_options or {})
         self.compaction_ratio = compaction_ratio
+        self.key_filter = key_filter
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -126,16 +135,30 @@ class ManagedState:
         self._pending = False
         self.epoch = 0  # bumped on restore: structures reload their metadata
         store_mem = max(4 << 20, self.budget_bytes // 4)
-        self._py_budget = self.budget_bytes - store_mem
+        # the key filter's share: ~1.75 bytes per key, so 4 MiB of 64 cover ~2.4M keys
+        self._filter_budget = self.budget_bytes // 16 if self.key_filter else 0
+        self._py_budget = self.budget_bytes - store_mem - self._filter_budget
+        #: the filter of the keys in the local store (base and pending area), or None: not
+        #: built yet (built at the first many-key read once ``_filter_due`` <= 0) or over
+        #: its budget (``_filter_due``: keys to write before the next attempt)
+        self._filter: Any = None
+        self._filter_due = 0
         self._store_mem = store_mem
         self._cache = ReadCache(self._py_budget)
-        self.stats = {"spills": 0, "files_written": 0, "bytes_written": 0, "files_applied": 0}
+        self.stats = {
+            "spills": 0,
+            "files_written": 0,
+            "bytes_written": 0,
+            "files_applied": 0,
+            "filter_builds": 0,
+        }
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("root", "operator", "partition", "budget_bytes", "local_dir", "signer")
         state = {k: self.__dict__[k] for k in keep}
         state["fs_options"] = self.fs_options
         state["compaction_ratio"] = self.compaction_ratio
+        state["key_filter"] = self.key_filter
         # the structures' definitions (name, codecs) travel, so an operator pickled with its
         # structures gets them back bound to this manager; their data does not
         state["structs"] = self._structs
@@ -143,6 +166,7 @@ class ManagedState:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         structs = state.pop("structs", {})
+        state.setdefault("key_filter", True)
         self.__dict__.update(state)
         self._init_runtime()
         self._structs = structs
@@ -320,6 +344,9 @@ class ManagedState:
         todo = chain[start:]
         if todo:
             self._cache.clear()  # it caches the base, which changes (never the overlay)
+            # so does the key filter (wiping resets it too): rebuilt when next used. A restore
+            # that applies nothing keeps it: the dropped pending keys are false positives
+            self._filter_reset()
         # a crashed process may have left spilled writes of an unfinished window
         store.write(ranges=[(_P, b"Q")])
         self._apply_nodes(store, todo)
@@ -355,30 +382,61 @@ class ManagedState:
         overlay = self._overlay
         if self._pending and overlay:
             # the rest of the overlay joins the spilled writes: the changes are then one
-            # sorted RocksDB range, read twice below without merging two sources in Python
+            # sorted RocksDB range, read once below without merging two sources in Python
             self._spill(counted=False)
+        elif overlay:
+            # the overlay's keys enter the store's base below: into the filter first (a key
+            # in the store and not in the filter would be a false negative)
+            self._filter_add(list(overlay))
         fs, _, pdir = self._dirfs()
         lo, prev = self._head
-        writer = FileWriter(fs, pdir, lo, window, new_uid(), prev, signer=self.signer)
+        uid = new_uid()
+        writer = FileWriter(fs, pdir, lo, window, uid, prev, signer=self.signer)
+        store = self._local()
+        ingest = None
         try:
             writer.add_ranges(self._ranges)
-            writer.add_all(self._changes())
+            if self._pending:
+                # a window that spilled: its changes are read back from the store once,
+                # each chunk written to the file and to a sorted table file on local disk,
+                # which the store ingests whole (no write batch, no memtable) once the
+                # checkpoint file is durable
+                ingest = store.ingest_batch(uid)
+                for keys, values in self._spilled_columns():
+                    writer.add_many(keys, values)
+                    ingest.put_all(_B, zip(keys, values, strict=True))
+                sorted_overlay = None
+            else:
+                sorted_overlay = sorted(overlay.items())
+                if len(sorted_overlay) >= _BULK_MIN:
+                    writer.add_many([k for k, _ in sorted_overlay], [v for _, v in sorted_overlay])
+                else:
+                    writer.add_all(sorted_overlay)
             node = writer.finish()
         except BaseException:
             writer.abort()
+            if ingest is not None:
+                ingest.abort()
             raise
         self.stats["files_written"] += 1
         self.stats["bytes_written"] += node.size
-        store = self._local()
-        batch = store.batch()
-        batch.put(_META_AT, _DIRTY)
-        for lo_k, hi_k in self._ranges:
-            batch.delete_range(_B + lo_k, _B + hi_k)
-        batch.put_all(_B, self._changes(), _APPLY_BATCH_BYTES)
-        if self._pending:
-            batch.delete_range(_P, b"Q")
-        batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
-        batch.commit()
+        try:
+            batch = store.batch()
+            batch.put(_META_AT, _DIRTY)
+            for lo_k, hi_k in self._ranges:
+                batch.delete_range(_B + lo_k, _B + hi_k)
+            if ingest is not None:
+                # the range deletes first (the file's semantics), then the entries on top
+                batch.commit()
+                ingest.ingest()
+                batch.delete_range(_P, b"Q")
+            else:
+                batch.put_all(_B, sorted_overlay or (), _APPLY_BATCH_BYTES)
+            batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
+            batch.commit()
+        finally:
+            if ingest is not None:
+                ingest.abort()  # its file, unless the store took it
         cache = self._cache
         for lo_k, hi_k in self._ranges:
             cache.discard_range(lo_k, hi_k)
@@ -438,6 +496,7 @@ class ManagedState:
                 self._store.close()
             self._store = None
         self._cache.clear()
+        self._filter_reset()
         self._overlay = {}
         self._overlay_bytes = 0
         self._window = None
@@ -485,6 +544,7 @@ class ManagedState:
             raise StateError(f"{self.where}: call restore(window) before {what}")
 
     def _wipe(self, store: LocalStore) -> None:
+        self._filter_reset()
         store.write(ranges=[(b"", b"\xff")], puts=[(_META_AT, _AT.pack(-1, ROOT.encode()))])
         self._cache.clear()
 
@@ -531,43 +591,21 @@ class ManagedState:
         return node
 
     # -- internals: the read/write path of the structures ---------------------------------------
-    def _changes(self) -> Iterator[tuple[bytes, bytes | None]]:
-        """This window's changes in key order: the overlay, or (once it spilled) the pending
-        area, which ``checkpoint`` completes with the overlay first."""
-        if not self._pending:
-            return iter(sorted(self._overlay.items()))
-        if self._overlay:
-            return self._merge_pending(sorted(self._overlay.items()))
-        return self._spilled_changes()
-
-    def _spilled(self) -> Iterator[tuple[bytes, bytes]]:
-        return self._local().items(_P, b"Q")
-
-    def _spilled_changes(self) -> Iterator[tuple[bytes, bytes | None]]:
-        """The pending area as ``(key, value or None)``: one generator step per entry (it
-        is read twice per checkpoint of a window that spilled)."""
+    def _spilled_columns(self) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
+        """The pending area as chunks of ``(keys, values or None)`` lists, in key order."""
         deleted = _P_DEL[0]
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
         for k, v in self._local().scan_from(_P):
             if k >= b"Q":
-                return
-            yield k[1:], (None if v[0] == deleted else v[1:])
-
-    def _merge_pending(
-        self, mem: list[tuple[bytes, bytes | None]]
-    ) -> Iterator[tuple[bytes, bytes | None]]:
-        def spilled() -> Iterator[tuple[bytes, int, bytes | None]]:
-            for k, v in self._spilled():
-                yield k[1:], 1, (None if v[:1] == _P_DEL else v[1:])
-
-        def memory() -> Iterator[tuple[bytes, int, bytes | None]]:
-            for k, v in mem:
-                yield k, 0, v
-
-        last = None
-        for k, _, v in heapq.merge(memory(), spilled()):
-            if k != last:
-                last = k
-                yield k, v
+                break
+            keys.append(k[1:])
+            values.append(None if v[0] == deleted else v[1:])
+            if len(keys) == _CHUNK:
+                yield keys, values
+                keys, values = [], []
+        if keys:
+            yield keys, values
 
     def _in_ranges(self, ik: bytes) -> bool:
         return any(lo <= ik < hi for lo, hi in self._ranges)
@@ -612,6 +650,18 @@ class ManagedState:
         todo = [i for i, v in enumerate(out) if v is MISSING]
         if not todo:
             return out
+        if len(todo) >= _FILTER_MIN_KEYS and (keyfilter := self._key_filter()) is not None:
+            # a key the filter has never seen is in neither the pending area nor the base
+            maybe = keyfilter.may_contain([iks[i] for i in todo]).tolist()
+            rest = []
+            for i, m in zip(todo, maybe, strict=True):
+                if m:
+                    rest.append(i)
+                else:
+                    out[i] = None
+            todo = rest
+            if not todo:
+                return out
         get = self._local().getter
         if self._pending:
             rest = []
@@ -653,6 +703,10 @@ class ManagedState:
         point as the loop would), without a method call per key."""
         if self._window is None:
             self._require_restored("writing state")
+        if not isinstance(items, list):
+            items = list(items)
+        if len(items) >= _BULK_MIN and self._put_new_many(items):
+            return
         ov = self._overlay
         half = self._py_budget // 2
         nbytes = self._overlay_bytes
@@ -670,6 +724,71 @@ class ManagedState:
                 self._overlay_bytes = nbytes
                 self._spill()
                 ov, nbytes = self._overlay, 0
+            elif nbytes + self._cache.bytes > self._py_budget:
+                self._cache.shrink(max(0, self._py_budget - nbytes) // 2)
+        self._overlay_bytes = nbytes
+
+    def put_fill_many_raw(self, iks: list[bytes], value: bytes) -> None:
+        """``put_many_raw([(ik, value) for ik in iks])``; when the keys are distinct and new to
+        the overlay (a batch of new keys), a few dict updates."""
+        if self._window is None:
+            self._require_restored("writing state")
+        if (
+            len(iks) < _BULK_MIN
+            or not self._overlay.keys().isdisjoint(iks)
+            or len(set(iks)) != len(iks)
+        ):
+            self.put_many_raw([(ik, value) for ik in iks])
+            return
+        import numpy as np
+
+        sizes = np.fromiter(map(len, iks), np.int64, len(iks))
+        sizes += len(value) + ENTRY_OVERHEAD
+        self._put_new(sizes, lambda a, b: dict.fromkeys(iks[a:b], value))
+
+    def _put_new_many(self, items: list[tuple[bytes, bytes | None]]) -> bool:
+        """``put_many_raw`` when every key is new to the overlay, distinct, and has a value:
+        see :meth:`_put_new`. False (nothing done) otherwise."""
+        import numpy as np
+
+        keys = [ik for ik, _ in items]
+        values = [v for _, v in items]
+        if (
+            None in values
+            or not self._overlay.keys().isdisjoint(keys)
+            or len(set(keys)) != len(keys)
+        ):
+            return False
+        n = len(keys)
+        sizes = np.fromiter(map(len, keys), np.int64, n)
+        sizes += np.fromiter(map(len, values), np.int64, n)
+        sizes += ENTRY_OVERHEAD
+        self._put_new(sizes, lambda a, b: items[a:b])
+        return True
+
+    def _put_new(self, sizes: Any, part: Callable[[int, int], Any]) -> None:
+        """New entries ``part(0, n)`` (``sizes``: their bytes as counted) into the overlay: dict
+        updates between the points where the one-key loop would spill, found with a
+        cumulative sum of the sizes (the same spills and overlay as ``put_raw`` one by one)."""
+        import numpy as np
+
+        ends = np.cumsum(sizes)
+        n = len(ends)
+        start, base = 0, 0  # entries [start:] remain; ends[i] - base: their bytes up to i
+        nbytes = self._overlay_bytes
+        while start < n:
+            half = self._py_budget // 2
+            # the loop spills right after the entry that takes the overlay past half
+            over = int(np.searchsorted(ends, half - nbytes + base, side="right"))
+            stop = max(min(over + 1, n), start + 1)
+            self._overlay.update(part(start, stop))
+            nbytes += int(ends[stop - 1]) - base
+            base = int(ends[stop - 1])
+            start = stop
+            if nbytes > half:
+                self._overlay_bytes = nbytes
+                self._spill()
+                nbytes = 0
             elif nbytes + self._cache.bytes > self._py_budget:
                 self._cache.shrink(max(0, self._py_budget - nbytes) // 2)
         self._overlay_bytes = nbytes
@@ -741,24 +860,83 @@ class ManagedState:
             if v is not None:
                 yield k, v
 
+    # -- internals: the key filter ------------------------------------------------------------
+    def _filter_reset(self) -> None:
+        self._filter = None
+        self._filter_due = 0
+
+    def _filter_add(self, keys: list[bytes]) -> None:
+        """``keys`` are about to enter the local store (base or pending area)."""
+        f = self._filter
+        if f is None:
+            self._filter_due -= len(keys)
+            return
+        f.add(keys)
+        if f.nbytes > self._filter_budget:
+            # grown past its share (keys that left the store stay in it): rebuilt from the
+            # live keys at the next use
+            self._filter_reset()
+
+    def _key_filter(self) -> Any:
+        """The filter of the store's keys, built by one scan of the store when missing (after
+        a restore, or after it outgrew its budget); None when disabled or when the store's
+        keys would not fit (retried after as many keys were written again)."""
+        if self._filter is not None or not self.key_filter or self._filter_due > 0:
+            return self._filter
+        from malhar.util.state.keyfilter import BITS_PER_KEY, FIRST_CAPACITY, KeyFilter, key_hashes
+
+        # room to grow: the first layer holds twice the keys, within half the budget
+        limit = self._filter_budget * 8 // (4 * BITS_PER_KEY)
+        store = self._local()
+        self.stats["filter_builds"] += 1
+        hashes, n = [], 0
+        for lo, hi in ((_P, b"Q"), (_B, b"C")):
+            keys = store.keys(lo, hi)
+            while chunk := [k[1:] for k in islice(keys, _CHUNK)]:
+                n += len(chunk)
+                if n > limit:
+                    # too many to filter within the budget: try again once as many keys
+                    # were written (a scan per `limit` writes at most)
+                    self._filter_due = limit
+                    return None
+                hashes.append(key_hashes(chunk))
+        f = KeyFilter(max(FIRST_CAPACITY, 2 * n))
+        for h in hashes:
+            f.add_hashes(h)
+        self._filter = f
+        return f
+
     def _spill(self, counted: bool = True) -> None:
         """Move the overlay to the local store's pending area (a window bigger than memory;
         ``counted``: in ``stats["spills"]``, not when ``checkpoint`` completes the area)."""
-        batch = self._local().batch()
+        self._filter_add(list(self._overlay))  # before the store holds them (no false negative)
         # the cache holds the base; these keys change it at the checkpoint, which only
         # refreshes the cache from the (then) in-memory overlay
         self._cache.discard_many(self._overlay)
-        batch.put_all(
-            _P,
-            ((k, _P_DEL if v is None else _P_PUT + v) for k, v in self._overlay.items()),
-            _APPLY_BATCH_BYTES,
-        )
+        batch = self._local().batch()
+        batch.put_all(_P, _pending_entries(self._overlay.items()), _APPLY_BATCH_BYTES)
         batch.commit()
         self._overlay = {}
         self._overlay_bytes = 0
         self._pending = True
         if counted:
             self.stats["spills"] += 1
+
+
+def _pending_entries(
+    items: Iterable[tuple[bytes, bytes | None]],
+) -> Iterator[tuple[bytes, bytes]]:
+    """Overlay entries as the pending area stores them (a put's value after a flag byte);
+    a value shared by consecutive entries (a dedup's fill) is prefixed once."""
+    last: bytes | None = None
+    flagged = b""
+    for k, v in items:
+        if v is None:
+            yield k, _P_DEL
+        else:
+            if v is not last:
+                last, flagged = v, _P_PUT + v
+            yield k, flagged
 
 
 __all__ = ["ManagedState", "encode_name", "operator_dir"]

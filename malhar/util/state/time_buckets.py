@@ -167,6 +167,37 @@ class TimeBucketedState(Structure):
         self._state.put_many_raw(items)
         return [ik is not None for ik in iks]
 
+    def add_many(
+        self,
+        keys: Sequence[Any],
+        times: Sequence[int] | int,
+        fill: Any,
+        *,
+        encoded: bool = False,
+    ) -> list[bool]:
+        """``[not contains(k, t) and put(k, t, fill) for k, t in zip(keys, times)]``, in order:
+        True where ``key`` was absent from a live bucket and now holds ``fill``. One
+        existence pass (absences are not cached: the keys are written next) and one write,
+        with the internal keys built once."""
+        iks = self._iks(keys, times, encoded)
+        live = [ik for ik in iks if ik is not None]
+        if not live:
+            return [False] * len(iks)
+        ev = self._ev(fill, None)
+        found = self._state.get_many_raw(live, cache_absent=False)
+        absent = [ik for ik, v in zip(live, found, strict=True) if v is None]
+        todo = list(dict.fromkeys(absent))
+        self._state.put_fill_many_raw(todo, ev)
+        if len(todo) == len(absent) and len(live) == len(iks):  # no repeats, no expired bucket
+            return [v is None for v in found]
+        out, it, added = [], iter(found), set()
+        for ik in iks:
+            new = ik is not None and next(it) is None and ik not in added
+            if new:
+                added.add(ik)
+            out.append(new)
+        return out
+
     def delete(self, key: Any, time: int) -> bool:
         """Remove ``key`` from the bucket of ``time``; True if it was there."""
         b = self.bucket_of(time)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from itertools import pairwise
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from malhar.util import filesystem_for
 from malhar.util.state import (
     INT,
     INT_VALUE,
@@ -15,7 +20,7 @@ from malhar.util.state import (
     ManagedState,
     StateError,
 )
-from malhar.util.state.fileformat import parse_name
+from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, parse_name
 
 
 def _fill(ms: ManagedState, keys: range, value: int) -> None:
@@ -134,6 +139,59 @@ def test_crash_between_file_and_local_apply(root) -> None:
     again.restore(1)
     assert again.stats["files_applied"] == 1
     assert _state(again) == {**{k: 1 for k in range(10)}, 0: 2, 1: 2, 2: 2}
+    again.close()
+
+
+@pytest.mark.parametrize("where", ["file", "ingest"])
+def test_crash_in_the_checkpoint_of_a_window_that_spilled(root, where, monkeypatch) -> None:
+    """A window that spilled is applied to the local store by ingesting one table file, and
+    only once its checkpoint file is durable: a crash while writing that file leaves the
+    store at the previous window (restored without a rebuild); a crash at the ingestion,
+    after the file, leaves it to be caught up from the file."""
+    ms = root.new()
+    ms.restore(-1)
+    _fill(ms, range(10), 1)
+    ms.map("t", STR, INT_VALUE)["gone"] = 1
+    ms.checkpoint(0)
+    ms._py_budget = 4 << 10
+    _fill(ms, range(5, 300), 2)  # spills
+    del ms.map("m", INT, INT_VALUE)[0]
+    ms.map("t", STR, INT_VALUE).clear()  # a range delete: applied before the entries
+    assert ms._pending
+    store = ms._local()
+    files = list(root.files())
+
+    def die(*args, **kwargs):
+        raise KeyboardInterrupt("killed")
+
+    if where == "file":
+        monkeypatch.setattr(ms._dirfs()[0], "rename", die)  # a shared filesystem object
+    else:
+        real = store.ingest_batch
+
+        def dying(name):
+            batch = real(name)
+            batch.ingest = die
+            return batch
+
+        monkeypatch.setattr(store, "ingest_batch", dying)
+    with pytest.raises(KeyboardInterrupt):
+        ms.checkpoint(1)
+    monkeypatch.undo()
+    ms.close()
+    again = ManagedState(ms.root, "op", 0, local_dir=ms.local_dir)
+    again.restore(1)
+    assert not os.path.exists(store.path + ".ingest"), "a crash's table file is removed"
+    expect = {k: 1 for k in range(1, 5)} | {k: 2 for k in range(5, 300)}
+    if where == "file":
+        assert list(root.files()) == files
+        assert again.stats["files_applied"] == 0, "the store is still at window 0"
+        expect = {k: 1 for k in range(10)}
+        assert len(again.map("t", STR, INT_VALUE)) == 1
+    else:
+        assert again.stats["files_applied"] == 2, "rebuilt from the files"
+        assert len(again.map("t", STR, INT_VALUE)) == 0
+    assert _state(again) == expect
     again.close()
 
 
@@ -418,3 +476,66 @@ def test_spilled_keys_do_not_leave_stale_cache_entries(root) -> None:
     assert ms.stats["spills"] == 1
     ms.restore(0)
     assert (len(mm), list(lst), len(m)) == (1, [0, 1], 1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    entries=st.dictionaries(
+        st.binary(min_size=1, max_size=40),
+        st.one_of(st.none(), st.binary(max_size=60_000)),
+        max_size=120,
+    ),
+    cuts=st.lists(st.integers(0, 120), max_size=4),
+    signed=st.booleans(),
+)
+def test_add_many_writes_the_bytes_of_add_all(entries, cuts, signed) -> None:
+    """``FileWriter.add_many`` (records built by Arrow) against ``add_all``, in chunks: the
+    same file, byte for byte (blocks cut at the same records), read back the same."""
+    items = sorted(entries.items())
+    bounds = sorted({0, len(items), *(c for c in cuts if c <= len(items))})
+    with tempfile.TemporaryDirectory() as tmp:
+        fs, base = filesystem_for(tmp)
+        key = b"k" if signed else None
+        files = []
+        for kind in ("all", "many"):
+            d = fs.join(base, kind)
+            fs.mkdirs(d)
+            w = FileWriter(fs, d, -1, 0, "1" * 16, ROOT, signer=key)
+            w.add_ranges([(b"a", b"b")])
+            for lo, hi in pairwise(bounds):
+                part = items[lo:hi]
+                if kind == "all":
+                    w.add_all(part)
+                else:
+                    w.add_many([k for k, _ in part], [v for _, v in part])
+            node = w.finish()
+            path = fs.join(d, node.name)
+            files.append(fs.read(path, 0, 1 << 30))
+            assert FileReader(fs, path, node, signer=key).read_all() == ([(b"a", b"b")], items)
+        assert files[0] == files[1]
+    if len(items) >= 2:
+        w = FileWriter(fs, base, -1, 0, "1" * 16, ROOT)
+        with pytest.raises(ValueError, match="out of order"):
+            w.add_many([items[1][0], items[0][0]], [b"", b""])
+        w.abort()
+
+
+def test_spilled_puts_inside_a_range_delete_of_the_same_window(root) -> None:
+    """clear() (a range delete) then new values for the same keys, spilled: the store
+    applies the range delete before ingesting the window's entries, so they survive it."""
+    ms = root.new()
+    ms.restore(-1)
+    m = ms.map("m", INT, INT_VALUE)
+    m.put_many(list(range(500)), [1] * 500)
+    ms.checkpoint(0)
+    ms._py_budget = 4 << 10
+    m.clear()
+    m.put_many(list(range(0, 500, 2)), [2] * 250)  # spills
+    assert ms._pending
+    ms.checkpoint(1)
+    ms._cache.clear()
+    want = {k: 2 for k in range(0, 500, 2)}
+    assert _state(ms) == want and m.get_many(list(range(6))) == [2, None, 2, None, 2, None]
+    fresh = root.new()
+    fresh.restore(1)
+    assert _state(fresh) == want

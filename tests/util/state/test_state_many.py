@@ -22,6 +22,7 @@ from malhar.util.state import (
     ManagedState,
     StateCodecError,
 )
+from malhar.util.state import manager as manager_module
 from malhar.util.state.arrow_keys import encode_keys
 
 
@@ -147,7 +148,9 @@ def test_many_equals_the_one_key_loop(ops, seed) -> None:
     """Two managers with tiny overlays (they spill) get the same history, one key at a time
     and many at a time: every answer and the final state are equal."""
     rng = random.Random(seed)
-    with tempfile.TemporaryDirectory() as tmp:
+    # the many-key reads consult the key filter whatever their size (by default from 32 keys)
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(manager_module, "_FILTER_MIN_KEYS", 1)
         pair = [
             ManagedState(f"{tmp}/ckpt", f"op{i}", 0, local_dir=f"{tmp}/local{i}") for i in (1, 2)
         ]
@@ -206,6 +209,84 @@ def _replay(pair: list[ManagedState], ops: list, rng: random.Random) -> None:
         ms.restore(w)
     assert dict(one.map("m", INT, INT_VALUE).items()) == dict(many.map("m", INT, INT_VALUE).items())
     assert list(_tb(one).items()) == list(_tb(many).items())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rounds=st.lists(
+        st.lists(st.tuples(st.integers(0, 30), st.integers(0, 60)), max_size=40), max_size=6
+    ),
+    expire=st.integers(0, 30),
+    one_time=st.booleans(),
+)
+def test_add_many_equals_the_one_key_loop(rounds, expire, one_time) -> None:
+    """``add_many`` (stored where absent) against contains/put one key at a time, with
+    repeats, expired buckets, spills (tiny overlays) and checkpoints between the rounds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pair = [
+            ManagedState(f"{tmp}/ckpt", f"op{i}", 0, local_dir=f"{tmp}/local{i}") for i in (1, 2)
+        ]
+        try:
+            for ms in pair:
+                ms._py_budget = 4 << 10
+                ms.restore(-1)
+            t1, t2 = _tb(pair[0]), _tb(pair[1])
+            for t in (t1, t2):
+                t.expire_before(expire)
+            for w, pairs in enumerate(rounds):
+                names = [str(k) for k, _ in pairs]
+                times = [t for _, t in pairs]
+                if one_time:
+                    times = 42
+                each = times if isinstance(times, list) else [times] * len(names)
+                got = t2.add_many(names, times, 7)
+                want = [
+                    not t1.contains(k, t) and t1.put(k, t, 7)
+                    for k, t in zip(names, each, strict=True)
+                ]
+                assert got == want
+                for ms in pair:
+                    ms.checkpoint(w)
+            assert list(t1.items()) == list(t2.items())
+        finally:
+            for ms in pair:
+                ms.close()
+
+
+@pytest.mark.parametrize("fill", [0, 3 << 10, 40 << 10])
+def test_bulk_writes_of_new_keys_spill_where_the_loop_does(new_state, fill) -> None:
+    """``put_many_raw`` of many new keys (dict updates between the spill points) leaves the
+    same overlay, spill count and stored state as ``put_raw`` one at a time."""
+    pair = [new_state(budget_bytes=8 << 20) for _ in range(2)]
+    for ms in pair:
+        ms._py_budget = 64 << 10
+        ms.restore(-1)
+        ms.put_raw(b"\x09pad", b"x" * fill)  # the overlay does not start empty
+    rng = random.Random(fill)
+    items = [(b"\x09" + rng.randbytes(rng.randint(1, 30)), rng.randbytes(3)) for _ in range(3000)]
+    items = list(dict(items).items())
+    loop, bulk = pair
+    for ik, v in items:
+        loop.put_raw(ik, v)
+    bulk.put_many_raw(items)
+    assert bulk.stats["spills"] == loop.stats["spills"] > 0
+    assert bulk._overlay == loop._overlay and bulk._overlay_bytes == loop._overlay_bytes
+    assert bulk.get_many_raw([ik for ik, _ in items]) == [v for _, v in items]
+    # repeated keys, keys already in the overlay, deletes: the loop's path
+    again = [(ik, None) for ik, _ in items[:300]] + items[:300]
+    for ik, v in again:
+        loop.put_raw(ik, v)
+    bulk.put_many_raw(again)
+    assert bulk._overlay == loop._overlay and bulk.stats["spills"] == loop.stats["spills"]
+    # one value for many keys: new keys in bulk, then keys already there (the loop's path)
+    fresh = [b"\x0a" + rng.randbytes(rng.randint(1, 30)) for _ in range(3000)]
+    fresh = list(dict.fromkeys(fresh))
+    for keys in (fresh, fresh[:500] + [b"\x0b"] * 300):
+        for ik in keys:
+            loop.put_raw(ik, b"v")
+        bulk.put_fill_many_raw(keys, b"v")
+        assert bulk._overlay == loop._overlay and bulk._overlay_bytes == loop._overlay_bytes
+        assert bulk.stats["spills"] == loop.stats["spills"]
 
 
 # -- Arrow arrays to codec bytes ------------------------------------------------------------

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from malhar.util.state import INT, INT_VALUE, STR, ManagedState
+from malhar.util.state import manager as manager_module
 
 keys = st.integers(min_value=0, max_value=12)
 values = st.integers(min_value=-5, max_value=5)
@@ -219,6 +220,7 @@ class StateModel(RuleBasedStateMachine):
     def teardown(self) -> None:
         if hasattr(self, "ms"):
             self._count("spills", self.ms.stats["spills"])
+            self._count("filter_builds", self.ms.stats["filter_builds"])
             self.ms.close()
 
 
@@ -266,14 +268,30 @@ def _exercised(root, what: tuple[str, ...], *, rounds: int = 4, **run: Any) -> N
     raise AssertionError(f"{rounds} runs never took {[w for w in what if not counts[w]]}: {counts}")
 
 
-def test_random_histories_equal_a_dict_model(root) -> None:
+@pytest.fixture
+def always_filter(monkeypatch):
+    """Every many-key read consults the key filter (by default: reads of 32 keys or more)."""
+    monkeypatch.setattr(manager_module, "_FILTER_MIN_KEYS", 1)
+
+
+def test_random_histories_equal_a_dict_model(root, always_filter) -> None:
     _exercised(
-        root, ("files", "merges", "rebuilds", "catch_ups"), tiny=False, examples=60, steps=60
+        root,
+        ("files", "merges", "rebuilds", "catch_ups", "filter_builds"),
+        tiny=False,
+        examples=60,
+        steps=60,
     )
 
 
-def test_random_histories_with_spills_equal_a_dict_model(root) -> None:
-    _exercised(root, ("files", "spills", "rebuilds", "catch_ups"), tiny=True, examples=25, steps=60)
+def test_random_histories_with_spills_equal_a_dict_model(root, always_filter) -> None:
+    _exercised(
+        root,
+        ("files", "spills", "rebuilds", "catch_ups", "filter_builds"),
+        tiny=True,
+        examples=25,
+        steps=60,
+    )
 
 
 @pytest.mark.integration
