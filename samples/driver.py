@@ -20,9 +20,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from malhar import DAG, build_session, launch
+from malhar import DAG, RunningApplication, build_session, launch
 
-__all__ = ["run_driver", "settings_from_env"]
+__all__ = ["run_driver", "serve", "settings_from_env"]
 
 S = TypeVar("S")
 
@@ -62,6 +62,11 @@ def run_driver(
     if args.windows:
         app.await_completion()
         return 0
+    return serve(app)
+
+
+def serve(app: RunningApplication) -> int:
+    """Run ``app`` until SIGTERM (stop it in order: 0) or its query fails (print why: 1)."""
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     while not stopping.is_set() and app.query.isActive:

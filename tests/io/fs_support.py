@@ -218,11 +218,10 @@ def parquet_counts(rows: list[dict[str, Any]]) -> Counter:
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.io.fs_support CHECKPOINT SOURCE OUT MASTER NAME [MOVE_TO]``: run the
     word count until SIGTERM (clean stop, exit 0) or SIGKILL."""
-    import signal
     import sys
-    import threading
 
     from malhar import build_session, launch
+    from samples.driver import serve
 
     checkpoint, source, out, master, name, *rest = argv if argv is not None else sys.argv[1:]
     move_to = rest[0] if rest else None
@@ -231,16 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark = build_session(master, app_name=name, shuffle_partitions=2)
     app = launch(dag, spark=spark, checkpoint=checkpoint, window_ms=100)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    while not stopping.is_set() and app.query.isActive:
-        stopping.wait(0.2)
-    failed = app.failure()
-    if failed is not None:
-        print(failed, file=sys.stderr)
-        return 1
-    app.stop()
-    return 0
+    return serve(app)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 
 from malhar import DAG, build_session, launch
 from malhar.io.jdbc import JdbcPollInputOperator
 from malhar.io.kafka import KafkaOutputOperator
+from samples.driver import serve
 
 SETTINGS_ENV = "JDBC_POLL_APP"
 
@@ -53,16 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = json.loads(os.environ[SETTINGS_ENV])
     spark = build_session(args.master, app_name=args.name, shuffle_partitions=2)
     app = launch(build(args.name, settings), spark=spark, checkpoint=args.checkpoint, window_ms=200)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    while not stopping.is_set() and app.query.isActive:
-        stopping.wait(0.5)
-    failed = app.failure()
-    if failed is not None:
-        print(failed, file=sys.stderr)
-        return 1
-    app.stop()
-    return 0
+    return serve(app)
 
 
 if __name__ == "__main__":
