@@ -25,6 +25,7 @@ from malhar.io.fs import (
     LinesFileInput,
     ParquetFileInput,
 )
+from malhar.io.fs.splits import split_owner
 from tests.io.fs_support import Place, drain, harness, place_fixture, values  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -465,14 +466,15 @@ def test_settings_are_checked(tmp_path) -> None:
         LinesFileInput(str(tmp_path), encoding="utf-16")
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.txt").write_text("a\n")
-    h = harness(LinesFileInput(str(tmp_path / "in")), ckpt, partitions=2)
+    owner = split_owner(str(tmp_path / "in" / "a.txt"), 0, 2)  # the partition that reads it
+    h = harness(LinesFileInput(str(tmp_path / "in")), ckpt, partition=owner, partitions=2)
     h.run_window()
+    assert h.operator._seen
     saved = h.checkpoint()
-    if h.operator._seen:
-        with pytest.raises(FileConfigError, match="partition count"):
-            harness(
-                LinesFileInput(str(tmp_path / "in")), ckpt, partitions=3, saved=saved
-            ).run_window(window=1)
+    with pytest.raises(FileConfigError, match=r"partition count.*repartition\("):
+        harness(LinesFileInput(str(tmp_path / "in")), ckpt, partitions=3, saved=saved).run_window(
+            window=1
+        )
 
 
 def test_the_record_is_small_and_json(place: Place, tmp_path) -> None:

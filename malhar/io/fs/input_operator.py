@@ -232,7 +232,7 @@ class FileInputOperator(DealtPositions, ReplayableInput[Record], FileInputSettin
             raise FileConfigError(
                 f"{self.label}: the checkpoint was written with {self._partitions} partitions, "
                 f"now {context.partitions}: which partition reads which block depends on the "
-                "count, so change it on the running application (RunningApplication."
+                "partition count, so change it on the running application (RunningApplication."
                 "repartition({name: n}) moves the read positions), not by the PARTITIONS "
                 "attribute between runs"
             )
