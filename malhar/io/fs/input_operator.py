@@ -80,6 +80,7 @@ from malhar.io.fs.splits import (
     SPREAD_MIN_BLOCK,
     START,
     block_size_for,
+    complete_seen,
     split_owner,
 )
 from malhar.operator import OperatorContext
@@ -237,8 +238,7 @@ class FileInputOperator(DealtPositions, ReplayableInput[Record], FileInputSettin
                 "attribute between runs"
             )
         for seen in self._seen.values():
-            if len(seen) < DEALT + 1:  # a checkpoint from before the cut was recorded
-                seen.extend([context.partitions, None, None][len(seen) - CUT :])
+            complete_seen(seen, context.partitions)
         self._partitions = context.partitions
         self._me = context.partition
         self._cutter(context.partitions)

@@ -37,11 +37,13 @@ from malhar.io.fs.splits import (
     DEALT,
     INDEX,
     OWN,
+    PATH,
+    SEEN_MTIME,
     SIZE,
     TOTAL,
+    complete_seen,
     split_owner,
 )
-from malhar.io.fs.splits import SEEN_MTIME as MTIME
 from malhar.util.fs import StorageNotFoundError, StoragePermissionError
 
 if TYPE_CHECKING:
@@ -58,12 +60,9 @@ def deal(inputs: list[FileInputOperator], count: int) -> list[FileInputOperator]
     pending: dict[str, list[list[Any]]] = defaultdict(list)  # path -> unfinished splits
     for k, op in enumerate(inputs):
         for path, entry in op._seen.items():
-            entry = list(entry)
-            if len(entry) <= DEALT:  # written before the cut was recorded
-                entry += [op._partitions or old, None, None][len(entry) - CUT :]
-            seen[path][k] = entry
+            seen[path][k] = complete_seen(list(entry), op._partitions or old)
         for split in op._queue:
-            pending[split[1]].append(list(split))
+            pending[split[PATH]].append(list(split))
     newest = max(op._newest for op in inputs)
     released = max(max([op._released, *op._unreleased]) for op in inputs)
     first = inputs[0]
@@ -76,11 +75,13 @@ def deal(inputs: list[FileInputOperator], count: int) -> list[FileInputOperator]
         op._unreleased, op._released = [], released
     for path, holders in seen.items():
         any_seen = next(iter(holders.values()))
-        size, mtime, cut, total = any_seen[SIZE], any_seen[MTIME], any_seen[CUT], any_seen[TOTAL]
+        size, mtime = any_seen[SIZE], any_seen[SEEN_MTIME]
+        cut, total = any_seen[CUT], any_seen[TOTAL]
         dealt = next((s[DEALT] for s in holders.values() if s[DEALT] is not None), None)
-        left = sorted(pending.get(path, []), key=lambda s: s[INDEX])
+        left = pending.get(path, [])
         if dealt is None and total != sum(s[OWN] for s in holders.values()):
-            left = sorted(left + cutter.undiscovered(path, size, mtime, cut, holders, newest))
+            left += cutter.undiscovered(path, size, mtime, cut, holders, newest)
+        left.sort(key=lambda s: s[INDEX])
         owners = [split_owner(path, s[INDEX], count) for s in left]
         coordinator = owners[0] if owners else split_owner(path, 0, count)
         others = tuple(sorted(set(owners) - {coordinator}))

@@ -42,6 +42,15 @@ MTIME, PATH, INDEX, START, END, POS = range(6)
 #: repartitioning's number for the file, which names its post-action markers)
 SIZE, SEEN_MTIME, OWN, RELEASED, CUT, TOTAL, DEALT = range(7)
 
+
+def complete_seen(seen: list, partitions: int) -> list:
+    """``seen`` (a ``_seen`` value) with the fields a checkpoint from before the cut was
+    recorded lacks: cut for ``partitions``, split count and dealt unknown. In place."""
+    if len(seen) <= DEALT:
+        seen.extend([partitions, None, None][len(seen) - CUT :])
+    return seen
+
+
 #: the smallest block a file below ``block_size`` is cut into to spread it over the
 #: partitions: below it a block's fixed cost (finding its first line, one more decode call
 #: and range in the window record) outweighs the parallelism
