@@ -402,6 +402,9 @@ class ManagedState:
                 # which the store ingests whole (no write batch, no memtable) once the
                 # checkpoint file is durable
                 ingest = store.ingest_batch(uid)
+                # the marker of this checkpoint travels in the file (its first key): durable
+                # with the changes, never one without the other (store module docstring)
+                ingest.put_all(b"", [(_META_AT, _AT.pack(window, uid.encode("ascii")))])
                 for keys, values in self._spilled_columns():
                     writer.add_many(keys, values)
                     ingest.put_all(_B, zip(keys, values, strict=True))
@@ -426,13 +429,15 @@ class ManagedState:
             for lo_k, hi_k in self._ranges:
                 batch.delete_range(_B + lo_k, _B + hi_k)
             if ingest is not None:
-                # the range deletes first (the file's semantics), then the entries on top
+                # the range deletes first (the file's semantics), then the entries and the
+                # marker on top; the spilled writes go after (lost with a crash: restore
+                # drops them anyway)
                 batch.commit()
                 ingest.ingest()
                 batch.delete_range(_P, b"Q")
             else:
                 batch.put_all(_B, sorted_overlay or (), _APPLY_BATCH_BYTES)
-            batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
+                batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
             batch.commit()
         finally:
             if ingest is not None:
