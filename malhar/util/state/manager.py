@@ -430,15 +430,15 @@ class ManagedState:
                 batch.delete_range(_B + lo_k, _B + hi_k)
             if ingest is not None:
                 # the range deletes first (the file's semantics), then the entries and the
-                # marker on top; the spilled writes go after (lost with a crash: restore
-                # drops them anyway)
+                # marker on top. The spilled writes, read into the file already, go in the
+                # same batch: the flush before the ingestion then drops them, not writes them
+                batch.delete_range(_P, b"Q")
                 batch.commit()
                 ingest.ingest()
-                batch.delete_range(_P, b"Q")
             else:
                 batch.put_all(_B, sorted_overlay or (), _APPLY_BATCH_BYTES)
                 batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
-            batch.commit()
+                batch.commit()
         finally:
             if ingest is not None:
                 ingest.abort()  # its file, unless the store took it
