@@ -43,7 +43,7 @@ from malhar.util.state.codecs import AUTO_KEY, AUTO_VALUE, Codec, KeyCodec
 from malhar.util.state.errors import StateError
 from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, Node, new_uid, parse_name
 from malhar.util.state.keys import KIND_NAMES
-from malhar.util.state.store import LocalStore
+from malhar.util.state.store import LocalStore, _Ingest
 
 log = logging.getLogger(__name__)
 
@@ -388,57 +388,13 @@ class ManagedState:
             # the overlay's keys enter the store's base below: into the filter first (a key
             # in the store and not in the filter would be a false negative)
             self._filter_add(list(overlay))
-        fs, _, pdir = self._dirfs()
-        lo, prev = self._head
         uid = new_uid()
-        writer = FileWriter(fs, pdir, lo, window, uid, prev, signer=self.signer)
-        store = self._local()
-        ingest = None
+        ingest = self._local().ingest_batch(uid) if self._pending else None
         try:
-            writer.add_ranges(self._ranges)
-            if self._pending:
-                # a window that spilled: its changes are read back from the store once,
-                # each chunk written to the file and to a sorted table file on local disk,
-                # which the store ingests whole (no write batch, no memtable) once the
-                # checkpoint file is durable
-                ingest = store.ingest_batch(uid)
-                # the marker of this checkpoint travels in the file (its first key): durable
-                # with the changes, never one without the other (store module docstring)
-                ingest.put_all(b"", [(_META_AT, _AT.pack(window, uid.encode("ascii")))])
-                for keys, values in self._spilled_columns():
-                    writer.add_many(keys, values)
-                    ingest.put_all(_B, zip(keys, values, strict=True))
-                sorted_overlay = None
-            else:
-                sorted_overlay = sorted(overlay.items())
-                if len(sorted_overlay) >= _BULK_MIN:
-                    writer.add_many([k for k, _ in sorted_overlay], [v for _, v in sorted_overlay])
-                else:
-                    writer.add_all(sorted_overlay)
-            node = writer.finish()
-        except BaseException:
-            writer.abort()
-            if ingest is not None:
-                ingest.abort()
-            raise
-        self.stats["files_written"] += 1
-        self.stats["bytes_written"] += node.size
-        try:
-            batch = store.batch()
-            batch.put(_META_AT, _DIRTY)
-            for lo_k, hi_k in self._ranges:
-                batch.delete_range(_B + lo_k, _B + hi_k)
-            if ingest is not None:
-                # the range deletes first (the file's semantics), then the entries and the
-                # marker on top. The spilled writes, read into the file already, go in the
-                # same batch: the flush before the ingestion then drops them, not writes them
-                batch.delete_range(_P, b"Q")
-                batch.commit()
-                ingest.ingest()
-            else:
-                batch.put_all(_B, sorted_overlay or (), _APPLY_BATCH_BYTES)
-                batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
-                batch.commit()
+            node, sorted_overlay = self._write_file(window, uid, ingest)
+            self.stats["files_written"] += 1
+            self.stats["bytes_written"] += node.size
+            self._apply_to_store(node, ingest, sorted_overlay)
         finally:
             if ingest is not None:
                 ingest.abort()  # its file, unless the store took it
@@ -453,6 +409,60 @@ class ManagedState:
         self._chain.append(node)
         self._head = (node.hi, node.uid)
         self._window = window
+
+    def _write_file(
+        self, window: int, uid: str, ingest: _Ingest | None
+    ) -> tuple[Node, list[tuple[bytes, bytes | None]] | None]:
+        """The checkpoint file of this window's changes (durable once this returns), and the
+        overlay sorted for the store; a window that spilled (``ingest`` given) instead reads
+        its changes back from the store once, each chunk going to the file and to the sorted
+        table file the store ingests whole once the checkpoint file is durable."""
+        fs, _, pdir = self._dirfs()
+        lo, prev = self._head
+        writer = FileWriter(fs, pdir, lo, window, uid, prev, signer=self.signer)
+        sorted_overlay = None
+        try:
+            writer.add_ranges(self._ranges)
+            if ingest is not None:
+                # the marker of this checkpoint travels in the table file (its first key):
+                # durable with the changes, never one without the other (store docstring)
+                ingest.put_all(b"", [(_META_AT, _AT.pack(window, uid.encode("ascii")))])
+                for keys, values in self._spilled_columns():
+                    writer.add_many(keys, values)
+                    ingest.put_all(_B, zip(keys, values, strict=True))
+            else:
+                sorted_overlay = sorted(self._overlay.items())
+                if len(sorted_overlay) >= _BULK_MIN:
+                    writer.add_many([k for k, _ in sorted_overlay], [v for _, v in sorted_overlay])
+                else:
+                    writer.add_all(sorted_overlay)
+            return writer.finish(), sorted_overlay
+        except BaseException:
+            writer.abort()
+            raise
+
+    def _apply_to_store(
+        self,
+        node: Node,
+        ingest: _Ingest | None,
+        sorted_overlay: list[tuple[bytes, bytes | None]] | None,
+    ) -> None:
+        """The durable checkpoint ``node`` into the local store: a dirty marker and the range
+        deletes first (the file's semantics), then the entries and the marker ``node``."""
+        batch = self._local().batch()
+        batch.put(_META_AT, _DIRTY)
+        for lo_k, hi_k in self._ranges:
+            batch.delete_range(_B + lo_k, _B + hi_k)
+        if ingest is not None:
+            # the spilled writes, read into the file already, go in this batch: the flush
+            # before the ingestion then drops them instead of writing them
+            batch.delete_range(_P, b"Q")
+            batch.commit()
+            ingest.ingest()
+        else:
+            batch.put_all(_B, sorted_overlay or (), _APPLY_BATCH_BYTES)
+            batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
+            batch.commit()
 
     def committed(self, window: int) -> None:
         """Window ``window`` is final: restores will target it or later.
