@@ -224,78 +224,14 @@ def repartition(
     changed: dict[str, list[Partition]] = {}
     partitioners: dict[str, Partitioner] = {}
     for name, request in requests.items():
-        if name not in dag.operators:
-            raise ConfigError(
-                f"no operator {name!r} to repartition (operators: {sorted(dag.operators)})"
-            )
-        meta = dag.operators[name]
-        group = old_plan.groups[old_plan.group_of[name]]
-        is_input = isinstance(meta.operator, InputOperator)
-        if group.operators[0] != name:
-            raise ConfigError(
-                f"operator {name!r} runs fused with {group.operators[0]!r} (PARALLEL_PARTITION): "
-                "repartition the first operator of the chain"
-            )
-        old_keys = (
-            old_gen.operators[name].partition_keys() if name in old_gen.operators else None
-        ) or spread(group.partitions)
-        existing = []
-        for p in range(group.partitions):
-            instance = meta.operator.clone()
-            restore_window_snapshot(instance, snapshots.get(name, p))
-            stat = [
-                w
-                for w in (stats or {}).get(name, OperatorStats(name, 0, [])).windows
-                if w.partition == p
-            ]
-            existing.append(Partition(instance, old_keys[p], stat))
-        partitioner = partitioner_of(dag, name, request)
-        context = PartitioningContext(
-            name,
-            (stats or {}).get(name),
-            requested=request if isinstance(request, int) and is_input else None,
+        partitioners[name] = _repartition_one(
+            dag, name, request, old_plan, old_gen, new_gen, snapshots, stats or {}, changed
         )
-        new = partitioner.define_partitions(list(existing), context)
-        if not new:
-            raise ConfigError(f"the partitioner of {name!r} returned no partitions")
-        if any(p.keys is None for p in new):
-            for p, keys in zip(new, spread(len(new)), strict=True):
-                p.keys = keys
-        table = routing_table([p.keys for p in new])  # type: ignore[misc]
-        codec, typed = _codec_of(old_plan, name)
-        for member in _followers(dag, group.operators, name):  # it and what follows it
-            if member == name:
-                olds, news = [p.operator for p in existing], new
-            else:
-                mmeta = dag.operators[member]
-                olds = []
-                for p in range(group.partitions):
-                    inst = mmeta.operator.clone()
-                    restore_window_snapshot(inst, snapshots.get(member, p))
-                    olds.append(inst)
-                news = [Partition(mmeta.operator.clone(), p.keys) for p in new]
-            if not (is_input and member == name):  # an input's partitioner placed its positions
-                _redistribute(member, olds, news, codec, typed, table)
-            changed[member] = news
-            new_gen.operators[member] = generations.OperatorPartitioning.of([p.keys for p in new])
-        partitioners[name] = partitioner
     STEP_HOOK("partitioned")
 
     new_plan = planned(dag, checkpoint, new_gen)
     root = generations.state_root(checkpoint, new_gen.generation)
-    for group in new_plan.groups:
-        if group.cascade_route is not None:
-            continue
-        for p in range(group.partitions):
-            ops = {
-                name: window_snapshot(changed[name][p].operator)
-                if name in changed
-                else snapshots.get(name, p)
-                for name in group.operators
-            }
-            state = {"ops": ops, "unifiers": {}, "open": dict.fromkeys(group.operators, False)}
-            data = cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-            StateStore(root, group.key, p, new_plan.integrity_key).save(window, data)
+    _write_snapshots(new_plan, root, window, changed, snapshots)
     STEP_HOOK("snapshots")
 
     _repartition_managed(old_plan, new_gen, changed, window, root)
@@ -312,6 +248,102 @@ def repartition(
         new_gen.generation,
     )
     return new_gen
+
+
+def _repartition_one(
+    dag: DAG,
+    name: str,
+    request: Request | None,
+    old_plan: Plan,
+    old_gen: generations.Generation,
+    new_gen: generations.Generation,
+    snapshots: _Snapshots,
+    stats: Mapping[str, OperatorStats],
+    changed: dict[str, list[Partition]],
+) -> Partitioner:
+    """The new partitions of ``name`` and of the operators fused behind it that follow its
+    count, into ``changed`` and ``new_gen``; returns the partitioner that defined them."""
+    if name not in dag.operators:
+        raise ConfigError(
+            f"no operator {name!r} to repartition (operators: {sorted(dag.operators)})"
+        )
+    meta = dag.operators[name]
+    group = old_plan.groups[old_plan.group_of[name]]
+    is_input = isinstance(meta.operator, InputOperator)
+    if group.operators[0] != name:
+        raise ConfigError(
+            f"operator {name!r} runs fused with {group.operators[0]!r} (PARALLEL_PARTITION): "
+            "repartition the first operator of the chain"
+        )
+    old_keys = (
+        old_gen.operators[name].partition_keys() if name in old_gen.operators else None
+    ) or spread(group.partitions)
+    windows = stats.get(name, OperatorStats(name, 0, [])).windows
+    existing = [
+        Partition(
+            _restored(meta.operator, snapshots.get(name, p)),
+            old_keys[p],
+            [w for w in windows if w.partition == p],
+        )
+        for p in range(group.partitions)
+    ]
+    partitioner = partitioner_of(dag, name, request)
+    context = PartitioningContext(
+        name,
+        stats.get(name),
+        requested=request if isinstance(request, int) and is_input else None,
+    )
+    new = partitioner.define_partitions(list(existing), context)
+    if not new:
+        raise ConfigError(f"the partitioner of {name!r} returned no partitions")
+    if any(p.keys is None for p in new):
+        for p, keys in zip(new, spread(len(new)), strict=True):
+            p.keys = keys
+    table = routing_table([p.keys for p in new])  # type: ignore[misc]
+    codec, typed = _codec_of(old_plan, name)
+    for member in _followers(dag, group.operators, name):  # it and what follows it
+        if member == name:
+            olds, news = [p.operator for p in existing], new
+        else:
+            template = dag.operators[member].operator
+            olds = [_restored(template, snapshots.get(member, p)) for p in range(group.partitions)]
+            news = [Partition(template.clone(), p.keys) for p in new]
+        if not (is_input and member == name):  # an input's partitioner placed its positions
+            _redistribute(member, olds, news, codec, typed, table)
+        changed[member] = news
+        new_gen.operators[member] = generations.OperatorPartitioning.of([p.keys for p in new])
+    return partitioner
+
+
+def _restored(template: Any, snapshot: dict[str, Any]) -> Any:
+    """A copy of ``template`` with the state of ``snapshot``."""
+    instance = template.clone()
+    restore_window_snapshot(instance, snapshot)
+    return instance
+
+
+def _write_snapshots(
+    new_plan: Plan,
+    root: str,
+    window: int,
+    changed: Mapping[str, list[Partition]],
+    snapshots: _Snapshots,
+) -> None:
+    """The snapshot of ``window`` of every group partition of the new plan under ``root``:
+    the new partitions of the repartitioned operators, the old state of the others."""
+    for group in new_plan.groups:
+        if group.cascade_route is not None:
+            continue
+        for p in range(group.partitions):
+            ops = {
+                name: window_snapshot(changed[name][p].operator)
+                if name in changed
+                else snapshots.get(name, p)
+                for name in group.operators
+            }
+            state = {"ops": ops, "unifiers": {}, "open": dict.fromkeys(group.operators, False)}
+            data = cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            StateStore(root, group.key, p, new_plan.integrity_key).save(window, data)
 
 
 def _repartition_managed(
