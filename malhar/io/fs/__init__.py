@@ -24,13 +24,13 @@ from malhar.io.fs.errors import (
     FileReadError,
     FileReplayError,
 )
-from malhar.io.fs.input_operator import (
+from malhar.io.fs.file_inputs import (
     CsvFileInput,
-    FileInputOperator,
     JsonLinesFileInput,
     LinesFileInput,
     ParquetFileInput,
 )
+from malhar.io.fs.input_operator import FileInputOperator
 from malhar.io.fs.output_operator import (
     CsvFileOutput,
     FileOutputOperator,

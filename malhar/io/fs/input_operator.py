@@ -55,10 +55,7 @@ from malhar.io.base.input import ReplayableInput, WindowRecord
 from malhar.io.fs.errors import FileConfigError, FileReadError, FileReplayError
 from malhar.io.fs.formats import (
     ERROR_DDL,
-    CsvDecoder,
-    JsonLinesDecoder,
     LineDecoder,
-    LinesDecoder,
     codec_for,
     error_row,
 )
@@ -85,7 +82,6 @@ from malhar.io.fs.splits import (
 )
 from malhar.operator import OperatorContext
 from malhar.ports import OutputPort
-from malhar.properties import Property
 from malhar.state import State
 from malhar.util.fs import (
     FileSystem,
@@ -95,13 +91,7 @@ from malhar.util.fs import (
     StorageUnavailableError,
 )
 
-__all__ = [
-    "CsvFileInput",
-    "FileInputOperator",
-    "JsonLinesFileInput",
-    "LinesFileInput",
-    "ParquetFileInput",
-]
+__all__ = ["FileInputOperator"]
 
 log = logging.getLogger("malhar.io.fs")
 
@@ -885,102 +875,15 @@ def _segment(name: str) -> str:
     return encode_segment(name)
 
 
-# -- the formats ---------------------------------------------------------------------------------
-class LinesFileInput(FileInputOperator):
-    """Each line of the files as ``line string`` (Arrow batches), exactly once.
-
-    Example:
-        >>> import os, tempfile
-        >>> from malhar import OperatorContext
-        >>> from malhar.io.fs import LinesFileInput
-        >>> from malhar.testing.harness import OperatorHarness
-        >>> d = tempfile.mkdtemp()
-        >>> _ = open(os.path.join(d, "a.txt"), "w").write("one\\ntwo\\n")
-        >>> h = OperatorHarness(LinesFileInput(d), OperatorContext("in", checkpoint=tempfile.mkdtemp()))
-        >>> h.run_window()
-        >>> h.sink("output").tuples
-        [{'line': 'one'}, {'line': 'two'}]
-    """
-
-    output = OutputPort("line string")
-    typed_by_schema: ClassVar[bool] = False
-
-    def make_decoder(self) -> LineDecoder:
-        return LinesDecoder(self.encoding, self.decode_errors)
+#: the format subclasses, which moved to :mod:`malhar.io.fs.file_inputs`
+_FORMATS = frozenset({"CsvFileInput", "JsonLinesFileInput", "LinesFileInput", "ParquetFileInput"})
 
 
-class CsvFileInput(FileInputOperator):
-    """CSV records, one per line, exactly once (typed with ``schema``, else dicts).
+def __getattr__(name: str) -> Any:
+    # lazily, since file_inputs imports this module: code and pickles that name them here
+    # (checkpointed plans included) keep working
+    if name in _FORMATS:
+        from malhar.io.fs import file_inputs
 
-    With ``schema``: typed Arrow batches, columns by position; without: dicts of strings
-    named by the header (or ``columns``)."""
-
-    header = Property(bool, default=True, doc="the first line of every file names the columns")
-    delimiter = Property(str, default=",", doc="field delimiter (one character)")
-    quote_char = Property(str, default='"', doc="quote character ('' for none)")
-    columns = Property((list, tuple, str), default=None, doc="column names when there is no header")
-    null_values = Property(list, default=None, doc="texts read as null (pyarrow's default list)")
-
-    def settings_problems(self) -> list[str]:
-        out = super().settings_problems()
-        if self.delimiter is not None and len(self.delimiter) != 1:
-            out.append("delimiter must be one character")
-        if not self.schema and not self.header and not self.columns:
-            out.append("a CSV input without header needs schema or columns")
-        return out
-
-    def make_decoder(self) -> LineDecoder:
-        return CsvDecoder(
-            parse_schema(self.schema) if self.schema else None,
-            delimiter=self.delimiter,
-            quote_char=self.quote_char or None,
-            null_values=self.null_values,
-            encoding=self.encoding,
-            decode_errors=self.decode_errors,
-        )
-
-    def has_header(self) -> bool:
-        return bool(self.header)
-
-    def names_for(self, path: str) -> list[str] | None:
-        if self.schema:
-            return None
-        if self.columns:
-            cols = self.columns
-            return [c.strip() for c in cols.split(",")] if isinstance(cols, str) else list(cols)
-        names = self._headers.get(path)
-        if names is None:
-            import csv
-
-            size = self._seen[path][SIZE] if path in self._seen else None
-            line = self._first_line(path, size).decode(self.encoding, "replace").rstrip("\r\n")
-            names = next(
-                csv.reader([line], delimiter=self.delimiter, quotechar=self.quote_char or None), []
-            )
-            self._headers[path] = names
-        return names
-
-
-class JsonLinesFileInput(FileInputOperator):
-    """JSON objects, one per line, exactly once (typed with ``schema``, else dicts).
-
-    With ``schema``: typed Arrow batches (other fields ignored); without: the objects as
-    dicts."""
-
-    def make_decoder(self) -> LineDecoder:
-        return JsonLinesDecoder(
-            parse_schema(self.schema) if self.schema else None, self.encoding, self.decode_errors
-        )
-
-
-class ParquetFileInput(FileInputOperator):
-    """The rows of Parquet files, exactly once (large files by row group over partitions).
-
-    With ``schema``: Arrow batches of those columns, cast (a file without them goes to the
-    error port); without: dicts. Files larger than ``block_size`` are read by row group, by
-    several partitions."""
-
-    kind: ClassVar[str] = "parquet"
-
-    def make_decoder(self) -> None:
-        return None
+        return getattr(file_inputs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

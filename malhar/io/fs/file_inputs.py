@@ -1,0 +1,120 @@
+"""The file input operators by format: lines, CSV, JSON lines and Parquet.
+
+Each is :class:`~malhar.io.fs.input_operator.FileInputOperator` (files, splits, exact
+replay, post actions) with the part only the format knows: the decoder that turns a chunk
+of lines into tuples (:mod:`malhar.io.fs.formats`), whether a file starts with a header,
+where column names come from, or, for Parquet, that a split is rows of row groups.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from malhar.io.fs.formats import CsvDecoder, JsonLinesDecoder, LineDecoder, LinesDecoder
+from malhar.io.fs.input_operator import FileInputOperator
+from malhar.io.fs.settings import parse_schema
+from malhar.io.fs.splits import SIZE
+from malhar.ports import OutputPort
+from malhar.properties import Property
+
+__all__ = ["CsvFileInput", "JsonLinesFileInput", "LinesFileInput", "ParquetFileInput"]
+
+
+class LinesFileInput(FileInputOperator):
+    """Each line of the files as ``line string`` (Arrow batches), exactly once.
+
+    Example:
+        >>> import os, tempfile
+        >>> from malhar import OperatorContext
+        >>> from malhar.io.fs import LinesFileInput
+        >>> from malhar.testing.harness import OperatorHarness
+        >>> d = tempfile.mkdtemp()
+        >>> _ = open(os.path.join(d, "a.txt"), "w").write("one\\ntwo\\n")
+        >>> h = OperatorHarness(LinesFileInput(d), OperatorContext("in", checkpoint=tempfile.mkdtemp()))
+        >>> h.run_window()
+        >>> h.sink("output").tuples
+        [{'line': 'one'}, {'line': 'two'}]
+    """
+
+    output = OutputPort("line string")
+    typed_by_schema: ClassVar[bool] = False
+
+    def make_decoder(self) -> LineDecoder:
+        return LinesDecoder(self.encoding, self.decode_errors)
+
+
+class CsvFileInput(FileInputOperator):
+    """CSV records, one per line, exactly once (typed with ``schema``, else dicts).
+
+    With ``schema``: typed Arrow batches, columns by position; without: dicts of strings
+    named by the header (or ``columns``)."""
+
+    header = Property(bool, default=True, doc="the first line of every file names the columns")
+    delimiter = Property(str, default=",", doc="field delimiter (one character)")
+    quote_char = Property(str, default='"', doc="quote character ('' for none)")
+    columns = Property((list, tuple, str), default=None, doc="column names when there is no header")
+    null_values = Property(list, default=None, doc="texts read as null (pyarrow's default list)")
+
+    def settings_problems(self) -> list[str]:
+        out = super().settings_problems()
+        if self.delimiter is not None and len(self.delimiter) != 1:
+            out.append("delimiter must be one character")
+        if not self.schema and not self.header and not self.columns:
+            out.append("a CSV input without header needs schema or columns")
+        return out
+
+    def make_decoder(self) -> LineDecoder:
+        return CsvDecoder(
+            parse_schema(self.schema) if self.schema else None,
+            delimiter=self.delimiter,
+            quote_char=self.quote_char or None,
+            null_values=self.null_values,
+            encoding=self.encoding,
+            decode_errors=self.decode_errors,
+        )
+
+    def has_header(self) -> bool:
+        return bool(self.header)
+
+    def names_for(self, path: str) -> list[str] | None:
+        if self.schema:
+            return None
+        if self.columns:
+            cols = self.columns
+            return [c.strip() for c in cols.split(",")] if isinstance(cols, str) else list(cols)
+        names = self._headers.get(path)
+        if names is None:
+            import csv
+
+            size = self._seen[path][SIZE] if path in self._seen else None
+            line = self._first_line(path, size).decode(self.encoding, "replace").rstrip("\r\n")
+            names = next(
+                csv.reader([line], delimiter=self.delimiter, quotechar=self.quote_char or None), []
+            )
+            self._headers[path] = names
+        return names
+
+
+class JsonLinesFileInput(FileInputOperator):
+    """JSON objects, one per line, exactly once (typed with ``schema``, else dicts).
+
+    With ``schema``: typed Arrow batches (other fields ignored); without: the objects as
+    dicts."""
+
+    def make_decoder(self) -> LineDecoder:
+        return JsonLinesDecoder(
+            parse_schema(self.schema) if self.schema else None, self.encoding, self.decode_errors
+        )
+
+
+class ParquetFileInput(FileInputOperator):
+    """The rows of Parquet files, exactly once (large files by row group over partitions).
+
+    With ``schema``: Arrow batches of those columns, cast (a file without them goes to the
+    error port); without: dicts. Files larger than ``block_size`` are read by row group, by
+    several partitions."""
+
+    kind: ClassVar[str] = "parquet"
+
+    def make_decoder(self) -> None:
+        return None
