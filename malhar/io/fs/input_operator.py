@@ -30,7 +30,7 @@ unfinished splits with their positions to the new partitions
 **Committed windows.** With ``post_action`` ``delete`` or ``move``, a file is deleted or
 moved once every window that read it is committed; a file read by several partitions is
 handled by the partition that owns its first split, once the others have left a marker
-under the checkpoint (``<checkpoint>/malhar/files/<operator>/done/``).
+under the checkpoint (:mod:`malhar.io.fs.post_actions`).
 
 **Bad input** goes to the ``error`` port (``file, offset, error, text``): a line that is not
 valid text, a malformed CSV or JSON record, a Parquet file that does not fit the schema, a
@@ -41,7 +41,6 @@ Every error row counts as an item of its window and is emitted again by a replay
 from __future__ import annotations
 
 import bisect
-import hashlib
 import logging
 import time
 from typing import Any, ClassVar
@@ -60,12 +59,11 @@ from malhar.io.fs.formats import (
     error_row,
 )
 from malhar.io.fs.partitions import deal
-from malhar.io.fs.paths import child_url, open_binary, resolve
+from malhar.io.fs.paths import open_binary
+from malhar.io.fs.post_actions import PostActions
 from malhar.io.fs.scanner import DirectoryScanner
 from malhar.io.fs.settings import FileInputSettings, parse_schema
 from malhar.io.fs.splits import (
-    CUT,
-    DEALT,
     END,
     INDEX,
     OWN,
@@ -133,7 +131,7 @@ def _typed(cls: type, ddl: str) -> type:
 _TYPED: dict[tuple[type, str], type] = {}
 
 
-class FileInputOperator(DealtPositions, ReplayableInput[Record], FileInputSettings):
+class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], FileInputSettings):
     """Reads the files of a path exactly once (see the module doc); a format subclass
     decides how bytes become tuples. Use :class:`LinesFileInput`, :class:`CsvFileInput`,
     :class:`JsonLinesFileInput` or :class:`ParquetFileInput`."""
@@ -239,15 +237,7 @@ class FileInputOperator(DealtPositions, ReplayableInput[Record], FileInputSettin
         self._headers: dict[str, list[str]] = {}
         self._streams: dict[str, Any] = {}  # compressed: path -> [stream, position, leftover]
         self._rg_cache: tuple[Any, Any] | None = None
-        if self.post_action != "none":
-            if not context.checkpoint:
-                raise FileConfigError(f"{self.label}: post_action needs a checkpoint location")
-            markers = child_url(
-                context.checkpoint, "malhar", "files", _segment(context.name), "done"
-            )
-            self._mfs, self._mroot = resolve(markers)
-        if self.move_to:
-            self._move_fs, self._move_dir = resolve(self.move_to)
+        self._prepare_post_actions(context)
         self._counts = {"files": 0, "bytes": 0, "errors": 0}
         self._ranges: list[dict[str, Any]] = []
         self._new: list[list[Any]] = []
@@ -781,73 +771,6 @@ class FileInputOperator(DealtPositions, ReplayableInput[Record], FileInputSettin
                 raise _Unreadable(f"it ends before byte {end}")
         return self._emit_bytes(path, index, start, data)
 
-    # -- committed ----------------------------------------------------------------------------
-    def _file_done(self, path: str) -> None:
-        """Every split of ``path`` this partition owns is read and committed."""
-        if self.post_action == "none":
-            return
-        seen = self._seen[path]
-        if seen[DEALT] is None:
-            splits = self._splits_of(path, seen[SIZE], seen[CUT])
-            owners = {split_owner(path, s[0], self._n) for s in splits}
-            first = split_owner(path, splits[0][0], self._n)
-            name = str
-        else:  # its splits were moved by a repartitioning, which named who reads them
-            epoch, first, others = seen[DEALT]
-            owners = {first, *others}
-
-            def name(p: int) -> str:
-                return f"{epoch}.{p}"  # markers left before that repartitioning are stale
-
-        if first != self._me:
-            marker = f"{self._mroot}/{_file_id(path)}/{name(self._me)}"
-            self._mfs.create(marker, b"", overwrite=True)
-            return
-        self._awaiting[path] = [name(p) for p in sorted(owners - {self._me})]
-
-    def _post_actions(self) -> None:
-        fs = self._mfs
-        for path, others in list(self._awaiting.items()):
-            try:
-                if others:
-                    folder = f"{self._mroot}/{_file_id(path)}"
-                    try:
-                        have = {e.name for e in fs.list(folder)}
-                    except StorageNotFoundError:
-                        have = set()
-                    if not {str(p) for p in others} <= have:
-                        continue
-                self._apply_post_action(path)
-                seen = self._seen.get(path)
-                if others or (seen is not None and seen[DEALT] is not None):
-                    fs.delete(f"{self._mroot}/{_file_id(path)}", recursive=True)
-            except StorageError as exc:
-                log.warning(
-                    "%s: %s of %s failed (%s); trying again later",
-                    self.label,
-                    self.post_action,
-                    self._url(path),
-                    exc,
-                )
-                continue
-            del self._awaiting[path]
-            self._seen.pop(path, None)
-
-    def _apply_post_action(self, path: str) -> None:
-        fs = self._fs
-        if self.post_action == "delete":
-            fs.delete(path)
-            return
-        name = fs.basename(path)
-        target = f"{self._move_dir.rstrip('/')}/{name}"
-        if fs.status(path) is None:
-            return  # moved by an earlier attempt
-        self._move_fs.mkdirs(self._move_dir)
-        if self._move_fs.status(target) is not None:
-            mtime = self._seen.get(path, [0, 0.0])[SEEN_MTIME]
-            target = f"{target}.{int(mtime * 1000)}"
-        fs.rename(path, target, overwrite=True)
-
 
 def _cut_unbounded(data: bytes, last_rel: int, eof: bool) -> int | None:
     """Where :meth:`FileInputOperator._take_lines` cuts ``data`` when its line budget cannot
@@ -863,16 +786,6 @@ def _cut_unbounded(data: bytes, last_rel: int, eof: bool) -> int | None:
     if eof and j + 1 < len(data):
         return len(data)  # the file's last line has no newline and starts in the block
     return j + 1
-
-
-def _file_id(path: str) -> str:
-    return hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def _segment(name: str) -> str:
-    from malhar.util.fs.names import encode_segment
-
-    return encode_segment(name)
 
 
 #: the format subclasses, which moved to :mod:`malhar.io.fs.file_inputs`
