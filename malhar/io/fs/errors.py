@@ -1,11 +1,16 @@
 """Errors of the file connectors. Each names the file (as a URL without credentials) and
-what failed; all derive from :class:`malhar.errors.MalharError`."""
+what failed; all derive from :class:`malhar.errors.MalharError`.
+
+:class:`UnreadableSplit` and :data:`UNREADABLE` are the input's own: its ways of reading a
+split raise them, and the operator turns them into an error row, :class:`FileReadError` or
+:class:`FileReplayError`; a user never sees them."""
 
 from __future__ import annotations
 
 from malhar.errors import ConfigError, MalharError
 from malhar.io.base.input import ReplayError
 from malhar.io.base.output import OutputConfigError, OutputError
+from malhar.util.fs import StorageNotFoundError, StoragePermissionError
 
 __all__ = [
     "FileConfigError",
@@ -41,3 +46,11 @@ class FileOutputError(OutputError):
 
 class FileOutputConfigError(FileOutputError, OutputConfigError):
     """Settings of the file output that cannot work."""
+
+
+#: storage errors that mean "this file cannot be read" (not "the filesystem is down")
+UNREADABLE = (StorageNotFoundError, StoragePermissionError)
+
+
+class UnreadableSplit(Exception):
+    """A split cannot be read (vanished, refused, shrank, corrupt)."""

@@ -51,7 +51,13 @@ import pyarrow.parquet as pq
 
 from malhar.io.base.dealing import DealtPositions
 from malhar.io.base.input import ReplayableInput, WindowRecord
-from malhar.io.fs.errors import FileConfigError, FileReadError, FileReplayError
+from malhar.io.fs.errors import (
+    UNREADABLE,
+    FileConfigError,
+    FileReadError,
+    FileReplayError,
+    UnreadableSplit,
+)
 from malhar.io.fs.formats import (
     ERROR_DDL,
     LineDecoder,
@@ -84,7 +90,6 @@ from malhar.state import State
 from malhar.util.fs import (
     FileSystem,
     StorageError,
-    StorageNotFoundError,
     StoragePermissionError,
     StorageUnavailableError,
 )
@@ -100,12 +105,6 @@ Record = dict[str, list[Any]]
 
 #: bytes read past a block's end with it, so its last line usually ends in the same read
 _LINE_SLACK = 64 << 10
-#: errors that mean "this file cannot be read" (not "the filesystem is down")
-_UNREADABLE = (StorageNotFoundError, StoragePermissionError)
-
-
-class _Unreadable(Exception):
-    """Internal: a split cannot be read (vanished, refused, shrank, corrupt)."""
 
 
 def _typed(cls: type, ddl: str) -> type:
@@ -287,7 +286,7 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
                 continue
             try:
                 items = self._emit_range(path, index, start, end, replay=True)
-            except (_Unreadable, *_UNREADABLE) as exc:
+            except (UnreadableSplit, *UNREADABLE) as exc:
                 raise FileReplayError(
                     f"{self.label}: window {self.window_id} read {self._url(path)} "
                     f"[{start}, {end}) but it cannot be read again: {exc}"
@@ -453,7 +452,7 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
             if split[END] < 0:
                 return self._read_stream(split, budget)
             return self._read_block(split, size, budget)
-        except (_Unreadable, *_UNREADABLE) as exc:
+        except (UnreadableSplit, *UNREADABLE) as exc:
             if self.on_unreadable == "fail":
                 raise FileReadError(f"{self.label}: cannot read {self._url(path)}: {exc}") from None
             pos = max(split[POS], split[START])
@@ -505,7 +504,7 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
     def _read_bytes(self, path: str, offset: int, length: int) -> bytes:
         data = self._fs.read(path, offset, length)
         if len(data) < length:
-            raise _Unreadable(
+            raise UnreadableSplit(
                 f"it ends at byte {offset + len(data)}, before byte {offset + length} "
                 "(truncated or rewritten since it was found)"
             )
@@ -580,7 +579,7 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
         while skip:
             got = stream.read(min(skip, self.chunk_bytes))
             if not got:
-                raise _Unreadable(f"its decompressed stream ends before byte {pos}")
+                raise UnreadableSplit(f"its decompressed stream ends before byte {pos}")
             skip -= len(got)
         cur = self._streams[path] = [stream, pos, b""]
         return cur
@@ -603,7 +602,7 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
                 buf += chunk
         except (OSError, pa.ArrowException) as exc:
             self._streams.pop(path, None)
-            raise _Unreadable(str(exc)) from None
+            raise UnreadableSplit(str(exc)) from None
         if not buf:
             self._record({"f": path, "i": index, "s": pos, "e": pos, "n": 0, "last": True})
             self._streams.pop(path)[0].close()
@@ -639,13 +638,13 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
             while skip:
                 got = stream.read(min(skip, self.chunk_bytes))
                 if not got:
-                    raise _Unreadable(f"its decompressed stream ends before byte {start}")
+                    raise UnreadableSplit(f"its decompressed stream ends before byte {start}")
                 skip -= len(got)
             data = stream.read(end - start)
         finally:
             stream.close()
         if len(data) != end - start:
-            raise _Unreadable(f"its decompressed stream ends before byte {end}")
+            raise UnreadableSplit(f"its decompressed stream ends before byte {end}")
         return data
 
     # -- Parquet ------------------------------------------------------------------------------
@@ -657,7 +656,7 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
         try:
             source = path if self._fs.backend == "local" else open_binary(self._fs, path, size)
             found = pq.ParquetFile(source)
-        except _UNREADABLE:
+        except UNREADABLE:
             raise
         except (OSError, pa.ArrowException) as exc:
             if isinstance(exc, StorageUnavailableError):
@@ -716,7 +715,7 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
         """Rows ``[start, end)`` of a split (of the file for index -1, of a row group else)."""
         pf = self._parquet_file(path)
         if isinstance(pf, str):
-            raise _Unreadable(pf)
+            raise UnreadableSplit(pf)
         columns = self._arrow.names if self._arrow is not None else None
         meta = pf.metadata
         if index >= 0:
@@ -747,9 +746,9 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
         try:
             table = self._rows(path, index, start, end)
         except (OSError, pa.ArrowException) as exc:
-            if isinstance(exc, StorageUnavailableError | _UNREADABLE):
+            if isinstance(exc, StorageUnavailableError | UNREADABLE):
                 raise
-            raise _Unreadable(str(exc)) from None
+            raise UnreadableSplit(str(exc)) from None
         if self._arrow is not None:
             for batch in table.combine_chunks().to_batches():
                 self.output.emit_batch(batch)
@@ -768,7 +767,7 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
         else:
             data = self._fs.read(path, start, end - start)
             if len(data) != end - start:
-                raise _Unreadable(f"it ends before byte {end}")
+                raise UnreadableSplit(f"it ends before byte {end}")
         return self._emit_bytes(path, index, start, data)
 
 
