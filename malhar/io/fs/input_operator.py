@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 
 from malhar.io.base.dealing import DealtPositions
 from malhar.io.base.input import ReplayableInput, WindowRecord
+from malhar.io.fs.compressed_streams import CompressedStreams
 from malhar.io.fs.errors import (
     UNREADABLE,
     FileConfigError,
@@ -130,7 +131,9 @@ def _typed(cls: type, ddl: str) -> type:
 _TYPED: dict[tuple[type, str], type] = {}
 
 
-class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], FileInputSettings):
+class FileInputOperator(
+    CompressedStreams, PostActions, DealtPositions, ReplayableInput[Record], FileInputSettings
+):
     """Reads the files of a path exactly once (see the module doc); a format subclass
     decides how bytes become tuples. Use :class:`LinesFileInput`, :class:`CsvFileInput`,
     :class:`JsonLinesFileInput` or :class:`ParquetFileInput`."""
@@ -234,7 +237,7 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
         self._last_scan = float("-inf")
         self._not_mine: dict[str, tuple[int, float]] = {}
         self._headers: dict[str, list[str]] = {}
-        self._streams: dict[str, Any] = {}  # compressed: path -> [stream, position, leftover]
+        self._streams = {}
         self._rg_cache: tuple[Any, Any] | None = None
         self._prepare_post_actions(context)
         self._counts = {"files": 0, "bytes": 0, "errors": 0}
@@ -242,12 +245,7 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
         self._new: list[list[Any]] = []
 
     def close(self) -> None:
-        for stream in getattr(self, "_streams", {}).values():
-            try:
-                stream[0].close()
-            except Exception:
-                pass
-        self._streams = {}
+        self._close_streams()
         self._parquet = {}
 
     def begin_new_window(self, window_id: int) -> None:
@@ -559,93 +557,6 @@ class FileInputOperator(PostActions, DealtPositions, ReplayableInput[Record], Fi
             for row in decoded.rows:
                 emit(row)
         return decoded.items
-
-    # -- compressed text ----------------------------------------------------------------------
-    def _open_stream(self, path: str) -> Any:
-        codec = codec_for(path, self.compression)
-        size = self._seen[path][SIZE] if path in self._seen else None
-        raw = open_binary(self._fs, path, size)
-        return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), codec)
-
-    def _stream_at(self, path: str, pos: int) -> list[Any]:
-        """The decompressed stream of ``path`` positioned at ``pos`` (reopened if needed)."""
-        cur = self._streams.get(path)
-        if cur is not None and cur[1] == pos:
-            return cur
-        if cur is not None:
-            cur[0].close()
-        stream = self._open_stream(path)
-        skip = pos
-        while skip:
-            got = stream.read(min(skip, self.chunk_bytes))
-            if not got:
-                raise UnreadableSplit(f"its decompressed stream ends before byte {pos}")
-            skip -= len(got)
-        cur = self._streams[path] = [stream, pos, b""]
-        return cur
-
-    def _read_stream(self, split: list[Any], budget: int) -> tuple[int, bool]:
-        path, index = split[PATH], split[INDEX]
-        try:
-            if split[POS] < 0:
-                split[POS] = self.first_record(path, None)
-            pos = split[POS]
-            cur = self._stream_at(path, pos)
-            buf = cur[2]
-            eof = False
-            chunk = cur[0].read(self.chunk_bytes)
-            eof = not chunk
-            buf += chunk
-            while b"\n" not in buf and not eof:
-                chunk = cur[0].read(self.chunk_bytes)
-                eof = not chunk
-                buf += chunk
-        except (OSError, pa.ArrowException) as exc:
-            self._streams.pop(path, None)
-            raise UnreadableSplit(str(exc)) from None
-        if not buf:
-            self._record({"f": path, "i": index, "s": pos, "e": pos, "n": 0, "last": True})
-            self._streams.pop(path)[0].close()
-            self._finish(split)
-            return 0, False
-        arr = np.frombuffer(buf, dtype=np.uint8)
-        nl = np.flatnonzero(arr == 10)
-        if len(nl):
-            k = min(len(nl), budget)
-            cut = int(nl[k - 1]) + 1
-            if eof and k == len(nl) and cut < len(buf) and k < budget:
-                cut = len(buf)
-        else:
-            cut = len(buf)  # eof: the last line has no newline
-        data, rest = buf[:cut], buf[cut:]
-        stop = pos + cut
-        last = eof and not rest
-        items = self._emit_bytes(path, index, pos, data)
-        self._record({"f": path, "i": index, "s": pos, "e": stop, "n": items, "last": last})
-        self._counts["bytes"] += len(data)
-        if last:
-            self._streams.pop(path)[0].close()
-            self._finish(split)
-        else:
-            cur[1], cur[2] = stop, rest
-            split[POS] = stop
-        return max(items, 1), True
-
-    def _stream_range(self, path: str, start: int, end: int) -> bytes:
-        stream = self._open_stream(path)
-        try:
-            skip = start
-            while skip:
-                got = stream.read(min(skip, self.chunk_bytes))
-                if not got:
-                    raise UnreadableSplit(f"its decompressed stream ends before byte {start}")
-                skip -= len(got)
-            data = stream.read(end - start)
-        finally:
-            stream.close()
-        if len(data) != end - start:
-            raise UnreadableSplit(f"its decompressed stream ends before byte {end}")
-        return data
 
     # -- Parquet ------------------------------------------------------------------------------
     def _parquet_file(self, path: str, size: int | None = None) -> Any:
