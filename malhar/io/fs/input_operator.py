@@ -46,8 +46,6 @@ import time
 from typing import Any, ClassVar
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from malhar.io.base.dealing import DealtPositions
 from malhar.io.base.input import ReplayableInput, WindowRecord
@@ -65,8 +63,8 @@ from malhar.io.fs.formats import (
     codec_for,
     error_row,
 )
+from malhar.io.fs.parquet_rows import ParquetRows
 from malhar.io.fs.partitions import deal
-from malhar.io.fs.paths import open_binary
 from malhar.io.fs.post_actions import PostActions
 from malhar.io.fs.scanner import DirectoryScanner
 from malhar.io.fs.settings import FileInputSettings, parse_schema
@@ -79,7 +77,6 @@ from malhar.io.fs.splits import (
     RELEASED,
     SEEN_MTIME,
     SIZE,
-    SPREAD_MIN_BLOCK,
     START,
     block_size_for,
     complete_seen,
@@ -132,7 +129,12 @@ _TYPED: dict[tuple[type, str], type] = {}
 
 
 class FileInputOperator(
-    CompressedStreams, PostActions, DealtPositions, ReplayableInput[Record], FileInputSettings
+    CompressedStreams,
+    ParquetRows,
+    PostActions,
+    DealtPositions,
+    ReplayableInput[Record],
+    FileInputSettings,
 ):
     """Reads the files of a path exactly once (see the module doc); a format subclass
     decides how bytes become tuples. Use :class:`LinesFileInput`, :class:`CsvFileInput`,
@@ -238,7 +240,7 @@ class FileInputOperator(
         self._not_mine: dict[str, tuple[int, float]] = {}
         self._headers: dict[str, list[str]] = {}
         self._streams = {}
-        self._rg_cache: tuple[Any, Any] | None = None
+        self._rg_cache = None
         self._prepare_post_actions(context)
         self._counts = {"files": 0, "bytes": 0, "errors": 0}
         self._ranges: list[dict[str, Any]] = []
@@ -341,7 +343,7 @@ class FileInputOperator(
         """Runtime enough to cut files (:meth:`_splits_of`) outside a running partition."""
         self._scanner = DirectoryScanner(self.path, recursive=self.recursive, pattern=self.pattern)
         self._fs: FileSystem = self._scanner.fs
-        self._parquet: dict[str, Any] = {}  # path -> ParquetFile (or an error text)
+        self._parquet = {}
         self._n = partitions
         return self
 
@@ -386,14 +388,7 @@ class FileInputOperator(
         """``(index, start, end)`` of a file's splits (end -1: to the end of the stream),
         cut for ``cut`` partitions."""
         if self.kind == "parquet":
-            if size > self.block_size or (cut > 1 and size >= cut * SPREAD_MIN_BLOCK):
-                pf = self._parquet_file(path, size)
-                if not isinstance(pf, str) and pf.metadata.num_row_groups > 1:
-                    return [
-                        (k, 0, pf.metadata.row_group(k).num_rows)
-                        for k in range(pf.metadata.num_row_groups)
-                    ]
-            return [(-1, 0, -1)]
+            return self._parquet_splits(path, size, cut)
         if codec_for(path, self.compression) is not None:
             return [(0, 0, -1)]
         bs = block_size_for(size, self.block_size, cut)
@@ -557,117 +552,6 @@ class FileInputOperator(
             for row in decoded.rows:
                 emit(row)
         return decoded.items
-
-    # -- Parquet ------------------------------------------------------------------------------
-    def _parquet_file(self, path: str, size: int | None = None) -> Any:
-        """The ``ParquetFile`` of ``path`` (cached), or why it cannot be read (a str)."""
-        found = self._parquet.get(path)
-        if found is not None:
-            return found
-        try:
-            source = path if self._fs.backend == "local" else open_binary(self._fs, path, size)
-            found = pq.ParquetFile(source)
-        except UNREADABLE:
-            raise
-        except (OSError, pa.ArrowException) as exc:
-            if isinstance(exc, StorageUnavailableError):
-                raise
-            found = f"not a readable Parquet file: {exc}"
-        if len(self._parquet) > 64:
-            self._parquet.clear()
-        self._parquet[path] = found
-        return found
-
-    def _schema_problem(self, pf: Any) -> str | None:
-        if self._arrow is None:
-            return None
-        have = pf.schema_arrow
-        missing = [n for n in self._arrow.names if n not in have.names]
-        if missing:
-            return f"schema mismatch: the file has no column(s) {missing} (it has {have.names})"
-        try:
-            have.empty_table().select(self._arrow.names).cast(self._arrow)
-        except (pa.ArrowException, ValueError) as exc:
-            return f"schema mismatch: {exc}"
-        return None
-
-    def _read_parquet(self, split: list[Any], size: int, budget: int) -> tuple[int, bool]:
-        path, index, end = split[PATH], split[INDEX], split[END]
-        pos = max(split[POS], 0)
-        pf = self._parquet_file(path, size)
-        problem = pf if isinstance(pf, str) else self._schema_problem(pf)
-        if problem is not None:
-            self._finish(split)
-            if index > 0:  # the owner of the file's first split reports it
-                self._record({"f": path, "i": index, "s": pos, "e": pos, "n": 0, "last": True})
-                return 0, False
-            self._record(
-                {"f": path, "i": index, "o": 0, "err": problem, "text": None, "last": True}
-            )
-            self.error.emit(error_row(self._url(path), 0, problem, None))
-            self._counts["errors"] += 1
-            return 1, True
-        total = pf.metadata.num_rows if index < 0 else end
-        n = min(budget, total - pos, 1 << 16)
-        if n <= 0:
-            self._record({"f": path, "i": index, "s": pos, "e": pos, "n": 0, "last": True})
-            self._finish(split)
-            return 0, False
-        items = self._emit_rows(path, index, pos, pos + n)
-        last = pos + n >= total
-        self._record({"f": path, "i": index, "s": pos, "e": pos + n, "n": items, "last": last})
-        if last:
-            self._finish(split)
-        else:
-            split[POS] = pos + n
-        return max(items, 1), True
-
-    def _rows(self, path: str, index: int, start: int, end: int) -> pa.Table:
-        """Rows ``[start, end)`` of a split (of the file for index -1, of a row group else)."""
-        pf = self._parquet_file(path)
-        if isinstance(pf, str):
-            raise UnreadableSplit(pf)
-        columns = self._arrow.names if self._arrow is not None else None
-        meta = pf.metadata
-        if index >= 0:
-            groups, first = [index], 0
-        else:
-            bounds = np.cumsum(
-                [0] + [meta.row_group(k).num_rows for k in range(meta.num_row_groups)]
-            )
-            lo = int(np.searchsorted(bounds, start, "right")) - 1
-            hi = int(np.searchsorted(bounds, end, "left"))
-            groups, first = list(range(lo, hi)), int(bounds[lo])
-        tables = []
-        for g in groups:
-            key = (path, g)
-            if self._rg_cache is not None and self._rg_cache[0] == key:
-                tables.append(self._rg_cache[1])
-                continue
-            table = pf.read_row_group(g, columns=columns, use_threads=False)
-            self._rg_cache = (key, table)
-            tables.append(table)
-        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        table = table.slice(start - first, end - start)
-        if self._arrow is not None:
-            table = table.select(self._arrow.names).cast(self._arrow)
-        return table
-
-    def _emit_rows(self, path: str, index: int, start: int, end: int) -> int:
-        try:
-            table = self._rows(path, index, start, end)
-        except (OSError, pa.ArrowException) as exc:
-            if isinstance(exc, StorageUnavailableError | UNREADABLE):
-                raise
-            raise UnreadableSplit(str(exc)) from None
-        if self._arrow is not None:
-            for batch in table.combine_chunks().to_batches():
-                self.output.emit_batch(batch)
-        else:
-            emit = self.output.emit
-            for row in table.to_pylist():
-                emit(row)
-        return table.num_rows
 
     # -- replay -------------------------------------------------------------------------------
     def _emit_range(self, path: str, index: int, start: int, end: int, *, replay: bool) -> int:
