@@ -11,9 +11,9 @@ import numpy as np
 import pyarrow as pa
 
 from malhar.io.fs.formats import CsvDecoder, zone_naive
-from malhar.io.fs.input_operator import _cut_unbounded
 from malhar.io.fs.settings import parse_schema
 from malhar.io.fs.splits import SPREAD_MIN_BLOCK, block_size_for, split_owner
+from malhar.io.fs.text_blocks import _cut_unbounded
 
 
 def test_a_file_smaller_than_a_block_is_spread_over_the_partitions_evenly() -> None:

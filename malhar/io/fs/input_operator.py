@@ -45,8 +45,6 @@ import logging
 import time
 from typing import Any, ClassVar
 
-import numpy as np
-
 from malhar.io.base.dealing import DealtPositions
 from malhar.io.base.input import ReplayableInput, WindowRecord
 from malhar.io.fs.compressed_streams import CompressedStreams
@@ -82,6 +80,7 @@ from malhar.io.fs.splits import (
     complete_seen,
     split_owner,
 )
+from malhar.io.fs.text_blocks import TextBlocks
 from malhar.operator import OperatorContext
 from malhar.ports import OutputPort
 from malhar.state import State
@@ -100,9 +99,6 @@ log = logging.getLogger("malhar.io.fs")
 #: a range {"f": path, "i": split, "s": start, "e": end, "n": items, "last": bool} or an
 #: error event {"f", "i", "o": offset, "err": reason, "text": str | None, "last": bool}
 Record = dict[str, list[Any]]
-
-#: bytes read past a block's end with it, so its last line usually ends in the same read
-_LINE_SLACK = 64 << 10
 
 
 def _typed(cls: type, ddl: str) -> type:
@@ -129,6 +125,7 @@ _TYPED: dict[tuple[type, str], type] = {}
 
 
 class FileInputOperator(
+    TextBlocks,
     CompressedStreams,
     ParquetRows,
     PostActions,
@@ -459,80 +456,6 @@ class FileInputOperator(
             self._finish(split)
             return 1, True
 
-    def _read_block(self, split: list[Any], size: int, budget: int) -> tuple[int, bool]:
-        path, index, start, end = split[PATH], split[INDEX], split[START], split[END]
-        pos = split[POS]
-        if pos < 0:
-            pos = self._align(path, start, size)
-        if pos >= end or pos >= size:
-            self._record({"f": path, "i": index, "s": pos, "e": pos, "n": 0, "last": True})
-            self._finish(split)
-            return 0, False
-        data, stop = self._take_lines(path, pos, end, size, budget)
-        last = stop >= end or stop >= size
-        items = self._emit_bytes(path, index, pos, data)
-        self._record({"f": path, "i": index, "s": pos, "e": stop, "n": items, "last": last})
-        self._counts["bytes"] += len(data)
-        if last:
-            self._finish(split)
-        else:
-            split[POS] = stop
-        return max(items, 1), True
-
-    def _align(self, path: str, start: int, size: int) -> int:
-        """The first byte of the first line that starts at or after ``start``."""
-        if start == 0:
-            return self.first_record(path, size)
-        pos = start - 1  # a line starts at `start` when the byte before it is a newline
-        step = 64 << 10
-        while pos < size:
-            data = self._read_bytes(path, pos, min(step, size - pos))
-            nl = data.find(b"\n")
-            if nl >= 0:
-                return pos + nl + 1
-            pos += len(data)
-            step = min(step * 2, self.chunk_bytes)
-        return size
-
-    def _read_bytes(self, path: str, offset: int, length: int) -> bytes:
-        data = self._fs.read(path, offset, length)
-        if len(data) < length:
-            raise UnreadableSplit(
-                f"it ends at byte {offset + len(data)}, before byte {offset + length} "
-                "(truncated or rewritten since it was found)"
-            )
-        return data
-
-    def _take_lines(
-        self, path: str, pos: int, end: int, size: int, budget: int
-    ) -> tuple[bytes, int]:
-        """Complete lines from ``pos`` that start before ``end``: at most ``budget`` lines and
-        about ``chunk_bytes`` bytes (more for a longer line). Returns (bytes, next position)."""
-        # to the block's end and a little past it (its last line ends there), not to the
-        # end of the file: with a block per partition every block read the rest of the file
-        want = min(self.chunk_bytes, size - pos, max(end - pos, 0) + _LINE_SLACK)
-        data = self._read_bytes(path, pos, want)
-        while True:
-            if budget >= len(data):
-                found = _cut_unbounded(data, end - 1 - pos, pos + len(data) >= size)
-                if found is not None:
-                    return data[:found], pos + found
-            arr = np.frombuffer(data, dtype=np.uint8)
-            nl = np.flatnonzero(arr == 10)
-            eof = pos + len(data) >= size
-            last_rel = end - 1 - pos  # lines starting at or before it are this block's
-            if len(nl):
-                owned = min(len(nl), int(np.searchsorted(nl, last_rel, "left")) + 1)
-                k = min(owned, budget)
-                cut = int(nl[k - 1]) + 1
-                if eof and k == len(nl) and cut < len(data) and k < budget and cut <= last_rel:
-                    cut = len(data)  # the file's last line has no newline
-                return data[:cut], pos + cut
-            if eof:
-                return data, pos + len(data)  # one last line without a newline
-            more = min(max(len(data), self.chunk_bytes), size - pos - len(data))
-            data += self._read_bytes(path, pos + len(data), more)
-
     def _emit_bytes(self, path: str, index: int, start: int, data: bytes) -> int:
         decoder = self._decoder
         url = self._url(path)
@@ -564,22 +487,6 @@ class FileInputOperator(
             if len(data) != end - start:
                 raise UnreadableSplit(f"it ends before byte {end}")
         return self._emit_bytes(path, index, start, data)
-
-
-def _cut_unbounded(data: bytes, last_rel: int, eof: bool) -> int | None:
-    """Where :meth:`FileInputOperator._take_lines` cuts ``data`` when its line budget cannot
-    bind (no more lines than bytes): after the line that starts at or before ``last_rel``
-    and ends last, found with two ``memchr`` scans instead of indexing every newline (a
-    numpy pass over the chunk). None when ``data`` holds no newline (read on)."""
-    i = data.find(b"\n", max(last_rel, 0))
-    if i >= 0:
-        return i + 1  # the line that starts at or before last_rel (its end) or after it
-    j = data.rfind(b"\n")
-    if j < 0:
-        return None
-    if eof and j + 1 < len(data):
-        return len(data)  # the file's last line has no newline and starts in the block
-    return j + 1
 
 
 #: the format subclasses, which moved to :mod:`malhar.io.fs.file_inputs`
