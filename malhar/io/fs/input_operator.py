@@ -1,5 +1,10 @@
-"""The file input operators (Malhar's ``AbstractFileInputOperator``, ``FileSplitterInput`` and
-``BlockReader``), exactly once, on :class:`~malhar.io.base.ReplayableInput`.
+"""The file input operator (Malhar's ``AbstractFileInputOperator``, ``FileSplitterInput`` and
+``BlockReader``), exactly once, on :class:`~malhar.io.base.ReplayableInput`: the files, the
+splits, the window record and its replay. The formats are its subclasses in
+:mod:`malhar.io.fs.file_inputs`; how a split is read is a mixin per kind of split
+(:mod:`~malhar.io.fs.text_blocks`, :mod:`~malhar.io.fs.compressed_streams`,
+:mod:`~malhar.io.fs.parquet_rows`), and what happens to a file once read is
+:mod:`~malhar.io.fs.post_actions`.
 
 **Files and splits.** Every partition lists the path (:class:`DirectoryScanner`, at most every
 ``scan_interval_ms``) and cuts each new file into *splits*: blocks of ``block_size`` bytes
@@ -134,8 +139,9 @@ class FileInputOperator(
     FileInputSettings,
 ):
     """Reads the files of a path exactly once (see the module doc); a format subclass
-    decides how bytes become tuples. Use :class:`LinesFileInput`, :class:`CsvFileInput`,
-    :class:`JsonLinesFileInput` or :class:`ParquetFileInput`."""
+    decides how bytes become tuples. Use :class:`~malhar.io.fs.LinesFileInput`,
+    :class:`~malhar.io.fs.CsvFileInput`, :class:`~malhar.io.fs.JsonLinesFileInput` or
+    :class:`~malhar.io.fs.ParquetFileInput`."""
 
     output = OutputPort()
     error = OutputPort(ERROR_DDL, error=True)
