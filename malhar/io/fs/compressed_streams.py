@@ -55,6 +55,15 @@ class CompressedStreams:
         raw = open_binary(self._fs, path, size)
         return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), codec)
 
+    def _skip(self, stream: Any, pos: int) -> None:
+        """Read a fresh decompressed ``stream`` up to byte ``pos`` (streams cannot seek)."""
+        skip = pos
+        while skip:
+            got = stream.read(min(skip, self.chunk_bytes))
+            if not got:
+                raise UnreadableSplit(f"its decompressed stream ends before byte {pos}")
+            skip -= len(got)
+
     def _stream_at(self, path: str, pos: int) -> list[Any]:
         """The decompressed stream of ``path`` positioned at ``pos`` (reopened if needed)."""
         cur = self._streams.get(path)
@@ -63,12 +72,7 @@ class CompressedStreams:
         if cur is not None:
             cur[0].close()
         stream = self._open_stream(path)
-        skip = pos
-        while skip:
-            got = stream.read(min(skip, self.chunk_bytes))
-            if not got:
-                raise UnreadableSplit(f"its decompressed stream ends before byte {pos}")
-            skip -= len(got)
+        self._skip(stream, pos)
         cur = self._streams[path] = [stream, pos, b""]
         return cur
 
@@ -122,12 +126,7 @@ class CompressedStreams:
     def _stream_range(self, path: str, start: int, end: int) -> bytes:
         stream = self._open_stream(path)
         try:
-            skip = start
-            while skip:
-                got = stream.read(min(skip, self.chunk_bytes))
-                if not got:
-                    raise UnreadableSplit(f"its decompressed stream ends before byte {start}")
-                skip -= len(got)
+            self._skip(stream, start)
             data = stream.read(end - start)
         finally:
             stream.close()
