@@ -52,5 +52,6 @@ class FileOutputConfigError(FileOutputError, OutputConfigError):
 UNREADABLE = (StorageNotFoundError, StoragePermissionError)
 
 
-class UnreadableSplit(Exception):
-    """A split cannot be read (vanished, refused, shrank, corrupt)."""
+class UnreadableSplit(FileConnectorError):
+    """A split cannot be read (vanished, refused, shrank, corrupt). A library error like the
+    others, though the operator always catches it."""
