@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -30,6 +29,7 @@ from malhar import registry
 from malhar.app import ApplicationError, load_application, parse_config
 from malhar.engine.failure import ApplicationFailed, reason_of
 from malhar.engine.failure import summary as failure_summary  # noqa: F401 - public name
+from malhar.engine.stop_signals import StopSignals
 from malhar.redaction import Scrubber, redact, redact_config
 from malhar.session import DEFAULT_MASTER
 from malhar.testing.cli import services
@@ -256,36 +256,6 @@ def validate(app: str, pairs: tuple[str, ...], config_file: str | None, name: st
 
 
 # -- run ---------------------------------------------------------------------------------------
-class StopSignals:
-    """Ctrl-C (SIGINT) or SIGTERM asks for an orderly stop; a second one stops at once.
-
-    The first signal only sets ``requested``: raising inside a blocking Spark call
-    would leave the py4j connection mid-answer (and PySpark's own SIGINT handler
-    cancels every running job). The waiting loops poll ``requested`` instead.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __enter__(self) -> StopSignals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread: signals stay as they are
-                pass
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
-
-
 def _error_summary(app: Any, first: int, last: int) -> str:
     totals: dict[str, int] = {}
     for window in range(max(first, 0), last + 1):

@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from malhar import DAG, RunningApplication, build_session, launch
+from malhar.engine.stop_signals import StopSignals
 
 __all__ = ["run_driver", "serve", "settings_from_env"]
 
@@ -66,11 +65,17 @@ def run_driver(
 
 
 def serve(app: RunningApplication) -> int:
-    """Run ``app`` until SIGTERM (stop it in order: 0) or its query fails (print why: 1)."""
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    while not stopping.is_set() and app.query.isActive:
-        stopping.wait(0.5)
+    """Run ``app`` until SIGTERM (stop it in order: 0) or its query fails (print why: 1).
+
+    The signal only sets a flag, polled between waits on the query (``StopSignals``: an
+    ``Event`` set from the handler can deadlock the main thread waiting on it)."""
+    with StopSignals() as stop:
+        while not stop.requested:
+            try:
+                if app.query.awaitTermination(0.5):
+                    break
+            except Exception:  # the query failed: said below
+                break
     failed = app.failure()
     if failed is not None:
         print(failed, file=sys.stderr)

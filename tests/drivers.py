@@ -70,3 +70,27 @@ def kill_when_paused(proc: subprocess.Popen, checkpoint: Path, step: str) -> Non
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     marker.unlink()
+
+
+def stop_driver(proc: subprocess.Popen, log: Path, timeout: float = 120.0) -> int:
+    """SIGTERM the driver (an orderly stop) and return its exit code. A driver that does not
+    exit in ``timeout`` seconds is asked for every thread's stack (SIGUSR1, see
+    ``malhar.engine.stop_signals``), killed, and the test fails with the end of its log."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        try:
+            wait_until(
+                lambda: "Current thread" in log.read_text(errors="replace"),
+                timeout=15,
+                what="the driver's thread dump",
+            )
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        tail = log.read_text(errors="replace")[-8000:]
+        raise AssertionError(
+            f"the driver did not stop in {timeout:g}s after SIGTERM:\n{tail}"
+        ) from None

@@ -28,7 +28,7 @@ from samples.wordcount_exactly_once.data import (
     topic_truth,
 )
 from samples.wordcount_exactly_once.driver import SETTINGS_ENV
-from tests.drivers import start_driver
+from tests.drivers import start_driver, stop_driver
 from tests.flagship.pausing_driver import MARKER_ENV, PAUSE_ENV
 
 RUN_TIMEOUT = 240.0
@@ -173,8 +173,7 @@ class Flagship:
         self.mark()
         self.await_windows(2)
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(timeout=120) == 0, self.log_tail()
+        assert stop_driver(self.proc, self.log_path) == 0, self.log_tail()
         self.windows_seen.append((self._first, self.last_window()))
         return self.counts(), truth
 

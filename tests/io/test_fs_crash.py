@@ -20,7 +20,7 @@ import pytest
 
 from malhar.engine.window_log import WindowLog
 from malhar.testing.services.process import wait_until
-from tests.drivers import start_driver
+from tests.drivers import start_driver, stop_driver
 from tests.io.fs_support import Place, word_truth
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -100,8 +100,7 @@ class Run:
         )
         self.await_windows(2)
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(timeout=120) == 0, self.alive()
+        assert stop_driver(self.proc, self.log) == 0, self.alive()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

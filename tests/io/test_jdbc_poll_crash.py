@@ -19,7 +19,7 @@ import pytest
 
 from malhar.engine.window_log import WindowLog
 from malhar.testing.services.process import wait_until
-from tests.drivers import start_driver
+from tests.drivers import start_driver, stop_driver
 from tests.io.jdbc_poll_app import SETTINGS_ENV
 from tests.io.test_jdbc_poll import _insert, _orders
 from tests.io.test_kafka_output import read_topic
@@ -82,8 +82,7 @@ def test_sigkill_poll_to_kafka_on_local_cluster_every_row_once(
             alive=alive(proc),
         )
         await_window(proc, WindowLog(checkpoint).largest_completed() + 2)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0, log_path.read_text()[-3000:]
+        assert stop_driver(proc, log_path) == 0, log_path.read_text()[-3000:]
     finally:
         for p in procs:
             if p.poll() is None:

@@ -37,7 +37,7 @@ from samples.event_time_windows.data import (
     topic_events,
 )
 from samples.event_time_windows.driver import SETTINGS_ENV
-from tests.drivers import start_driver
+from tests.drivers import start_driver, stop_driver
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -138,8 +138,7 @@ class Deployment:
         finally:
             got, got_late, _ = self.tables()
             assert self.proc is not None
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=120)
+            stop_driver(self.proc, self.log_path)
             self.windows_seen.append((self._first, self.last_window()))
         return got, got_late, expected, late
 
