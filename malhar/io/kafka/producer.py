@@ -144,6 +144,8 @@ class KafkaTxn:
     #: (key, value) of the records delivered in this attempt (scan)
     delivered: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
     produced: int = 0
+    #: delivery reports received: one per record produced with a callback
+    reported: int = 0
 
 
 class KafkaOutputStore(TransactionalStore[KafkaTxn]):
@@ -536,12 +538,15 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
                         rejected[i] = self._too_large(records.size(i, self._common_header_bytes))
                         break
                     raise
+            if i in rejected:
+                continue  # refused by the client: no delivery report will come
             n += 1
             if not n & 1023:
                 poll(0)
         txn.produced = n
 
     def _delivered(self, txn: KafkaTxn, i: int, err: KafkaError | None, msg: Any) -> None:
+        txn.reported += 1
         if err is None:
             p = msg.partition()
             end = msg.offset() + 1
@@ -561,7 +566,11 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         deadline = time.monotonic() + self.timeout
         while True:
             left = txn.producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
-            if not left or (self.delivery == "exactly_once" and txn.refused):
+            if self.delivery == "exactly_once" and txn.refused:
+                return
+            # done when every record produced with a callback has reported, not only when
+            # the queue looks empty: what the retry learns comes from those reports
+            if not left and txn.reported >= txn.produced:
                 return
             if time.monotonic() >= deadline:
                 raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
@@ -582,9 +591,15 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
                 txn.producer.commit_transaction(self.timeout)
             except KafkaException as exc:
                 err = kafka_error(exc)
-                if err is not None and (err.code() in RECORD_CODES or err.txn_requires_abort()):
+                if err is not None and (
+                    err.code() in RECORD_CODES
+                    or err.txn_requires_abort()
+                    or err.code() == KafkaError._TIMED_OUT
+                ):
                     # a record may have been refused: the next attempt reports each record's
-                    # delivery, to find it
+                    # delivery, to find it. A commit can also time out on it: the refusal
+                    # poisons the transaction and librdkafka keeps the other records queued
+                    # (seen in CI: every retry timed out the same way until the attempts ran out)
                     self._diagnose.add(txn.window)
                 if err is not None and err.code() in RECORD_CODES:
                     raise RecordsRefused(
