@@ -43,7 +43,7 @@ from malhar.util.state.codecs import AUTO_KEY, AUTO_VALUE, Codec, KeyCodec
 from malhar.util.state.errors import StateError
 from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, Node, new_uid, parse_name
 from malhar.util.state.keys import KIND_NAMES
-from malhar.util.state.store import LocalStore, _Ingest
+from malhar.util.state.store import IngestBatch, LocalStore
 
 log = logging.getLogger(__name__)
 
@@ -411,7 +411,7 @@ class ManagedState:
         self._window = window
 
     def _write_file(
-        self, window: int, uid: str, ingest: _Ingest | None
+        self, window: int, uid: str, ingest: IngestBatch | None
     ) -> tuple[Node, list[tuple[bytes, bytes | None]] | None]:
         """The checkpoint file of this window's changes (durable once this returns), and the
         overlay sorted for the store; a window that spilled (``ingest`` given) instead reads
@@ -426,7 +426,7 @@ class ManagedState:
             if ingest is not None:
                 # the marker of this checkpoint travels in the table file (its first key):
                 # durable with the changes, never one without the other (store docstring)
-                ingest.put_all(b"", [(_META_AT, _AT.pack(window, uid.encode("ascii")))])
+                ingest.put(_META_AT, _AT.pack(window, uid.encode("ascii")))
                 for keys, values in self._spilled_columns():
                     writer.add_many(keys, values)
                     ingest.put_all(_B, zip(keys, values, strict=True))
@@ -444,7 +444,7 @@ class ManagedState:
     def _apply_to_store(
         self,
         node: Node,
-        ingest: _Ingest | None,
+        ingest: IngestBatch | None,
         sorted_overlay: list[tuple[bytes, bytes | None]] | None,
     ) -> None:
         """The durable checkpoint ``node`` into the local store: a dirty marker and the range

@@ -12,7 +12,7 @@ a crash the store is at *some* earlier checkpoint and is caught up (or rebuilt)
 from the checkpoint filesystem.
 
 An ingested table file is durable at once, unlike the batches before it. So that a
-crash still loses only a suffix, :meth:`_Ingest.ingest` first flushes the memtable
+crash still loses only a suffix, :meth:`IngestBatch.ingest` first flushes the memtable
 (everything before the file becomes durable), and the manager puts the marker of the
 checkpoint the file completes *into* the file, not into a batch after it.
 """
@@ -96,9 +96,9 @@ class LocalStore:
     def batch(self) -> _Batch:
         return _Batch(self)
 
-    def ingest_batch(self, name: str) -> _Ingest:
+    def ingest_batch(self, name: str) -> IngestBatch:
         """A sorted table file (RocksDB's ``SstFileWriter``), ingested into the store whole."""
-        return _Ingest(self, name)
+        return IngestBatch(self, name)
 
     def items(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` with ``lo <= key < hi`` (``hi`` None: to the end), in key order.
@@ -194,7 +194,7 @@ class _Batch:
         self.bytes = 0
 
 
-class _Ingest:
+class IngestBatch:
     """Puts and deletes in strictly increasing key order, written to a table file beside the
     store (``<path>.ingest/``) and ingested atomically by :meth:`ingest` (the file is moved
     into the store): for big sorted change sets, cheaper than write batches, which go
@@ -211,6 +211,11 @@ class _Ingest:
         self._w = SstFileWriter(options=store._opts)
         self._w.open(self.path)
         self.count = 0
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """One entry (keys increasing across calls)."""
+        self._w[key] = value
+        self.count += 1
 
     def put_all(self, prefix: bytes, changes: Iterable[tuple[bytes, bytes | None]]) -> None:
         """``prefix + key -> value`` for each change (value None: a delete), keys increasing."""
@@ -251,4 +256,4 @@ class _Ingest:
             pass
 
 
-__all__ = ["LocalStore"]
+__all__ = ["IngestBatch", "LocalStore"]
