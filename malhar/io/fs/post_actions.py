@@ -106,7 +106,13 @@ class PostActions:
 
         if first != self._me:
             marker = f"{self._mroot}/{_file_id(path)}/{name(self._me)}"
-            self._mfs.create(marker, b"", overwrite=True)
+            try:
+                self._mfs.create(marker, b"", overwrite=True)
+            except StorageNotFoundError:
+                # the coordinator removed the folder while this marker was written again
+                # (a replayed release after a restart): it had all markers, ours included,
+                # and the file is handled
+                pass
             return
         self._awaiting[path] = [name(p) for p in sorted(owners - {self._me})]
 
