@@ -81,18 +81,35 @@ def run_ticks(spark, tmp_path: Path, windows: int, parts: int, **attributes: obj
 def test_input_partitions_stay_on_their_worker(spark, tmp_path: Path) -> None:
     windows, parts = 12, 2
     run_ticks(spark, tmp_path, windows, parts)
-    setups = Counter()
+    runs = {p: worker_runs(tmp_path, p) for p in range(parts)}
     for p in range(parts):
-        events = [
-            json.loads(x) for x in (tmp_path / "ticks" / f"{p}.jsonl").read_text().splitlines()
-        ]
-        assert sorted(e["w"] for e in events if e["e"] == "begin") == list(range(windows))
-        setups[p] = sum(e["e"] == "setup" for e in events)
-    # Each partition is set up in window 0 and stays in its worker. Without the claims the
-    # runtimes hopped between the two workers: 5-8 setups per partition in 12 windows. A
-    # worker Spark forks anew mid-run (it does so now and then) may cost a rebuild.
-    assert all(n <= 3 for n in setups.values()), setups
+        assert [w for w, _, _ in runs[p]] == list(range(windows))
+    # A rebuild in a Python worker Spark forked anew (it does so now and then, more often
+    # under load) cannot be avoided; one in a worker that already ran a window can. Without
+    # the claims the runtimes hopped between the two workers: 5-8 such rebuilds per
+    # partition in 12 windows.
+    first_seen: dict[int, int] = {}
+    for p in range(parts):
+        for w, pid, _ in runs[p]:
+            first_seen[pid] = min(w, first_seen.get(pid, w))
+    avoidable = Counter(
+        p for p in range(parts) for w, pid, setup in runs[p] if setup and first_seen[pid] < w
+    )
+    assert all(n <= 2 for n in avoidable.values()), (avoidable, runs)
     assert [p.name for p in (tmp_path / "malhar" / "claims").iterdir()]  # this launch's
+
+
+def worker_runs(tmp_path: Path, partition: int) -> list[tuple[int, int, bool]]:
+    """``(window, worker pid, set up for it)`` for each window ``partition`` began."""
+    log = (tmp_path / "ticks" / f"{partition}.jsonl").read_text().splitlines()
+    runs, setup = [], False
+    for event in map(json.loads, log):
+        if event["e"] == "setup":
+            setup = True
+        else:
+            runs.append((event["w"], event["pid"], setup))
+            setup = False
+    return sorted(runs)
 
 
 @pytest.mark.integration
