@@ -52,11 +52,12 @@ _P = b"P"  # pending: this window's changes spilled out of memory
 _META_AT = b"\x00at"  # which checkpoint the base holds: hi i64 | uid (16 ascii)
 _DIRTY = b"dirty"
 _P_PUT, _P_DEL = b"\x01", b"\x02"
+_Columns = tuple[list[bytes], list[bytes | None]]  # keys in order and their values (None: delete)
 _AT = struct.Struct("<q16s")
 _APPLY_BATCH_BYTES = 8 << 20
 _CHUNK = 1 << 16  # changes per step of the checkpoint's one pass
-_FILTER_MIN_KEYS = 32
-_BULK_MIN = 256  # many-key writes of at least this many items try the bulk path  # many-key reads of fewer keys (after the overlay) skip the filter
+_FILTER_MIN_KEYS = 32  # many-key reads of fewer keys (after the overlay) skip the filter
+_BULK_MIN = 256  # many-key writes of at least this many items try the bulk path
 
 
 def encode_name(name: str) -> str:
@@ -412,15 +413,15 @@ class ManagedState:
 
     def _write_file(
         self, window: int, uid: str, ingest: IngestBatch | None
-    ) -> tuple[Node, list[tuple[bytes, bytes | None]] | None]:
+    ) -> tuple[Node, _Columns | None]:
         """The checkpoint file of this window's changes (durable once this returns), and the
-        overlay sorted for the store; a window that spilled (``ingest`` given) instead reads
+        overlay's keys and values sorted for the store; a window that spilled (``ingest`` given) instead reads
         its changes back from the store once, each chunk going to the file and to the sorted
         table file the store ingests whole once the checkpoint file is durable."""
         fs, _, pdir = self._dirfs()
         lo, prev = self._head
         writer = FileWriter(fs, pdir, lo, window, uid, prev, signer=self.signer)
-        sorted_overlay = None
+        sorted_overlay: _Columns | None = None
         try:
             writer.add_ranges(self._ranges)
             if ingest is not None:
@@ -431,11 +432,12 @@ class ManagedState:
                     writer.add_many(keys, values)
                     ingest.put_all(_B, zip(keys, values, strict=True))
             else:
-                sorted_overlay = sorted(self._overlay.items())
-                if len(sorted_overlay) >= _BULK_MIN:
-                    writer.add_many([k for k, _ in sorted_overlay], [v for _, v in sorted_overlay])
+                keys, values = _sorted_columns(self._overlay)
+                if len(keys) >= _BULK_MIN:
+                    writer.add_many(keys, values)
                 else:
-                    writer.add_all(sorted_overlay)
+                    writer.add_all(zip(keys, values, strict=True))
+                sorted_overlay = keys, values
             return writer.finish(), sorted_overlay
         except BaseException:
             writer.abort()
@@ -445,7 +447,7 @@ class ManagedState:
         self,
         node: Node,
         ingest: IngestBatch | None,
-        sorted_overlay: list[tuple[bytes, bytes | None]] | None,
+        sorted_overlay: _Columns | None,
     ) -> None:
         """The durable checkpoint ``node`` into the local store: a dirty marker and the range
         deletes first (the file's semantics), then the entries and the marker ``node``."""
@@ -460,7 +462,8 @@ class ManagedState:
             batch.commit()
             ingest.ingest()
         else:
-            batch.put_all(_B, sorted_overlay or (), _APPLY_BATCH_BYTES)
+            keys, values = sorted_overlay or ((), ())
+            batch.put_all(_B, zip(keys, values, strict=True), _APPLY_BATCH_BYTES)
             batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
             batch.commit()
 
@@ -929,13 +932,23 @@ class ManagedState:
         # refreshes the cache from the (then) in-memory overlay
         self._cache.discard_many(self._overlay)
         batch = self._local().batch()
-        batch.put_all(_P, _pending_entries(self._overlay.items()), _APPLY_BATCH_BYTES)
+        # in key order: RocksDB's memtable inserts sorted keys about twice as fast as the
+        # overlay's arrival order (270,000 keys: ~0.25 s of sorting saves ~0.6 s of writing)
+        keys, values = _sorted_columns(self._overlay)
+        batch.put_all(_P, _pending_entries(zip(keys, values, strict=True)), _APPLY_BATCH_BYTES)
         batch.commit()
         self._overlay = {}
         self._overlay_bytes = 0
         self._pending = True
         if counted:
             self.stats["spills"] += 1
+
+
+def _sorted_columns(changes: dict[bytes, bytes | None]) -> _Columns:
+    """The keys of ``changes`` in order and their values: sorting the keys alone is ~3x
+    faster than sorting the items (no tuple comparisons)."""
+    keys = sorted(changes)
+    return keys, list(map(changes.__getitem__, keys))
 
 
 def _pending_entries(
