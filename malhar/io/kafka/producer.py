@@ -35,6 +35,10 @@ writer of the same partition is not fenced.
 
 In every mode each record has the header ``malhar.window`` (the window id, ASCII digits);
 in scan mode also ``malhar.writer`` (``<application>/<operator>/<partition>``).
+
+How a failure is classified (retry the window, or which clear error) is in
+:mod:`malhar.io.kafka.producer_errors`; the topic checks and record-size limits of
+:meth:`KafkaOutputStore.open` are in :mod:`malhar.io.kafka.topic_limits`.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from malhar.io.base.output import (
     WindowKey,
     rejected_row,
 )
-from malhar.io.kafka.client import AUTH_CODES, TRANSIENT_CODES, UNKNOWN_CODES, KafkaClient
+from malhar.io.kafka.client import KafkaClient
 from malhar.io.kafka.config import RetryPolicy
 from malhar.io.kafka.encoding import (
     WINDOW_HEADER,
@@ -67,63 +71,31 @@ from malhar.io.kafka.encoding import (
     EncodedRecords,
     RecordEncoder,
 )
-from malhar.io.kafka.errors import (
-    KafkaAuthorizationError,
-    KafkaConnectorError,
-    KafkaOutputConfigError,
-    KafkaOutputError,
-    KafkaOutputUnavailableError,
-    OutputTopicNotFoundError,
-)
+from malhar.io.kafka.errors import KafkaOutputConfigError
 from malhar.io.kafka.output_settings import KafkaOutputSettings
+from malhar.io.kafka.producer_errors import (
+    DENIED_CODES,
+    FENCED_CODES,
+    RECORD_CODES,
+    SETTING_CODES,  # noqa: F401 (importable from here, as before the move)
+    RecordsRefused,
+    describe_error,
+    is_transient,
+    kafka_error,
+    output_failure,
+)
 from malhar.io.kafka.serializers import get_serializer
+from malhar.io.kafka.topic_limits import (
+    DEFAULT_MESSAGE_MAX,
+    RECORD_OVERHEAD,  # noqa: F401 (importable from here, as before the move)
+    RecordLimits,
+    check_topic,
+    limit_sizes,
+)
 
 __all__ = ["KafkaOutputStore", "KafkaTxn", "RecordsRefused"]
 
 log = logging.getLogger("malhar.io.kafka.output")
-
-#: a new producer epoch fenced this one: replace it (the new init fences the other writer)
-FENCED_CODES = frozenset(
-    {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED}
-)
-#: the cluster refused the records themselves
-RECORD_CODES = frozenset(
-    {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.RECORD_LIST_TOO_LARGE}
-)
-#: who the producer is, or what it may do: retrying does not help
-DENIED_CODES = AUTH_CODES | frozenset(
-    {
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-    }
-)
-#: settings the broker refuses
-SETTING_CODES = frozenset(
-    {KafkaError.INVALID_TRANSACTION_TIMEOUT, KafkaError.INVALID_REQUIRED_ACKS}
-)
-#: bytes of a record batch and a record around key, value and headers (Kafka's v2 format)
-RECORD_OVERHEAD = 100
-#: librdkafka's default message.max.bytes
-DEFAULT_MESSAGE_MAX = 1_000_000
-
-
-class RecordsRefused(KafkaConnectorError, ConnectionError):
-    """Some records of the window were refused by the cluster inside the transaction (which
-    must then abort); the window is tried again without them (transient, so not an
-    :class:`~malhar.io.base.output.OutputError`, which the retry loop passes through)."""
-
-
-def kafka_error(exc: BaseException) -> KafkaError | None:
-    """The ``KafkaError`` inside a confluent-kafka exception (None for other errors)."""
-    if isinstance(exc, KafkaError):
-        return exc
-    arg = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return arg if isinstance(arg, KafkaError) else None
-
-
-def _describe_error(exc: BaseException) -> str:
-    err = kafka_error(exc)
-    return f"{err.name()}: {err.str()}" if err is not None else f"{type(exc).__name__}: {exc}"
 
 
 @dataclass
@@ -207,8 +179,10 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         self._config["error_cb"] = self._on_error
         key_ser = get_serializer(s.key_serializer) if s.key_column else None
         value_ser = get_serializer(s.value_serializer)
-        topic_limit = self._check_topic()
-        self._limit_sizes(topic_limit)
+        found = check_topic(s, self.key, self.timeout, self._raise_for)
+        self.partitions = found.partitions
+        self._limits: RecordLimits = limit_sizes(s, self._config, found.max_message_bytes)
+        self.max_record_bytes = self._limits.max_record_bytes
         self.encoder = RecordEncoder(s, key_ser, value_ser, self.partitions)
         # the writer header only where the restart scan needs it: each header costs about
         # as much as the rest of a produce() call in confluent-kafka (docs/connectors/kafka.md)
@@ -228,91 +202,6 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         if self.delivery == "scan":
             self._scan()
 
-    def _check_topic(self) -> int | None:
-        """The topic's partition count (created if missing and allowed); returns its
-        ``max.message.bytes`` when the cluster tells it."""
-        from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-
-        s = self.settings
-        admin_config = s.consumer_settings("unused")
-        for k in ("group.id", "enable.auto.commit", "enable.partition.eof"):
-            admin_config.pop(k, None)
-        admin = AdminClient(admin_config)
-        topic = s.topic
-        md = self._call(
-            "reading the topic's metadata", lambda: admin.list_topics(topic, timeout=self.timeout)
-        )
-        meta = md.topics.get(topic)
-        err = meta.error if meta is not None else None
-        if meta is None or (err is not None and err.code() in UNKNOWN_CODES):
-            if not s.create_topic:
-                raise OutputTopicNotFoundError(
-                    f"{self.key}: {s.target} does not exist; create it, or set create_topic=True "
-                    "(with topic_partitions, topic_replication, topic_config) to create it at "
-                    "launch"
-                )
-            new = NewTopic(
-                topic,
-                num_partitions=s.topic_partitions or -1,
-                replication_factor=s.topic_replication or -1,
-                config={str(k): str(v) for k, v in (s.topic_config or {}).items()},
-            )
-            future = admin.create_topics([new], operation_timeout=self.timeout)[topic]
-            try:
-                future.result(timeout=self.timeout + 5)
-                log.info("%s: created %s", self.key, s.target)
-            except KafkaException as exc:
-                e = kafka_error(exc)
-                if e is None or e.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a race: fine
-                    raise self._raise_for(f"creating {s.target}", exc) from None
-            meta = self._await_topic(admin)
-        elif err is not None:
-            raise KafkaException(err)
-        self.partitions = len(meta.partitions)
-        try:
-            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-            found = admin.describe_configs([resource], request_timeout=self.timeout)[resource]
-            entry = found.result(timeout=self.timeout + 5).get("max.message.bytes")
-            return int(entry.value) if entry is not None and entry.value else None
-        except Exception as exc:  # not allowed to describe: the producer's limit stands
-            log.info("%s: cannot read max.message.bytes of %s: %s", self.key, s.target, exc)
-            return None
-
-    def _await_topic(self, admin: Any) -> Any:
-        deadline = time.monotonic() + self.timeout
-        while True:
-            md = admin.list_topics(self.settings.topic, timeout=self.timeout)
-            meta = md.topics.get(self.settings.topic)
-            if (
-                meta is not None
-                and meta.error is None
-                and meta.partitions
-                and all(p.leader >= 0 for p in meta.partitions.values())
-            ):
-                return meta
-            if time.monotonic() > deadline:
-                raise KafkaOutputUnavailableError(
-                    f"{self.key}: the created {self.settings.target} has no leaders after "
-                    f"{self.timeout:.0f}s"
-                )
-            time.sleep(0.1)
-
-    def _limit_sizes(self, topic_limit: int | None) -> None:
-        """Records and batches must fit the topic's ``max.message.bytes`` too: lower the
-        producer's ``message.max.bytes`` / ``batch.size`` to it unless they were set."""
-        s = self.settings
-        given = s.producer_config or {}
-        producer_limit = int(self._config.get("message.max.bytes", DEFAULT_MESSAGE_MAX))
-        limit = producer_limit
-        if topic_limit is not None and topic_limit < producer_limit:
-            limit = topic_limit
-            if "message.max.bytes" not in given:
-                self._config["message.max.bytes"] = max(1000, topic_limit)
-        if "batch.size" not in given:
-            self._config["batch.size"] = max(1, min(int(self._config["batch.size"]), limit))
-        self._limits = (producer_limit, topic_limit)
-        self.max_record_bytes = s.max_record_bytes or max(1, limit - RECORD_OVERHEAD)
-
     def _start_producer(self) -> None:
         self._drop_producer()
         try:
@@ -320,7 +209,7 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         except KafkaException as exc:
             raise KafkaOutputConfigError(
                 f"{self.key}: cannot create a Kafka producer for {self.settings.target} "
-                f"({self.settings.describe_producer(self.key)}): {_describe_error(exc)}"
+                f"({self.settings.describe_producer(self.key)}): {describe_error(exc)}"
             ) from None
         if self.delivery == "exactly_once":
             try:
@@ -349,12 +238,6 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
     def _on_error(self, err: KafkaError) -> None:
         if len(self._errors) < 100:
             self._errors.append(err)
-
-    def _call(self, what: str, fn: Any) -> Any:
-        try:
-            return fn()
-        except KafkaException as exc:
-            raise self._raise_for(what, exc) from None
 
     def _raise_for(self, what: str, exc: BaseException) -> BaseException:
         if self.is_transient(exc):
@@ -422,7 +305,12 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         records = self.encoder.encode(rows)
         rejected = dict(records.rejected)
         rejected.update(self._learned.get(txn.window, {}))
-        self._check_sizes(records, rejected)
+        self._limits.check(
+            records,
+            rejected,
+            max_bytes=self.max_record_bytes,
+            common_header_bytes=self._common_header_bytes,
+        )
         skip = self._already_written(txn.window, records, rejected)
         report = self.delivery != "exactly_once" or txn.window in self._diagnose
         self._produce(txn, records, rejected, skip, report)
@@ -445,31 +333,6 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
             rejected_row(table.slice(i, 1).to_pylist()[0], why)
             for i, why in sorted(rejected.items())
         ]
-
-    def _check_sizes(self, records: EncodedRecords, rejected: dict[int, str]) -> None:
-        limit = self.max_record_bytes
-        common = self._common_header_bytes
-        keys, values = records.keys, records.values
-        extra = records.headers
-        for i in range(len(values)):
-            n = len(keys[i] or b"") + len(values[i] or b"") + common
-            big = n > limit or (extra is not None and records.size(i, common) > limit)
-            if big and i not in rejected:
-                rejected[i] = self._too_large(records.size(i, common))
-
-    def _too_large(self, size: int) -> str:
-        producer, topic = self._limits
-        given = self.settings.max_record_bytes
-        where = (
-            f"max_record_bytes={given}"
-            if given
-            else f"message.max.bytes={producer}"
-            + (f", topic max.message.bytes={topic}" if topic is not None else "")
-        )
-        return (
-            f"record of {size} bytes (key + value + headers) is too large for "
-            f"{self.settings.target} ({where}, less ~{RECORD_OVERHEAD} bytes of record overhead)"
-        )
 
     def _already_written(
         self, window: int, records: EncodedRecords, rejected: dict[int, str]
@@ -535,7 +398,9 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
                 except KafkaException as exc:
                     err = kafka_error(exc)
                     if err is not None and err.code() in RECORD_CODES:
-                        rejected[i] = self._too_large(records.size(i, self._common_header_bytes))
+                        rejected[i] = self._limits.too_large(
+                            records.size(i, self._common_header_bytes)
+                        )
                         break
                     raise
             if i in rejected:
@@ -659,65 +524,21 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
                 raise self.failure("connecting", KafkaException(err), attempts=1)
 
     def is_transient(self, error: BaseException) -> bool:
-        if isinstance(error, RecordsRefused):
-            return True
-        if isinstance(error, OutputError):
-            return False
-        err = kafka_error(error)
-        if err is None:
-            return isinstance(error, ConnectionError | TimeoutError)
-        code = err.code()
-        if code in DENIED_CODES or code in SETTING_CODES or code in UNKNOWN_CODES:
-            return False
-        if code in FENCED_CODES:
-            return True  # a new producer fences the other writer, then reads the mark again
-        return (
-            bool(err.retriable())
-            or bool(err.txn_requires_abort())
-            or code in TRANSIENT_CODES
-            or code == KafkaError._MSG_TIMED_OUT
-            or bool(err.fatal())  # a new producer (new epoch) starts over
-        )
+        return is_transient(error)
 
     def describe(self) -> str:
         return self.settings.target
 
     def failure(self, what: str, error: BaseException, *, attempts: int) -> OutputError:
-        s = self.settings
-        text = _describe_error(error)
-        err = kafka_error(error)
-        code = err.code() if err is not None else None
-        if code in DENIED_CODES:
-            needs = f"WRITE on topic {s.topic!r}"
-            if self.delivery == "exactly_once":
-                needs += (
-                    f", WRITE on transactional id {s.transactional_id(self.key)!r} and READ on "
-                    f"group {s.commit_group(self.key)!r}"
-                )
-            elif self.delivery == "scan":
-                needs += f" and READ on topic {s.topic!r} (the restart scan)"
-            return KafkaAuthorizationError(
-                f"{what} for {self.key} into {s.target} failed: not authorized ({text}). The "
-                f"producer needs {needs} (IDEMPOTENT_WRITE on the cluster for old brokers); "
-                "check the ACLs and security.protocol / sasl.* / ssl.* in producer_config"
-            )
-        if code in UNKNOWN_CODES:
-            return OutputTopicNotFoundError(
-                f"{what} for {self.key}: {s.target} does not exist (deleted while running?); "
-                "create it, or set create_topic=True"
-            )
-        if code in SETTING_CODES:
-            return KafkaOutputConfigError(
-                f"{what} for {self.key} into {s.target}: the broker refuses a producer setting "
-                f"({text}); check transaction.timeout.ms (at most the broker's "
-                "transaction.max.timeout.ms) and acks in producer_config"
-            )
-        if self.is_transient(error):
-            return KafkaOutputUnavailableError(
-                f"{what} for {self.key}: {s.target} still unavailable after {attempts} "
-                f"attempts (delivery {self.delivery}): {text}"
-            )
-        return KafkaOutputError(f"{what} for {self.key} into {s.target} failed: {text}")
+        return output_failure(
+            self.settings,
+            self.key,
+            self.delivery,
+            what,
+            error,
+            attempts=attempts,
+            transient=self.is_transient(error),
+        )
 
     # -- scan recovery ------------------------------------------------------------------------
     def _scan(self) -> None:
