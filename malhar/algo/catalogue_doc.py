@@ -108,18 +108,22 @@ rows; Spark `local[2]` with 3 GiB of driver heap, on a cached DataFrame, best of
 to the `noop` sink), on the shared 2-core machine of this project, 2026-11-24, with a 1-minute
 load average of 8.4 at the start and 12.0 at the end (three other agents' builds and tests;
 it reached 30 minutes before): figures move by 2-3x between runs, ratios less. TopN and
-TimeBasedDedup was measured again after its batch path became vectorized (load 2.8 at the
+TimeBasedDedup were measured again after their batch paths became vectorized (load 2.8 at the
 start, 2.9 at the end; before that change, at load 2.1: 134,301 / 138,010 / 564,892 rows/s,
-1.0x and 0.24x). TimeBasedDedup's row is from 2026-11-24 18:20 UTC, after issue 17's
-managed-state work below (1-minute load 3.7 at the start, 3.0 at the end; the run just
-before it, at 4.7 and 4.7, gave 481,184 / 155,094 / 498,790 rows/s: 3.1x and 0.96x).
-Measured again on 2026-11-24 at 20:31 UTC, on the same 2-core machine at load 3.8 at the
-start and 3.0 at the end, before and after the SIGKILL fix to the spilled checkpoint
-(`docs/state.md`: a memtable flush before the table file is ingested). Before: 447,571 /
-141,737 / 534,404 rows/s. After: 448,625 / 141,489 / 643,785 rows/s. Both runs give 3.2x
-the per-tuple path. With the per-tuple path run on all 1M rows (load ~12), so that it
-carries the same state and spills as the batch path, the ratio is also 3.2x
-(188,253 / 58,847 rows/s).
+1.0x and 0.24x).
+
+TimeBasedDedup's row is the latest of its runs: 2026-11-25 00:51 UTC, load 1.2 at the start
+and 1.5 at the end, after spills were written in key order (a few percent faster). Earlier
+runs, all on the same machine (batch / per tuple / Spark rows/s):
+
+- 2026-11-24 18:20 UTC, after issue 17's managed-state work below (load 3.7, then 3.0):
+  433,170 / 157,504 / 581,696, 2.8x and 0.74x; the run just before it (load 4.7 and 4.7):
+  481,184 / 155,094 / 498,790, 3.1x and 0.96x.
+- 2026-11-24 20:31 UTC (load 3.8, then 3.0), before and after the SIGKILL fix to the
+  spilled checkpoint (`docs/state.md`: a memtable flush before the table file is ingested):
+  447,571 / 141,737 / 534,404 before, 448,625 / 141,489 / 643,785 after, 3.2x both.
+- With the per-tuple path run on all 1M rows (load ~12), so that it carries the same state
+  and spills as the batch path, the ratio is also 3.2x (188,253 / 58,847 rows/s).
 
 | family | operator | batch rows/s | tuple rows/s | Spark rows/s | batch/tuple (>= 10x) | batch/Spark (>= 0.67x) |
 |---|---|---|---|---|---|---|
@@ -131,7 +135,7 @@ carries the same state and spills as the batch path, the ratio is also 3.2x
 | parse | CsvParser | 1,921,376 | 2,508 | 242,098 | 766x met | 7.9x met |
 | format | CsvFormatter | 1,186,668 | 2,923 | 138,484 | 406x met | 8.6x met |
 | stream | Counter | 1.7e10 | 1,255,544 | 602,949 | met | met |
-| dedup | TimeBasedDedup(id) | 433,170 | 157,504 | 581,696 | 2.8x **not met** | 0.74x met |
+| dedup | TimeBasedDedup(id) | 426,396 | 143,593 | 590,931 | 3.0x **not met** | 0.72x met |
 | join | LookupJoin(k) inner | 1,304,836 | 29,386 | 464,353 | 44.4x met | 2.8x met |
 | enrich | Enricher(file) | 3,959,422 | 291,171 | 576,991 | 13.6x met | 6.9x met |
 
