@@ -89,8 +89,11 @@ def format_tps(tps: Iterable[TP]) -> str:
     return ", ".join(f"{t}[{','.join(map(str, ps))}]" for t, ps in by_topic.items()) or "-"
 
 
-def _kafka_error(exc: BaseException) -> KafkaError | None:
-    arg = exc.args[0] if exc.args else None
+def kafka_error(exc: BaseException) -> KafkaError | None:
+    """The ``KafkaError`` inside a confluent-kafka exception (None for other errors)."""
+    if isinstance(exc, KafkaError):
+        return exc
+    arg = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     return arg if isinstance(arg, KafkaError) else None
 
 
@@ -197,7 +200,7 @@ class KafkaClient:
             try:
                 return fn()
             except KafkaException as exc:
-                err = _kafka_error(exc)
+                err = kafka_error(exc)
                 if err is None or not (is_transient(err) or err.code() in UNKNOWN_CODES):
                     raise self._error(what, err, exc, tps, topics) from None
                 last = err

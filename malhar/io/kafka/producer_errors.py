@@ -8,10 +8,10 @@ classification reads in one place, apart from the window protocol.
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 
 from malhar.io.base.output import OutputError, WindowKey
-from malhar.io.kafka.client import AUTH_CODES, TRANSIENT_CODES, UNKNOWN_CODES
+from malhar.io.kafka.client import AUTH_CODES, TRANSIENT_CODES, UNKNOWN_CODES, kafka_error
 from malhar.io.kafka.errors import (
     KafkaAuthorizationError,
     KafkaConnectorError,
@@ -59,14 +59,6 @@ class RecordsRefused(KafkaConnectorError, ConnectionError):
     """Some records of the window were refused by the cluster inside the transaction (which
     must then abort); the window is tried again without them (transient, so not an
     :class:`~malhar.io.base.output.OutputError`, which the retry loop passes through)."""
-
-
-def kafka_error(exc: BaseException) -> KafkaError | None:
-    """The ``KafkaError`` inside a confluent-kafka exception (None for other errors)."""
-    if isinstance(exc, KafkaError):
-        return exc
-    arg = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return arg if isinstance(arg, KafkaError) else None
 
 
 def describe_error(exc: BaseException) -> str:
