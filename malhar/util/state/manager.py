@@ -932,8 +932,8 @@ class ManagedState:
         # refreshes the cache from the (then) in-memory overlay
         self._cache.discard_many(self._overlay)
         batch = self._local().batch()
-        # in key order: RocksDB's memtable inserts sorted keys about twice as fast as the
-        # overlay's arrival order (270,000 keys: ~0.25 s of sorting saves ~0.6 s of writing)
+        # in key order: RocksDB's memtable inserts sorted keys ~3x as fast as the overlay's
+        # arrival order (270,000 keys: 246 ms unsorted; 83 ms to sort, then 80 ms)
         keys, values = _sorted_columns(self._overlay)
         batch.put_all(_P, _pending_entries(zip(keys, values, strict=True)), _APPLY_BATCH_BYTES)
         batch.commit()
