@@ -98,6 +98,8 @@ class WordCountSettings:
     value_format: str = "text"
     max_message_bytes: int | None = None
     consumer_config: dict[str, Any] = field(default_factory=dict)
+    #: requests to a silent Kafka cluster before a window fails (5: about 30 s)
+    kafka_retry_attempts: int = 5
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> WordCountSettings:
@@ -131,6 +133,7 @@ def populate(
             max_records_per_window=settings.max_records_per_window,
             max_message_bytes=settings.max_message_bytes,
             consumer_config=settings.consumer_config or None,
+            retry_attempts=settings.kafka_retry_attempts,
         ),
         PARTITIONS=n_readers,
     )

@@ -46,6 +46,7 @@ class Flagship:
     partitions: int = 4
     plan: str = "direct"
     max_records_per_window: int = 2_000
+    kafka_retry_attempts: int = 5
     name: str = field(default_factory=lambda: f"flagship-{uuid.uuid4().hex[:8]}")
     proc: subprocess.Popen | None = None
     runs: int = 0
@@ -67,6 +68,7 @@ class Flagship:
             table=self.table,
             plan=self.plan,
             max_records_per_window=self.max_records_per_window,
+            kafka_retry_attempts=self.kafka_retry_attempts,
         )
 
     # -- data --------------------------------------------------------------------------------

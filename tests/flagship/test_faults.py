@@ -35,7 +35,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_postgres_and_kafka_restarted_mid_run(kafka_service, postgres_service, tmp_path) -> None:
-    f = Flagship(kafka_service, postgres_service, tmp_path, str(tmp_path / "ckpt"))
+    # the readers wait up to ~2.5 minutes for the broker (5 attempts, ~30 s, is the default):
+    # a broker restart took more than 30 s under CI load, and the window failed
+    f = Flagship(
+        kafka_service, postgres_service, tmp_path, str(tmp_path / "ckpt"), kafka_retry_attempts=15
+    )
     parts = list(chunks(corpus(9_000, seed=9), 3))
     try:
         f.produce(parts[0])
