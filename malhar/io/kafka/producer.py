@@ -63,7 +63,7 @@ from malhar.io.base.output import (
     WindowKey,
     rejected_row,
 )
-from malhar.io.kafka.client import KafkaClient
+from malhar.io.kafka.client import KafkaClient, kafka_error
 from malhar.io.kafka.config import RetryPolicy
 from malhar.io.kafka.encoding import (
     WINDOW_HEADER,
@@ -81,7 +81,6 @@ from malhar.io.kafka.producer_errors import (
     RecordsRefused,
     describe_error,
     is_transient,
-    kafka_error,
     output_failure,
 )
 from malhar.io.kafka.serializers import get_serializer

@@ -19,11 +19,10 @@ from typing import Any, NamedTuple
 from confluent_kafka import KafkaError, KafkaException
 
 from malhar.io.base.output import WindowKey
-from malhar.io.kafka.client import UNKNOWN_CODES
+from malhar.io.kafka.client import UNKNOWN_CODES, kafka_error
 from malhar.io.kafka.encoding import EncodedRecords
 from malhar.io.kafka.errors import KafkaOutputUnavailableError, OutputTopicNotFoundError
 from malhar.io.kafka.output_settings import KafkaOutputSettings
-from malhar.io.kafka.producer_errors import kafka_error
 
 __all__ = [
     "DEFAULT_MESSAGE_MAX",
@@ -146,12 +145,14 @@ class RecordLimits:
     given: int | None
 
     @property
+    def message_max(self) -> int:
+        """The smaller of the producer's and the topic's limit on a message."""
+        return self.producer if self.topic is None else min(self.producer, self.topic)
+
+    @property
     def max_record_bytes(self) -> int:
         """The largest record (key + value + headers) sent."""
-        limit = self.producer
-        if self.topic is not None and self.topic < self.producer:
-            limit = self.topic
-        return self.given or max(1, limit - RECORD_OVERHEAD)
+        return self.given or max(1, self.message_max - RECORD_OVERHEAD)
 
     def too_large(self, size: int) -> str:
         """The reason a record of ``size`` bytes goes to the error port."""
@@ -196,11 +197,9 @@ def limit_sizes(
     settings, changed in place) to it unless they were set."""
     given = settings.producer_config or {}
     producer_limit = int(config.get("message.max.bytes", DEFAULT_MESSAGE_MAX))
-    limit = producer_limit
-    if topic_limit is not None and topic_limit < producer_limit:
-        limit = topic_limit
-        if "message.max.bytes" not in given:
-            config["message.max.bytes"] = max(1000, topic_limit)
+    limits = RecordLimits(settings.target, producer_limit, topic_limit, settings.max_record_bytes)
+    if limits.message_max < producer_limit and "message.max.bytes" not in given:
+        config["message.max.bytes"] = max(1000, limits.message_max)
     if "batch.size" not in given:
-        config["batch.size"] = max(1, min(int(config["batch.size"]), limit))
-    return RecordLimits(settings.target, producer_limit, topic_limit, settings.max_record_bytes)
+        config["batch.size"] = max(1, min(int(config["batch.size"]), limits.message_max))
+    return limits

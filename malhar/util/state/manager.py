@@ -415,9 +415,10 @@ class ManagedState:
         self, window: int, uid: str, ingest: IngestBatch | None
     ) -> tuple[Node, _Columns | None]:
         """The checkpoint file of this window's changes (durable once this returns), and the
-        overlay's keys and values sorted for the store; a window that spilled (``ingest`` given) instead reads
-        its changes back from the store once, each chunk going to the file and to the sorted
-        table file the store ingests whole once the checkpoint file is durable."""
+        overlay's keys and values sorted for the store; a window that spilled (``ingest``
+        given) instead reads its changes back from the store once, each chunk going to the
+        file and to the sorted table file the store ingests whole once the checkpoint file
+        is durable."""
         fs, _, pdir = self._dirfs()
         lo, prev = self._head
         writer = FileWriter(fs, pdir, lo, window, uid, prev, signer=self.signer)
