@@ -10,7 +10,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -19,35 +18,21 @@ import pytest
 from malhar.testing.services.process import wait_until
 from samples.clicks_attribution import data
 from samples.clicks_attribution.driver import SETTINGS_ENV
+from tests.drivers import start_driver, stop_driver
 
-ROOT = Path(__file__).resolve().parents[2]
 MASTER = "local-cluster[2,1,1024]"
 
 
 def _start(settings: dict, checkpoint: Path, log: Path) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "PYSPARK_PYTHON": sys.executable,
-        SETTINGS_ENV: json.dumps(settings),
-    }
-    out = open(log, "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "samples.clicks_attribution.driver",
-            str(checkpoint),
-            "--master",
-            MASTER,
-            "--window-ms",
-            "150",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    return start_driver(
+        "samples.clicks_attribution.driver",
+        str(checkpoint),
+        "--master",
+        MASTER,
+        "--window-ms",
+        "150",
+        log=log,
+        env={SETTINGS_ENV: json.dumps(settings)},
     )
 
 
@@ -130,8 +115,9 @@ def test_sigkill_the_driver_on_a_local_cluster_and_the_attribution_is_exact(
             alive=lambda: alive(proc),
         )
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=120)
+        # SIGTERM to the driver alone (its group would take its JVM down mid-stop)
+        stopped = stop_driver(proc, log)
+    assert stopped == 0, log.read_text()[-3000:]
     # a click inserted twice would have failed its window (primary key): none twice, none lost
     assert attributed() == truth
     assert data.ad_clicks(settings["url"], settings["ad_clicks_table"]) == expected

@@ -9,7 +9,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -18,33 +17,19 @@ import pytest
 from malhar.testing.services.process import wait_until
 from samples.orders_top_products import data
 from samples.orders_top_products.driver import SETTINGS_ENV
+from tests.drivers import start_driver, stop_driver
 
-ROOT = Path(__file__).resolve().parents[2]
 PRODUCTS = 8  # <= top_n: every application window's ranking holds every product
 
 
 def _start(settings: dict, checkpoint: Path, log: Path) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "PYSPARK_PYTHON": sys.executable,
-        SETTINGS_ENV: json.dumps(settings),
-    }
-    out = open(log, "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "samples.orders_top_products.driver",
-            str(checkpoint),
-            "--window-ms",
-            "150",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    return start_driver(
+        "samples.orders_top_products.driver",
+        str(checkpoint),
+        "--window-ms",
+        "150",
+        log=log,
+        env={SETTINGS_ENV: json.dumps(settings)},
     )
 
 
@@ -129,8 +114,9 @@ def test_sigkill_the_driver_twice_and_the_top_products_are_exact(
             alive=running,
         )
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=120)
+        # SIGTERM to the driver alone (its group would take its JVM down mid-stop)
+        stopped = stop_driver(proc, log)
+    assert stopped == 0, log.read_text()[-3000:]
     final = rows()
     _check_windows(final)
     assert data.totals(final) == truth  # every distinct order once: none lost, none twice
