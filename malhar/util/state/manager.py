@@ -16,7 +16,8 @@ Three layers (``docs/state.md``):
 - *overlay* (memory): this window's changes, spilled to the local store's pending
   area when they outgrow half of the memory budget;
 - *local store* (RocksDB on local disk) + a bounded read cache: the state at the
-  last checkpoint, a cache of the checkpoint filesystem, rebuilt from it when lost;
+  last checkpoint, a cache of the checkpoint filesystem, rebuilt from it when lost
+  (its layout of base, pending area and marker: :mod:`malhar.util.state.replica`);
 - *checkpoint files* under ``<root>/malhar/managed/<operator>/<partition>/``: one
   delta file per checkpointed window that changed something (cost proportional to
   the change), merged into bigger runs on ``committed`` (LSM-style, so restore
@@ -28,7 +29,6 @@ from __future__ import annotations
 import heapq
 import logging
 import os
-import struct
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from hashlib import sha1
@@ -43,19 +43,12 @@ from malhar.util.state.codecs import AUTO_KEY, AUTO_VALUE, Codec, KeyCodec
 from malhar.util.state.errors import StateError
 from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, Node, new_uid, parse_name
 from malhar.util.state.keys import KIND_NAMES
+from malhar.util.state.replica import Columns, Replica
 from malhar.util.state.store import IngestBatch, LocalStore
 
 log = logging.getLogger(__name__)
 
-_B = b"B"  # base: the state at the store's checkpoint
-_P = b"P"  # pending: this window's changes spilled out of memory
-_META_AT = b"\x00at"  # which checkpoint the base holds: hi i64 | uid (16 ascii)
-_DIRTY = b"dirty"
-_P_PUT, _P_DEL = b"\x01", b"\x02"
-_Columns = tuple[list[bytes], list[bytes | None]]  # keys in order and their values (None: delete)
-_AT = struct.Struct("<q16s")
-_APPLY_BATCH_BYTES = 8 << 20
-_CHUNK = 1 << 16  # changes per step of the checkpoint's one pass
+_CHUNK = 1 << 16  # keys per step of the key filter's build
 _FILTER_MIN_KEYS = 32  # many-key reads of fewer keys (after the overlay) skip the filter
 _BULK_MIN = 256  # many-key writes of at least this many items try the bulk path
 
@@ -125,7 +118,7 @@ class ManagedState:
     def _init_runtime(self) -> None:
         self._structs: dict[str, Any] = {}
         self._fs: tuple[FileSystem, str, str] | None = None
-        self._store: LocalStore | None = None
+        self._replica: Replica | None = None
         self._store_private = False
         self._window: int | None = None
         self._head: tuple[int, str] = (-1, ROOT)
@@ -275,8 +268,9 @@ class ManagedState:
             self._fs = (fs, opdir, fs.join(opdir, str(self.partition)))
         return self._fs
 
-    def _local(self) -> LocalStore:
-        if self._store is None:
+    def _local(self) -> Replica:
+        """The local store (opened on first use) as this manager lays it out."""
+        if self._replica is None:
             path = self.local_dir or os.path.join(
                 tempfile.gettempdir(),
                 f"malhar-state-{os.getuid() if hasattr(os, 'getuid') else 0}",
@@ -285,23 +279,16 @@ class ManagedState:
                 str(self.partition),
             )
             try:
-                self._store = LocalStore(path, memory_bytes=self._store_mem)
+                self._replica = Replica(LocalStore(path, memory_bytes=self._store_mem))
                 self._store_private = False
             except StateError:
                 # another live process holds this partition's local store (a stale copy of
                 # the operator in another Python worker): use a private one, rebuilt
                 private = f"{path}.{os.getpid()}-{new_uid()[:8]}"
                 log.info("%s: local store %s is in use; using %s", self.where, path, private)
-                self._store = LocalStore(private, memory_bytes=self._store_mem)
+                self._replica = Replica(LocalStore(private, memory_bytes=self._store_mem))
                 self._store_private = True
-        return self._store
-
-    def _store_at(self, store: LocalStore) -> tuple[int, str] | None:
-        raw = store.get(_META_AT)
-        if raw is None or raw == _DIRTY:
-            return None
-        hi, uid = _AT.unpack(raw)
-        return hi, uid.decode("ascii")
+        return self._replica
 
     # -- the engine's protocol ----------------------------------------------------------------
     def restore(self, window: int) -> None:
@@ -336,7 +323,7 @@ class ManagedState:
         chain = select_chain(nodes, window, where=fs.describe(pdir))
         head = (chain[-1].hi, chain[-1].uid) if chain else (-1, ROOT)
         store = self._local()
-        at = self._store_at(store)
+        at = store.at()
         positions = {(-1, ROOT): 0} | {(n.hi, n.uid): i + 1 for i, n in enumerate(chain)}
         start = positions.get(at) if at is not None else None
         if start is None:
@@ -349,7 +336,7 @@ class ManagedState:
             # that applies nothing keeps it: the dropped pending keys are false positives
             self._filter_reset()
         # a crashed process may have left spilled writes of an unfinished window
-        store.write(ranges=[(_P, b"Q")])
+        store.drop_pending()
         self._apply_nodes(store, todo)
         self._overlay = {}
         self._overlay_bytes = 0
@@ -390,12 +377,12 @@ class ManagedState:
             # in the store and not in the filter would be a false negative)
             self._filter_add(list(overlay))
         uid = new_uid()
-        ingest = self._local().ingest_batch(uid) if self._pending else None
+        ingest = self._local().begin_ingest(window, uid) if self._pending else None
         try:
             node, sorted_overlay = self._write_file(window, uid, ingest)
             self.stats["files_written"] += 1
             self.stats["bytes_written"] += node.size
-            self._apply_to_store(node, ingest, sorted_overlay)
+            self._local().commit_checkpoint(node, self._ranges, ingest, sorted_overlay)
         finally:
             if ingest is not None:
                 ingest.abort()  # its file, unless the store took it
@@ -413,7 +400,7 @@ class ManagedState:
 
     def _write_file(
         self, window: int, uid: str, ingest: IngestBatch | None
-    ) -> tuple[Node, _Columns | None]:
+    ) -> tuple[Node, Columns | None]:
         """The checkpoint file of this window's changes (durable once this returns), and the
         overlay's keys and values sorted for the store; a window that spilled (``ingest``
         given) instead reads its changes back from the store once, each chunk going to the
@@ -422,16 +409,13 @@ class ManagedState:
         fs, _, pdir = self._dirfs()
         lo, prev = self._head
         writer = FileWriter(fs, pdir, lo, window, uid, prev, signer=self.signer)
-        sorted_overlay: _Columns | None = None
+        sorted_overlay: Columns | None = None
         try:
             writer.add_ranges(self._ranges)
             if ingest is not None:
-                # the marker of this checkpoint travels in the table file (its first key):
-                # durable with the changes, never one without the other (store docstring)
-                ingest.put(_META_AT, _AT.pack(window, uid.encode("ascii")))
-                for keys, values in self._spilled_columns():
+                for keys, values in self._local().pending_columns():
                     writer.add_many(keys, values)
-                    ingest.put_all(_B, zip(keys, values, strict=True))
+                    Replica.ingest_changes(ingest, keys, values)
             else:
                 keys, values = _sorted_columns(self._overlay)
                 if len(keys) >= _BULK_MIN:
@@ -443,30 +427,6 @@ class ManagedState:
         except BaseException:
             writer.abort()
             raise
-
-    def _apply_to_store(
-        self,
-        node: Node,
-        ingest: IngestBatch | None,
-        sorted_overlay: _Columns | None,
-    ) -> None:
-        """The durable checkpoint ``node`` into the local store: a dirty marker and the range
-        deletes first (the file's semantics), then the entries and the marker ``node``."""
-        batch = self._local().batch()
-        batch.put(_META_AT, _DIRTY)
-        for lo_k, hi_k in self._ranges:
-            batch.delete_range(_B + lo_k, _B + hi_k)
-        if ingest is not None:
-            # the spilled writes, read into the file already, go in this batch: the flush
-            # before the ingestion then drops them instead of writing them
-            batch.delete_range(_P, b"Q")
-            batch.commit()
-            ingest.ingest()
-        else:
-            keys, values = sorted_overlay or ((), ())
-            batch.put_all(_B, zip(keys, values, strict=True), _APPLY_BATCH_BYTES)
-            batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
-            batch.commit()
 
     def committed(self, window: int) -> None:
         """Window ``window`` is final: restores will target it or later.
@@ -508,12 +468,12 @@ class ManagedState:
 
     def close(self) -> None:
         """Release the local store (a private one is deleted); the checkpoint stays."""
-        if self._store is not None:
+        if self._replica is not None:
             if self._store_private:
-                self._store.destroy()
+                self._replica.store.destroy()
             else:
-                self._store.close()
-            self._store = None
+                self._replica.store.close()
+            self._replica = None
         self._cache.clear()
         self._filter_reset()
         self._overlay = {}
@@ -562,28 +522,17 @@ class ManagedState:
         if self._window is None:
             raise StateError(f"{self.where}: call restore(window) before {what}")
 
-    def _wipe(self, store: LocalStore) -> None:
+    def _wipe(self, store: Replica) -> None:
         self._filter_reset()
-        store.write(ranges=[(b"", b"\xff")], puts=[(_META_AT, _AT.pack(-1, ROOT.encode()))])
+        store.wipe()
         self._cache.clear()
 
-    def _apply_nodes(self, store: LocalStore, nodes: list[Node]) -> None:
+    def _apply_nodes(self, store: Replica, nodes: list[Node]) -> None:
         fs, _, pdir = self._dirfs()
         for node in nodes:
-            reader = FileReader(fs, fs.join(pdir, node.name), node, signer=self.signer)
-            batch = store.batch()
-            batch.put(_META_AT, _DIRTY)  # a crash mid-file leaves the store marked unusable
-            for lo, hi in reader.ranges():
-                batch.delete_range(_B + lo, _B + hi)
-            for k, v in reader.entries():
-                if v is None:
-                    batch.delete(_B + k)
-                else:
-                    batch.put(_B + k, v)
-                if batch.bytes >= _APPLY_BATCH_BYTES:
-                    batch.commit()
-            batch.put(_META_AT, _AT.pack(node.hi, node.uid.encode("ascii")))
-            batch.commit()
+            store.apply_file(
+                FileReader(fs, fs.join(pdir, node.name), node, signer=self.signer), node
+            )
             self.stats["files_applied"] += 1
 
     def _merge(self, fs: FileSystem, pdir: str, group: list[Node]) -> Node:
@@ -610,22 +559,6 @@ class ManagedState:
         return node
 
     # -- internals: the read/write path of the structures ---------------------------------------
-    def _spilled_columns(self) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
-        """The pending area as chunks of ``(keys, values or None)`` lists, in key order."""
-        deleted = _P_DEL[0]
-        keys: list[bytes] = []
-        values: list[bytes | None] = []
-        for k, v in self._local().scan_from(_P):
-            if k >= b"Q":
-                break
-            keys.append(k[1:])
-            values.append(None if v[0] == deleted else v[1:])
-            if len(keys) == _CHUNK:
-                yield keys, values
-                keys, values = [], []
-        if keys:
-            yield keys, values
-
     def _in_ranges(self, ik: bytes) -> bool:
         return any(lo <= ik < hi for lo, hi in self._ranges)
 
@@ -637,15 +570,15 @@ class ManagedState:
         if self._window is None:
             self._require_restored("reading state")
         if self._pending:
-            pv = self._local().get(_P + ik)
-            if pv is not None:
-                return None if pv[:1] == _P_DEL else pv[1:]
+            pv = self._local().pending_get(ik)
+            if pv is not MISSING:
+                return pv  # type: ignore[return-value]
         if self._ranges and self._in_ranges(ik):
             return None
         v = self._cache.get(ik)
         if v is not MISSING:
             return v  # type: ignore[return-value]
-        v = self._local().get(_B + ik)
+        v = self._local().base_get(ik)
         self._cache.put(ik, v, self._py_budget - self._overlay_bytes)
         return v
 
@@ -681,15 +614,14 @@ class ManagedState:
             todo = rest
             if not todo:
                 return out
-        get = self._local().getter
+        store = self._local()
         if self._pending:
             rest = []
-            for i in todo:
-                pv = get(_P + iks[i])
-                if pv is None:
+            for i, pv in zip(todo, store.pending_many([iks[i] for i in todo]), strict=True):
+                if pv is MISSING:
                     rest.append(i)
                 else:
-                    out[i] = None if pv[:1] == _P_DEL else pv[1:]
+                    out[i] = pv
             todo = rest
         if self._ranges:
             rest = []
@@ -709,7 +641,8 @@ class ManagedState:
             else:
                 out[i] = v
         if misses:
-            found = [(iks[i], get(_B + iks[i])) for i in misses]
+            keys = [iks[i] for i in misses]
+            found = list(zip(keys, store.base_many(keys), strict=True))
             for i, (_, v) in zip(misses, found, strict=True):
                 out[i] = v
             if not cache_absent:
@@ -838,7 +771,7 @@ class ManagedState:
             v = self._overlay.pop(k)
             self._overlay_bytes -= len(k) + ENTRY_OVERHEAD + (len(v) if v is not None else 0)
         if self._pending:
-            self._local().write(ranges=[(_P + lo, _P + hi)])
+            self._local().delete_pending_range(lo, hi)
         self._ranges.append((lo, hi))
 
     def scan_raw(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
@@ -856,16 +789,10 @@ class ManagedState:
         store = self._local()
         sources: list[Iterator[tuple[bytes, int, bytes | None]]] = [iter(mem)]
         if self._pending:
-
-            def spilled() -> Iterator[tuple[bytes, int, bytes | None]]:
-                for k, v in store.items(_P + lo, b"Q" if hi is None else _P + hi):
-                    yield k[1:], 1, (None if v[:1] == _P_DEL else v[1:])
-
-            sources.append(spilled())
+            sources.append((k, 1, v) for k, v in store.pending_items(lo, hi))
 
         def base() -> Iterator[tuple[bytes, int, bytes | None]]:
-            for k, v in store.items(_B + lo, _B + hi if hi is not None else b"C"):
-                ik = k[1:]
+            for ik, v in store.base_items(lo, hi):
                 if ranges and any(a <= ik < b for a, b in ranges):
                     continue
                 yield ik, 2, v
@@ -909,16 +836,15 @@ class ManagedState:
         store = self._local()
         self.stats["filter_builds"] += 1
         hashes, n = [], 0
-        for lo, hi in ((_P, b"Q"), (_B, b"C")):
-            keys = store.keys(lo, hi)
-            while chunk := [k[1:] for k in islice(keys, _CHUNK)]:
-                n += len(chunk)
-                if n > limit:
-                    # too many to filter within the budget: try again once as many keys
-                    # were written (a scan per `limit` writes at most)
-                    self._filter_due = limit
-                    return None
-                hashes.append(key_hashes(chunk))
+        keys = store.keys()
+        while chunk := list(islice(keys, _CHUNK)):
+            n += len(chunk)
+            if n > limit:
+                # too many to filter within the budget: try again once as many keys
+                # were written (a scan per `limit` writes at most)
+                self._filter_due = limit
+                return None
+            hashes.append(key_hashes(chunk))
         f = KeyFilter(max(FIRST_CAPACITY, 2 * n))
         for h in hashes:
             f.add_hashes(h)
@@ -932,12 +858,9 @@ class ManagedState:
         # the cache holds the base; these keys change it at the checkpoint, which only
         # refreshes the cache from the (then) in-memory overlay
         self._cache.discard_many(self._overlay)
-        batch = self._local().batch()
         # in key order: RocksDB's memtable inserts sorted keys ~3x as fast as the overlay's
         # arrival order (270,000 keys: 246 ms unsorted; 83 ms to sort, then 80 ms)
-        keys, values = _sorted_columns(self._overlay)
-        batch.put_all(_P, _pending_entries(zip(keys, values, strict=True)), _APPLY_BATCH_BYTES)
-        batch.commit()
+        self._local().spill(*_sorted_columns(self._overlay))
         self._overlay = {}
         self._overlay_bytes = 0
         self._pending = True
@@ -945,27 +868,11 @@ class ManagedState:
             self.stats["spills"] += 1
 
 
-def _sorted_columns(changes: dict[bytes, bytes | None]) -> _Columns:
+def _sorted_columns(changes: dict[bytes, bytes | None]) -> Columns:
     """The keys of ``changes`` in order and their values: sorting the keys alone is ~3x
     faster than sorting the items (no tuple comparisons)."""
     keys = sorted(changes)
     return keys, list(map(changes.__getitem__, keys))
-
-
-def _pending_entries(
-    items: Iterable[tuple[bytes, bytes | None]],
-) -> Iterator[tuple[bytes, bytes]]:
-    """Overlay entries as the pending area stores them (a put's value after a flag byte);
-    a value shared by consecutive entries (a dedup's fill) is prefixed once."""
-    last: bytes | None = None
-    flagged = b""
-    for k, v in items:
-        if v is None:
-            yield k, _P_DEL
-        else:
-            if v is not last:
-                last, flagged = v, _P_PUT + v
-            yield k, flagged
 
 
 __all__ = ["ManagedState", "encode_name", "operator_dir"]

@@ -124,7 +124,7 @@ def test_crash_between_file_and_local_apply(root) -> None:
     _fill(ms, range(10), 1)
     ms.checkpoint(0)
     _fill(ms, range(3), 2)
-    store = ms._local()
+    store = ms._local().store
     real = store.batch
 
     def die():
@@ -158,7 +158,7 @@ def test_crash_in_the_checkpoint_of_a_window_that_spilled(root, where, monkeypat
     del ms.map("m", INT, INT_VALUE)[0]
     ms.map("t", STR, INT_VALUE).clear()  # a range delete: applied before the entries
     assert ms._pending
-    store = ms._local()
+    store = ms._local().store
     files = list(root.files())
 
     def die(*args, **kwargs):
@@ -375,7 +375,7 @@ def test_second_process_on_the_same_local_dir_gets_a_private_store(root) -> None
     b = ManagedState(a.root, "op", 0, local_dir=a.local_dir)  # a stale copy elsewhere
     b.restore(0)
     assert b._store_private and _state(b) == {k: 1 for k in range(5)}
-    private = b._store.path
+    private = b._replica.store.path
     b.close()
     assert not os.path.exists(private)
 
@@ -423,8 +423,8 @@ def test_spilled_writes_of_a_crashed_window_are_not_read_back(root) -> None:
     ms.checkpoint(0)
     _fill(ms, range(100, 400), 9)  # spilled, never checkpointed
     assert ms.stats["spills"] > 0
-    ms._store.close()  # killed: no restore, no cleanup
-    ms._store = None
+    ms._replica.store.close()  # killed: no restore, no cleanup
+    ms._replica = None
     again = ManagedState(ms.root, "op", 0, local_dir=ms.local_dir)
     again._py_budget = 4096
     again.restore(0)
