@@ -22,7 +22,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from malhar.errors import ConfigError
-from malhar.io.base.output import RetryPolicy, WindowCommitter, WindowKey
+from malhar.io.base.committer import WindowCommitter
+from malhar.io.base.output import RetryPolicy, WindowKey
 from malhar.io.kafka import (
     KafkaAuthorizationError,
     KafkaOutputOperator,

@@ -19,21 +19,21 @@ import pytest
 
 from malhar import OperatorContext
 from malhar.errors import ConfigError, MalharError
+from malhar.io.base.committer import WindowCommitter
 from malhar.io.base.output import (
     CommitMark,
     OutputError,
     OutputUnavailableError,
     RetryPolicy,
-    TransactionalOutputOperator,
-    TransactionalSinkSettings,
     TransactionalStore,
-    WindowCommitter,
     WindowContentMismatchError,
     WindowKey,
     WindowRegressionError,
     batch_digest,
     rejected_row,
 )
+from malhar.io.base.output_operator import TransactionalOutputOperator
+from malhar.io.base.spark_sink import TransactionalSinkSettings
 from malhar.properties import Property
 from malhar.testing.harness import OperatorHarness
 

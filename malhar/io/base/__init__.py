@@ -11,6 +11,7 @@
   and as a Spark sink from the same store (``docs/howto-output.md``).
 """
 
+from malhar.io.base.committer import WindowCommitter
 from malhar.io.base.dealing import DealtPositions
 from malhar.io.base.input import ReplayableInput, ReplayError, WindowRecord
 from malhar.io.base.output import (
@@ -18,16 +19,14 @@ from malhar.io.base.output import (
     CommitMark,
     OutputError,
     RetryPolicy,
-    TransactionalOutputOperator,
     TransactionalSettings,
-    TransactionalSinkSettings,
     TransactionalStore,
-    TransactionalStreamWriter,
-    WindowCommitter,
     WindowKey,
     WindowRegressionError,
     rejected_row,
 )
+from malhar.io.base.output_operator import TransactionalOutputOperator
+from malhar.io.base.spark_sink import TransactionalSinkSettings, TransactionalStreamWriter
 
 __all__ = [
     "NO_WINDOW",

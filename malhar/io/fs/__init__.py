@@ -4,7 +4,7 @@ filesystem and HDFS (``malhar.util.fs``).
 - Input (:class:`~malhar.io.base.ReplayableInput`): :class:`LinesFileInput`,
   :class:`CsvFileInput`, :class:`JsonLinesFileInput`, :class:`ParquetFileInput`; settings
   :class:`FileInputSettings`.
-- Output (:class:`~malhar.io.base.output.TransactionalOutputOperator`):
+- Output (:class:`~malhar.io.base.output_operator.TransactionalOutputOperator`):
   :class:`FileOutputOperator` and :class:`ParquetFileOutput`, :class:`CsvFileOutput`,
   :class:`JsonLinesFileOutput`, :class:`LinesFileOutput`; settings :class:`FileOutputSettings`.
 - :class:`FileSink`: the output as a Spark sink, ``df.writeStream.format("malhar_files")``

@@ -1,6 +1,6 @@
 """The file output operators: exactly-once rolling files (lines, CSV, JSON lines, Parquet),
 optionally in Hive-style partition directories, on
-:class:`~malhar.io.base.output.TransactionalOutputOperator` and :class:`~malhar.io.fs.store.FileStore`.
+:class:`~malhar.io.base.output_operator.TransactionalOutputOperator` and :class:`~malhar.io.fs.store.FileStore`.
 
 Each operator partition writes its own set of files, named
 ``<prefix>-<application>-<operator>-<partition>-<first window>-<last window>.<ext>``: two
@@ -22,12 +22,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from malhar.io.base.output import (
-    TransactionalOutputOperator,
-    WindowBuffer,
-    WindowKey,
-    rejected_row,
-)
+from malhar.io.base.output import WindowKey, rejected_row
+from malhar.io.base.output_operator import TransactionalOutputOperator, WindowBuffer
 from malhar.io.fs.settings import FileOutputSettings
 from malhar.io.fs.store import FileStore
 from malhar.operator import OperatorContext

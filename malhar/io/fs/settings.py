@@ -17,7 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from malhar.io.base.output import TransactionalSettings, TransactionalSinkSettings
+from malhar.io.base.output import TransactionalSettings
+from malhar.io.base.spark_sink import TransactionalSinkSettings
 from malhar.io.fs.errors import FileConfigError, FileOutputConfigError
 from malhar.io.fs.formats import DECODE_POLICIES
 from malhar.properties import Configurable, Property

@@ -1,5 +1,5 @@
 """``df.writeStream.format("malhar_files")``: the exactly-once file output as a Spark sink, on
-:class:`~malhar.io.base.output.TransactionalStreamWriter` and the operator's
+:class:`~malhar.io.base.spark_sink.TransactionalStreamWriter` and the operator's
 :class:`~malhar.io.fs.store.FileStore`.
 
 Every task stages its partition of micro-batch ``N`` as window ``N`` of the output partition
@@ -26,12 +26,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, WriterCommitMessage
 
-from malhar.io.base.output import (
-    TransactionalStore,
-    TransactionalStreamWriter,
-    WindowCommitter,
-    WindowKey,
-)
+from malhar.io.base.committer import WindowCommitter
+from malhar.io.base.output import TransactionalStore, WindowKey
+from malhar.io.base.spark_sink import TransactionalStreamWriter
 from malhar.io.fs.output_operator import conform
 from malhar.io.fs.paths import resolve
 from malhar.io.fs.settings import FileSinkSettings

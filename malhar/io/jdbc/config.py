@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from malhar import secrets
-from malhar.io.base.output import TransactionalSettings, TransactionalSinkSettings
+from malhar.io.base.output import TransactionalSettings
+from malhar.io.base.spark_sink import TransactionalSinkSettings
 from malhar.io.jdbc.errors import JdbcConfigError
 from malhar.properties import Configurable, Property
 from malhar.redaction import redact_url
@@ -185,7 +186,7 @@ class JdbcSettings(TransactionalSettings, JdbcConnectionSettings):
 
 class JdbcSinkSettings(JdbcSettings, TransactionalSinkSettings):
     """The ``malhar_jdbc`` Spark sink's options: :class:`JdbcSettings` plus ``name``,
-    ``operator`` and ``verify_reruns`` (:class:`~malhar.io.base.output.TransactionalSinkSettings`).
+    ``operator`` and ``verify_reruns`` (:class:`~malhar.io.base.spark_sink.TransactionalSinkSettings`).
 
     Example:
         >>> s = JdbcSinkSettings().from_options({"url": "sqlite:///x.db", "Table": "t",

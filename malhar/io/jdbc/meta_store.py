@@ -331,7 +331,7 @@ class ErrorTable:
 
 class StageTable:
     """A Spark sink partition's rows of a partially committed batch (Arrow IPC), kept until
-    the driver applies them (:class:`~malhar.io.base.output.TransactionalStreamWriter`)."""
+    the driver applies them (:class:`~malhar.io.base.spark_sink.TransactionalStreamWriter`)."""
 
     def __init__(self, meta_table: str) -> None:
         schema, table = split_table(meta_table)

@@ -1,6 +1,6 @@
 """The transactional JDBC output operator (Malhar's ``AbstractJdbcTransactionableOutputOperator``
 and ``JdbcPOJOInsertOutputOperator``, with upsert and merge-add modes), on
-:class:`~malhar.io.base.output.TransactionalOutputOperator`."""
+:class:`~malhar.io.base.output_operator.TransactionalOutputOperator`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from malhar.io.base.output import (
-    TransactionalOutputOperator,
-    WindowBuffer,
-    WindowKey,
-)
+from malhar.io.base.output import WindowKey
+from malhar.io.base.output_operator import TransactionalOutputOperator, WindowBuffer
 from malhar.io.jdbc.config import JdbcSettings
 from malhar.io.jdbc.errors import db_message, is_timeout
 from malhar.io.jdbc.rows import window_table

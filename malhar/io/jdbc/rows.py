@@ -100,7 +100,7 @@ def window_table(
     """A window's tuples and batches as one table, and the tuples that cannot be written.
 
     Args:
-        pieces: the window's pieces (:attr:`~malhar.io.base.output.WindowBuffer.pieces`):
+        pieces: the window's pieces (:attr:`~malhar.io.base.output_operator.WindowBuffer.pieces`):
             lists of tuples and Arrow batches, in arrival order.
         columns: the columns to write, in order (tuples are positional in it; other fields
             are ignored); empty: every field of the rows, in order of first appearance.

@@ -1,5 +1,5 @@
 """``df.writeStream.format("malhar_jdbc")``: the transactional JDBC output as a Spark sink,
-on :class:`~malhar.io.base.output.TransactionalStreamWriter`.
+on :class:`~malhar.io.base.spark_sink.TransactionalStreamWriter`.
 
 Every task writes its partition's rows of micro-batch ``N`` in one transaction,
 together with the meta row ``(name, operator, task partition) -> N`` (the same
@@ -28,7 +28,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource
 
-from malhar.io.base.output import TransactionalStore, TransactionalStreamWriter, WindowKey
+from malhar.io.base.output import TransactionalStore, WindowKey
+from malhar.io.base.spark_sink import TransactionalStreamWriter
 from malhar.io.jdbc.config import JdbcSinkSettings
 from malhar.io.jdbc.errors import JdbcConfigError, JdbcError
 from malhar.io.jdbc.rows import window_table

@@ -1,7 +1,7 @@
 """One output partition's window transactions in a database: the JDBC
 :class:`~malhar.io.base.output.TransactionalStore`.
 
-For window ``w`` of partition ``key`` the :class:`~malhar.io.base.output.WindowCommitter`
+For window ``w`` of partition ``key`` the :class:`~malhar.io.base.committer.WindowCommitter`
 runs, through this store::
 
     BEGIN

@@ -1,5 +1,5 @@
 """The Kafka output operator (Malhar's ``KafkaSinglePortExactlyOnceOutputOperator``), on
-:class:`~malhar.io.base.output.TransactionalOutputOperator`.
+:class:`~malhar.io.base.output_operator.TransactionalOutputOperator`.
 
 Each partition writes a window's records in one Kafka transaction together with the
 window's id (the committed offset of the partition's commit group), so that readers with
@@ -16,12 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from malhar.io.base.output import (
-    TransactionalOutputOperator,
-    WindowBuffer,
-    WindowKey,
-    rejected_row,
-)
+from malhar.io.base.output import WindowKey, rejected_row
+from malhar.io.base.output_operator import TransactionalOutputOperator
 from malhar.io.kafka.output_settings import KafkaOutputSettings
 from malhar.io.kafka.producer import KafkaOutputStore
 from malhar.operator import OperatorContext
@@ -83,42 +79,29 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
         if store.delivery == "scan" and store.positions != self._positions:
             self._positions = dict(store.positions)
 
-    def window_rows(self, buffer: WindowBuffer) -> tuple[pa.Table, list[dict[str, Any]]]:
-        """The window's rows as one table: Arrow batches as they are, tuples as rows
-        (``str`` / ``bytes`` as ``{"value": ...}``); tuples that are not rows, or whose
-        fields do not fit one table, are refused."""
-        tables: list[pa.Table] = []
+    def tuples_table(self, tuples: list[Any]) -> tuple[pa.Table | None, list[dict[str, Any]]]:
+        """Tuples as rows (``str`` / ``bytes`` as ``{"value": ...}``); tuples that are not
+        rows, or whose fields do not fit one table, are refused."""
+        rows: list[dict[str, Any]] = []
         bad: list[dict[str, Any]] = []
-        for piece in buffer.pieces:
-            if not isinstance(piece, list):
-                tables.append(
-                    pa.Table.from_batches([piece]) if isinstance(piece, pa.RecordBatch) else piece
-                )
-                continue
-            rows: list[dict[str, Any]] = []
-            headers = self.headers_column
-            for value in piece:
-                row = _as_row(value)
-                if headers and row is not None and row.get(headers) is not None:
-                    row = {**row, headers: _header_list(row[headers])}
-                if row is None:
-                    bad.append(
-                        rejected_row(
-                            value,
-                            f"expected a dict, a record, str or bytes, got {type(value).__name__}",
-                        )
+        headers = self.headers_column
+        for value in tuples:
+            row = _as_row(value)
+            if headers and row is not None and row.get(headers) is not None:
+                row = {**row, headers: _header_list(row[headers])}
+            if row is None:
+                bad.append(
+                    rejected_row(
+                        value,
+                        f"expected a dict, a record, str or bytes, got {type(value).__name__}",
                     )
-                else:
-                    rows.append(row)
-            if rows:
-                table, refused = _rows_table(rows)
-                tables.append(table)
-                bad.extend(refused)
-        if not tables:
-            return pa.table({}), bad
-        if len(tables) == 1:
-            return tables[0], bad
-        return pa.concat_tables(tables, promote_options="permissive"), bad
+                )
+            else:
+                rows.append(row)
+        if not rows:
+            return None, bad
+        table, refused = _rows_table(rows)
+        return table, bad + refused
 
 
 def _as_row(value: Any) -> dict[str, Any] | None:

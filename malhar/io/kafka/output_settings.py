@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from malhar import secrets
-from malhar.io.base.output import TransactionalSettings, TransactionalSinkSettings, WindowKey
+from malhar.io.base.output import TransactionalSettings, WindowKey
+from malhar.io.base.spark_sink import TransactionalSinkSettings
 from malhar.io.kafka.config import CLIENT_LOG, describe, literal_secrets
 from malhar.io.kafka.errors import KafkaOutputConfigError
 from malhar.io.kafka.serializers import Serializer, check_spec

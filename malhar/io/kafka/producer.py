@@ -5,7 +5,7 @@
 ``<prefix>.<application>.<operator>.<partition>``: stable across restarts, so the
 ``init_transactions`` of a new producer (a restarted partition, a retried task) fences the
 previous one and completes or aborts whatever transaction it left open. For window ``w``
-the :class:`~malhar.io.base.output.WindowCommitter` runs, through this store::
+the :class:`~malhar.io.base.committer.WindowCommitter` runs, through this store::
 
     begin_transaction()
       the committed window, re-read after a (re)initialisation      -- >= w: skip (a replay)

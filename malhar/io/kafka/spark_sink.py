@@ -1,5 +1,5 @@
 """``df.writeStream.format("malhar_kafka")``: the Kafka output as a Spark sink, on
-:class:`~malhar.io.base.output.TransactionalStreamWriter`.
+:class:`~malhar.io.base.spark_sink.TransactionalStreamWriter`.
 
 Every task writes its partition of micro-batch ``N`` in one Kafka transaction whose
 producer's ``transactional.id`` is ``<prefix>.<name>.<operator>.<task partition>``, with
@@ -31,7 +31,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource
 
-from malhar.io.base.output import TransactionalStreamWriter, WindowKey
+from malhar.io.base.output import WindowKey
+from malhar.io.base.spark_sink import TransactionalStreamWriter
 from malhar.io.kafka.encoding import WINDOW_HEADER, WRITER_HEADER
 from malhar.io.kafka.errors import KafkaOutputConfigError, KafkaOutputError
 from malhar.io.kafka.output_settings import KafkaSinkSettings
