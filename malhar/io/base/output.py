@@ -410,3 +410,27 @@ def check_application_name(application: str, who: str) -> None:
             "skip each other's windows. Name it: DAG('my-app'), the APPLICATION_NAME "
             "attribute, or `malhar run --name`"
         )
+
+
+# -- names that moved to their own modules -------------------------------------------------------
+_MOVED = {
+    "WindowCommitter": "malhar.io.base.committer",
+    "WindowResult": "malhar.io.base.committer",
+    "WindowBuffer": "malhar.io.base.output_operator",
+    "TransactionalOutputOperator": "malhar.io.base.output_operator",
+    "SinkCommit": "malhar.io.base.spark_sink",
+    "TransactionalSinkSettings": "malhar.io.base.spark_sink",
+    "TransactionalStreamWriter": "malhar.io.base.spark_sink",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names this module held before the operator, committer and sink got modules of
+    their own: old imports keep working, and so do checkpoints that pickled an output's
+    ``WindowBuffer`` under this module's name (a pickle names the class's module)."""
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -377,8 +377,10 @@ class ManagedState:
             # in the store and not in the filter would be a false negative)
             self._filter_add(list(overlay))
         uid = new_uid()
-        ingest = self._local().begin_ingest(window, uid) if self._pending else None
+        ingest = None
         try:
+            if self._pending:
+                ingest = self._local().begin_ingest(window, uid)
             node, sorted_overlay = self._write_file(window, uid, ingest)
             self.stats["files_written"] += 1
             self.stats["bytes_written"] += node.size

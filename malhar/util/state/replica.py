@@ -98,10 +98,12 @@ class Replica:
         changes: Columns | None,
     ) -> None:
         """The durable checkpoint ``node`` into the base: the dirty marker and its range
-        deletes first (the file's semantics), then its changes and the marker ``node``:
-        from ``ingest`` (which holds them after :meth:`begin_ingest`; the pending area,
-        read into it already, is dropped in the same batch, so the flush before the
-        ingestion drops those writes instead of writing them), or ``changes``."""
+        deletes first (the file's semantics), then its changes and its marker. Either
+        ``ingest`` holds both (from :meth:`begin_ingest` with the window and uid the file
+        was written for); the pending area, read into it already, is dropped in the same
+        batch as the range deletes, so the flush before the ingestion drops those writes
+        instead of writing them. Or a write batch puts ``changes`` and the marker of
+        ``node``."""
         batch = self.store.batch()
         batch.put(_META_AT, _DIRTY)
         for lo_k, hi_k in ranges:
