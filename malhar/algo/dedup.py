@@ -15,6 +15,10 @@ once, with the same decisions and final state as its rows one at a time: keys en
 the whole column (``arrow_keys.encode_keys``), repeats inside the batch found by Arrow,
 and one many-key state read and write (``contains_many``/``put_many``, ``get_many``/...)
 instead of state calls per row. Other key types go one key at a time.
+
+TimeBasedDedup keeps 64-bit int keys apart, in sorted runs per time bucket
+(``malhar.util.state.int_sets``): a batch of int keys is decided and stored in numpy,
+without Python work per key. Other keys stay one managed-state entry each.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from malhar.properties import Property
 from malhar.state import State
 from malhar.util.state import INT, INT_VALUE
 from malhar.util.state.arrow_keys import encode_keys
+from malhar.util.state.int_sets import I64_MAX, I64_MIN
 
 __all__ = ["BoundedDedup", "TimeBasedDedup"]
 
@@ -130,6 +135,10 @@ class TimeBasedDedup(_Dedup):
     max_time = State(default=None)
     #: the newest event time of the open application window (max_time at its end)
     window_max = State(default=None)
+    #: the last time bucket whose int keys may be in ``seen`` rather than in the int sets (a
+    #: checkpoint from before the int sets kept them there); None: no such bucket (any
+    #: more); -1: not decided yet (set from ``max_time`` when the operator starts)
+    ints_in_seen_to = State(default=-1)
 
     def __init__(self, key: FieldSpec = None, time: FieldSpec = None, **props: Any) -> None:
         self.configure(key=key, time=time, **props)
@@ -137,17 +146,31 @@ class TimeBasedDedup(_Dedup):
     def setup(self, context: Any) -> None:
         state = context.managed_state(budget_bytes=self.budget_bytes)
         self._seen = state.time_buckets("seen", bucket_span=self.bucket_span, value_codec=INT_VALUE)
+        self._ints = state.int_sets("seen-ints", bucket_span=self.bucket_span)
         self._key, self._time = getter(self.key), getter(self.time)
-        # the horizon of the open application window (also after a restore inside it)
-        self._horizon = None if self.max_time is None else self.max_time - self.expire_after
+        self.begin_window(-1)
 
     def begin_window(self, window_id: int) -> None:
+        # the horizon of the open application window (also after a restore inside it)
         self._horizon = None if self.max_time is None else self.max_time - self.expire_after
+        if self.ints_in_seen_to == -1:  # None: nothing was checkpointed before the int sets
+            self.ints_in_seen_to = (
+                None if self.max_time is None else self.max_time // self.bucket_span
+            )
 
     def _classify(self, k: Any, ts: int) -> int:
         """0 unique, 1 duplicate, 2 expired."""
-        if (self._horizon is not None and ts < self._horizon) or self._seen.is_expired(ts):
+        if (self._horizon is not None and ts < self._horizon) or self._ints.is_expired(ts):
             return 2
+        if type(k) is int and I64_MIN <= k <= I64_MAX:
+            legacy = self.ints_in_seen_to
+            if (
+                legacy is not None
+                and ts // self.bucket_span <= legacy
+                and self._seen.contains(k, ts)
+            ):
+                return 1
+            return 0 if self._ints.add(k, ts) else 1
         if self._seen.contains(k, ts):
             return 1
         self._seen.put(k, ts, 1)
@@ -202,6 +225,14 @@ class TimeBasedDedup(_Dedup):
         if pa.types.is_timestamp(times.type):
             times = pc.cast(pc.cast(times, pa.timestamp("ms", tz=times.type.tz)), pa.int64())
         stamps = times.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        ints = _int64_keys(keys)
+        if ints is not None:
+            labels = self._classify_ints(keys, ints, stamps)
+            live = stamps[labels != 2]
+            if len(live):
+                self._newest(int(live.max()))
+            self._emit_split(batch, labels, [self.unique, self.duplicate, self.expired])
+            return
         encoded = encode_keys(self._seen.key_codec, keys)
         if encoded is None:  # a key type without a vectorized encoding: one key at a time
             stamps_list = stamps.tolist()
@@ -219,6 +250,55 @@ class TimeBasedDedup(_Dedup):
             self._newest(int(live.max()))
         self._emit_split(batch, labels, [self.unique, self.duplicate, self.expired])
 
+    def _alive_firsts(
+        self, keys: pa.Array, stamps: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Labels with the expired rows (2) and the rest duplicates (1) for now; the row index
+        of the first row of each live (bucket, key) pair, in arrival order; their buckets."""
+        # expiry does not move inside a window (expire_before runs at its end)
+        horizon = self._ints.horizon
+        if self._horizon is not None:
+            horizon = max(horizon, self._horizon)
+        labels = np.full(len(stamps), 2, np.int8)
+        alive = np.flatnonzero(stamps >= horizon)
+        if not len(alive):
+            return labels, alive, alive
+        labels[alive] = 1
+        buckets = stamps[alive] // self.bucket_span
+        # equal Arrow values are equal keys (integers, strings, binaries): group by the
+        # values, the first row of each group in arrival order
+        alive_keys = keys if len(alive) == len(stamps) else keys.take(pa.array(alive))
+        groups = (
+            pa.table({"b": buckets, "k": alive_keys, "i": np.arange(len(alive))})
+            .group_by(["b", "k"], use_threads=False)
+            .aggregate([("i", "min")])
+        )
+        idx = np.sort(groups.column("i_min").to_numpy())
+        return labels, alive[idx], buckets[idx]
+
+    def _classify_ints(self, keys: pa.Array, ints: np.ndarray, stamps: np.ndarray) -> np.ndarray:
+        """The labels of :meth:`_classify` for a batch of int keys: the first row of each live
+        (bucket, key) pair is looked up in the int sets and added if new, in numpy."""
+        labels, first, buckets = self._alive_firsts(keys, stamps)
+        if not len(first):
+            return labels
+        fkeys = ints[first]
+        legacy = self.ints_in_seen_to
+        if legacy is not None and (old := np.flatnonzero(buckets <= legacy)).size:
+            # int keys of a checkpoint from before the int sets: found there, duplicates
+            was = np.array(
+                self._seen.contains_many(
+                    fkeys[old].tolist(), (buckets[old] * self.bucket_span).tolist()
+                ),
+                bool,
+            )
+            keep = np.ones(len(first), bool)
+            keep[old[was]] = False
+            first, fkeys, buckets = first[keep], fkeys[keep], buckets[keep]
+        added = self._ints.add_many(fkeys, buckets)
+        labels[first[added]] = 0
+        return labels
+
     def _classify_batch(
         self, keys: pa.Array, encoded: list[bytes], stamps: np.ndarray
     ) -> np.ndarray:
@@ -227,28 +307,10 @@ class TimeBasedDedup(_Dedup):
         pair is looked up in the state and stored if new (one ``add_many`` per bucket: one
         many-key read, one many-key write); later rows of a pair are duplicates, as they
         are one at a time."""
-        # expiry does not move inside a window (expire_before runs at its end)
-        horizon = self._seen.horizon
-        if self._horizon is not None:
-            horizon = max(horizon, self._horizon)
-        labels = np.full(len(stamps), 2, np.int8)
-        alive = np.flatnonzero(stamps >= horizon)
-        if not len(alive):
+        labels, first, first_buckets = self._alive_firsts(keys, stamps)
+        if not len(first):
             return labels
-        labels[alive] = 1
-        buckets = stamps[alive] // self.bucket_span
-        # the codec's bytes are equal exactly when the Arrow values are (integers, strings,
-        # binaries): group by the values, the first row of each group in arrival order
-        alive_keys = keys if len(alive) == len(stamps) else keys.take(pa.array(alive))
-        groups = (
-            pa.table({"b": buckets, "k": alive_keys, "i": np.arange(len(alive))})
-            .group_by(["b", "k"], use_threads=False)
-            .aggregate([("i", "min")])
-        )
-        idx = np.sort(groups.column("i_min").to_numpy())
-        first = alive[idx]
         first_keys = [encoded[i] for i in first.tolist()]
-        first_buckets = buckets[idx]
         # one add_many per bucket (usually one or two per batch): the internal keys share
         # the bucket's prefix; the pairs are distinct, so the buckets' order does not matter
         span = self.bucket_span
@@ -271,8 +333,25 @@ class TimeBasedDedup(_Dedup):
         newest = self.window_max
         if newest is not None and (self.max_time is None or newest > self.max_time):
             self.max_time = newest
-            self._seen.expire_before(self.max_time - self.expire_after)
+            horizon = self.max_time - self.expire_after
+            self._seen.expire_before(horizon)
+            first_live = self._ints.expire_before(horizon)
+            if self.ints_in_seen_to is not None and self.ints_in_seen_to < first_live:
+                self.ints_in_seen_to = None
         self.window_max = None
+
+
+def _int64_keys(keys: pa.Array) -> np.ndarray | None:
+    """The keys as int64 numpy values, if they are all 64-bit ints (None: nulls, another
+    type, or unsigned values past ``2**63 - 1``)."""
+    t = keys.type
+    if keys.null_count or not pa.types.is_integer(t):
+        return None
+    if t == pa.uint64():
+        if len(keys) and pc.max(keys).as_py() > I64_MAX:
+            return None
+        keys = keys.cast(pa.int64())
+    return keys.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 class BoundedDedup(_Dedup):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import pickle
 import tempfile
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from malhar import OperatorContext
 from malhar.algo import BoundedDedup, TimeBasedDedup
+from malhar.algo._base import arrow_schema_of
 from malhar.testing.harness import OperatorHarness
 
 
@@ -91,6 +93,42 @@ def test_a_crash_replays_the_window_with_the_same_decisions(tmp_path: Path) -> N
     again.run_window(window1, window=1)
     assert (again.sink("unique").per_window[1], again.sink("duplicate").per_window[1]) == first
     assert [r["id"] for r in first[0]] == [5, 6, 7]
+    again.teardown()
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_int_keys_of_a_checkpoint_from_before_the_int_sets_are_still_known(
+    tmp_path: Path, batch: bool
+) -> None:
+    """Before the int sets, int keys were entries of ``seen``: a checkpoint of that time
+    restores with ``ints_in_seen_to`` missing (its default), and those keys stay duplicates
+    until their buckets expire; then ``seen`` is no longer read for int keys."""
+    make = lambda: TimeBasedDedup(  # noqa: E731
+        key="id", time="t", expire_after=5_000, bucket_span=1_000, schema="id bigint, t bigint"
+    )
+    ctx = OperatorContext(name="dedup", checkpoint=str(tmp_path))
+    h = OperatorHarness(make(), ctx)
+    h.begin_window(0)
+    op = h.operator
+    for k in (7, 8):  # what the older operator wrote for two int keys
+        assert op._seen.put(k, 1_500, 1)
+    op.window_max = 1_500
+    h.end_window()
+    snapshot = pickle.loads(h.checkpoint())
+    del snapshot["operator"]["fields"]["ints_in_seen_to"]  # the older operator had no such field
+    saved = pickle.dumps(snapshot)
+    h.teardown()
+    again = OperatorHarness.restored(make(), saved, ctx)
+    rows = [{"id": k, "t": 1_200} for k in (7, 8, 9, 9)]
+    items = [("input", r) for r in rows]
+    if batch:
+        items = [("input", pa.RecordBatch.from_pylist(rows, schema=arrow_schema_of("id bigint, t bigint")))]
+    again.run_window(items, window=1)
+    assert [r["id"] for r in again.sink("unique").tuples] == [9]
+    assert [r["id"] for r in again.sink("duplicate").tuples] == [7, 8, 9]
+    assert again.operator.ints_in_seen_to == 1
+    again.run_window([("input", {"id": 1, "t": 7_000})], window=2)  # bucket 1 expires
+    assert again.operator.ints_in_seen_to is None
     again.teardown()
 
 

@@ -11,6 +11,8 @@ Within it the kinds are::
                       find the key without the codecs)
     L  list           rest = index u64 (big-endian)
     T  time buckets   rest = bucket (order-preserving i64) | key
+    I  int-key sets   rest = bucket (order-preserving i64) | run id (order-preserving i64);
+                      the value is a sorted run of int64 keys (repartitioning splits it)
     ~  metadata       the structure's kind u8 + its counters; sorts after the data
 """
 
@@ -20,10 +22,11 @@ import struct
 
 from malhar.util.state.codecs import escape, unescape_from
 
-MAP, MULTIMAP, LIST, TIME = b"M", b"S", b"L", b"T"
+MAP, MULTIMAP, LIST, TIME, INT_SETS = b"M", b"S", b"L", b"T", b"I"
 META = b"~"
 KIND_NAMES = {MAP: "SpillableMap", MULTIMAP: "SpillableSetMultimap", LIST: "SpillableList"}
 KIND_NAMES[TIME] = "TimeBucketedState"
+KIND_NAMES[INT_SETS] = "TimeBucketedIntSets"
 _U16 = struct.Struct(">H")
 
 
@@ -64,6 +67,7 @@ def multimap_key(prefix: bytes, key: bytes, value: bytes) -> bytes:
 
 
 __all__ = [
+    "INT_SETS",
     "KIND_NAMES",
     "LIST",
     "MAP",

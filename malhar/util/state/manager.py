@@ -39,7 +39,7 @@ from malhar.util.fs import WindowOrderError, filesystem_for
 from malhar.util.fs.base import FileSystem
 from malhar.util.state.cache import ENTRY_OVERHEAD, MISSING, ReadCache
 from malhar.util.state.chain import merge_runs, plan_merge, select_chain
-from malhar.util.state.codecs import AUTO_KEY, AUTO_VALUE, Codec, KeyCodec
+from malhar.util.state.codecs import AUTO_KEY, AUTO_VALUE, INT_VALUE, Codec, KeyCodec
 from malhar.util.state.errors import StateError
 from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, Node, new_uid, parse_name
 from malhar.util.state.keys import KIND_NAMES
@@ -256,6 +256,22 @@ class ManagedState:
         if s.bucket_span != bucket_span:
             raise StateError(
                 f"{self.where}: time buckets {name!r} exist with span {s.bucket_span}, "
+                f"not {bucket_span}"
+            )
+        return s
+
+    def int_sets(self, name: str, bucket_span: int) -> Any:
+        """A :class:`~malhar.util.state.int_sets.TimeBucketedIntSets` (int keys per time
+        bucket, kept as sorted runs: a deduplicator's state)."""
+        from malhar.util.state.int_sets import TimeBucketedIntSets
+        from malhar.util.state.keys import INT_SETS
+
+        s = self._register(
+            name, INT_SETS, lambda: TimeBucketedIntSets(self, name, bucket_span), INT_VALUE
+        )
+        if s.bucket_span != bucket_span:
+            raise StateError(
+                f"{self.where}: int sets {name!r} exist with span {s.bucket_span}, "
                 f"not {bucket_span}"
             )
         return s

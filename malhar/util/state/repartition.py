@@ -32,11 +32,12 @@ from malhar.util.state.chain import merge_runs, select_chain
 from malhar.util.state.codecs import unescape_from
 from malhar.util.state.errors import StateError
 from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, new_uid, parse_name
-from malhar.util.state.keys import LIST, MAP, META, MULTIMAP, TIME, split, user_key
+from malhar.util.state.keys import INT_SETS, LIST, MAP, META, MULTIMAP, TIME, split, user_key
 
 _STAGING = ".repartition"
 _COMMIT = "COMMIT"
 _Q = struct.Struct("<q")
+_RUN0 = b"\x80" + bytes(7)  # run id 0, order-preserving (INT codec)
 
 
 def _partition_state(
@@ -116,6 +117,30 @@ def repartition(
     last_key: bytes | None = None
     last_from = -1
 
+    def route(uk: bytes) -> int:
+        p = key_partition(uk)
+        if not isinstance(p, int) or not 0 <= p < new_partitions:
+            raise StateError(
+                f"operator {operator!r}: key_partition returned {p!r} for key {uk!r}, "
+                f"not a partition in [0, {new_partitions})",
+                operation="repartition",
+            )
+        return p
+
+    # the runs of one bucket of int-key sets, from every old partition: split by key, then
+    # one run per new partition (run id 0) once the bucket's last run is read
+    runs_head: bytes | None = None
+    runs: list[list[Any]] = [[] for _ in range(new_partitions)]
+
+    def flush_runs() -> None:
+        from malhar.util.state.int_sets import join_runs
+
+        assert runs_head is not None
+        for p, parts in enumerate(runs):
+            if parts:
+                writers[p].add(runs_head + _RUN0, join_runs(parts))
+                parts.clear()
+
     def flush_meta(name: bytes) -> None:
         raw = meta.pop(name + META, None)
         if raw is None:
@@ -134,6 +159,17 @@ def repartition(
             if v is None:
                 continue
             name, kind, rest = split(ik)
+            if runs_head is not None and not (kind == INT_SETS and ik.startswith(runs_head)):
+                flush_runs()
+                runs_head = None
+            if kind == INT_SETS:
+                from malhar.util.state.int_sets import split_run
+
+                runs_head = ik[: len(name) + 9]  # name | kind | bucket
+                for p, part in enumerate(split_run(v, route, new_partitions)):
+                    if len(part):
+                        runs[p].append(part)
+                continue
             if name != current_name:
                 if current_name is not None:
                     flush_meta(current_name)
@@ -142,7 +178,7 @@ def repartition(
                 prev = meta.get(ik)
                 if raw_kind(v) == LIST and _Q.unpack_from(v, 1)[0] > 0:
                     _list_error(operator, name)
-                if prev is not None and raw_kind(v) == TIME:
+                if prev is not None and raw_kind(v) in (TIME, INT_SETS):
                     # horizons: the furthest one wins (every partition expired at least that)
                     v = v if _Q.unpack_from(v, 1)[0] > _Q.unpack_from(prev, 1)[0] else prev
                 meta[ik] = v
@@ -158,15 +194,11 @@ def repartition(
             last_key, last_from = ik, old_p
             uk = user_key(kind, rest)
             assert uk is not None
-            p = key_partition(uk)
-            if not isinstance(p, int) or not 0 <= p < new_partitions:
-                raise StateError(
-                    f"operator {operator!r}: key_partition returned {p!r} for key {uk!r}, "
-                    f"not a partition in [0, {new_partitions})",
-                    operation="repartition",
-                )
+            p = route(uk)
             writers[p].add(ik, v)
             counts[p] += 1
+        if runs_head is not None:
+            flush_runs()
         if current_name is not None:
             flush_meta(current_name)
         names = {str(p): w.finish().name for p, w in enumerate(writers)}

@@ -22,15 +22,10 @@ from malhar.util.state.structure import Structure
 _MIN = -(1 << 63)
 
 
-class TimeBucketedState(Structure):
-    """``put/get/delete`` by ``(key, time)``; ``expire_before(time)`` drops whole buckets.
+class Bucketed(Structure):
+    """What the time-bucketed structures share: entries ``bucket | rest`` under the prefix, and
+    the expiry horizon (the first live bucket) as the metadata."""
 
-    Times are ints in any unit (e.g. epoch milliseconds); ``bucket_span`` is in the
-    same unit. ``get_many``/``contains_many``/``put_many`` do the same for many
-    ``(key, time)`` pairs (in any buckets) with one pass per layer of the manager.
-    """
-
-    KIND = TIME
     META_DEFAULT = _MIN  # the horizon: buckets below it are expired
 
     def __init__(
@@ -38,7 +33,7 @@ class TimeBucketedState(Structure):
         state: Any,
         name: str,
         bucket_span: int,
-        key_codec: KeyCodec,
+        key_codec: KeyCodec | None,
         value_codec: Codec,
     ) -> None:
         if not isinstance(bucket_span, int) or bucket_span <= 0:
@@ -49,9 +44,6 @@ class TimeBucketedState(Structure):
     def bucket_of(self, time: int) -> int:
         return int(time // self.bucket_span)
 
-    def _ik(self, key: Any, bucket: int) -> bytes:
-        return self._prefix + INT.encode(bucket) + self._ek(key)
-
     @property
     def horizon(self) -> int:
         """The first time that is not expired (``-2**63`` if nothing expired yet)."""
@@ -60,6 +52,28 @@ class TimeBucketedState(Structure):
 
     def is_expired(self, time: int) -> bool:
         return self.bucket_of(time) < self._meta
+
+    def expire_before(self, time: int) -> int:
+        """Drop every bucket that ends at or before ``time``; returns the new horizon bucket."""
+        q = self.bucket_of(time)
+        if q > self._meta:
+            self._state.delete_range_raw(self._prefix, self._prefix + INT.encode(q))
+            self._meta = q
+        return self._meta
+
+
+class TimeBucketedState(Bucketed):
+    """``put/get/delete`` by ``(key, time)``; ``expire_before(time)`` drops whole buckets.
+
+    Times are ints in any unit (e.g. epoch milliseconds); ``bucket_span`` is in the
+    same unit. ``get_many``/``contains_many``/``put_many`` do the same for many
+    ``(key, time)`` pairs (in any buckets) with one pass per layer of the manager.
+    """
+
+    KIND = TIME
+
+    def _ik(self, key: Any, bucket: int) -> bytes:
+        return self._prefix + INT.encode(bucket) + self._ek(key)
 
     def put(self, key: Any, time: int, value: Any) -> bool:
         """Store ``value`` for ``key`` in the bucket of ``time``; False if that bucket expired."""
@@ -209,14 +223,6 @@ class TimeBucketedState(Structure):
         self._state.put_raw(ik, None)
         return True
 
-    def expire_before(self, time: int) -> int:
-        """Drop every bucket that ends at or before ``time``; returns the new horizon bucket."""
-        q = self.bucket_of(time)
-        if q > self._meta:
-            self._state.delete_range_raw(self._prefix, self._prefix + INT.encode(q))
-            self._meta = q
-        return self._meta
-
     def items(
         self, time_lo: int | None = None, time_hi: int | None = None
     ) -> Iterator[tuple[int, Any, Any]]:
@@ -238,4 +244,4 @@ class TimeBucketedState(Structure):
         self._state.delete_range_raw(self._prefix, self._end)
 
 
-__all__ = ["TimeBucketedState"]
+__all__ = ["Bucketed", "TimeBucketedState"]

@@ -13,12 +13,14 @@ import uuid
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from malhar.util.state import INT, INT_VALUE, STR, ManagedState
+from malhar.util.state import int_sets as int_sets_module
 from malhar.util.state import manager as manager_module
 
 keys = st.integers(min_value=0, max_value=12)
@@ -27,7 +29,8 @@ SPAN = 10
 
 
 class StateModel(RuleBasedStateMachine):
-    """Drives a map, a set-multimap, a list and time buckets against plain Python models."""
+    """Drives a map, a set-multimap, a list, time buckets and int sets against plain Python
+    models."""
 
     root_factory = None  # set by the test: () -> conftest Root
     tiny_memory = False
@@ -36,7 +39,7 @@ class StateModel(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
         self.root = type(self).root_factory()
-        self.snapshots: dict[int, tuple] = {-1: ({}, set(), [], {}, -(2**63))}
+        self.snapshots: dict[int, tuple] = {-1: ({}, set(), [], {}, -(2**63), set())}
         self.window = -1
         self.committed = -1
         self.ms = self._open()
@@ -50,13 +53,14 @@ class StateModel(RuleBasedStateMachine):
         return ms
 
     def _load(self, w: int) -> None:
-        m, mm, lst, tb, horizon = self.snapshots[w]
-        self.m, self.mm, self.lst, self.tb, self.horizon = (
+        m, mm, lst, tb, horizon, ints = self.snapshots[w]
+        self.m, self.mm, self.lst, self.tb, self.horizon, self.ints = (
             dict(m),
             set(mm),
             list(lst),
             dict(tb),
             horizon,
+            set(ints),
         )
 
     # -- the structures ---------------------------------------------------------------------
@@ -75,6 +79,12 @@ class StateModel(RuleBasedStateMachine):
     @property
     def stb(self):
         return self.ms.time_buckets("tb", SPAN, STR, INT_VALUE)
+
+    @property
+    def sints(self):
+        s = self.ms.int_sets("ints", SPAN)
+        s.view_bytes = 24  # about one bucket's runs: buckets are dropped and read again
+        return s
 
     @rule(k=keys, v=values)
     def put(self, k: int, v: int) -> None:
@@ -138,11 +148,31 @@ class StateModel(RuleBasedStateMachine):
             if t // SPAN >= self.horizon:
                 self.tb[(t // SPAN, str(k))] = v
 
+    @rule(k=keys, t=st.integers(min_value=0, max_value=100))
+    def add_int(self, k: int, t: int) -> None:
+        bucket = t // SPAN
+        new = bucket >= self.horizon and (bucket, k) not in self.ints
+        assert self.sints.add(k, t) == new
+        if new:
+            self.ints.add((bucket, k))
+
+    @rule(pairs=st.sets(st.tuples(st.integers(min_value=0, max_value=10), keys), max_size=8))
+    def add_many_ints(self, pairs: set[tuple[int, int]]) -> None:
+        order = sorted(pairs, key=lambda p: (p[1] * 7 + p[0]) % 11)  # not in key order
+        got = self.sints.add_many(
+            np.array([k for _, k in order], np.int64), np.array([b for b, _ in order], np.int64)
+        )
+        new = [b >= self.horizon and (b, k) not in self.ints for b, k in order]
+        assert got.tolist() == new
+        self.ints |= {p for p, n in zip(order, new, strict=True) if n}
+
     @rule(t=st.integers(min_value=0, max_value=100))
     def expire(self, t: int) -> None:
         self.stb.expire_before(t)
+        self.sints.expire_before(t)
         self.horizon = max(self.horizon, t // SPAN)
         self.tb = {bk: v for bk, v in self.tb.items() if bk[0] >= self.horizon}
+        self.ints = {bk for bk in self.ints if bk[0] >= self.horizon}
 
     @rule()
     def clear_map(self) -> None:
@@ -162,6 +192,7 @@ class StateModel(RuleBasedStateMachine):
             list(self.lst),
             dict(self.tb),
             self.horizon,
+            set(self.ints),
         )
 
     @precondition(lambda self: self.window > self.committed)
@@ -216,6 +247,10 @@ class StateModel(RuleBasedStateMachine):
         names, times = [str(k) for k in every] * 3, [5] * 14 + [45] * 14 + [95] * 14
         expect = [self.tb.get((t // SPAN, k)) for k, t in zip(names, times, strict=True)]
         assert self.stb.get_many(names, times) == expect
+        assert {(t // SPAN, k) for t, k in self.sints.items()} == self.ints
+        assert [self.sints.contains(k, t) for k in every for t in (5, 45, 95)] == [
+            (t // SPAN, k) in self.ints for k in every for t in (5, 45, 95)
+        ]
 
     def teardown(self) -> None:
         if hasattr(self, "ms"):
@@ -270,8 +305,12 @@ def _exercised(root, what: tuple[str, ...], *, rounds: int = 4, **run: Any) -> N
 
 @pytest.fixture
 def always_filter(monkeypatch):
-    """Every many-key read consults the key filter (by default: reads of 32 keys or more)."""
+    """Every many-key read consults the key filter (by default: reads of 32 keys or more);
+    the int sets turn tails into runs and merge runs after a few keys, not thousands."""
     monkeypatch.setattr(manager_module, "_FILTER_MIN_KEYS", 1)
+    monkeypatch.setattr(int_sets_module, "TAIL_KEYS", 3)
+    monkeypatch.setattr(int_sets_module, "SMALL_BATCH", 2)
+    monkeypatch.setattr(int_sets_module, "MAX_RUNS", 2)
 
 
 def test_random_histories_equal_a_dict_model(root, always_filter) -> None:

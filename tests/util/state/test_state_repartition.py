@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import zlib
 
+import numpy as np
 import pytest
 
 from malhar.util.state import INT, INT_VALUE, STR, ManagedState, StateError
+from malhar.util.state.codecs import AUTO_KEY
 from malhar.util.state.codecs import STR as STR_CODEC
 from malhar.util.state.repartition import finish_pending
 
@@ -165,3 +167,45 @@ def test_keys_in_two_old_partitions_are_refused(root) -> None:
         ms.close()
     with pytest.raises(StateError, match="in partitions 0 and 1"):
         ManagedState.repartition(root.url, "op", 0, 2, 1, lambda k: 0)
+
+
+@pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 1)])
+def test_int_sets_are_split_key_by_key(root, old: int, new: int) -> None:
+    """A run holds many keys: each goes to the partition that owns it (the engine routes the
+    AUTO_KEY encoding of the int, as for any int key), the buckets and horizon kept."""
+
+    def route(n: int):
+        return lambda encoded: AUTO_KEY.decode(encoded) % n
+
+    parts = [root.new(partition=p) for p in range(old)]
+    expected: set[tuple[int, int]] = set()
+    for w in range(3):
+        for p, ms in enumerate(parts):
+            if w == 0:
+                ms.restore(-1)
+            sets = ms.int_sets("ints", 100)
+            keys = np.array([k for k in range(w * 400, w * 400 + 400) if k % old == p], np.int64)
+            buckets = keys % 3  # three buckets, several runs each
+            assert sets.add_many(keys, buckets).all()
+            assert sets.add(10_000 + w * 10 + p, 150)  # a tail: a run at the checkpoint
+            if w == 2:
+                sets.expire_before(100)  # bucket 0 goes
+            ms.checkpoint(w)
+        expected |= {(b * 100, k) for k in range(w * 400, w * 400 + 400) for b in [k % 3]}
+    expected = {(t, k) for t, k in expected | {(100, 10_000 + w * 10 + p) for p in range(old) for w in range(3)} if t >= 100}
+    for ms in parts:
+        ms.close()
+    ManagedState.repartition(root.url, "op", 2, old, new, route(new))
+    got: set[tuple[int, int]] = set()
+    for p in range(new):
+        ms = root.new(partition=p)
+        ms.restore(2)
+        sets = ms.int_sets("ints", 100)
+        items = sets.items()
+        assert sets.horizon == 100
+        assert all(k % new == p for _, k in items)
+        assert len(items) == len(set(items))
+        got |= set(items)
+        assert all(sets.contains(k, t) for t, k in items[:50])
+        ms.close()
+    assert got == expected
