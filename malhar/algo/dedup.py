@@ -250,20 +250,26 @@ class TimeBasedDedup(_Dedup):
             self._newest(int(live.max()))
         self._emit_split(batch, labels, [self.unique, self.duplicate, self.expired])
 
-    def _alive_firsts(
-        self, keys: pa.Array, stamps: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Labels with the expired rows (2) and the rest duplicates (1) for now; the row index
-        of the first row of each live (bucket, key) pair, in arrival order; their buckets."""
+    def _alive(self, stamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Labels with the expired rows (2) and the rest duplicates (1) for now, and the row
+        indexes of the rest."""
         # expiry does not move inside a window (expire_before runs at its end)
         horizon = self._ints.horizon
         if self._horizon is not None:
             horizon = max(horizon, self._horizon)
         labels = np.full(len(stamps), 2, np.int8)
         alive = np.flatnonzero(stamps >= horizon)
+        labels[alive] = 1
+        return labels, alive
+
+    def _alive_firsts(
+        self, keys: pa.Array, stamps: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_alive`'s labels; the row index of the first row of each live (bucket, key)
+        pair, in arrival order; their buckets."""
+        labels, alive = self._alive(stamps)
         if not len(alive):
             return labels, alive, alive
-        labels[alive] = 1
         buckets = stamps[alive] // self.bucket_span
         # equal Arrow values are equal keys (integers, strings, binaries): group by the
         # values, the first row of each group in arrival order
@@ -277,14 +283,20 @@ class TimeBasedDedup(_Dedup):
         return labels, alive[idx], buckets[idx]
 
     def _classify_ints(self, keys: pa.Array, ints: np.ndarray, stamps: np.ndarray) -> np.ndarray:
-        """The labels of :meth:`_classify` for a batch of int keys: the first row of each live
-        (bucket, key) pair is looked up in the int sets and added if new, in numpy."""
+        """The labels of :meth:`_classify` for a batch of int keys: the int sets add the live
+        rows in order, in numpy (the first row of a (bucket, key) pair new to them is unique)."""
+        legacy = self.ints_in_seen_to
+        if legacy is None or stamps.min() // self.bucket_span > legacy:
+            labels, alive = self._alive(stamps)
+            if len(alive):
+                added = self._ints.add_many(ints[alive], stamps[alive] // self.bucket_span)
+                labels[alive[added]] = 0
+            return labels
         labels, first, buckets = self._alive_firsts(keys, stamps)
         if not len(first):
             return labels
         fkeys = ints[first]
-        legacy = self.ints_in_seen_to
-        if legacy is not None and (old := np.flatnonzero(buckets <= legacy)).size:
+        if (old := np.flatnonzero(buckets <= legacy)).size:
             # int keys of a checkpoint from before the int sets: found there, duplicates
             was = np.array(
                 self._seen.contains_many(

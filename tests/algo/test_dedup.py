@@ -122,7 +122,12 @@ def test_int_keys_of_a_checkpoint_from_before_the_int_sets_are_still_known(
     rows = [{"id": k, "t": 1_200} for k in (7, 8, 9, 9)]
     items = [("input", r) for r in rows]
     if batch:
-        items = [("input", pa.RecordBatch.from_pylist(rows, schema=arrow_schema_of("id bigint, t bigint")))]
+        items = [
+            (
+                "input",
+                pa.RecordBatch.from_pylist(rows, schema=arrow_schema_of("id bigint, t bigint")),
+            )
+        ]
     again.run_window(items, window=1)
     assert [r["id"] for r in again.sink("unique").tuples] == [9]
     assert [r["id"] for r in again.sink("duplicate").tuples] == [7, 8, 9]

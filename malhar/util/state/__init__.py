@@ -27,6 +27,7 @@ from malhar.util.state.codecs import (
     TupleCodec,
 )
 from malhar.util.state.errors import CorruptCheckpointError, StateCodecError, StateError
+from malhar.util.state.int_sets import TimeBucketedIntSets
 from malhar.util.state.manager import ManagedState
 from malhar.util.state.spillable import SpillableList, SpillableMap, SpillableSetMultimap
 from malhar.util.state.time_buckets import TimeBucketedState
@@ -49,6 +50,7 @@ __all__ = [
     "SpillableSetMultimap",
     "StateCodecError",
     "StateError",
+    "TimeBucketedIntSets",
     "TimeBucketedState",
     "TupleCodec",
 ]

@@ -192,7 +192,11 @@ def test_int_sets_are_split_key_by_key(root, old: int, new: int) -> None:
                 sets.expire_before(100)  # bucket 0 goes
             ms.checkpoint(w)
         expected |= {(b * 100, k) for k in range(w * 400, w * 400 + 400) for b in [k % 3]}
-    expected = {(t, k) for t, k in expected | {(100, 10_000 + w * 10 + p) for p in range(old) for w in range(3)} if t >= 100}
+    expected = {
+        (t, k)
+        for t, k in expected | {(100, 10_000 + w * 10 + p) for p in range(old) for w in range(3)}
+        if t >= 100
+    }
     for ms in parts:
         ms.close()
     ManagedState.repartition(root.url, "op", 2, old, new, route(new))

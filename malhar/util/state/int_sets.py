@@ -1,0 +1,308 @@
+"""Time-bucketed sets of 64-bit int keys, kept as sorted runs (issue 17: a deduplicator's state).
+
+A :class:`~malhar.util.state.time_buckets.TimeBucketedState` holds one entry per key, so
+every new key costs a few Python steps in each layer (overlay, spill, checkpoint file,
+local store). A deduplicator that sees mostly new keys spends most of its time there. Here
+a bucket's keys are a few *runs*: sorted, distinct int64 arrays, each one entry of the
+managed state::
+
+    internal key = prefix | bucket (order-preserving i64) | run id (order-preserving i64)
+    value        = the run's keys, int64 little-endian, ascending
+
+The overlay, spills, checkpoint files, restore, expiry (one range delete per
+``expire_before``, as for time buckets) and purges are the manager's, unchanged: a run is
+an ordinary entry. What is columnar is the work per key: membership is ``searchsorted``
+over the bucket's runs and a batch's new keys become one new run, both in numpy.
+
+- Keys added one at a time collect in a per-bucket *tail* (a Python set) that becomes a
+  run when it reaches ``TAIL_KEYS`` keys or before the checkpoint; so do the new keys of a
+  small batch. A bucket's runs are merged into one when there are more than ``MAX_RUNS``.
+- The runs of recently used buckets stay decoded in memory (views over the entries'
+  bytes), bounded by ``view_bytes`` (a quarter of the state's budget by default): the
+  least recently used buckets are dropped first and read again (one range scan) when
+  used; a bucket in use stays, so a single bucket larger than the bound is still exact,
+  only held whole while used.
+- Repartitioning splits every run by the partition of each key (routed as the
+  ``AUTO_KEY`` encoding of the int, as a :class:`TimeBucketedState` key would be).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from malhar.util.state.codecs import AUTO_KEY, INT, INT_VALUE
+from malhar.util.state.keys import INT_SETS
+from malhar.util.state.time_buckets import Bucketed
+
+#: run dtype: what the entries hold on every platform
+RUN = np.dtype("<i8")
+TAIL_KEYS = 4096  # a tail this large becomes a run at once
+SMALL_BATCH = 1024  # fewer new keys than this from add_many go to the tail
+MAX_RUNS = 8  # a bucket with more runs merges them into one
+
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class _Bucket:
+    """A bucket's decoded runs (with their ids), its tail and its next run id."""
+
+    __slots__ = ("_tail_arr", "ids", "nbytes", "next_id", "runs", "tail")
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.runs: list[np.ndarray] = []
+        self.tail: set[int] = set()
+        self.next_id = 0
+        self.nbytes = 0
+        self._tail_arr: np.ndarray | None = None
+
+    def tail_array(self) -> np.ndarray:
+        if self._tail_arr is None or len(self._tail_arr) != len(self.tail):
+            self._tail_arr = np.fromiter(self.tail, np.int64, len(self.tail))
+        return self._tail_arr
+
+    def contains(self, key: int) -> bool:
+        if key in self.tail:
+            return True
+        for r in self.runs:
+            i = int(r.searchsorted(key))
+            if i < len(r) and r[i] == key:
+                return True
+        return False
+
+    def members_sorted(self, keys: np.ndarray) -> np.ndarray:
+        """``keys[i] in self`` for ascending ``keys`` (a vectorized :meth:`contains`; sorted
+        needles make ``searchsorted`` walk each run once: ~7x faster than in any order)."""
+        found = np.zeros(len(keys), bool)
+        for r in self.runs:
+            if not len(r):
+                continue
+            pos = r.searchsorted(keys)
+            pos[pos == len(r)] = len(r) - 1
+            found |= r[pos] == keys
+        if self.tail:
+            found |= np.isin(keys, self.tail_array())
+        return found
+
+
+class TimeBucketedIntSets(Bucketed):
+    """Per time bucket, a set of int keys (``-2**63 <= key < 2**63``): ``add``/``contains``
+    by ``(key, time)``, ``add_many`` for arrays, ``expire_before(time)`` drops whole buckets.
+
+    Times and ``bucket_span`` as in :class:`TimeBucketedState`. Not thread-safe.
+    """
+
+    KIND = INT_SETS
+
+    def __init__(
+        self, state: Any, name: str, bucket_span: int, view_bytes: int | None = None
+    ) -> None:
+        super().__init__(state, name, bucket_span, None, INT_VALUE)
+        self.view_bytes = state.budget_bytes // 4 if view_bytes is None else view_bytes
+        self._reset_views()
+
+    def _reset_views(self) -> None:
+        self._views: OrderedDict[int, _Bucket] = OrderedDict()
+        self._view_total = 0
+        self._views_epoch = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        for k in ("_views", "_view_total", "_views_epoch"):
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_views()
+
+    # -- the decoded buckets ------------------------------------------------------------------
+    def _head(self, bucket: int) -> bytes:
+        return self._prefix + INT.encode(bucket)
+
+    def _bucket(self, b: int) -> _Bucket:
+        """The bucket's view: loaded with one range scan unless held; the least recently used
+        others are dropped (their tails written as runs first) past ``view_bytes``."""
+        st = self._state
+        if self._views_epoch != st.epoch:
+            # a restore: what was held (and the tails, changes of an abandoned window) is gone
+            self._views.clear()
+            self._view_total = 0
+            self._views_epoch = st.epoch
+        v = self._views.get(b)
+        if v is not None:
+            self._views.move_to_end(b)
+            return v
+        v = _Bucket()
+        head = self._head(b)
+        p = len(head)
+        for ik, raw in st.scan_raw(head, self._head(b + 1)):
+            v.ids.append(INT.decode(ik[p:]))
+            v.runs.append(np.frombuffer(raw, RUN))
+            v.nbytes += len(raw)
+        v.next_id = v.ids[-1] + 1 if v.ids else 0
+        self._views[b] = v
+        self._view_total += v.nbytes
+        while self._view_total > self.view_bytes and len(self._views) > 1:
+            old_b, old = next(iter(self._views.items()))
+            if old_b == b:
+                break
+            self._flush_tail(old_b, old)
+            del self._views[old_b]
+            self._view_total -= old.nbytes
+        return v
+
+    def _write_run(self, b: int, v: _Bucket, keys: np.ndarray) -> None:
+        """Store ``keys`` (sorted, distinct, none in the bucket yet) as the bucket's next run."""
+        raw = np.ascontiguousarray(keys, RUN).tobytes()
+        self._state.put_raw(self._head(b) + INT.encode(v.next_id), raw)
+        v.ids.append(v.next_id)
+        v.runs.append(np.frombuffer(raw, RUN))
+        v.next_id += 1
+        v.nbytes += len(raw)
+        self._view_total += len(raw)
+        if len(v.runs) > MAX_RUNS:
+            self._merge_runs(b, v)
+
+    def _merge_runs(self, b: int, v: _Bucket) -> None:
+        head = self._head(b)
+        merged = np.frombuffer(join_runs(v.runs), RUN)
+        for i in v.ids:
+            self._state.put_raw(head + INT.encode(i), None)
+        self._view_total -= v.nbytes
+        v.ids, v.runs, v.nbytes = [], [], 0
+        self._write_run(b, v, merged)
+
+    def _flush_tail(self, b: int, v: _Bucket) -> None:
+        if v.tail:
+            keys = np.sort(v.tail_array())
+            v.tail = set()
+            v._tail_arr = None
+            self._write_run(b, v, keys)
+
+    def _flush_meta(self) -> None:
+        # called just before every checkpoint: the tails are this window's changes too
+        if self._views_epoch == self._state.epoch:
+            for b, v in list(self._views.items()):
+                self._flush_tail(b, v)
+        super()._flush_meta()
+
+    # -- one key ------------------------------------------------------------------------------
+    def contains(self, key: int, time: int) -> bool:
+        b = self.bucket_of(time)
+        return b >= self._meta and self._bucket(b).contains(key)
+
+    def add(self, key: int, time: int) -> bool:
+        """Put ``key`` into the bucket of ``time``; True if it was absent from a live bucket
+        (False: present, or the bucket expired)."""
+        if type(key) is not int or not I64_MIN <= key <= I64_MAX:
+            raise TypeError(f"{self._describe()}: keys are 64-bit ints, got {key!r}")
+        b = self.bucket_of(time)
+        if b < self._meta:
+            return False
+        v = self._bucket(b)
+        if v.contains(key):
+            return False
+        v.tail.add(key)
+        if len(v.tail) >= TAIL_KEYS:
+            self._flush_tail(b, v)
+        return True
+
+    # -- many keys ----------------------------------------------------------------------------
+    def add_many(self, keys: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+        """``[add(keys[i], buckets[i] * bucket_span) for i ...]``, in order, for int64 arrays:
+        True where the key was new to its live bucket (a pair that repeats is new at its
+        first row at most). Per bucket: one sort, one membership pass over its runs, one new
+        run (or a tail update) in numpy."""
+        keys = np.asarray(keys, np.int64)
+        buckets = np.asarray(buckets, np.int64)
+        if keys.shape != buckets.shape:
+            raise ValueError(f"{len(keys)} keys but {len(buckets)} buckets")
+        added = np.zeros(len(keys), bool)
+        if not len(keys):
+            return added
+        horizon = self._meta
+        first = int(buckets[0])
+        if (buckets == first).all():
+            groups: Any = [(first, None)]
+        else:
+            groups = [(int(b), np.flatnonzero(buckets == b)) for b in np.unique(buckets)]
+        for b, rows in groups:
+            if b < horizon:
+                continue
+            q = keys if rows is None else keys[rows]
+            v = self._bucket(b)
+            order = np.argsort(q)
+            sq = q[order]
+            heads = np.ones(len(sq), bool)
+            heads[1:] = sq[1:] != sq[:-1]
+            starts = np.flatnonzero(heads)
+            distinct = sq[starts]
+            absent = ~v.members_sorted(distinct)
+            fresh = distinct[absent]  # ascending
+            if len(fresh) < SMALL_BATCH:
+                v.tail.update(fresh.tolist())
+                if len(v.tail) >= TAIL_KEYS:
+                    self._flush_tail(b, v)
+            else:
+                self._write_run(b, v, fresh)
+            # a repeated key is new at its first row: the smallest row index of its run
+            firsts = order[starts] if len(starts) == len(q) else np.minimum.reduceat(order, starts)
+            new = np.zeros(len(q), bool)
+            new[firsts[absent]] = True
+            if rows is None:
+                added = new
+            else:
+                added[rows] = new
+        return added
+
+    def items(self) -> list[tuple[int, int]]:
+        """``(bucket start time, key)`` of every live key, by bucket then key (for tests
+        and inspection: it reads the whole state)."""
+        out = []
+        head_len = self._plen + 8
+        seen: dict[int, list[np.ndarray]] = {}
+        for ik, raw in self._state.scan_raw(self._prefix, self._end):
+            b = INT.decode(ik[self._plen : head_len])
+            seen.setdefault(b, []).append(np.frombuffer(raw, RUN))
+        if self._views_epoch == self._state.epoch:
+            for b, v in self._views.items():
+                if v.tail:
+                    seen.setdefault(b, []).append(v.tail_array())
+        for b in sorted(seen):
+            keys = np.sort(np.concatenate(seen[b]))
+            out.extend((b * self.bucket_span, int(k)) for k in keys)
+        return out
+
+    def clear(self) -> None:
+        """Delete every key (the horizon stays)."""
+        self._state.delete_range_raw(self._prefix, self._end)
+        self._views.clear()
+        self._view_total = 0
+
+    def expire_before(self, time: int) -> int:
+        q = super().expire_before(time)
+        for b in [b for b in self._views if b < q]:
+            self._view_total -= self._views.pop(b).nbytes
+        return q
+
+
+def join_runs(runs: list[np.ndarray]) -> bytes:
+    """One run of the keys of ``runs`` (an entry's value)."""
+    return np.unique(np.concatenate(runs)).astype(RUN, copy=False).tobytes()
+
+
+def split_run(raw: bytes, key_partition: Any, partitions: int) -> list[np.ndarray]:
+    """A run's keys by new partition (repartitioning): ``key_partition`` gets each key as
+    ``AUTO_KEY`` encodes an int, as for a :class:`TimeBucketedState` keyed by ints."""
+    keys = np.frombuffer(raw, RUN)
+    owner = np.fromiter(
+        (key_partition(AUTO_KEY.encode(k)) for k in keys.tolist()), np.int64, len(keys)
+    )
+    return [keys[owner == p] for p in range(partitions)]
+
+
+__all__ = ["I64_MAX", "I64_MIN", "TimeBucketedIntSets", "join_runs", "split_run"]
