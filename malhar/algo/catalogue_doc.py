@@ -105,74 +105,46 @@ state, keyed over two partitions) twice and compares every window with the harne
 
 `python bench/algo.py` (1M rows per family, batches of 100k rows; the per-tuple path on 50k
 rows; Spark `local[2]` with 3 GiB of driver heap, on a cached DataFrame, best of 3, written
-to the `noop` sink), on the shared 2-core machine of this project, 2026-11-24, with a 1-minute
-load average of 8.4 at the start and 12.0 at the end (three other agents' builds and tests;
-it reached 30 minutes before): figures move by 2-3x between runs, ratios less. TopN and
-TimeBasedDedup were measured again after their batch paths became vectorized (load 2.8 at the
-start, 2.9 at the end; before that change, at load 2.1: 134,301 / 138,010 / 564,892 rows/s,
-1.0x and 0.24x).
-
-TimeBasedDedup's row is the latest of its runs: 2026-11-25 00:51 UTC, load 1.2 at the start
-and 1.5 at the end, after spills were written in key order (a few percent faster). Earlier
-runs, all on the same machine (batch / per tuple / Spark rows/s):
-
-- 2026-11-24 18:20 UTC, after issue 17's managed-state work below (load 3.7, then 3.0):
-  433,170 / 157,504 / 581,696, 2.8x and 0.74x; the run just before it (load 4.7 and 4.7):
-  481,184 / 155,094 / 498,790, 3.1x and 0.96x.
-- 2026-11-24 20:31 UTC (load 3.8, then 3.0), before and after the SIGKILL fix to the
-  spilled checkpoint (`docs/state.md`: a memtable flush before the table file is ingested):
-  447,571 / 141,737 / 534,404 before, 448,625 / 141,489 / 643,785 after, 3.2x both.
-- With the per-tuple path run on all 1M rows (load ~12), so that it carries the same state
-  and spills as the batch path, the ratio is also 3.2x (188,253 / 58,847 rows/s).
+to the `noop` sink), on the shared 2-core machine of this project, 2026-11-25 06:40 UTC, with
+a 1-minute load average of 0.6 at the start and 1.5 at the end (a quiet hour; under the load
+of other agents' builds, 8-12, figures drop 2-3x and ratios move less). All in one run:
 
 | family | operator | batch rows/s | tuple rows/s | Spark rows/s | batch/tuple (>= 10x) | batch/Spark (>= 0.67x) |
 |---|---|---|---|---|---|---|
-| math | Sum per key | 3,353,925 | 211,202 | 207,444 | 15.9x met | 16.2x met |
-| top | TopN(10) per key | 1,142,963 | 98,698 | 315,693 | 11.6x met | 3.6x met |
-| distinct | Distinct(k) | 5,894,035 | 202,049 | 181,825 | 29.2x met | 32.4x met |
-| filter | FilterOperator(expr) | 2,079,899 | 145,099 | 228,998 | 14.3x met | 9.1x met |
-| transform | TransformOperator | 9,149,678 | 72,766 | 253,251 | 126x met | 36.1x met |
-| parse | CsvParser | 1,921,376 | 2,508 | 242,098 | 766x met | 7.9x met |
-| format | CsvFormatter | 1,186,668 | 2,923 | 138,484 | 406x met | 8.6x met |
-| stream | Counter | 1.7e10 | 1,255,544 | 602,949 | met | met |
-| dedup | TimeBasedDedup(id) | 426,396 | 143,593 | 590,931 | 3.0x **not met** | 0.72x met |
-| join | LookupJoin(k) inner | 1,304,836 | 29,386 | 464,353 | 44.4x met | 2.8x met |
-| enrich | Enricher(file) | 3,959,422 | 291,171 | 576,991 | 13.6x met | 6.9x met |
+| math | Sum per key | 12,719,052 | 819,685 | 1,043,009 | 15.5x met | 12.2x met |
+| top | TopN(10) per key | 2,110,413 | 164,954 | 674,593 | 12.8x met | 3.1x met |
+| distinct | Distinct(k) | 69,404,831 | 1,191,022 | 995,217 | 58.3x met | 69.7x met |
+| filter | FilterOperator(expr) | 28,879,181 | 503,744 | 1,187,806 | 57.3x met | 24.3x met |
+| transform | TransformOperator | 90,702,536 | 313,272 | 1,297,750 | 290x met | 69.9x met |
+| parse | CsvParser | 5,264,677 | 3,057 | 803,976 | 1722x met | 6.6x met |
+| stream | Counter | 2.0e10 | 1,728,204 | 1,336,503 | met | met |
+| dedup | TimeBasedDedup(id) | 5,167,458 | 210,962 | 656,575 | 24.5x met | 7.9x met |
+| format | CsvFormatter | 3,104,640 | 21,810 | 999,993 | 142x met | 3.1x met |
+| join | LookupJoin(k) inner | 6,443,134 | 42,949 | 1,104,708 | 150x met | 5.8x met |
+| enrich | Enricher(file) | 10,070,854 | 373,238 | 903,078 | 27.0x met | 11.2x met |
 
 TopN's batch path drops, vectorized, every row below its key's current n-th value before
-ranking the few others in Python (from 5.0x to 11.6x the per-tuple path). TimeBasedDedup
-misses the 10x target. Its batch path is vectorized (keys encoded per column, repeats
-inside the batch found by an Arrow `group_by`, one many-key managed-state read and write per
-batch), but 91% of the bench's rows carry a new (bucket, key), and each new key is state
-that must be made durable: 910k keys in one window overflow the 64 MiB budget's overlay
-(seven spills into the local store's pending area), and are read back, written to the
-checkpoint file and applied to the local store at the checkpoint. Before issue 17's work
-(load ~4) the 3.9 s of the 1M-row batch run went to the spills (0.7 s), the checkpoint
-(1.2 s), the lookups (1.2 s: absent keys searched in the spilled area and the store) and
-the rest (0.7 s). What changed (`docs/state.md`): a key filter of the local store's keys
-(a layered blocked Bloom filter, no false negatives, rebuilt after a restore that changes
-the base) lets a many-key read skip RocksDB for keys it never saw; the checkpoint of a
-window that spilled reads its changes back once, builds the file's records with Arrow and
-hands the store one sorted table file to ingest (no write batch through the memtable);
-`TimeBucketedState.add_many` does the dedup's read and write with the internal keys built
-once; writes of new keys go into the overlay as dict updates between the points where the
-one-key loop would spill. Measured on the same machine in one sitting (2026-11-24
-18:14 UTC, load 8.3-9.7), CPU time of the 1M-row batch run (all threads, best of 2): 4.68
-s before, 2.65 s after (main thread 3.98 s -> 2.27 s), and of the 50k-row per-tuple run
-0.365 s -> 0.340 s (its checkpoint got cheaper too): batch/tuple per CPU second went from
-1.6x to 2.6x (again at 18:21, load 5.6-5.9: 4.83 s -> 2.62 s and 0.364 s -> 0.331 s). Of the ~2.2 s left on the main thread, the spills take ~0.7 s (RocksDB
-memtable inserts of 910k keys), the checkpoint ~0.7 s (reading the spilled keys back,
-the file, the table file), the lookups ~0.2 s, the rest ~0.6 s: ~2.4 µs of Python and
-RocksDB per new key, against the ~0.7 µs per row that 10x the per-tuple path allows;
-Spark's `dropDuplicates` on a batch DataFrame keeps and checkpoints no state. Wall-clock
-runs of `bench/algo.py --only dedup` the same day, before the change: 247,829 / 146,449 /
-541,127 rows/s at load 2.1 (17:14 UTC: 1.7x and 0.46x) and 257,144 / 143,255 / 519,378
-at load 4.7-3.9 (18:19 UTC, between the two runs after it quoted above: 1.8x and 0.50x).
-At load 8-11 (18:10-18:16 UTC) Spark's side slowed down as much as ours and the ratios
-scattered: before 1.4x/0.64x and 1.8x/0.93x, after 2.4x/1.56x, 1.6x/1.03x and
-2.9x/0.70x. Spark's side includes
-its job scheduling (~0.2-0.5 s per job here), which weighs on 1M rows on 2 busy cores:
-compare the batch/tuple ratios first.
+ranking the few others in Python (from 5.0x to 11.6x the per-tuple path at the time).
+
+TimeBasedDedup: 91% of the bench's rows carry a (bucket, key) pair that is new, and every
+new key is state that must become durable with its window. While each key was one
+managed-state entry, the batch path stayed at 2.8-3.2x the per-tuple path (e.g. 426,396 /
+143,593 / 590,931 rows/s on 2026-11-25 00:51 UTC, load 1.2-1.5), even after issue 17's
+managed-state work (key filter, one table file per spilled checkpoint, `add_many`): ~2.4 µs
+of Python and RocksDB per new key went to the overlay, the spills, the checkpoint file and
+the local store. Int keys are now kept as sorted runs per time bucket
+(`malhar.util.state.int_sets`, `docs/state.md` §4a). A batch's membership test is a
+`searchsorted` over the bucket's runs, and its new keys are one new run, both in numpy.
+The runs are ordinary managed-state entries, so checkpoints, restore, expiry and
+repartitioning stay exactly-once. The 1M-row window now takes ~0.08 s to decide and
+~0.05 s to checkpoint (was ~2.2 s), and the per-tuple path also got faster (143k -> 211k
+rows/s).
+
+Keys that are not 64-bit ints (strings, tuples) remain one entry each: with string keys
+this bench path runs at about 3x its per-tuple path (not re-measured this session). Spark's
+`dropDuplicates` on a batch DataFrame keeps and checkpoints no state. Spark's side includes
+its job scheduling (~0.2-0.5 s per job here), which weighs on 1M rows: compare the
+batch/tuple ratios first.
 
 Each example below is its operator's docstring example (run as a doctest by
 `tests/test_docs.py`).
