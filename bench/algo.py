@@ -78,7 +78,7 @@ class Family:
     make: Callable[[str], Any]  # checkpoint dir -> operator
     port: str
     spark: Callable[[Any, dict], Any]  # (df, extras) -> DataFrame to run
-    data: str = "rows"  # "rows" or "lines"
+    data: str = "rows"  # "rows", "lines" or "uids" (rows with a string id, uid)
     #: run before the measured window (window 0), e.g. to load a join's table
     prepare: Callable[[OperatorHarness], None] | None = None
 
@@ -145,6 +145,16 @@ def _families(lookup: str) -> list[Family]:
             lambda d: A.TimeBasedDedup(key="id", time="t", expire_after=3_600_000, schema=DDL),
             "input",
             lambda df, x: df.dropDuplicates(["id"]),
+        ),
+        Family(
+            "dedup-str",
+            "TimeBasedDedup(uid)",
+            lambda d: A.TimeBasedDedup(
+                key="uid", time="t", expire_after=3_600_000, schema=DDL + ", uid string"
+            ),
+            "input",
+            lambda df, x: df.dropDuplicates(["uid"]),
+            data="uids",
         ),
         Family(
             "format",
@@ -240,6 +250,14 @@ def run_spark(fam: Family, spark: Any, frames: dict, rounds: int = 3) -> float:
     return n / best
 
 
+def with_uids(table: pa.Table) -> pa.Table:
+    """The rows with a string copy of ``id``: ``u<id>``."""
+    import pyarrow.compute as pc
+
+    uid = pc.binary_join_element_wise("u", pc.cast(table.column("id"), pa.string()), "")
+    return table.append_column("uid", uid)
+
+
 def to_lines(table: pa.Table) -> pa.Table:
     import io
 
@@ -263,6 +281,7 @@ def main() -> int:
 
     table = rows_table(args.rows)
     lines = to_lines(table)
+    data_of = {"rows": table, "lines": lines, "uids": with_uids(table)}
     tmp = tempfile.mkdtemp(prefix="malhar-bench-algo-")
     lookup = os.path.join(tmp, "labels.csv")
     with open(lookup, "w") as f:
@@ -280,14 +299,13 @@ def main() -> int:
         shuffle_partitions=2,
         conf={"spark.driver.memory": "3g"},
     )
-    frames = {
-        "rows": spark.createDataFrame(table.to_pandas()).cache(),
-        "lines": spark.createDataFrame(lines.to_pandas()).cache(),
-        "lookup": spark.read.csv(lookup, header=True),
-        "n": args.rows,
+    kinds = {f.data for f in families}
+    frames: dict[str, Any] = {
+        k: spark.createDataFrame(data_of[k].to_pandas()).cache() for k in sorted(kinds)
     }
-    frames["rows"].count()
-    frames["lines"].count()
+    frames.update(lookup=spark.read.csv(lookup, header=True), n=args.rows)
+    for k in kinds:
+        frames[k].count()
 
     print(
         f"malhar operator catalogue: {args.rows:,} rows per family, batches of {args.batch:,}, "
@@ -299,7 +317,7 @@ def main() -> int:
     print("-" * len(header))
     results = []
     for fam in families:
-        data = lines if fam.data == "lines" else table
+        data = data_of[fam.data]
         batch = run_batch(fam, data, args.batch)
         tup = run_tuples(fam, data.slice(0, args.tuple_rows))
         sp = run_spark(fam, spark, frames)

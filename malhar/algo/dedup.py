@@ -10,15 +10,16 @@ incrementally with every window, see ``docs/state.md``).
 Both need a checkpoint location (a running application, or an ``OperatorHarness`` whose
 context names a ``checkpoint`` folder) and are partitioned by key.
 
-Batches: an Arrow batch whose key column is integers, strings or binaries is decided at
-once, with the same decisions and final state as its rows one at a time: keys encoded for
-the whole column (``arrow_keys.encode_keys``), repeats inside the batch found by Arrow,
-and one many-key state read and write (``contains_many``/``put_many``, ``get_many``/...)
-instead of state calls per row. Other key types go one key at a time.
+Batches: an Arrow batch whose key column is integers, strings or binaries (no nulls) is
+decided at once, with the same decisions and final state as its rows one at a time. Other
+key columns go one key at a time.
 
-TimeBasedDedup keeps 64-bit int keys apart, in sorted runs per time bucket
-(``malhar.util.state.int_sets``): a batch of int keys is decided and stored in numpy,
-without Python work per key. Other keys stay one managed-state entry each.
+- TimeBasedDedup keeps int, str and bytes keys in sorted runs per time bucket
+  (``malhar.util.state.key_sets``): a batch is decided and stored in numpy, without Python
+  work per key. Other keys (floats, tuples, None, str/bytes over 65,535 bytes) stay one
+  managed-state entry each.
+- BoundedDedup encodes the keys for the whole column (``arrow_keys.encode_keys``) and
+  makes a few many-key state calls (``get_many``/``put_many``/...) instead of ~6 per key.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from malhar.properties import Property
 from malhar.state import State
 from malhar.util.state import INT, INT_VALUE
 from malhar.util.state.arrow_keys import encode_keys
-from malhar.util.state.int_sets import I64_MAX, I64_MIN
+from malhar.util.state.key_sets import I64_MAX, TimeBucketedKeySets
 
 __all__ = ["BoundedDedup", "TimeBasedDedup"]
 
@@ -135,10 +136,10 @@ class TimeBasedDedup(_Dedup):
     max_time = State(default=None)
     #: the newest event time of the open application window (max_time at its end)
     window_max = State(default=None)
-    #: the last time bucket whose int keys may be in ``seen`` rather than in the int sets (a
-    #: checkpoint from before the int sets kept them there); None: no such bucket (any
-    #: more); -1: not decided yet (set from ``max_time`` when the operator starts)
-    ints_in_seen_to = State(default=-1)
+    #: the last time bucket whose int, str or bytes keys may be in ``seen`` rather than in the
+    #: key sets (a checkpoint from before the key sets kept them there); None: no such
+    #: bucket (any more); -1: not decided yet (set from ``max_time`` when the operator starts)
+    keys_in_seen_to = State(default=-1)
 
     def __init__(self, key: FieldSpec = None, time: FieldSpec = None, **props: Any) -> None:
         self.configure(key=key, time=time, **props)
@@ -147,14 +148,17 @@ class TimeBasedDedup(_Dedup):
         state = context.managed_state(budget_bytes=self.budget_bytes)
         self._seen = state.time_buckets("seen", bucket_span=self.bucket_span, value_codec=INT_VALUE)
         self._ints = state.int_sets("seen-ints", bucket_span=self.bucket_span)
+        self._strs = state.str_sets("seen-str", bucket_span=self.bucket_span)
+        self._bytes = state.bytes_sets("seen-bytes", bucket_span=self.bucket_span)
+        self._sets_of = {int: self._ints, str: self._strs, bytes: self._bytes}
         self._key, self._time = getter(self.key), getter(self.time)
         self.begin_window(-1)
 
     def begin_window(self, window_id: int) -> None:
         # the horizon of the open application window (also after a restore inside it)
         self._horizon = None if self.max_time is None else self.max_time - self.expire_after
-        if self.ints_in_seen_to == -1:  # None: nothing was checkpointed before the int sets
-            self.ints_in_seen_to = (
+        if self.keys_in_seen_to == -1:  # None: nothing was checkpointed before the key sets
+            self.keys_in_seen_to = (
                 None if self.max_time is None else self.max_time // self.bucket_span
             )
 
@@ -162,15 +166,16 @@ class TimeBasedDedup(_Dedup):
         """0 unique, 1 duplicate, 2 expired."""
         if (self._horizon is not None and ts < self._horizon) or self._ints.is_expired(ts):
             return 2
-        if type(k) is int and I64_MIN <= k <= I64_MAX:
-            legacy = self.ints_in_seen_to
+        sets = self._sets_of.get(type(k))
+        if sets is not None and (held := sets.key(k)) is not None:
+            legacy = self.keys_in_seen_to
             if (
                 legacy is not None
                 and ts // self.bucket_span <= legacy
                 and self._seen.contains(k, ts)
             ):
                 return 1
-            return 0 if self._ints.add(k, ts) else 1
+            return 0 if sets.add_held(held, ts) else 1
         if self._seen.contains(k, ts):
             return 1
         self._seen.put(k, ts, 1)
@@ -225,16 +230,12 @@ class TimeBasedDedup(_Dedup):
         if pa.types.is_timestamp(times.type):
             times = pc.cast(pc.cast(times, pa.timestamp("ms", tz=times.type.tz)), pa.int64())
         stamps = times.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        ints = _int64_keys(keys)
-        if ints is not None:
-            labels = self._classify_ints(keys, ints, stamps)
-            live = stamps[labels != 2]
-            if len(live):
-                self._newest(int(live.max()))
-            self._emit_split(batch, labels, [self.unique, self.duplicate, self.expired])
-            return
-        encoded = encode_keys(self._seen.key_codec, keys)
-        if encoded is None:  # a key type without a vectorized encoding: one key at a time
+        sets, held = self._held_keys(keys)
+        if held is not None:
+            labels = self._classify_sets(keys, sets, held, stamps)
+        else:
+            # keys the key sets do not hold (all or some: nulls, floats, a str too long...):
+            # one key at a time, each where _classify keeps it
             stamps_list = stamps.tolist()
             labels = np.array(
                 [
@@ -243,8 +244,6 @@ class TimeBasedDedup(_Dedup):
                 ],
                 np.int8,
             )
-        else:
-            labels = self._classify_batch(keys, encoded, stamps)
         live = stamps[labels != 2]
         if len(live):
             self._newest(int(live.max()))
@@ -282,62 +281,49 @@ class TimeBasedDedup(_Dedup):
         idx = np.sort(groups.column("i_min").to_numpy())
         return labels, alive[idx], buckets[idx]
 
-    def _classify_ints(self, keys: pa.Array, ints: np.ndarray, stamps: np.ndarray) -> np.ndarray:
-        """The labels of :meth:`_classify` for a batch of int keys: the int sets add the live
-        rows in order, in numpy (the first row of a (bucket, key) pair new to them is unique)."""
-        legacy = self.ints_in_seen_to
+    def _held_keys(self, keys: pa.Array) -> tuple[TimeBucketedKeySets | None, Any]:
+        """The key sets for the column and its keys as they hold them; ``(sets, None)``: str
+        or bytes keys of which one is too long for them; ``(None, None)``: another type."""
+        ints = _int64_keys(keys)
+        if ints is not None:
+            return self._ints, ints
+        buffers = _offsets_and_data(keys)
+        if buffers is None:
+            return None, None
+        offsets, data, text = buffers
+        sets = self._strs if text else self._bytes
+        return sets, sets.keys_of(offsets, data)
+
+    def _classify_sets(
+        self, keys: pa.Array, sets: TimeBucketedKeySets, held: np.ndarray, stamps: np.ndarray
+    ) -> np.ndarray:
+        """The labels of :meth:`_classify` for a batch of keys the key sets hold: they add the
+        live rows in order, in numpy (the first row of a (bucket, key) pair new to them is
+        unique)."""
+        legacy = self.keys_in_seen_to
         if legacy is None or stamps.min() // self.bucket_span > legacy:
             labels, alive = self._alive(stamps)
             if len(alive):
-                added = self._ints.add_many(ints[alive], stamps[alive] // self.bucket_span)
+                added = sets.add_many(held[alive], stamps[alive] // self.bucket_span)
                 labels[alive[added]] = 0
             return labels
         labels, first, buckets = self._alive_firsts(keys, stamps)
         if not len(first):
             return labels
-        fkeys = ints[first]
+        fheld = held[first]
         if (old := np.flatnonzero(buckets <= legacy)).size:
-            # int keys of a checkpoint from before the int sets: found there, duplicates
+            # keys of a checkpoint from before the key sets: found in seen, duplicates
             was = np.array(
                 self._seen.contains_many(
-                    fkeys[old].tolist(), (buckets[old] * self.bucket_span).tolist()
+                    keys.take(pa.array(first[old])).to_pylist(),
+                    (buckets[old] * self.bucket_span).tolist(),
                 ),
                 bool,
             )
             keep = np.ones(len(first), bool)
             keep[old[was]] = False
-            first, fkeys, buckets = first[keep], fkeys[keep], buckets[keep]
-        added = self._ints.add_many(fkeys, buckets)
-        labels[first[added]] = 0
-        return labels
-
-    def _classify_batch(
-        self, keys: pa.Array, encoded: list[bytes], stamps: np.ndarray
-    ) -> np.ndarray:
-        """The labels of :meth:`_classify` for a whole batch, in arrival order: expired rows
-        by comparing with the horizons; of the rest, the first row of each (bucket, key)
-        pair is looked up in the state and stored if new (one ``add_many`` per bucket: one
-        many-key read, one many-key write); later rows of a pair are duplicates, as they
-        are one at a time."""
-        labels, first, first_buckets = self._alive_firsts(keys, stamps)
-        if not len(first):
-            return labels
-        first_keys = [encoded[i] for i in first.tolist()]
-        # one add_many per bucket (usually one or two per batch): the internal keys share
-        # the bucket's prefix; the pairs are distinct, so the buckets' order does not matter
-        span = self.bucket_span
-        uniq = np.unique(first_buckets)
-        if len(uniq) == 1:
-            added = np.array(
-                self._seen.add_many(first_keys, int(uniq[0]) * span, 1, encoded=True), bool
-            )
-        else:
-            added = np.zeros(len(first), bool)
-            for b in uniq.tolist():
-                rows = np.flatnonzero(first_buckets == b)
-                added[rows] = self._seen.add_many(
-                    [first_keys[j] for j in rows.tolist()], b * span, 1, encoded=True
-                )
+            first, fheld, buckets = first[keep], fheld[keep], buckets[keep]
+        added = sets.add_many(fheld, buckets)
         labels[first[added]] = 0
         return labels
 
@@ -347,9 +333,11 @@ class TimeBasedDedup(_Dedup):
             self.max_time = newest
             horizon = self.max_time - self.expire_after
             self._seen.expire_before(horizon)
+            self._strs.expire_before(horizon)
+            self._bytes.expire_before(horizon)
             first_live = self._ints.expire_before(horizon)
-            if self.ints_in_seen_to is not None and self.ints_in_seen_to < first_live:
-                self.ints_in_seen_to = None
+            if self.keys_in_seen_to is not None and self.keys_in_seen_to < first_live:
+                self.keys_in_seen_to = None
         self.window_max = None
 
 
@@ -364,6 +352,24 @@ def _int64_keys(keys: pa.Array) -> np.ndarray | None:
             return None
         keys = keys.cast(pa.int64())
     return keys.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _offsets_and_data(keys: pa.Array) -> tuple[np.ndarray, np.ndarray, bool] | None:
+    """The value offsets and data bytes of a string or binary column without nulls, and
+    whether it is text (None: another type, or nulls)."""
+    t = keys.type
+    if keys.null_count:
+        return None
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        width: Any = np.int32
+    elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        width = np.int64
+    else:
+        return None
+    _, offsets, data = keys.buffers()
+    offs = np.frombuffer(offsets, width)[keys.offset : keys.offset + len(keys) + 1]
+    raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return offs, raw, pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 class BoundedDedup(_Dedup):

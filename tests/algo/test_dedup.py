@@ -97,44 +97,58 @@ def test_a_crash_replays_the_window_with_the_same_decisions(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("batch", [False, True])
-def test_int_keys_of_a_checkpoint_from_before_the_int_sets_are_still_known(
-    tmp_path: Path, batch: bool
+@pytest.mark.parametrize("text", [False, True])
+def test_keys_of_a_checkpoint_from_before_the_key_sets_are_still_known(
+    tmp_path: Path, batch: bool, text: bool
 ) -> None:
-    """Before the int sets, int keys were entries of ``seen``: a checkpoint of that time
-    restores with ``ints_in_seen_to`` missing (its default), and those keys stay duplicates
-    until their buckets expire; then ``seen`` is no longer read for int keys."""
+    """Before the key sets, int and str keys were entries of ``seen``: a checkpoint of that
+    time restores with ``keys_in_seen_to`` missing (its default), and those keys stay
+    duplicates until their buckets expire; then ``seen`` is no longer read for them."""
+    ddl = f"id {'string' if text else 'bigint'}, t bigint"
     make = lambda: TimeBasedDedup(  # noqa: E731
-        key="id", time="t", expire_after=5_000, bucket_span=1_000, schema="id bigint, t bigint"
+        key="id", time="t", expire_after=5_000, bucket_span=1_000, schema=ddl
     )
+    key = (lambda i: f"k{i}") if text else (lambda i: i)
     ctx = OperatorContext(name="dedup", checkpoint=str(tmp_path))
     h = OperatorHarness(make(), ctx)
     h.begin_window(0)
     op = h.operator
-    for k in (7, 8):  # what the older operator wrote for two int keys
-        assert op._seen.put(k, 1_500, 1)
+    for k in (7, 8):  # what the older operator wrote for two keys
+        assert op._seen.put(key(k), 1_500, 1)
     op.window_max = 1_500
     h.end_window()
     snapshot = pickle.loads(h.checkpoint())
-    del snapshot["operator"]["fields"]["ints_in_seen_to"]  # the older operator had no such field
+    del snapshot["operator"]["fields"]["keys_in_seen_to"]  # the older operator had no such field
     saved = pickle.dumps(snapshot)
     h.teardown()
     again = OperatorHarness.restored(make(), saved, ctx)
-    rows = [{"id": k, "t": 1_200} for k in (7, 8, 9, 9)]
+    rows = [{"id": key(k), "t": 1_200} for k in (7, 8, 9, 9)]
     items = [("input", r) for r in rows]
     if batch:
-        items = [
-            (
-                "input",
-                pa.RecordBatch.from_pylist(rows, schema=arrow_schema_of("id bigint, t bigint")),
-            )
-        ]
+        items = [("input", pa.RecordBatch.from_pylist(rows, schema=arrow_schema_of(ddl)))]
     again.run_window(items, window=1)
-    assert [r["id"] for r in again.sink("unique").tuples] == [9]
-    assert [r["id"] for r in again.sink("duplicate").tuples] == [7, 8, 9]
-    assert again.operator.ints_in_seen_to == 1
-    again.run_window([("input", {"id": 1, "t": 7_000})], window=2)  # bucket 1 expires
-    assert again.operator.ints_in_seen_to is None
+    assert [r["id"] for r in again.sink("unique").tuples] == [key(9)]
+    assert [r["id"] for r in again.sink("duplicate").tuples] == [key(7), key(8), key(9)]
+    assert again.operator.keys_in_seen_to == 1
+    again.run_window([("input", {"id": key(1), "t": 7_000})], window=2)  # bucket 1 expires
+    assert again.operator.keys_in_seen_to is None
     again.teardown()
+
+
+def test_str_keys_of_every_length_decide_as_tuples(tmp_path: Path) -> None:
+    """Keys with the one-byte length head, the three-byte one (255+ bytes) and one too long
+    for the key sets (kept in seen): a batch decides them as its tuples one at a time."""
+    ids = ["a", "a\x00", "x" * 300, "y" * 70_000, "a", "x" * 300, "y" * 70_000, ""]
+    rows = [{"id": k, "t": 1_000} for k in ids]
+    schema = pa.schema([("id", pa.string()), ("t", pa.int64())])
+
+    def make():
+        return TimeBasedDedup(key="id", time="t", schema="id string, t bigint")
+
+    tuples, batches = _both_ways(make, [rows, rows[:3]], tmp_path, schema)
+    assert batches == tuples
+    assert [r["id"] for r in tuples["unique"][0]] == ["a", "a\x00", "x" * 300, "y" * 70_000, ""]
+    assert len(tuples["duplicate"][0]) == 3 and len(tuples["duplicate"][1]) == 3
 
 
 @pytest.mark.slow
@@ -175,23 +189,43 @@ def _both_ways(make, windows, tmp_path: Path, schema: pa.Schema) -> tuple[list, 
     return out[0], out[1]
 
 
+_KINDS = {  # the key column's type, and the key of an int drawn by _EVENTS
+    "int": ("bigint", pa.int64(), lambda i: i),
+    # empty, ending in NULs (NumPy's S values drop those), non-ASCII, long-ish
+    "str": ("string", pa.string(), lambda i: ["", "a", "a\x00", "\u00e9"][i % 4] + "x" * (i // 4)),
+    "bytes": ("binary", pa.binary(), lambda i: b"\x00" * (i % 3) + bytes([i])),
+    "float": ("double", pa.float64(), lambda i: i / 2),  # one key at a time, in seen
+}
+
+
 @settings(max_examples=40, deadline=None)
-@given(events=_EVENTS, text=st.booleans())
-def test_time_based_batches_decide_as_tuples(events, text: bool) -> None:
+@given(events=_EVENTS, kind=st.sampled_from(sorted(_KINDS)))
+def test_time_based_batches_decide_as_tuples(events, kind: str) -> None:
     """Repeats in one bucket and across buckets, late (expired) events, several windows."""
-    kind = pa.string() if text else pa.int64()
-    schema = pa.schema([("id", kind), ("t", pa.int64())])
-    windows = [[{"id": f"k{i}" if text else i, "t": t} for i, t in rows] for rows in events]
+    ddl, arrow, key = _KINDS[kind]
+    schema = pa.schema([("id", arrow), ("t", pa.int64())])
+    windows = [[{"id": key(i), "t": t} for i, t in rows] for rows in events]
     make = lambda: TimeBasedDedup(  # noqa: E731
-        key="id",
-        time="t",
-        expire_after=8_000,
-        bucket_span=2_000,
-        schema="id " + ("string" if text else "bigint") + ", t bigint",
+        key="id", time="t", expire_after=8_000, bucket_span=2_000, schema=f"id {ddl}, t bigint"
     )
     with tempfile.TemporaryDirectory() as tmp:
         tuples, batches = _both_ways(make, windows, Path(tmp), schema)
     assert batches == tuples
+    # and both are right: a model of the semantics, one tuple at a time
+    seen, newest, labels = set(), None, {"unique": {}, "duplicate": {}, "expired": {}}
+    for w, rows in enumerate(windows):
+        top = newest
+        for r in rows:
+            if newest is not None and r["t"] < newest - 8_000:
+                port = "expired"
+            else:
+                pair = (r["t"] // 2_000, type(r["id"]), r["id"])
+                port = "duplicate" if pair in seen else "unique"
+                seen.add(pair)
+                top = r["t"] if top is None else max(top, r["t"])
+            labels[port].setdefault(w, []).append(r)
+        newest = top
+    assert {p: tuples[p] for p in labels} == labels
 
 
 @settings(max_examples=40, deadline=None)

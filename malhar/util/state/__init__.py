@@ -27,7 +27,11 @@ from malhar.util.state.codecs import (
     TupleCodec,
 )
 from malhar.util.state.errors import CorruptCheckpointError, StateCodecError, StateError
-from malhar.util.state.int_sets import TimeBucketedIntSets
+from malhar.util.state.key_sets import (
+    TimeBucketedBytesSets,
+    TimeBucketedIntSets,
+    TimeBucketedStrSets,
+)
 from malhar.util.state.manager import ManagedState
 from malhar.util.state.spillable import SpillableList, SpillableMap, SpillableSetMultimap
 from malhar.util.state.time_buckets import TimeBucketedState
@@ -50,7 +54,9 @@ __all__ = [
     "SpillableSetMultimap",
     "StateCodecError",
     "StateError",
+    "TimeBucketedBytesSets",
     "TimeBucketedIntSets",
     "TimeBucketedState",
+    "TimeBucketedStrSets",
     "TupleCodec",
 ]

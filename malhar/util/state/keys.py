@@ -13,6 +13,8 @@ Within it the kinds are::
     T  time buckets   rest = bucket (order-preserving i64) | key
     I  int-key sets   rest = bucket (order-preserving i64) | run id (order-preserving i64);
                       the value is a sorted run of int64 keys (repartitioning splits it)
+    U  str-key sets   rest and value as I, the run's keys are NumPy S values (UTF-8)
+    B  bytes-key sets as U, of bytes keys
     ~  metadata       the structure's kind u8 + its counters; sorts after the data
 """
 
@@ -22,11 +24,14 @@ import struct
 
 from malhar.util.state.codecs import escape, unescape_from
 
-MAP, MULTIMAP, LIST, TIME, INT_SETS = b"M", b"S", b"L", b"T", b"I"
+MAP, MULTIMAP, LIST, TIME = b"M", b"S", b"L", b"T"
+INT_SETS, STR_SETS, BYTES_SETS = b"I", b"U", b"B"
 META = b"~"
 KIND_NAMES = {MAP: "SpillableMap", MULTIMAP: "SpillableSetMultimap", LIST: "SpillableList"}
 KIND_NAMES[TIME] = "TimeBucketedState"
 KIND_NAMES[INT_SETS] = "TimeBucketedIntSets"
+KIND_NAMES[STR_SETS] = "TimeBucketedStrSets"
+KIND_NAMES[BYTES_SETS] = "TimeBucketedBytesSets"
 _U16 = struct.Struct(">H")
 
 
@@ -67,12 +72,14 @@ def multimap_key(prefix: bytes, key: bytes, value: bytes) -> bytes:
 
 
 __all__ = [
+    "BYTES_SETS",
     "INT_SETS",
     "KIND_NAMES",
     "LIST",
     "MAP",
     "META",
     "MULTIMAP",
+    "STR_SETS",
     "TIME",
     "multimap_key",
     "prefix_end",

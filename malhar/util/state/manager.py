@@ -261,17 +261,31 @@ class ManagedState:
         return s
 
     def int_sets(self, name: str, bucket_span: int) -> Any:
-        """A :class:`~malhar.util.state.int_sets.TimeBucketedIntSets` (int keys per time
+        """A :class:`~malhar.util.state.key_sets.TimeBucketedIntSets` (int keys per time
         bucket, kept as sorted runs: a deduplicator's state)."""
-        from malhar.util.state.int_sets import TimeBucketedIntSets
-        from malhar.util.state.keys import INT_SETS
+        from malhar.util.state.key_sets import TimeBucketedIntSets
 
-        s = self._register(
-            name, INT_SETS, lambda: TimeBucketedIntSets(self, name, bucket_span), INT_VALUE
-        )
+        return self._key_sets(name, bucket_span, TimeBucketedIntSets)
+
+    def str_sets(self, name: str, bucket_span: int) -> Any:
+        """A :class:`~malhar.util.state.key_sets.TimeBucketedStrSets` (str keys per time
+        bucket, kept as sorted runs)."""
+        from malhar.util.state.key_sets import TimeBucketedStrSets
+
+        return self._key_sets(name, bucket_span, TimeBucketedStrSets)
+
+    def bytes_sets(self, name: str, bucket_span: int) -> Any:
+        """A :class:`~malhar.util.state.key_sets.TimeBucketedBytesSets` (bytes keys per time
+        bucket, kept as sorted runs)."""
+        from malhar.util.state.key_sets import TimeBucketedBytesSets
+
+        return self._key_sets(name, bucket_span, TimeBucketedBytesSets)
+
+    def _key_sets(self, name: str, bucket_span: int, cls: Any) -> Any:
+        s = self._register(name, cls.KIND, lambda: cls(self, name, bucket_span), INT_VALUE)
         if s.bucket_span != bucket_span:
             raise StateError(
-                f"{self.where}: int sets {name!r} exist with span {s.bucket_span}, "
+                f"{self.where}: key sets {name!r} exist with span {s.bucket_span}, "
                 f"not {bucket_span}"
             )
         return s

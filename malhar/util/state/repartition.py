@@ -32,7 +32,20 @@ from malhar.util.state.chain import merge_runs, select_chain
 from malhar.util.state.codecs import unescape_from
 from malhar.util.state.errors import StateError
 from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, new_uid, parse_name
-from malhar.util.state.keys import INT_SETS, LIST, MAP, META, MULTIMAP, TIME, split, user_key
+from malhar.util.state.keys import (
+    BYTES_SETS,
+    INT_SETS,
+    LIST,
+    MAP,
+    META,
+    MULTIMAP,
+    STR_SETS,
+    TIME,
+    split,
+    user_key,
+)
+
+_KEY_SETS = (INT_SETS, STR_SETS, BYTES_SETS)
 
 _STAGING = ".repartition"
 _COMMIT = "COMMIT"
@@ -127,18 +140,19 @@ def repartition(
             )
         return p
 
-    # the runs of one bucket of int-key sets, from every old partition: split by key, then
-    # one run per new partition (run id 0) once the bucket's last run is read
+    # the runs of one bucket of key sets, from every old partition: split by key, then one
+    # run per new partition (run id 0) once the bucket's last run is read
     runs_head: bytes | None = None
+    runs_kind = b""
     runs: list[list[Any]] = [[] for _ in range(new_partitions)]
 
     def flush_runs() -> None:
-        from malhar.util.state.int_sets import join_runs
+        from malhar.util.state.key_sets import join_runs
 
         assert runs_head is not None
         for p, parts in enumerate(runs):
             if parts:
-                writers[p].add(runs_head + _RUN0, join_runs(parts))
+                writers[p].add(runs_head + _RUN0, join_runs(runs_kind, parts))
                 parts.clear()
 
     def flush_meta(name: bytes) -> None:
@@ -159,14 +173,14 @@ def repartition(
             if v is None:
                 continue
             name, kind, rest = split(ik)
-            if runs_head is not None and not (kind == INT_SETS and ik.startswith(runs_head)):
+            if runs_head is not None and not (kind in _KEY_SETS and ik.startswith(runs_head)):
                 flush_runs()
                 runs_head = None
-            if kind == INT_SETS:
-                from malhar.util.state.int_sets import split_run
+            if kind in _KEY_SETS:
+                from malhar.util.state.key_sets import split_run
 
-                runs_head = ik[: len(name) + 9]  # name | kind | bucket
-                for p, part in enumerate(split_run(v, route, new_partitions)):
+                runs_head, runs_kind = ik[: len(name) + 9], kind  # name | kind | bucket
+                for p, part in enumerate(split_run(kind, v, route, new_partitions)):
                     if len(part):
                         runs[p].append(part)
                 continue
@@ -178,7 +192,7 @@ def repartition(
                 prev = meta.get(ik)
                 if raw_kind(v) == LIST and _Q.unpack_from(v, 1)[0] > 0:
                     _list_error(operator, name)
-                if prev is not None and raw_kind(v) in (TIME, INT_SETS):
+                if prev is not None and raw_kind(v) in (TIME, *_KEY_SETS):
                     # horizons: the furthest one wins (every partition expired at least that)
                     v = v if _Q.unpack_from(v, 1)[0] > _Q.unpack_from(prev, 1)[0] else prev
                 meta[ik] = v

@@ -20,17 +20,23 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from malhar.util.state import INT, INT_VALUE, STR, ManagedState
-from malhar.util.state import int_sets as int_sets_module
+from malhar.util.state import key_sets as key_sets_module
 from malhar.util.state import manager as manager_module
 
 keys = st.integers(min_value=0, max_value=12)
+# str and bytes keys: empty, ending in NULs (NumPy's S values drop those), non-ASCII, and a
+# str next to its own UTF-8 bytes (different keys)
+TEXT_KEYS = st.one_of(
+    st.sampled_from(["", "a", "a\x00", "a\x00\x00", "\u00e9", "ab", "x" * 300, "x" * 299 + "\x00"]),
+    st.sampled_from([b"", b"a", b"a\x00", b"\x00", b"ab", b"\x00" * 256]),
+)
 values = st.integers(min_value=-5, max_value=5)
 SPAN = 10
 
 
 class StateModel(RuleBasedStateMachine):
-    """Drives a map, a set-multimap, a list, time buckets and int sets against plain Python
-    models."""
+    """Drives a map, a set-multimap, a list, time buckets and key sets (int, str/bytes) against
+    plain Python models."""
 
     root_factory = None  # set by the test: () -> conftest Root
     tiny_memory = False
@@ -39,7 +45,7 @@ class StateModel(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
         self.root = type(self).root_factory()
-        self.snapshots: dict[int, tuple] = {-1: ({}, set(), [], {}, -(2**63), set())}
+        self.snapshots: dict[int, tuple] = {-1: ({}, set(), [], {}, -(2**63), set(), set())}
         self.window = -1
         self.committed = -1
         self.ms = self._open()
@@ -53,14 +59,15 @@ class StateModel(RuleBasedStateMachine):
         return ms
 
     def _load(self, w: int) -> None:
-        m, mm, lst, tb, horizon, ints = self.snapshots[w]
-        self.m, self.mm, self.lst, self.tb, self.horizon, self.ints = (
+        m, mm, lst, tb, horizon, ints, texts = self.snapshots[w]
+        self.m, self.mm, self.lst, self.tb, self.horizon, self.ints, self.texts = (
             dict(m),
             set(mm),
             list(lst),
             dict(tb),
             horizon,
             set(ints),
+            set(texts),
         )
 
     # -- the structures ---------------------------------------------------------------------
@@ -84,6 +91,15 @@ class StateModel(RuleBasedStateMachine):
     def sints(self):
         s = self.ms.int_sets("ints", SPAN)
         s.view_bytes = 24  # about one bucket's runs: buckets are dropped and read again
+        return s
+
+    def stexts(self, key):
+        s = (
+            self.ms.str_sets("strs", SPAN)
+            if isinstance(key, str)
+            else self.ms.bytes_sets("bs", SPAN)
+        )
+        s.view_bytes = 40
         return s
 
     @rule(k=keys, v=values)
@@ -168,13 +184,45 @@ class StateModel(RuleBasedStateMachine):
                 self.ints.add((b, k))
         assert got.tolist() == new
 
+    @rule(k=TEXT_KEYS, t=st.integers(min_value=0, max_value=100))
+    def add_text(self, k, t: int) -> None:
+        bucket = t // SPAN
+        new = bucket >= self.horizon and (bucket, k) not in self.texts
+        assert self.stexts(k).add(k, t) == new
+        if new:
+            self.texts.add((bucket, k))
+
+    @rule(
+        pairs=st.lists(st.tuples(st.integers(min_value=0, max_value=10), TEXT_KEYS), max_size=10),
+        binary=st.booleans(),
+    )
+    def add_many_texts(self, pairs: list, binary: bool) -> None:
+        # one Arrow-like column: all str, or all bytes
+        pairs = [(b, k.encode() if binary and isinstance(k, str) else k) for b, k in pairs]
+        pairs = [(b, k) for b, k in pairs if isinstance(k, bytes) == binary]
+        raws = [k if binary else k.encode() for _, k in pairs]
+        offsets = np.cumsum([0] + [len(r) for r in raws]).astype(np.int32)
+        data = np.frombuffer(b"".join(raws), np.uint8)
+        sets = self.stexts(b"" if binary else "")
+        held = sets.keys_of(offsets, data)
+        got = sets.add_many(held, np.array([b for b, _ in pairs], np.int64))
+        new = []
+        for b, k in pairs:
+            new.append(b >= self.horizon and (b, k) not in self.texts)
+            if new[-1]:
+                self.texts.add((b, k))
+        assert got.tolist() == new
+
     @rule(t=st.integers(min_value=0, max_value=100))
     def expire(self, t: int) -> None:
         self.stb.expire_before(t)
         self.sints.expire_before(t)
+        self.stexts("").expire_before(t)
+        self.stexts(b"").expire_before(t)
         self.horizon = max(self.horizon, t // SPAN)
         self.tb = {bk: v for bk, v in self.tb.items() if bk[0] >= self.horizon}
         self.ints = {bk for bk in self.ints if bk[0] >= self.horizon}
+        self.texts = {bk for bk in self.texts if bk[0] >= self.horizon}
 
     @rule()
     def clear_map(self) -> None:
@@ -195,6 +243,7 @@ class StateModel(RuleBasedStateMachine):
             dict(self.tb),
             self.horizon,
             set(self.ints),
+            set(self.texts),
         )
 
     @precondition(lambda self: self.window > self.committed)
@@ -253,6 +302,12 @@ class StateModel(RuleBasedStateMachine):
         assert [self.sints.contains(k, t) for k in every for t in (5, 45, 95)] == [
             (t // SPAN, k) in self.ints for k in every for t in (5, 45, 95)
         ]
+        got = {(t // SPAN, k) for kind in ("", b"") for t, k in self.stexts(kind).items()}
+        assert got == self.texts
+        probes = ["", "a", "a\x00", b"a", b"", "\u00e9"]
+        assert [self.stexts(k).contains(k, t) for k in probes for t in (5, 45)] == [
+            (t // SPAN, k) in self.texts for k in probes for t in (5, 45)
+        ]
 
     def teardown(self) -> None:
         if hasattr(self, "ms"):
@@ -310,9 +365,9 @@ def always_filter(monkeypatch):
     """Every many-key read consults the key filter (by default: reads of 32 keys or more);
     the int sets turn tails into runs and merge runs after a few keys, not thousands."""
     monkeypatch.setattr(manager_module, "_FILTER_MIN_KEYS", 1)
-    monkeypatch.setattr(int_sets_module, "TAIL_KEYS", 3)
-    monkeypatch.setattr(int_sets_module, "SMALL_BATCH", 2)
-    monkeypatch.setattr(int_sets_module, "MAX_RUNS", 2)
+    monkeypatch.setattr(key_sets_module, "TAIL_KEYS", 3)
+    monkeypatch.setattr(key_sets_module, "SMALL_BATCH", 2)
+    monkeypatch.setattr(key_sets_module, "MAX_RUNS", 2)
 
 
 def test_random_histories_equal_a_dict_model(root, always_filter) -> None:

@@ -169,45 +169,59 @@ def test_keys_in_two_old_partitions_are_refused(root) -> None:
         ManagedState.repartition(root.url, "op", 0, 2, 1, lambda k: 0)
 
 
-@pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 1)])
-def test_int_sets_are_split_key_by_key(root, old: int, new: int) -> None:
+@pytest.mark.parametrize(("old", "new", "kind"), [(2, 3, "int"), (3, 1, "int"), (2, 3, "str")])
+def test_key_sets_are_split_key_by_key(root, old: int, new: int, kind: str) -> None:
     """A run holds many keys: each goes to the partition that owns it (the engine routes the
-    AUTO_KEY encoding of the int, as for any int key), the buckets and horizon kept."""
+    AUTO_KEY encoding of the key, as for any key), the buckets and horizon kept."""
+
+    def user(i: int):
+        return i if kind == "int" else f"k{i}" + "\x00" * (i % 2)  # some end in NUL
+
+    def owner(key, n: int) -> int:
+        return key % n if kind == "int" else zlib.crc32(key.encode()) % n
 
     def route(n: int):
-        return lambda encoded: AUTO_KEY.decode(encoded) % n
+        return lambda encoded: owner(AUTO_KEY.decode(encoded), n)
+
+    def structure(ms):
+        return ms.int_sets("ints", 100) if kind == "int" else ms.str_sets("strs", 100)
+
+    def column(sets, ids):
+        if kind == "int":
+            return np.array(ids, np.int64)
+        raws = [user(i).encode() for i in ids]
+        offsets = np.cumsum([0] + [len(r) for r in raws]).astype(np.int32)
+        return sets.keys_of(offsets, np.frombuffer(b"".join(raws), np.uint8))
 
     parts = [root.new(partition=p) for p in range(old)]
-    expected: set[tuple[int, int]] = set()
+    expected: set = set()
     for w in range(3):
         for p, ms in enumerate(parts):
             if w == 0:
                 ms.restore(-1)
-            sets = ms.int_sets("ints", 100)
-            keys = np.array([k for k in range(w * 400, w * 400 + 400) if k % old == p], np.int64)
-            buckets = keys % 3  # three buckets, several runs each
-            assert sets.add_many(keys, buckets).all()
-            assert sets.add(10_000 + w * 10 + p, 150)  # a tail: a run at the checkpoint
+            sets = structure(ms)
+            ids = [i for i in range(w * 400, w * 400 + 400) if owner(user(i), old) == p]
+            buckets = np.array(ids, np.int64) % 3  # three buckets, several runs each
+            assert sets.add_many(column(sets, ids), buckets).all()
+            extra = [i for i in range(10_000, 10_200) if owner(user(i), old) == p][w]
+            assert sets.add(user(extra), 150)  # a tail: a run at the checkpoint
+            expected.add((100, user(extra)))
             if w == 2:
                 sets.expire_before(100)  # bucket 0 goes
             ms.checkpoint(w)
-        expected |= {(b * 100, k) for k in range(w * 400, w * 400 + 400) for b in [k % 3]}
-    expected = {
-        (t, k)
-        for t, k in expected | {(100, 10_000 + w * 10 + p) for p in range(old) for w in range(3)}
-        if t >= 100
-    }
+        expected |= {(i % 3 * 100, user(i)) for i in range(w * 400, w * 400 + 400)}
+    expected = {(t, k) for t, k in expected if t >= 100}
     for ms in parts:
         ms.close()
     ManagedState.repartition(root.url, "op", 2, old, new, route(new))
-    got: set[tuple[int, int]] = set()
+    got: set = set()
     for p in range(new):
         ms = root.new(partition=p)
         ms.restore(2)
-        sets = ms.int_sets("ints", 100)
+        sets = structure(ms)
         items = sets.items()
         assert sets.horizon == 100
-        assert all(k % new == p for _, k in items)
+        assert all(owner(k, new) == p for _, k in items)
         assert len(items) == len(set(items))
         got |= set(items)
         assert all(sets.contains(k, t) for t, k in items[:50])
