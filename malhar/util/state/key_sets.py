@@ -24,7 +24,9 @@ over the bucket's runs and a batch's new keys become one new run, both in numpy.
 
 - Keys added one at a time collect in a per-bucket *tail* (a Python set) that becomes a
   run when it reaches ``TAIL_KEYS`` keys or before the checkpoint; so do the new keys of a
-  small batch. A bucket's runs are merged into one when there are more than ``MAX_RUNS``.
+  small batch. A new run merges into the one before it while that one is not larger (a
+  binary counter), so a key is rewritten about log2(bucket size / run size) times over the
+  bucket's life, and a bucket keeps about that many runs (``MAX_RUNS`` at most).
 - The runs of recently used buckets stay decoded in memory (views over the entries'
   bytes), bounded by ``view_bytes`` (a quarter of the state's budget by default): the
   least recently used buckets are dropped first and read again (one range scan) when
@@ -53,7 +55,8 @@ _U16 = struct.Struct(">H")
 MAX_KEY_BYTES = 0xFFFF  # longer str/bytes keys do not fit the length field
 TAIL_KEYS = 4096  # a tail this large becomes a run at once
 SMALL_BATCH = 1024  # fewer new keys than this from add_many go to the tail
-MAX_RUNS = 8  # a bucket with more runs merges them into one
+TAIL_KEY_BYTES = 96  # what a key in a tail costs (the set's slot, the int or bytes object)
+MAX_RUNS = 8  # a bucket with more runs merges its newest two
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -154,7 +157,7 @@ class TimeBucketedKeySets(Bucketed):
         for ik, raw in st.scan_raw(head, self._head(b + 1)):
             v.ids.append(INT.decode(ik[p:]))
             v.runs.append(self._load(raw))
-            v.nbytes += len(raw)
+            v.nbytes += v.runs[-1].nbytes
         v.next_id = v.ids[-1] + 1 if v.ids else 0
         self._views[b] = v
         self._view_total += v.nbytes
@@ -168,29 +171,50 @@ class TimeBucketedKeySets(Bucketed):
         return v
 
     def _write_run(self, b: int, v: _Bucket, keys: np.ndarray) -> None:
-        """Store ``keys`` (sorted, distinct, none in the bucket yet) as the bucket's next run."""
+        """Store ``keys`` (sorted, distinct, none in the bucket yet) as the bucket's next run,
+        then merge runs as the policy below says."""
+        self._store_run(b, v, keys)
+        # the newest run merges into the one before while that is not larger (a binary
+        # counter): a key is rewritten about log2(bucket size / run size) times over the
+        # bucket's life, and a bucket keeps about that many runs (at most MAX_RUNS)
+        runs = v.runs
+        while len(runs) > 1 and (len(runs[-2]) <= len(runs[-1]) or len(runs) > MAX_RUNS):
+            self._merge_runs(b, v, [len(runs) - 2, len(runs) - 1])
+
+    def _store_run(self, b: int, v: _Bucket, keys: np.ndarray) -> None:
         raw = self._dump(keys)
         self._state.put_raw(self._head(b) + INT.encode(v.next_id), raw)
         v.ids.append(v.next_id)
         v.runs.append(self._load(raw))
         v.next_id += 1
-        v.nbytes += len(raw)
-        self._view_total += len(raw)
-        if len(v.runs) > MAX_RUNS:
-            self._merge_runs(b, v)
+        v.nbytes += v.runs[-1].nbytes
+        self._view_total += v.runs[-1].nbytes
 
-    def _merge_runs(self, b: int, v: _Bucket) -> None:
+    def _merge_runs(self, b: int, v: _Bucket, which: list[int]) -> None:
+        """Replace the runs at the indexes ``which`` by one run of their keys (written with
+        the next run id, so it is the newest)."""
         head = self._head(b)
-        merged = np.unique(np.concatenate(v.runs))
-        for i in v.ids:
-            self._state.put_raw(head + INT.encode(i), None)
-        self._view_total -= v.nbytes
-        v.ids, v.runs, v.nbytes = [], [], 0
-        self._write_run(b, v, merged)
+        merged = np.unique(np.concatenate([v.runs[i] for i in which]))
+        for i in sorted(which, reverse=True):
+            self._state.put_raw(head + INT.encode(v.ids[i]), None)
+            v.nbytes -= v.runs[i].nbytes
+            self._view_total -= v.runs[i].nbytes
+            del v.ids[i], v.runs[i]
+        self._store_run(b, v, merged)
+
+    def _to_tail(self, v: _Bucket, keys: Any) -> None:
+        before = len(v.tail)
+        v.tail.update(keys)
+        cost = (len(v.tail) - before) * TAIL_KEY_BYTES
+        v.nbytes += cost
+        self._view_total += cost
 
     def _flush_tail(self, b: int, v: _Bucket) -> None:
         if v.tail:
             keys = np.sort(v.tail_array())
+            cost = len(v.tail) * TAIL_KEY_BYTES
+            v.nbytes -= cost
+            self._view_total -= cost
             v.tail = set()
             v._tail_arr = None
             self._write_run(b, v, keys)
@@ -257,7 +281,7 @@ class TimeBucketedKeySets(Bucketed):
         v = self._bucket(b)
         if v.contains(key):
             return False
-        v.tail.add(key)
+        self._to_tail(v, (key,))
         if len(v.tail) >= TAIL_KEYS:
             self._flush_tail(b, v)
         return True
@@ -294,7 +318,7 @@ class TimeBucketedKeySets(Bucketed):
             absent = ~v.members_sorted(distinct)
             fresh = distinct[absent]  # ascending
             if len(fresh) < SMALL_BATCH:
-                v.tail.update(fresh.tolist())
+                self._to_tail(v, fresh.tolist())
                 if len(v.tail) >= TAIL_KEYS:
                     self._flush_tail(b, v)
             else:
