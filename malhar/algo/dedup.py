@@ -111,6 +111,10 @@ class TimeBasedDedup(_Dedup):
     recognized when it carries its original's event time (the same event delivered
     twice), or any time in the same bucket.
 
+    Int, str and bytes keys are kept as sorted runs per bucket (``docs/state.md`` §4a):
+    an Arrow batch of them is decided and stored in NumPy. Keys of other types (floats,
+    tuples, None) are one managed-state entry each, decided one at a time.
+
     Example:
         >>> import tempfile
         >>> from malhar import OperatorContext

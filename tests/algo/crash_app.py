@@ -13,16 +13,24 @@ import sys
 import threading
 
 from malhar import DAG, build_session, launch
-from malhar.algo import BoundedDedup, CsvParser, LookupJoin, partition_by_key
+from malhar.algo import BoundedDedup, CsvParser, LookupJoin, TimeBasedDedup, partition_by_key
 from malhar.testing.operators import Collector, ListInput
 
-SCHEMA = "id bigint, k bigint, v bigint"
+SCHEMA = "id bigint, k bigint, v bigint, s string"
 WINDOWS = 24  # windows with input; the later ones are empty
 
 
 def lines(w: int) -> list[str]:
-    """Window ``w``'s stream records: ids repeat across windows, a bad line in each."""
-    return [f"{(w * 7 + i) % 90},{(w + i) % 12},{w * 100 + i}" for i in range(30)] + ["x,y"]
+    """Window ``w``'s stream records: ids (and their str form s) repeat across windows, a bad
+    line in each; v grows with the window (TimeBasedDedup's event time)."""
+    rows = [((w * 7 + i) % 90, (w + i) % 12, w * 100 + i) for i in range(30)]
+    return [f"{i},{k},{v},s{i}" for i, k, v in rows] + ["x,y"]
+
+
+def time_dedup() -> TimeBasedDedup:
+    """By the str key s; buckets of 3 windows, expired 10 windows behind (state is purged
+    while the test runs; no tuple is late)."""
+    return TimeBasedDedup(key="s", time="v", expire_after=1_000, bucket_span=300, schema=SCHEMA)
 
 
 def table(w: int) -> list[dict]:
@@ -41,11 +49,13 @@ def build() -> DAG:
     join = partition_by_key(
         dag.add_operator("join", LookupJoin("k", join_type="left"), PARTITIONS=2)
     )
+    tdedup = partition_by_key(dag.add_operator("tdedup", time_dedup(), PARTITIONS=2))
     dag.add_stream("lines", src.output, parse.input)
-    dag.add_stream("rows", parse.out, dedup.input)
+    dag.add_stream("rows", parse.out, dedup.input, tdedup.input)
     dag.add_stream("unique", dedup.unique, join.stream)
     dag.add_stream("updates", tsrc.output, join.table)
-    for name, port in (("out_dup", dedup.duplicate), ("out_join", join.output)):
+    outputs = (("out_dup", dedup.duplicate), ("out_join", join.output), ("out_t", tdedup.unique))
+    for name, port in outputs:
         out = dag.add_operator(name, Collector())
         dag.add_stream(f"s_{name}", port, out.input)
     return dag
