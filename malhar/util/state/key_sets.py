@@ -194,7 +194,9 @@ class TimeBucketedKeySets(Bucketed):
         """Replace the runs at the indexes ``which`` by one run of their keys (written with
         the next run id, so it is the newest)."""
         head = self._head(b)
-        merged = np.unique(np.concatenate([v.runs[i] for i in which]))
+        # the runs of a bucket are disjoint (a key enters once): a stable sort of sorted
+        # runs is a merge (np.unique hashes: ~5x slower here)
+        merged = np.sort(np.concatenate([v.runs[i] for i in which]), kind="stable")
         for i in sorted(which, reverse=True):
             self._state.put_raw(head + INT.encode(v.ids[i]), None)
             v.nbytes -= v.runs[i].nbytes
