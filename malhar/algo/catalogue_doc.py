@@ -105,23 +105,29 @@ state, keyed over two partitions) twice and compares every window with the harne
 
 `python bench/algo.py` (1M rows per family, batches of 100k rows; the per-tuple path on 50k
 rows; Spark `local[2]` with 3 GiB of driver heap, on a cached DataFrame, best of 3, written
-to the `noop` sink), on the shared 2-core machine of this project, 2026-11-25 06:40 UTC, with
-a 1-minute load average of 0.6 at the start and 1.5 at the end (a quiet hour; under the load
+to the `noop` sink), on the shared 2-core machine of this project, 2026-11-25 07:40 UTC, with
+a 1-minute load average of 2.2 at the start and 2.0 at the end (a quiet hour; under the load
 of other agents' builds, 8-12, figures drop 2-3x and ratios move less). All in one run:
 
 | family | operator | batch rows/s | tuple rows/s | Spark rows/s | batch/tuple (>= 10x) | batch/Spark (>= 0.67x) |
 |---|---|---|---|---|---|---|
-| math | Sum per key | 12,719,052 | 819,685 | 1,043,009 | 15.5x met | 12.2x met |
-| top | TopN(10) per key | 2,110,413 | 164,954 | 674,593 | 12.8x met | 3.1x met |
-| distinct | Distinct(k) | 69,404,831 | 1,191,022 | 995,217 | 58.3x met | 69.7x met |
-| filter | FilterOperator(expr) | 28,879,181 | 503,744 | 1,187,806 | 57.3x met | 24.3x met |
-| transform | TransformOperator | 90,702,536 | 313,272 | 1,297,750 | 290x met | 69.9x met |
-| parse | CsvParser | 5,264,677 | 3,057 | 803,976 | 1722x met | 6.6x met |
-| stream | Counter | 2.0e10 | 1,728,204 | 1,336,503 | met | met |
-| dedup | TimeBasedDedup(id) | 5,167,458 | 210,962 | 656,575 | 24.5x met | 7.9x met |
-| format | CsvFormatter | 3,104,640 | 21,810 | 999,993 | 142x met | 3.1x met |
-| join | LookupJoin(k) inner | 6,443,134 | 42,949 | 1,104,708 | 150x met | 5.8x met |
-| enrich | Enricher(file) | 10,070,854 | 373,238 | 903,078 | 27.0x met | 11.2x met |
+| math | Sum per key | 20,893,990 | 806,312 | 760,620 | 25.9x met | 27.5x met |
+| top | TopN(10) per key | 2,277,130 | 152,829 | 587,921 | 14.9x met | 3.9x met |
+| distinct | Distinct(k) | 65,595,935 | 1,143,927 | 1,019,104 | 57.3x met | 64.4x met |
+| filter | FilterOperator(expr) | 33,106,603 | 487,760 | 1,083,753 | 67.9x met | 30.6x met |
+| transform | TransformOperator | 108,312,907 | 296,516 | 1,306,735 | 365x met | 82.9x met |
+| parse | CsvParser | 4,766,430 | 2,968 | 852,392 | 1606x met | 5.6x met |
+| stream | Counter | 2.1e10 | 1,712,837 | 1,334,803 | met | met |
+| dedup | TimeBasedDedup(id), int keys | 5,140,679 | 250,061 | 648,208 | 20.6x met | 7.9x met |
+| dedup | TimeBasedDedup(uid), str keys | 3,902,233 | 202,180 | 541,251 | 19.3x met | 7.2x met |
+| format | CsvFormatter | 3,106,137 | 21,536 | 973,192 | 144x met | 3.2x met |
+| join | LookupJoin(k) inner | 6,259,355 | 41,630 | 1,011,488 | 150x met | 6.2x met |
+| enrich | Enricher(file) | 10,237,270 | 362,098 | 964,916 | 28.3x met | 10.6x met |
+
+The same run at 06:40 UTC (load 0.6, then 1.5), before the str keys' runs, gave the same
+verdicts (TimeBasedDedup(id): 5,167,458 / 210,962 / 656,575 rows/s, 24.5x and 7.9x).
+Under the load of a CI run (9-13) the dedup rows measured 10.4-20.0x (int) and 11.2-25.0x
+(str): the batch/tuple ratio of these two moves most with the load.
 
 TopN's batch path drops, vectorized, every row below its key's current n-th value before
 ranking the few others in Python (from 5.0x to 11.6x the per-tuple path at the time).
@@ -129,21 +135,26 @@ ranking the few others in Python (from 5.0x to 11.6x the per-tuple path at the t
 TimeBasedDedup: 91% of the bench's rows carry a (bucket, key) pair that is new, and every
 new key is state that must become durable with its window. While each key was one
 managed-state entry, the batch path stayed at 2.8-3.2x the per-tuple path (e.g. 426,396 /
-143,593 / 590,931 rows/s on 2026-11-25 00:51 UTC, load 1.2-1.5), even after issue 17's
-managed-state work (key filter, one table file per spilled checkpoint, `add_many`): ~2.4 µs
-of Python and RocksDB per new key went to the overlay, the spills, the checkpoint file and
-the local store. Int keys are now kept as sorted runs per time bucket
-(`malhar.util.state.int_sets`, `docs/state.md` §4a). A batch's membership test is a
-`searchsorted` over the bucket's runs, and its new keys are one new run, both in numpy.
-The runs are ordinary managed-state entries, so checkpoints, restore, expiry and
-repartitioning stay exactly-once. The 1M-row window now takes ~0.08 s to decide and
-~0.05 s to checkpoint (was ~2.2 s), and the per-tuple path also got faster (143k -> 211k
-rows/s).
+143,593 / 590,931 rows/s on 2026-11-25 00:51 UTC, load 1.2-1.5, and with str ids 450,746 /
+157,272 rows/s, 2.9x, at 06:42 UTC), even after issue 17's managed-state work (key filter,
+one table file per spilled checkpoint, `add_many`): ~2.4 µs of Python and RocksDB per new
+key went to the overlay, the spills, the checkpoint file and the local store.
 
-Keys that are not 64-bit ints (strings, tuples) remain one entry each: with string keys
-this bench path runs at about 3x its per-tuple path (not re-measured this session). Spark's
-`dropDuplicates` on a batch DataFrame keeps and checkpoints no state. Spark's side includes
-its job scheduling (~0.2-0.5 s per job here), which weighs on 1M rows: compare the
+Int, str and bytes keys are now kept as sorted runs per time bucket
+(`malhar.util.state.key_sets`, `docs/state.md` §4a):
+
+- A batch's membership test is a `searchsorted` over the bucket's runs, and its new keys
+  are one new run, both in NumPy.
+- The runs are ordinary managed-state entries, so checkpoints, restore, expiry and
+  repartitioning stay exactly-once.
+- The 1M-row window with int ids now takes ~0.1 s to decide and ~0.05 s to checkpoint (it
+  was ~2.2 s).
+- The per-tuple path got faster too (143k -> 250k rows/s).
+
+Keys of other types (floats, tuples) remain one entry each.
+
+Spark's `dropDuplicates` on a batch DataFrame keeps and checkpoints no state. Spark's side
+includes its job scheduling (~0.2-0.5 s per job here), which weighs on 1M rows: compare the
 batch/tuple ratios first.
 
 Each example below is its operator's docstring example (run as a doctest by
