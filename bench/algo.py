@@ -4,7 +4,8 @@
     python bench/algo.py --rows 200000   # quicker
     python bench/algo.py --only math,top
 
-For each family, one representative operator is fed the same rows three ways, in one run:
+For each family, one representative operator (dedup: two, by an int and by a str key) is fed
+the same rows three ways, in one run:
 
 - **batch**: Arrow record batches of ``--batch`` rows through ``process_batch`` (the
   operator harness, i.e. the engine's dispatcher; outputs discarded, typed where the
