@@ -16,8 +16,8 @@ key columns go one key at a time.
 
 - TimeBasedDedup keeps int, str and bytes keys in sorted runs per time bucket
   (``malhar.util.state.key_sets``): a batch is decided and stored in numpy, without Python
-  work per key. Other keys (floats, tuples, None, str/bytes over 65,535 bytes) stay one
-  managed-state entry each.
+  work per key. Other keys (floats, tuples, None, str/bytes over 64 bytes) stay one
+  managed-state entry each, decided one at a time.
 - BoundedDedup encodes the keys for the whole column (``arrow_keys.encode_keys``) and
   makes a few many-key state calls (``get_many``/``put_many``/...) instead of ~6 per key.
 """
@@ -49,11 +49,14 @@ from malhar.properties import Property
 from malhar.state import State
 from malhar.util.state import INT, INT_VALUE
 from malhar.util.state.arrow_keys import encode_keys
-from malhar.util.state.key_sets import I64_MAX, TimeBucketedKeySets
+from malhar.util.state.key_set_kinds import I64_MAX, MAX_KEY_BYTES
+from malhar.util.state.key_sets import TimeBucketedKeySets
 
 __all__ = ["BoundedDedup", "TimeBasedDedup"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: TimeBasedDedup.keys_in_seen_to before the operator has looked at its restored state
+_UNDECIDED = "undecided"
 
 
 def event_millis(value: Any) -> int:
@@ -111,9 +114,10 @@ class TimeBasedDedup(_Dedup):
     recognized when it carries its original's event time (the same event delivered
     twice), or any time in the same bucket.
 
-    Int, str and bytes keys are kept as sorted runs per bucket (``docs/state.md`` §4a):
-    an Arrow batch of them is decided and stored in NumPy. Keys of other types (floats,
-    tuples, None) are one managed-state entry each, decided one at a time.
+    Int, str and bytes keys (str and bytes of up to 64 bytes) are kept as sorted runs per
+    bucket (``docs/state.md`` §4a): an Arrow batch of them is decided and stored in NumPy.
+    Other keys (floats, tuples, None, longer str and bytes) are one managed-state entry
+    each, decided one at a time.
 
     Example:
         >>> import tempfile
@@ -142,8 +146,9 @@ class TimeBasedDedup(_Dedup):
     window_max = State(default=None)
     #: the last time bucket whose int, str or bytes keys may be in ``seen`` rather than in the
     #: key sets (a checkpoint from before the key sets kept them there); None: no such
-    #: bucket (any more); -1: not decided yet (set from ``max_time`` when the operator starts)
-    keys_in_seen_to = State(default=-1)
+    #: bucket (any more); "undecided": set from the newest event time restored when the
+    #: operator starts
+    keys_in_seen_to = State(default=_UNDECIDED)
 
     def __init__(self, key: FieldSpec = None, time: FieldSpec = None, **props: Any) -> None:
         self.configure(key=key, time=time, **props)
@@ -161,10 +166,10 @@ class TimeBasedDedup(_Dedup):
     def begin_window(self, window_id: int) -> None:
         # the horizon of the open application window (also after a restore inside it)
         self._horizon = None if self.max_time is None else self.max_time - self.expire_after
-        if self.keys_in_seen_to == -1:  # None: nothing was checkpointed before the key sets
-            self.keys_in_seen_to = (
-                None if self.max_time is None else self.max_time // self.bucket_span
-            )
+        if self.keys_in_seen_to == _UNDECIDED:
+            # a checkpoint taken inside an application window has keys up to window_max
+            newest = [t for t in (self.max_time, self.window_max) if t is not None]
+            self.keys_in_seen_to = max(newest) // self.bucket_span if newest else None
 
     def _classify(self, k: Any, ts: int) -> int:
         """0 unique, 1 duplicate, 2 expired."""
@@ -234,20 +239,19 @@ class TimeBasedDedup(_Dedup):
         if pa.types.is_timestamp(times.type):
             times = pc.cast(pc.cast(times, pa.timestamp("ms", tz=times.type.tz)), pa.int64())
         stamps = times.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        sets, held = self._held_keys(keys)
-        if held is not None:
+        sets, held, rest = self._held_keys(keys)
+        if sets is None:
+            labels = self._classify_rows(keys, stamps)
+        elif rest is None:
             labels = self._classify_sets(keys, sets, held, stamps)
         else:
-            # keys the key sets do not hold (all or some: nulls, floats, a str too long...):
-            # one key at a time, each where _classify keeps it
-            stamps_list = stamps.tolist()
-            labels = np.array(
-                [
-                    self._classify(k, ts)
-                    for k, ts in zip(keys.to_pylist(), stamps_list, strict=True)
-                ],
-                np.int8,
-            )
+            # str or bytes keys too long for the key sets are another key's, in seen: the
+            # two groups are decided apart (expiry does not move inside a window)
+            labels = np.empty(len(stamps), np.int8)
+            fit = np.flatnonzero(~rest)
+            labels[fit] = self._classify_sets(keys.take(fit), sets, held, stamps[fit])
+            long = np.flatnonzero(rest)
+            labels[long] = self._classify_rows(keys.take(long), stamps[long])
         live = stamps[labels != 2]
         if len(live):
             self._newest(int(live.max()))
@@ -256,7 +260,8 @@ class TimeBasedDedup(_Dedup):
     def _alive(self, stamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Labels with the expired rows (2) and the rest duplicates (1) for now, and the row
         indexes of the rest."""
-        # expiry does not move inside a window (expire_before runs at its end)
+        # expiry does not move inside a window (expire_before runs at its end), and the four
+        # structures expire together there: the int sets' horizon is every key's
         horizon = self._ints.horizon
         if self._horizon is not None:
             horizon = max(horizon, self._horizon)
@@ -265,38 +270,32 @@ class TimeBasedDedup(_Dedup):
         labels[alive] = 1
         return labels, alive
 
-    def _alive_firsts(
-        self, keys: pa.Array, stamps: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`_alive`'s labels; the row index of the first row of each live (bucket, key)
-        pair, in arrival order; their buckets."""
-        labels, alive = self._alive(stamps)
-        if not len(alive):
-            return labels, alive, alive
-        buckets = stamps[alive] // self.bucket_span
-        # equal Arrow values are equal keys (integers, strings, binaries): group by the
-        # values, the first row of each group in arrival order
-        alive_keys = keys if len(alive) == len(stamps) else keys.take(pa.array(alive))
-        groups = (
-            pa.table({"b": buckets, "k": alive_keys, "i": np.arange(len(alive))})
-            .group_by(["b", "k"], use_threads=False)
-            .aggregate([("i", "min")])
-        )
-        idx = np.sort(groups.column("i_min").to_numpy())
-        return labels, alive[idx], buckets[idx]
+    def _classify_rows(self, keys: pa.Array, stamps: np.ndarray) -> np.ndarray:
+        """:meth:`_classify` of each row, one key at a time (keys the key sets do not hold)."""
+        pairs = zip(keys.to_pylist(), stamps.tolist(), strict=True)
+        return np.array([self._classify(k, ts) for k, ts in pairs], np.int8)
 
-    def _held_keys(self, keys: pa.Array) -> tuple[TimeBucketedKeySets | None, Any]:
-        """The key sets for the column and its keys as they hold them; ``(sets, None)``: str
-        or bytes keys of which one is too long for them; ``(None, None)``: another type."""
+    def _held_keys(
+        self, keys: pa.Array
+    ) -> tuple[TimeBucketedKeySets | None, np.ndarray | None, np.ndarray | None]:
+        """The key sets for the column, the keys they hold (as held), and a mask of the rows
+        whose keys are too long for them (None: no such row). ``(None, None, None)``: the
+        column's type is not one the key sets hold (or it has nulls)."""
         ints = _int64_keys(keys)
         if ints is not None:
-            return self._ints, ints
+            return self._ints, ints, None
         buffers = _offsets_and_data(keys)
         if buffers is None:
-            return None, None
+            return None, None, None
         offsets, data, text = buffers
         sets = self._strs if text else self._bytes
-        return sets, sets.keys_of(offsets, data)
+        held = sets.keys_of(offsets, data)
+        if held is not None:
+            return sets, held, None
+        rest = np.diff(offsets) > MAX_KEY_BYTES
+        fit = _offsets_and_data(keys.filter(pa.array(~rest)))
+        assert fit is not None
+        return sets, sets.keys_of(fit[0], fit[1]), rest
 
     def _classify_sets(
         self, keys: pa.Array, sets: TimeBucketedKeySets, held: np.ndarray, stamps: np.ndarray
@@ -304,31 +303,27 @@ class TimeBasedDedup(_Dedup):
         """The labels of :meth:`_classify` for a batch of keys the key sets hold: they add the
         live rows in order, in numpy (the first row of a (bucket, key) pair new to them is
         unique)."""
+        labels, alive = self._alive(stamps)
+        if not len(alive):
+            return labels
+        buckets = stamps[alive] // self.bucket_span
         legacy = self.keys_in_seen_to
-        if legacy is None or stamps.min() // self.bucket_span > legacy:
-            labels, alive = self._alive(stamps)
-            if len(alive):
-                added = sets.add_many(held[alive], stamps[alive] // self.bucket_span)
-                labels[alive[added]] = 0
-            return labels
-        labels, first, buckets = self._alive_firsts(keys, stamps)
-        if not len(first):
-            return labels
-        fheld = held[first]
-        if (old := np.flatnonzero(buckets <= legacy)).size:
+        if legacy is not None and (old := np.flatnonzero(buckets <= legacy)).size:
             # keys of a checkpoint from before the key sets: found in seen, duplicates
+            # (every row of the pair); the others go to the key sets
             was = np.array(
                 self._seen.contains_many(
-                    keys.take(pa.array(first[old])).to_pylist(),
+                    keys.take(pa.array(alive[old])).to_pylist(),
                     (buckets[old] * self.bucket_span).tolist(),
                 ),
                 bool,
             )
-            keep = np.ones(len(first), bool)
-            keep[old[was]] = False
-            first, fheld, buckets = first[keep], fheld[keep], buckets[keep]
-        added = sets.add_many(fheld, buckets)
-        labels[first[added]] = 0
+            if was.any():
+                keep = np.ones(len(alive), bool)
+                keep[old[was]] = False
+                alive, buckets = alive[keep], buckets[keep]
+        added = sets.add_many(held[alive], buckets)
+        labels[alive[added]] = 0
         return labels
 
     def end_window(self) -> None:

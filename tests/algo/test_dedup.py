@@ -136,19 +136,62 @@ def test_keys_of_a_checkpoint_from_before_the_key_sets_are_still_known(
 
 
 def test_str_keys_of_every_length_decide_as_tuples(tmp_path: Path) -> None:
-    """Keys with the one-byte length head, the three-byte one (255+ bytes) and one too long
-    for the key sets (kept in seen): a batch decides them as its tuples one at a time."""
-    ids = ["a", "a\x00", "x" * 300, "y" * 70_000, "a", "x" * 300, "y" * 70_000, ""]
+    """Keys up to 64 bytes (held in the key sets) and longer ones (kept in seen, each one
+    entry) in one batch: it decides them as its tuples one at a time."""
+    ids = ["a", "a\x00", "x" * 64, "x" * 65, "y" * 70_000, "a", "x" * 65, "y" * 70_000, ""]
+    ids += ["x" * 64, "\u00e9" * 33]
     rows = [{"id": k, "t": 1_000} for k in ids]
     schema = pa.schema([("id", pa.string()), ("t", pa.int64())])
 
     def make():
         return TimeBasedDedup(key="id", time="t", schema="id string, t bigint")
 
-    tuples, batches = _both_ways(make, [rows, rows[:3]], tmp_path, schema)
+    tuples, batches = _both_ways(make, [rows, rows[:4]], tmp_path, schema)
     assert batches == tuples
-    assert [r["id"] for r in tuples["unique"][0]] == ["a", "a\x00", "x" * 300, "y" * 70_000, ""]
-    assert len(tuples["duplicate"][0]) == 3 and len(tuples["duplicate"][1]) == 3
+    unique = ["a", "a\x00", "x" * 64, "x" * 65, "y" * 70_000, "", "\u00e9" * 33]
+    assert [r["id"] for r in tuples["unique"][0]] == unique
+    assert len(tuples["duplicate"][0]) == 4 and len(tuples["duplicate"][1]) == 4
+
+
+def test_one_long_key_does_not_widen_the_runs(tmp_path: Path) -> None:
+    """A run is as wide as its longest key: a key over 64 bytes is kept in seen, so the
+    runs of its bucket stay as narrow as the short keys (it once made 20k keys 1.2 GB)."""
+    h = _harness(TimeBasedDedup(key="id", time="t", schema="id string, t bigint"), tmp_path)
+    ids = [f"k{i}" for i in range(20_000)] + ["z" * 60_000]
+    batch = pa.RecordBatch.from_pydict({"id": ids, "t": [1_000] * len(ids)})
+    h.run_window([("input", batch)])
+    strs = h.operator._strs
+    runs = [r for _, v in strs._state.key_set_views.of(strs._prefix) for r in v.runs]
+    assert sum(len(r) for r in runs) == 20_000 and max(r.dtype.itemsize for r in runs) == 7
+    assert h.operator._seen.contains("z" * 60_000, 1_000)
+    assert len(h.sink("unique").tuples) == len(ids)
+    h.teardown()
+
+
+def test_a_checkpoint_from_before_the_key_sets_inside_an_application_window(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint taken inside an application window holds keys up to its window_max (past
+    max_time, or with no max_time yet): those are looked up in seen too."""
+    make = lambda: TimeBasedDedup(key="id", time="t", expire_after=5_000, bucket_span=1_000)  # noqa: E731
+    ctx = OperatorContext(name="dedup", checkpoint=str(tmp_path))
+    h = OperatorHarness(make(), ctx)
+    h.begin_window(0)
+    op = h.operator
+    assert op._seen.put(7, 1_500, 1)  # what the older operator wrote
+    op.window_max = 1_500
+    h.end_window()  # the managed state's checkpoint of the streaming window
+    snapshot = pickle.loads(h.checkpoint())
+    fields = snapshot["operator"]["fields"]
+    # as the operator's fields are inside an application window: no max_time yet
+    fields.update(max_time=None, window_max=1_500)
+    del fields["keys_in_seen_to"]
+    h.teardown()
+    again = OperatorHarness.restored(make(), pickle.dumps(snapshot), ctx)
+    again.run_window([("input", {"id": 7, "t": 1_500}), ("input", {"id": 8, "t": 1_500})])
+    assert [r["id"] for r in again.sink("duplicate").tuples] == [7]
+    assert [r["id"] for r in again.sink("unique").tuples] == [8]
+    again.teardown()
 
 
 @pytest.mark.slow

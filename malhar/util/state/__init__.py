@@ -27,7 +27,7 @@ from malhar.util.state.codecs import (
     TupleCodec,
 )
 from malhar.util.state.errors import CorruptCheckpointError, StateCodecError, StateError
-from malhar.util.state.key_sets import (
+from malhar.util.state.key_set_kinds import (
     TimeBucketedBytesSets,
     TimeBucketedIntSets,
     TimeBucketedStrSets,

@@ -139,6 +139,7 @@ class ManagedState:
         self._filter_due = 0
         self._store_mem = store_mem
         self._cache = ReadCache(self._py_budget)
+        self._key_set_views: Any = None
         self.stats = {
             "spills": 0,
             "files_written": 0,
@@ -263,25 +264,41 @@ class ManagedState:
     def int_sets(self, name: str, bucket_span: int) -> Any:
         """A :class:`~malhar.util.state.key_sets.TimeBucketedIntSets` (int keys per time
         bucket, kept as sorted runs: a deduplicator's state)."""
-        from malhar.util.state.key_sets import TimeBucketedIntSets
+        from malhar.util.state.key_set_kinds import TimeBucketedIntSets
 
         return self._key_sets(name, bucket_span, TimeBucketedIntSets)
 
     def str_sets(self, name: str, bucket_span: int) -> Any:
         """A :class:`~malhar.util.state.key_sets.TimeBucketedStrSets` (str keys per time
         bucket, kept as sorted runs)."""
-        from malhar.util.state.key_sets import TimeBucketedStrSets
+        from malhar.util.state.key_set_kinds import TimeBucketedStrSets
 
         return self._key_sets(name, bucket_span, TimeBucketedStrSets)
 
     def bytes_sets(self, name: str, bucket_span: int) -> Any:
         """A :class:`~malhar.util.state.key_sets.TimeBucketedBytesSets` (bytes keys per time
         bucket, kept as sorted runs)."""
-        from malhar.util.state.key_sets import TimeBucketedBytesSets
+        from malhar.util.state.key_set_kinds import TimeBucketedBytesSets
 
         return self._key_sets(name, bucket_span, TimeBucketedBytesSets)
 
+    @property
+    def key_set_views(self) -> Any:
+        """The decoded buckets of this state's key sets
+        (:class:`~malhar.util.state.key_sets.KeySetViews`): one pool for all of them, a
+        quarter of the budget, taken from the overlay's and read cache's share when the
+        first key sets are made."""
+        if self._key_set_views is None:
+            from malhar.util.state.key_sets import KeySetViews
+
+            limit = self.budget_bytes // 4
+            self._py_budget = max(0, self._py_budget - limit)
+            self._cache.budget = self._py_budget
+            self._key_set_views = KeySetViews(limit)
+        return self._key_set_views
+
     def _key_sets(self, name: str, bucket_span: int, cls: Any) -> Any:
+        self.key_set_views  # noqa: B018  (its share of the budget is taken now)
         s = self._register(name, cls.KIND, lambda: cls(self, name, bucket_span), INT_VALUE)
         if s.bucket_span != bucket_span:
             raise StateError(

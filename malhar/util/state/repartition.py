@@ -29,9 +29,10 @@ from typing import Any
 from malhar.util.fs import filesystem_for
 from malhar.util.fs.base import FileSystem
 from malhar.util.state.chain import merge_runs, select_chain
-from malhar.util.state.codecs import unescape_from
+from malhar.util.state.codecs import INT, unescape_from
 from malhar.util.state.errors import StateError
 from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, new_uid, parse_name
+from malhar.util.state.key_set_kinds import join_runs, split_run
 from malhar.util.state.keys import (
     BYTES_SETS,
     INT_SETS,
@@ -50,7 +51,7 @@ _KEY_SETS = (INT_SETS, STR_SETS, BYTES_SETS)
 _STAGING = ".repartition"
 _COMMIT = "COMMIT"
 _Q = struct.Struct("<q")
-_RUN0 = b"\x80" + bytes(7)  # run id 0, order-preserving (INT codec)
+_RUN0 = INT.encode(0)
 
 
 def _partition_state(
@@ -147,8 +148,6 @@ def repartition(
     runs: list[list[Any]] = [[] for _ in range(new_partitions)]
 
     def flush_runs() -> None:
-        from malhar.util.state.key_sets import join_runs
-
         assert runs_head is not None
         for p, parts in enumerate(runs):
             if parts:
@@ -173,21 +172,19 @@ def repartition(
             if v is None:
                 continue
             name, kind, rest = split(ik)
-            if runs_head is not None and not (kind in _KEY_SETS and ik.startswith(runs_head)):
+            if runs_head is not None and not ik.startswith(runs_head):
                 flush_runs()
                 runs_head = None
+            if name != current_name:  # the structure's entries are all out: its metadata next
+                if current_name is not None:
+                    flush_meta(current_name)
+                current_name = name
             if kind in _KEY_SETS:
-                from malhar.util.state.key_sets import split_run
-
                 runs_head, runs_kind = ik[: len(name) + 9], kind  # name | kind | bucket
                 for p, part in enumerate(split_run(kind, v, route, new_partitions)):
                     if len(part):
                         runs[p].append(part)
                 continue
-            if name != current_name:
-                if current_name is not None:
-                    flush_meta(current_name)
-                current_name = name
             if kind == META:
                 prev = meta.get(ik)
                 if raw_kind(v) == LIST and _Q.unpack_from(v, 1)[0] > 0:

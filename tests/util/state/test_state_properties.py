@@ -27,8 +27,8 @@ keys = st.integers(min_value=0, max_value=12)
 # str and bytes keys: empty, ending in NULs (NumPy's S values drop those), non-ASCII, and a
 # str next to its own UTF-8 bytes (different keys)
 TEXT_KEYS = st.one_of(
-    st.sampled_from(["", "a", "a\x00", "a\x00\x00", "\u00e9", "ab", "x" * 300, "x" * 299 + "\x00"]),
-    st.sampled_from([b"", b"a", b"a\x00", b"\x00", b"ab", b"\x00" * 256]),
+    st.sampled_from(["", "a", "a\x00", "a\x00\x00", "\u00e9", "ab", "x" * 64, "x" * 63 + "\x00"]),
+    st.sampled_from([b"", b"a", b"a\x00", b"\x00", b"ab", b"\x00" * 64]),
 )
 values = st.integers(min_value=-5, max_value=5)
 SPAN = 10
@@ -55,6 +55,7 @@ class StateModel(RuleBasedStateMachine):
     def _open(self) -> ManagedState:
         ms = self.root.new(local_dir=f"{self.root.local_base}/worker")
         if self.tiny_memory:
+            ms.key_set_views  # noqa: B018  (takes its share of the budget first)
             ms._py_budget = 2048  # spill nearly every window
         return ms
 

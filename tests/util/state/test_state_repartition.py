@@ -227,3 +227,40 @@ def test_key_sets_are_split_key_by_key(root, old: int, new: int, kind: str) -> N
         assert all(sets.contains(k, t) for t, k in items[:50])
         ms.close()
     assert got == expected
+
+
+def test_a_dedup_state_with_time_buckets_and_key_sets_repartitions(root) -> None:
+    """What TimeBasedDedup holds: ``seen`` (time buckets) and key sets of ints and strs, each
+    with a horizon (their metadata sorts after their entries and before the next name's)."""
+    owner = lambda key, n: zlib.crc32(AUTO_KEY.encode(key)) % n  # noqa: E731
+    for p in range(2):
+        ms = root.new(partition=p)
+        ms.restore(-1)
+        seen = ms.time_buckets("seen", 1_000, value_codec=INT_VALUE)
+        ints, strs = ms.int_sets("seen-ints", 1_000), ms.str_sets("seen-str", 1_000)
+        mine = [i for i in range(100) if owner(i, 2) == p]
+        assert ints.add_many(np.array(mine, np.int64), np.full(len(mine), 3, np.int64)).all()
+        for i in mine:
+            assert strs.add(f"s{i}", 3_500) and seen.put((i, "t"), 3_500, 1)
+        for s in (seen, ints, strs):
+            s.expire_before(2_000)
+        ms.checkpoint(0)
+        ms.close()
+    ManagedState.repartition(root.url, "op", 0, 2, 3, lambda k: zlib.crc32(k) % 3)
+    got: dict[str, set] = {"seen": set(), "ints": set(), "strs": set()}
+    for p in range(3):
+        ms = root.new(partition=p)
+        ms.restore(0)
+        seen = ms.time_buckets("seen", 1_000, value_codec=INT_VALUE)
+        ints, strs = ms.int_sets("seen-ints", 1_000), ms.str_sets("seen-str", 1_000)
+        assert seen.horizon == ints.horizon == strs.horizon == 2_000
+        got["seen"] |= {k for _, k, _ in seen.items()}
+        got["ints"] |= {k for _, k in ints.items()}
+        got["strs"] |= {k for _, k in strs.items()}
+        assert all(owner(k, 3) == p for _, k in ints.items() + strs.items())
+        ms.close()
+    assert got == {
+        "seen": {(i, "t") for i in range(100)},
+        "ints": set(range(100)),
+        "strs": {f"s{i}" for i in range(100)},
+    }
