@@ -73,7 +73,7 @@ def test_each_kind_holds_its_own_keys_and_says_which_it_cannot(root) -> None:
     # arrays that are not held keys are refused, not stored garbled
     with pytest.raises(TypeError, match="an int64 array of keys, got float64"):
         ints.add_many(np.array([1.5, 1.0]), np.zeros(2, np.int64))
-    with pytest.raises(TypeError, match="the held keys that keys_of makes .* got <U1"):
+    with pytest.raises(TypeError, match=r"the held keys that keys_of makes .* got <U1"):
         strs.add_many(np.array(["a"]), np.zeros(1, np.int64))
     with pytest.raises(TypeError, match="at most 65 bytes per key"):
         raw.add_many(np.array([b"x" * 70]), np.zeros(1, np.int64))
