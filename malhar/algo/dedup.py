@@ -249,7 +249,7 @@ class TimeBasedDedup(_Dedup):
             # two groups are decided apart (expiry does not move inside a window)
             labels = np.empty(len(stamps), np.int8)
             fit = np.flatnonzero(~rest)
-            labels[fit] = self._classify_sets(keys.take(fit), sets, held, stamps[fit])
+            labels[fit] = self._classify_sets(keys, sets, held, stamps[fit], fit)
             long = np.flatnonzero(rest)
             labels[long] = self._classify_rows(keys.take(long), stamps[long])
         live = stamps[labels != 2]
@@ -298,10 +298,16 @@ class TimeBasedDedup(_Dedup):
         return sets, sets.keys_of(fit[0], fit[1]), rest
 
     def _classify_sets(
-        self, keys: pa.Array, sets: TimeBucketedKeySets, held: np.ndarray, stamps: np.ndarray
+        self,
+        keys: pa.Array,
+        sets: TimeBucketedKeySets,
+        held: np.ndarray,
+        stamps: np.ndarray,
+        rows: np.ndarray | None = None,
     ) -> np.ndarray:
-        """The labels of :meth:`_classify` for a batch of keys the key sets hold: they add the
-        live rows in order, in numpy (the first row of a (bucket, key) pair new to them is
+        """The labels of :meth:`_classify` for a batch of keys the key sets hold (``held``,
+        ``stamps``: of the ``rows`` of the column ``keys``; None: all): they add the live
+        rows in order, in numpy (the first row of a (bucket, key) pair new to them is
         unique)."""
         labels, alive = self._alive(stamps)
         if not len(alive):
@@ -313,7 +319,9 @@ class TimeBasedDedup(_Dedup):
             # (every row of the pair); the others go to the key sets
             was = np.array(
                 self._seen.contains_many(
-                    keys.take(pa.array(alive[old])).to_pylist(),
+                    keys.take(
+                        pa.array(alive[old] if rows is None else rows[alive[old]])
+                    ).to_pylist(),
                     (buckets[old] * self.bucket_span).tolist(),
                 ),
                 bool,

@@ -169,7 +169,9 @@ class TimeBucketedKeySets(Bucketed):
         return pool
 
     def _bucket(self, b: int) -> _Bucket:
-        """The bucket's view: loaded with one range scan unless held."""
+        """The bucket's view: loaded with one range scan unless held. Write to it before the
+        next ``_bucket`` or ``trim``: either may drop it from the pool, and a tail added to a
+        dropped view would never be written."""
         pool = self._views()
         key = (self._prefix, b)
         got = pool.held.get(key)
