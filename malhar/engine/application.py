@@ -151,6 +151,9 @@ class RunningApplication:
                 self._repartitioning_done(deadline)
                 continue
             if not self.query.isActive:
+                # it may have failed since the check above: Spark records the exception
+                # before the query turns inactive, so this check sees it
+                self.raise_if_failed()
                 raise RuntimeError(f"the query stopped before window {window} completed")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"window {window} not complete after {timeout:.0f}s")
