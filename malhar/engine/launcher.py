@@ -54,7 +54,8 @@ def _level_fn(
 def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = None) -> DataFrame:
     """The streaming DataFrame of an application: source, one stage per level."""
     spark.dataSource.register(MalharSource)
-    speculation = spark.sparkContext.getConf().get("spark.speculation", "false") == "true"
+    # one lookup (SparkContext.getConf() copies the whole conf: ~135 py4j calls)
+    speculation = spark.conf.get("spark.speculation", "false") == "true"
     claim = bool(plan.dag.attr(A.SLOT_CLAIMS)) and not speculation
     slots = plan.levels[0]
     reader = (
@@ -73,13 +74,30 @@ def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = N
         df = df.repartition(plan.levels[level], "pkey").mapInArrow(
             _level_fn(plan, level), E.ENVELOPE_DDL
         )
-    metrics = [F.max("window").alias("window")]
-    for mid, ref in enumerate(plan.error_ports):
-        cond = (F.col("kind") == E.METRIC) & (F.col("route") == mid)
-        metrics.append(F.coalesce(F.sum(F.when(cond, F.col("count"))), F.lit(0)).alias(ref))
-    stats = F.when(F.col("kind") == E.STATS, F.col("payload").cast("string"))
-    metrics.append(F.collect_list(stats).alias("stats"))
-    return df.observe("malhar", *metrics)
+    return df.observe("malhar", *observed_metrics(plan.error_ports))
+
+
+def observed_metrics(error_ports: list[str]) -> list[Any]:
+    """What each batch observes (``progress.ProgressListener`` reads it): the window, the
+    count of every error port (metric id = its index), the STATS rows' payloads.
+
+    SQL text, one ``F.expr`` per metric: the same expressions built from column functions
+    took ~290 py4j calls, a sixth of a second of every launch."""
+
+    def name(n: str) -> str:
+        return "`" + n.replace("`", "``") + "`"
+
+    sql = ["max(`window`) AS `window`"]
+    for mid, ref in enumerate(error_ports):
+        sql.append(
+            f"coalesce(sum(CASE WHEN `kind` = {int(E.METRIC)} AND `route` = {mid} "
+            f"THEN `count` END), 0) AS {name(ref)}"
+        )
+    sql.append(
+        f"collect_list(CASE WHEN `kind` = {int(E.STATS)} THEN CAST(`payload` AS STRING) END) "
+        "AS `stats`"
+    )
+    return [F.expr(x) for x in sql]
 
 
 #: checkpoints ``launch`` created in temporary folders: removed at exit
