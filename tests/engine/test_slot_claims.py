@@ -99,8 +99,7 @@ def test_input_partitions_stay_on_their_worker(tmp_path: Path) -> None:
     tasks through them (docs/architecture.md §9), which no claim can prevent."""
     windows, parts = 12, 2
     script = _TICKS_SCRIPT.format(folder=str(tmp_path), windows=windows, parts=parts)
-    root = str(Path(__file__).resolve().parents[2])
-    runs = dict(enumerate(run_spark_script(script, env={"PYTHONPATH": root})))
+    runs = dict(enumerate(run_spark_script(script)))  # tests/conftest.py set PYTHONPATH
     for p in range(parts):
         assert [w for w, _, _ in runs[p]] == list(range(windows))
     # A rebuild in a Python worker Spark forked anew (it does so now and then, more often
