@@ -174,9 +174,10 @@ def wordcount_dag(
     post_action: str = "none",
     move_to: str | None = None,
     max_records: int = 40,
+    roll_windows: int = 3,
 ) -> DAG:
     """files -> lines (2 partitions, blocks) -> words -> UniqueCounter (2) -> rolling Parquet
-    (2 partitions)."""
+    (2 partitions; ``roll_windows=1``: a file per window, each staged whole)."""
     dag = DAG(name)
     src = dag.add_operator(
         "lines",
@@ -194,7 +195,7 @@ def wordcount_dag(
     count = dag.add_operator("count", UniqueCounter(key_name="word"), PARTITIONS=2)
     sink = dag.add_operator(
         "out",
-        ParquetFileOutput(out, schema=WORDS_SCHEMA, roll_windows=3, roll_ms=2_000),
+        ParquetFileOutput(out, schema=WORDS_SCHEMA, roll_windows=roll_windows, roll_ms=2_000),
         PARTITIONS=2,
     )
     dag.add_stream("lines", src.output, split.input)
@@ -216,17 +217,22 @@ def parquet_counts(rows: list[dict[str, Any]]) -> Counter:
 
 # -- the crash tests' driver process ------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tests.io.fs_support CHECKPOINT SOURCE OUT MASTER NAME [MOVE_TO]``: run the
-    word count until SIGTERM (clean stop, exit 0) or SIGKILL."""
+    """``python -m tests.io.fs_support CHECKPOINT SOURCE OUT MASTER NAME ROLL_WINDOWS
+    [MOVE_TO]``: run the word count until SIGTERM (clean stop, exit 0) or SIGKILL."""
     import sys
 
     from malhar import build_session, launch
     from samples.driver import serve
 
-    checkpoint, source, out, master, name, *rest = argv if argv is not None else sys.argv[1:]
+    checkpoint, source, out, master, name, roll, *rest = argv if argv is not None else sys.argv[1:]
     move_to = rest[0] if rest else None
     dag = wordcount_dag(
-        name, source, out, post_action="move" if move_to else "none", move_to=move_to
+        name,
+        source,
+        out,
+        post_action="move" if move_to else "none",
+        move_to=move_to,
+        roll_windows=int(roll),
     )
     spark = build_session(master, app_name=name, shuffle_partitions=2)
     app = launch(dag, spark=spark, checkpoint=checkpoint, window_ms=100)

@@ -1,8 +1,9 @@
 """Kill/replay of a whole application (the flagship's style): files -> lines (blocks, two
 partitions) -> words -> UniqueCounter -> rolling Parquet, its driver process group
 SIGKILLed five times at random windows while files keep arriving (input and output on HDFS
-with ``local[2]``; on the local filesystem with ``local-cluster[2,1,1024]``), then restarted
-on the same checkpoint. The output read back with ``spark.read.parquet`` must equal the ground truth
+with ``local[2]`` and files of three windows; on the local filesystem with
+``local-cluster[2,1,1024]`` and a file per window, each staged whole and published by a
+rename), then restarted on the same checkpoint. The output read back with ``spark.read.parquet`` must equal the ground truth
 exactly, and every input file must have been moved away once (``post_action="move"``)."""
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ WORDS = ["alpha", "beta", "gamma", "délta", "日本", "😀", "x"]
 class Run:
     """One deployment of the word count: its folders and its driver process."""
 
-    def __init__(self, source: Place, out: Place, workdir: Path, master: str) -> None:
+    def __init__(
+        self, source: Place, out: Place, workdir: Path, master: str, roll_windows: int
+    ) -> None:
         self.source, self.out, self.master = source, out, master
+        self.roll_windows = roll_windows
         self.checkpoint = str(workdir / "ckpt")
         self.log = workdir / "driver.log"
         self.name = f"fs-crash-{uuid.uuid4().hex[:6]}"
@@ -56,7 +60,7 @@ class Run:
 
     def start(self) -> None:
         args = [self.checkpoint, self.source.url("in"), self.out.url("out"), self.master]
-        args += [self.name, self.source.url("done")]
+        args += [self.name, str(self.roll_windows), self.source.url("done")]
         self.proc = start_driver("tests.io.fs_support", *args, log=self.log)
 
     def last_window(self) -> int:
@@ -141,7 +145,7 @@ def test_sigkill_five_times_hdfs_files_to_parquet_exactly_once(
     os.environ.setdefault("MALHAR_WEBHDFS_URL", hdfs_service.webhdfs_url)
     place = Place(f"{hdfs_service.url}/fs-crash/{uuid.uuid4().hex[:8]}", "hdfs")
     try:
-        crash_and_recover(Run(place, place, tmp_path, "local[2]"), 5, spark)
+        crash_and_recover(Run(place, place, tmp_path, "local[2]", 3), 5, spark)
     finally:
         place.fs.delete(place.root, recursive=True)
 
@@ -151,4 +155,4 @@ def test_sigkill_five_times_on_local_cluster_local_files_exactly_once(
     spark, tmp_path: Path
 ) -> None:
     place = Place(str(tmp_path / "data"), "local")
-    crash_and_recover(Run(place, place, tmp_path, "local-cluster[2,1,1024]"), 5, spark)
+    crash_and_recover(Run(place, place, tmp_path, "local-cluster[2,1,1024]", 1), 5, spark)

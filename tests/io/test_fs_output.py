@@ -143,12 +143,58 @@ def test_replays_are_skipped_and_a_crash_before_or_during_finalization_loses_not
         fourth.run_window(rows(1), window=0)
 
 
-def _raise_once(fn: Any) -> Any:
+def test_a_window_that_is_its_own_file_is_staged_whole_and_published_by_a_rename(
+    place: Place,
+) -> None:
+    def op() -> ParquetFileOutput:
+        return ParquetFileOutput(place.url("f"), schema=DDL, roll_windows=1, retry_backoff=0)
+
+    def staged() -> list[str]:
+        return sorted(f.rsplit("/", 1)[-1] for f in place.files("f/_malhar"))
+
+    h = out_harness(op())
+    h.run_window(rows(3), window=0)
+    h.run_window([], window=1)  # no rows: nothing staged
+    h.run_window(
+        [*rows(1, 3), ("input", {"word": "x", "count": "many"})], window=2
+    )  # a rejected row: the window is staged encoded (a replay re-emits it)
+    assert staged() == ["w00000000000000000000-3.parquet", "w00000000000000000002.arrow"]
+    staged_bytes = place.fs.read_all(place.path("f/_malhar/fs-tests/out/0/" + staged()[0]))
+    h.committed(0)
+    first = "f/part-fs-tests-out-00000-000000000000-000000000000.parquet"
+    assert visible(place) == [first]
+    assert place.fs.read_all(place.path(first)) == staged_bytes  # renamed, not rewritten
+    assert pa.parquet.read_schema(pa.py_buffer(staged_bytes)).metadata is None
+
+    h.committed(2)
+    # committed(w) dies while recording w (the first rename: finalized.json's), then, in a
+    # new instance, between recording w and its file's rename (the second)
+    for window, at in ((3, 1), (4, 2)):
+        h.run_window(rows(1, window + 1), window=window)
+        store: FileStore = h.operator._store
+        real = store.fs.rename
+        store.fs.rename = _raise_once(real, at)  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match="killed"):
+            h.committed(window)
+        store.fs.rename = real  # type: ignore[method-assign]
+        assert len(visible(place)) == window - 1  # windows 0, 2, ...: not this one
+        h = out_harness(op())
+        h.run_window(rows(1, window + 1), window=window)  # a replay: skipped
+        if at == 1:
+            h.committed(window)  # the piece is still staged: published now
+        # else: the load found the piece recorded and renamed it
+        assert len(visible(place)) == window
+        assert sorted(r["count"] for r in place.parquet_rows("f")) == list(range(window + 2))
+        assert staged() == ["finalized.json"]
+
+
+def _raise_once(fn: Any, at: int = 1) -> Any:
+    """``fn``, but its call number ``at`` raises (a process killed there)."""
     calls = {"n": 0}
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
-        if calls["n"] == 1:
+        if calls["n"] == at:
             raise RuntimeError("killed between publishing and recording")
         return fn(*args, **kwargs)
 
@@ -159,7 +205,8 @@ def test_leftovers_of_an_interrupted_finalization_are_swept_once_after_a_restart
     place: Place, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def op() -> ParquetFileOutput:
-        return ParquetFileOutput(place.url("s"), schema=DDL, roll_windows=1)
+        # a file per window, written at finalization (roll_windows=1 would stage it whole)
+        return ParquetFileOutput(place.url("s"), schema=DDL, roll_records=1)
 
     h = out_harness(op())
     h.run_window(rows(1), window=0)

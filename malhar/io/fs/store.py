@@ -6,6 +6,7 @@ Layout of an output directory ``<path>``::
 
     <path>/[<column>=<value>/]<prefix>-<app>-<op>-<partition>-<first>-<last>.<ext>   final files
     <path>/_malhar/<app>/<op>/<partition>/w<window>.arrow     a committed window (staged)
+    <path>/_malhar/<app>/<op>/<partition>/w<window>-<rows>.parquet   ... that is its own file
     <path>/_malhar/<app>/<op>/<partition>/finalized.json      the last window made visible
 
 **A window commits** by renaming its staged piece (the window's rows as an Arrow IPC file,
@@ -13,6 +14,12 @@ the roll decision and the group's opening time in its metadata) to ``w<window>.a
 the rows and the window id in one atomic step, and a compare-and-swap (a rename that
 finds the name taken fails), so a second writer of the partition cannot commit the window
 twice. A replayed window finds its piece (or ``finalized.json`` past it) and is skipped.
+
+**A window that is its own file** (Parquet, ``roll_windows=1``, no ``partition_by``, no
+rejected rows; a file per window, like Spark's file sink) is staged as that file, already
+encoded: its rows are encoded once, and finalization is a rename. Which windows are staged
+this way depends on the settings and the window's rows only, so two writers of a window
+choose the same name and the compare-and-swap holds.
 
 **A file rolls** when the group of windows since the last roll reaches ``roll_records``,
 ``roll_bytes`` (as staged), ``roll_windows`` or ``roll_ms``: that window's piece is marked,
@@ -24,7 +31,9 @@ file(s) (one per value of ``partition_by``), first under a hidden in-progress na
 (``.<name>.<uuid>.inprogress``) and then renamed into place; a file already there is left as
 it is, so a finalization interrupted by a crash and run again after the restart neither
 loses nor duplicates a row. Then ``finalized.json`` moves past the group and its pieces are
-deleted. Readers (``spark.read.parquet``, Hive) skip names starting with ``_`` or ``.``: they
+deleted. A window staged as its own file is recorded in ``finalized.json`` first and then
+renamed into place; a load that finds such a piece at or below ``finalized.json`` completes
+the rename (or, when the file is already in place, deletes the piece). Readers (``spark.read.parquet``, Hive) skip names starting with ``_`` or ``.``: they
 see whole files of committed windows only.
 """
 
@@ -39,6 +48,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from malhar.errors import MalharError
 from malhar.io.base.output import NO_WINDOW, CommitMark, TransactionalStore, WindowKey
@@ -73,6 +83,15 @@ class Piece:
     opened_ms: int
     digest: str | None = None
     run: str | None = None
+    #: staged as its final Parquet file (published by a rename), not as Arrow IPC
+    whole: bool = False
+
+    @property
+    def name(self) -> str:
+        """Its file name in the staging folder."""
+        if self.whole:
+            return f"w{self.window:020d}-{self.rows}.parquet"
+        return f"w{self.window:020d}.arrow"
 
 
 @dataclass
@@ -179,6 +198,13 @@ class FileStore(TransactionalStore[_Txn]):
             if name.startswith(".") and name.endswith(".tmp"):
                 _delete(fs, entry.path)  # an interrupted commit
                 continue
+            whole = _whole_piece(name, entry.size)
+            if whole is not None:
+                if whole.window <= self.finalized:
+                    self._move_into_place(whole)  # recorded, its rename interrupted
+                else:
+                    pieces.append(whole)
+                continue
             if not (name.startswith("w") and name.endswith(".arrow")):
                 continue
             window = int(name[1:-6])
@@ -257,16 +283,21 @@ class FileStore(TransactionalStore[_Txn]):
             or (s.roll_ms is not None and now - opened >= s.roll_ms)
         )
         data = None
-        if not roll:
+        whole = self._whole(table, txn, mark, group)
+        if whole:
+            data = encode_table(table.replace_schema_metadata(None), "parquet", compression=s.codec)
+        elif not roll:
             # only roll_bytes needs the piece's size: encode without the mark to learn it,
             # and again with the mark only when it decides (once per file); encoding is a
             # copy of the window's rows, the largest cost of a commit after the write
             data = _ipc_bytes(table, meta)
             roll = size_before + len(data) >= s.roll_bytes
-        if roll:
+        if roll and not whole:
             meta[_ROLL] = b"1"
             data = _ipc_bytes(table, meta)
-        final = f"{self.stage}/w{window:020d}.arrow"
+        assert data is not None
+        piece = Piece(window, table.num_rows, len(data), roll, opened, mark.digest, mark.run, whole)
+        final = f"{self.stage}/{piece.name}"
         tmp = f"{self.stage}/.w{window:020d}.{uuid.uuid4().hex}.tmp"
         txn.tmp = tmp
         self.fs.create(tmp, data, overwrite=False)
@@ -278,13 +309,28 @@ class FileStore(TransactionalStore[_Txn]):
                 f"{self.key}: window {window} was committed by another writer of the partition"
             ) from None
         txn.tmp = None
-        piece = Piece(window, table.num_rows, len(data), roll, opened, mark.digest, mark.run)
         if group is None:
             group = Group()
             self.groups.append(group)
         group.pieces.append(piece)
         self._mark = CommitMark(window, mark.digest, mark.run)
         self.force_roll = False
+
+    def _whole(self, table: pa.Table, txn: _Txn, mark: CommitMark, group: Group | None) -> bool:
+        """Whether the window is staged as its own final file. A function of the settings
+        and the window's rows (the same for every writer of the window, so the staged name
+        is too); an open group left by other settings keeps its windows together."""
+        s = self.settings
+        return (
+            s.format == "parquet"
+            and s.roll_windows == 1
+            and not s.partition_by
+            and group is None
+            and table.num_rows > 0
+            and not txn.rejected
+            and mark.digest is None
+            and mark.run is None
+        )
 
     def store_rejected(self, txn: _Txn, window: int, rows: list[dict[str, Any]]) -> None:
         txn.rejected = list(rows)
@@ -334,10 +380,20 @@ class FileStore(TransactionalStore[_Txn]):
     def finalize(self, group: Group) -> list[str]:
         """Write a closed group's final file(s) and forget its pieces; return the files."""
         fs = self.fs
+        if len(group.pieces) == 1 and group.pieces[0].whole:
+            # recorded first: a load finding the piece at or below finalized.json renames it
+            fs.write_atomic(
+                f"{self.stage}/finalized.json", json.dumps({"window": group.last}).encode()
+            )
+            self.finalized = group.last
+            self._sweep = False
+            written = [self._move_into_place(group.pieces[0])]
+            log.info("malhar output %s: window %d finalized: %s", self.key, group.last, written[0])
+            return written
         tables = []
         for piece in group.pieces:
             if piece.rows:
-                tables.append(_read_table(fs, f"{self.stage}/w{piece.window:020d}.arrow"))
+                tables.append(_read_piece(fs, f"{self.stage}/{piece.name}", piece.whole))
         written = []
         if tables:
             table = pa.concat_tables(tables, promote_options="permissive")
@@ -347,7 +403,7 @@ class FileStore(TransactionalStore[_Txn]):
         self.finalized = group.last
         self._sweep = False
         for piece in group.pieces:
-            _delete(fs, f"{self.stage}/w{piece.window:020d}.arrow")
+            _delete(fs, f"{self.stage}/{piece.name}")
         log.info(
             "malhar output %s: windows %d-%d finalized: %s",
             self.key,
@@ -356,6 +412,17 @@ class FileStore(TransactionalStore[_Txn]):
             ", ".join(written) or "no rows",
         )
         return written
+
+    def _move_into_place(self, piece: Piece) -> str:
+        """Rename a window staged as its own file into place (idempotent)."""
+        final = f"{self.root.rstrip('/')}/{self._name(Group([piece]))}"
+        try:
+            self.fs.rename(f"{self.stage}/{piece.name}", final, overwrite=False)
+        except StorageExistsError:
+            _delete(self.fs, f"{self.stage}/{piece.name}")  # in place: an interrupted move
+        except StorageNotFoundError:
+            pass  # moved meanwhile
+        return final
 
     def _name(self, group: Group) -> str:
         s, k = self.settings, self.key
@@ -413,6 +480,16 @@ def _concat(tables: list[pa.Table], schema: pa.Schema | None) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
+def _whole_piece(name: str, size: int) -> Piece | None:
+    """The piece a staged ``w<window>-<rows>.parquet`` name describes (else None)."""
+    if not (name.startswith("w") and name.endswith(".parquet")):
+        return None
+    window, _, rows = name[1:-8].partition("-")
+    if not (window.isdigit() and rows.isdigit()):
+        return None
+    return Piece(int(window), int(rows), size, True, 0, whole=True)
+
+
 def _ipc_bytes(table: pa.Table, meta: dict[bytes, bytes]) -> bytes:
     sink = pa.BufferOutputStream()
     schema = table.schema.with_metadata(meta)
@@ -434,6 +511,12 @@ def _read_table(fs: Any, path: str, *, schema_only: bool = False) -> Any:
     if schema_only:
         return reader.schema
     return reader.read_all().replace_schema_metadata(None)
+
+
+def _read_piece(fs: Any, path: str, whole: bool) -> pa.Table:
+    if not whole:
+        return _read_table(fs, path)
+    return pq.read_table(pa.py_buffer(fs.read_all(path))).replace_schema_metadata(None)
 
 
 def _read_json(fs: Any, path: str) -> dict[str, Any] | None:
