@@ -152,13 +152,17 @@ def test_a_window_that_is_its_own_file_is_staged_whole_and_published_by_a_rename
     def staged() -> list[str]:
         return sorted(f.rsplit("/", 1)[-1] for f in place.files("f/_malhar"))
 
+    def magic(window: int) -> bytes:
+        return place.fs.read(place.path(f"f/_malhar/fs-tests/out/0/w{window:020d}.arrow"), 0, 4)
+
     h = out_harness(op())
     h.run_window(rows(3), window=0)
     h.run_window([], window=1)  # no rows: nothing staged
     h.run_window(
         [*rows(1, 3), ("input", {"word": "x", "count": "many"})], window=2
     )  # a rejected row: the window is staged encoded (a replay re-emits it)
-    assert staged() == ["w00000000000000000000-3.parquet", "w00000000000000000002.arrow"]
+    assert staged() == ["w00000000000000000000.arrow", "w00000000000000000002.arrow"]
+    assert (magic(0), magic(2)) == (b"PAR1", b"ARRO")  # one name per window, either kind
     staged_bytes = place.fs.read_all(place.path("f/_malhar/fs-tests/out/0/" + staged()[0]))
     h.committed(0)
     first = "f/part-fs-tests-out-00000-000000000000-000000000000.parquet"
@@ -186,6 +190,65 @@ def test_a_window_that_is_its_own_file_is_staged_whole_and_published_by_a_rename
         assert len(visible(place)) == window
         assert sorted(r["count"] for r in place.parquet_rows("f")) == list(range(window + 2))
         assert staged() == ["finalized.json"]
+
+
+def test_a_whole_window_keeps_one_name_per_window_and_follows_changed_settings(
+    place: Place,
+) -> None:
+    def op(**settings: Any) -> FileOutputOperator:
+        fmt = settings.pop("format", "parquet")
+        return FileOutputOperator(
+            place.url("c"), format=fmt, schema=DDL, retry_backoff=0, **settings
+        )
+
+    # a zombie writer of the partition with other settings (an upgrade changed roll_windows)
+    # and another row count: it stages encoded, the new writer whole; one commits window 0
+    new, zombie = out_harness(op(roll_windows=1)), out_harness(op(roll_windows=3))
+    new.setup()
+    zombie.setup()
+    new.run_window(rows(3), window=0)
+    zombie.run_window(rows(4), window=0)  # its rename finds the name taken: skipped
+    again = out_harness(op(roll_windows=1))
+    again.setup()
+    again.committed(0)
+    assert sorted(r["count"] for r in place.parquet_rows("c")) == [0, 1, 2]
+
+    # windows 1 and 2 staged whole, committed in the partition, not yet in the application;
+    # window 2 recorded in finalized.json, its rename interrupted
+    again.run_window(rows(1, 3), window=1)
+    again.run_window(rows(1, 4), window=2)
+    again.committed(1)
+    store: FileStore = again.operator._store
+    real = store.fs.rename
+    store.fs.rename = _raise_once(real, 2)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="killed"):
+        again.committed(2)
+    store.fs.rename = real  # type: ignore[method-assign]
+    again.run_window(rows(1, 5), window=3)  # staged whole, not finalized
+    # a restart as CSV, with a new compression: the staged Parquet is decoded, not renamed
+    csv = out_harness(op(roll_windows=1, format="csv", compression="gzip"))
+    csv.setup()
+    csv.committed(3)
+    names = [f.rsplit("/", 1)[-1] for f in visible(place)]
+    assert names == [
+        "part-fs-tests-out-00000-000000000000-000000000000.parquet",
+        "part-fs-tests-out-00000-000000000001-000000000001.parquet",
+        "part-fs-tests-out-00000-000000000002-000000000002.csv.gz",
+        "part-fs-tests-out-00000-000000000003-000000000003.csv.gz",
+    ]
+    texts = [gzip.decompress(place.fs.read_all(place.path("c", n))).decode() for n in names[2:]]
+    head = '"day","word","count"\n'
+    assert texts == [head + '2026-11-23,"w4",4\n', head + '2026-11-23,"w5",5\n']
+
+    # and a restart with zstd: a snappy piece is re-encoded, not published under a zstd name
+    z = out_harness(op(roll_windows=1))
+    z.run_window(rows(1, 6), window=4)
+    zstd = out_harness(op(roll_windows=1, compression="zstd"))
+    zstd.setup()
+    zstd.committed(4)
+    last = place.path("c", visible(place)[-1].rsplit("/", 1)[-1])
+    meta = pa.parquet.ParquetFile(pa.py_buffer(place.fs.read_all(last))).metadata
+    assert str(meta.row_group(0).column(0).compression) == "ZSTD"
 
 
 def _raise_once(fn: Any, at: int = 1) -> Any:

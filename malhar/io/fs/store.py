@@ -6,7 +6,6 @@ Layout of an output directory ``<path>``::
 
     <path>/[<column>=<value>/]<prefix>-<app>-<op>-<partition>-<first>-<last>.<ext>   final files
     <path>/_malhar/<app>/<op>/<partition>/w<window>.arrow     a committed window (staged)
-    <path>/_malhar/<app>/<op>/<partition>/w<window>-<rows>.parquet   ... that is its own file
     <path>/_malhar/<app>/<op>/<partition>/finalized.json      the last window made visible
 
 **A window commits** by renaming its staged piece (the window's rows as an Arrow IPC file,
@@ -17,9 +16,10 @@ twice. A replayed window finds its piece (or ``finalized.json`` past it) and is 
 
 **A window that is its own file** (Parquet, ``roll_windows=1``, no ``partition_by``, no
 rejected rows; a file per window, like Spark's file sink) is staged as that file, already
-encoded: its rows are encoded once, and finalization is a rename. Which windows are staged
-this way depends on the settings and the window's rows only, so two writers of a window
-choose the same name and the compare-and-swap holds.
+encoded, under the same name (told apart by its first bytes, ``PAR1`` against Arrow's
+``ARROW1``): its rows are encoded once, and finalization is a rename. One name per window,
+whatever it holds, keeps the compare-and-swap: two writers of a window (a zombie with other
+settings included) cannot both commit it.
 
 **A file rolls** when the group of windows since the last roll reaches ``roll_records``,
 ``roll_bytes`` (as staged), ``roll_windows`` or ``roll_ms``: that window's piece is marked,
@@ -33,7 +33,9 @@ it is, so a finalization interrupted by a crash and run again after the restart 
 loses nor duplicates a row. Then ``finalized.json`` moves past the group and its pieces are
 deleted. A window staged as its own file is recorded in ``finalized.json`` first and then
 renamed into place; a load that finds such a piece at or below ``finalized.json`` completes
-the rename (or, when the file is already in place, deletes the piece). Readers (``spark.read.parquet``, Hive) skip names starting with ``_`` or ``.``: they
+the rename (or, when the file is already in place, deletes the piece). A piece staged whole
+under other settings (format, ``partition_by``, compression changed since) is decoded and
+published like any other group instead. Readers (``spark.read.parquet``, Hive) skip names starting with ``_`` or ``.``: they
 see whole files of committed windows only.
 """
 
@@ -85,12 +87,13 @@ class Piece:
     run: str | None = None
     #: staged as its final Parquet file (published by a rename), not as Arrow IPC
     whole: bool = False
+    #: a whole piece's Parquet compression (as its footer names it)
+    codec: str | None = None
 
     @property
     def name(self) -> str:
-        """Its file name in the staging folder."""
-        if self.whole:
-            return f"w{self.window:020d}-{self.rows}.parquet"
+        """Its file name in the staging folder: one per window, whatever it holds (the
+        commit's compare-and-swap is on it)."""
         return f"w{self.window:020d}.arrow"
 
 
@@ -173,6 +176,7 @@ class FileStore(TransactionalStore[_Txn]):
         self.finalized = NO_WINDOW
         self.force_roll = False  #: the next commit closes the group (a due roll, no data)
         self._mark = CommitMark()
+        self._codec: str | None = None  #: _codec_tag's
         self._stale = True
         #: in-progress leftovers may exist: a crash or a lost compare-and-swap interrupted
         #: an attempt at the next group to finalize (set by each load, cleared once a group
@@ -190,6 +194,7 @@ class FileStore(TransactionalStore[_Txn]):
     def _load(self) -> None:
         """Rebuild the groups from the staged pieces (and drop leftovers of crashes)."""
         fs = self.fs
+        self._sweep = True  # before publishing a recorded whole piece (below)
         raw = _read_json(fs, f"{self.stage}/finalized.json")
         self.finalized = int(raw["window"]) if raw else NO_WINDOW
         pieces: list[Piece] = []
@@ -198,16 +203,16 @@ class FileStore(TransactionalStore[_Txn]):
             if name.startswith(".") and name.endswith(".tmp"):
                 _delete(fs, entry.path)  # an interrupted commit
                 continue
-            whole = _whole_piece(name, entry.size)
-            if whole is not None:
-                if whole.window <= self.finalized:
-                    self._move_into_place(whole)  # recorded, its rename interrupted
-                else:
-                    pieces.append(whole)
-                continue
             if not (name.startswith("w") and name.endswith(".arrow")):
                 continue
             window = int(name[1:-6])
+            if _holds_parquet(fs, entry.path):
+                whole = _whole_piece(fs, entry.path, window, entry.size)
+                if window <= self.finalized:
+                    self._publish_whole(whole)  # recorded, its rename interrupted
+                else:
+                    pieces.append(whole)
+                continue
             if window <= self.finalized:
                 _delete(fs, entry.path)  # finalized; its deletion was interrupted
                 continue
@@ -296,7 +301,9 @@ class FileStore(TransactionalStore[_Txn]):
             meta[_ROLL] = b"1"
             data = _ipc_bytes(table, meta)
         assert data is not None
-        piece = Piece(window, table.num_rows, len(data), roll, opened, mark.digest, mark.run, whole)
+        piece = Piece(window, table.num_rows, len(data), roll, opened, mark.digest, mark.run)
+        if whole:
+            piece.whole, piece.codec = True, self._codec_tag()
         final = f"{self.stage}/{piece.name}"
         tmp = f"{self.stage}/.w{window:020d}.{uuid.uuid4().hex}.tmp"
         txn.tmp = tmp
@@ -338,6 +345,8 @@ class FileStore(TransactionalStore[_Txn]):
     def read_rejected(self, window: int) -> list[dict[str, Any]]:
         path = f"{self.stage}/w{window:020d}.arrow"
         try:
+            if _holds_parquet(self.fs, path):
+                return []  # staged whole: only windows without rejected rows are
             meta = _read_table(self.fs, path, schema_only=True).metadata or {}
         except StorageNotFoundError:
             return []  # finalized: committed in the whole application, never replayed
@@ -380,7 +389,7 @@ class FileStore(TransactionalStore[_Txn]):
     def finalize(self, group: Group) -> list[str]:
         """Write a closed group's final file(s) and forget its pieces; return the files."""
         fs = self.fs
-        if len(group.pieces) == 1 and group.pieces[0].whole:
+        if len(group.pieces) == 1 and self._renamable(group.pieces[0]):
             # recorded first: a load finding the piece at or below finalized.json renames it
             fs.write_atomic(
                 f"{self.stage}/finalized.json", json.dumps({"window": group.last}).encode()
@@ -412,6 +421,39 @@ class FileStore(TransactionalStore[_Txn]):
             ", ".join(written) or "no rows",
         )
         return written
+
+    def _renamable(self, piece: Piece) -> bool:
+        """Whether a piece is, byte for byte, the file these settings would publish (a
+        whole piece staged under other settings is decoded and published anew)."""
+        s = self.settings
+        return (
+            piece.whole
+            and s.format == "parquet"
+            and not s.partition_by
+            and piece.codec == self._codec_tag()
+        )
+
+    def _codec_tag(self) -> str:
+        """How a Parquet footer names the settings' compression (pyarrow decides: "lz4"
+        writes LZ4_RAW), learned once by writing one row."""
+        if self._codec is None:
+            sink = pa.BufferOutputStream()
+            pq.write_table(pa.table({"x": [1]}), sink, compression=self.settings.codec)
+            meta = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
+            self._codec = str(meta.row_group(0).column(0).compression)
+        return self._codec
+
+    def _publish_whole(self, piece: Piece) -> None:
+        """Publish a whole piece recorded in ``finalized.json`` (a crash interrupted its
+        rename), then forget it: renamed, or decoded and published under changed settings."""
+        if self._renamable(piece):
+            self._move_into_place(piece)
+            return
+        path = f"{self.stage}/{piece.name}"
+        table = _read_piece(self.fs, path, True)
+        for folder, part in self._split(table):
+            self._publish(folder, self._name(Group([piece])), part)
+        _delete(self.fs, path)
 
     def _move_into_place(self, piece: Piece) -> str:
         """Rename a window staged as its own file into place (idempotent)."""
@@ -480,14 +522,22 @@ def _concat(tables: list[pa.Table], schema: pa.Schema | None) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
-def _whole_piece(name: str, size: int) -> Piece | None:
-    """The piece a staged ``w<window>-<rows>.parquet`` name describes (else None)."""
-    if not (name.startswith("w") and name.endswith(".parquet")):
-        return None
-    window, _, rows = name[1:-8].partition("-")
-    if not (window.isdigit() and rows.isdigit()):
-        return None
-    return Piece(int(window), int(rows), size, True, 0, whole=True)
+def _holds_parquet(fs: Any, path: str) -> bool:
+    """Whether a staged piece is a window staged whole (Parquet's magic, not Arrow's)."""
+    return fs.read(path, 0, 4) == b"PAR1"
+
+
+def _whole_piece(fs: Any, path: str, window: int, size: int) -> Piece:
+    """A window staged whole, its rows and compression read from the footer."""
+    meta = _parquet_file(fs, path).metadata
+    codec = str(meta.row_group(0).column(0).compression) if meta.num_row_groups else None
+    return Piece(window, meta.num_rows, size, True, 0, whole=True, codec=codec)
+
+
+def _parquet_file(fs: Any, path: str) -> pq.ParquetFile:
+    if fs.backend == "local":
+        return pq.ParquetFile(path)  # reads the footer only
+    return pq.ParquetFile(pa.BufferReader(fs.read_all(path)))
 
 
 def _ipc_bytes(table: pa.Table, meta: dict[bytes, bytes]) -> bytes:
@@ -516,7 +566,7 @@ def _read_table(fs: Any, path: str, *, schema_only: bool = False) -> Any:
 def _read_piece(fs: Any, path: str, whole: bool) -> pa.Table:
     if not whole:
         return _read_table(fs, path)
-    return pq.read_table(pa.py_buffer(fs.read_all(path))).replace_schema_metadata(None)
+    return _parquet_file(fs, path).read().replace_schema_metadata(None)
 
 
 def _read_json(fs: Any, path: str) -> dict[str, Any] | None:
