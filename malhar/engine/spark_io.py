@@ -21,18 +21,23 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark import TaskContext, cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from malhar.engine import envelope as E
-from malhar.engine.plan import Plan
-from malhar.engine.slot_claims import claim_slots
-from malhar.engine.task import run_inputs, warm_slots
 from malhar.engine.window_log import WindowLog
 from malhar.util.fs.urls import child_url
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from malhar.engine.plan import Plan
+
+# What runs a window (pyarrow, the plan, the runtime) is imported in ``read``, in the tasks:
+# Spark starts a Python process on the driver for this source's planning before the first
+# window, where they took 0.12 s of imports (now 0.04 s; the query's start went from 0.505
+# to 0.472 s, median of 4 alternating runs).
 
 SOURCE_NAME = "malhar"
 
@@ -154,6 +159,9 @@ class MalharStreamReader(DataSourceStreamReader):
         ]
 
     def read(self, partition: WindowPartition) -> Iterator[pa.RecordBatch]:
+        from malhar.engine.slot_claims import claim_slots
+        from malhar.engine.task import run_inputs, warm_slots
+
         plan = self.plan
         slots = [partition.task]
         if self.claims:  # the slots this worker holds, or free ones (slot_claims.py)
@@ -197,7 +205,9 @@ class MalharSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return E.ENVELOPE_DDL
+        from malhar.engine.envelope import ENVELOPE_DDL
+
+        return ENVELOPE_DDL
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         max_windows = self.options.get("max_windows")
