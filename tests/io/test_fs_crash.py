@@ -3,8 +3,9 @@ partitions) -> words -> UniqueCounter -> rolling Parquet, its driver process gro
 SIGKILLed five times at random windows while files keep arriving (input and output on HDFS
 with ``local[2]`` and files of three windows; on the local filesystem with
 ``local-cluster[2,1,1024]`` and a file per window, each staged whole and published by a
-rename), then restarted on the same checkpoint. The output read back with ``spark.read.parquet`` must equal the ground truth
-exactly, and every input file must have been moved away once (``post_action="move"``)."""
+rename), then restarted on the same checkpoint. The output read back with
+``spark.read.parquet`` must equal the ground truth exactly, and every input file must have
+been moved away once (``post_action="move"``)."""
 
 from __future__ import annotations
 

@@ -35,8 +35,8 @@ deleted. A window staged as its own file is recorded in ``finalized.json`` first
 renamed into place; a load that finds such a piece at or below ``finalized.json`` completes
 the rename (or, when the file is already in place, deletes the piece). A piece staged whole
 under other settings (format, ``partition_by``, compression changed since) is decoded and
-published like any other group instead. Readers (``spark.read.parquet``, Hive) skip names starting with ``_`` or ``.``: they
-see whole files of committed windows only.
+published like any other group instead. Readers (``spark.read.parquet``, Hive) skip names
+starting with ``_`` or ``.``: they see whole files of committed windows only.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Piece:
     def name(self) -> str:
         """Its file name in the staging folder: one per window, whatever it holds (the
         commit's compare-and-swap is on it)."""
-        return f"w{self.window:020d}.arrow"
+        return _staged_name(self.window)
 
 
 @dataclass
@@ -304,7 +304,7 @@ class FileStore(TransactionalStore[_Txn]):
         piece = Piece(window, table.num_rows, len(data), roll, opened, mark.digest, mark.run)
         if whole:
             piece.whole, piece.codec = True, self._codec_tag()
-        final = f"{self.stage}/{piece.name}"
+        final = self._path(piece)
         tmp = f"{self.stage}/.w{window:020d}.{uuid.uuid4().hex}.tmp"
         txn.tmp = tmp
         self.fs.create(tmp, data, overwrite=False)
@@ -324,9 +324,8 @@ class FileStore(TransactionalStore[_Txn]):
         self.force_roll = False
 
     def _whole(self, table: pa.Table, txn: _Txn, mark: CommitMark, group: Group | None) -> bool:
-        """Whether the window is staged as its own final file. A function of the settings
-        and the window's rows (the same for every writer of the window, so the staged name
-        is too); an open group left by other settings keeps its windows together."""
+        """Whether the window is staged as its own final file (the staged name is the same
+        either way); an open group left by other settings keeps its windows together."""
         s = self.settings
         return (
             s.format == "parquet"
@@ -343,7 +342,7 @@ class FileStore(TransactionalStore[_Txn]):
         txn.rejected = list(rows)
 
     def read_rejected(self, window: int) -> list[dict[str, Any]]:
-        path = f"{self.stage}/w{window:020d}.arrow"
+        path = f"{self.stage}/{_staged_name(window)}"
         try:
             if _holds_parquet(self.fs, path):
                 return []  # staged whole: only windows without rejected rows are
@@ -391,28 +390,21 @@ class FileStore(TransactionalStore[_Txn]):
         fs = self.fs
         if len(group.pieces) == 1 and self._renamable(group.pieces[0]):
             # recorded first: a load finding the piece at or below finalized.json renames it
-            fs.write_atomic(
-                f"{self.stage}/finalized.json", json.dumps({"window": group.last}).encode()
-            )
-            self.finalized = group.last
-            self._sweep = False
+            self._record_finalized(group.last)
             written = [self._move_into_place(group.pieces[0])]
             log.info("malhar output %s: window %d finalized: %s", self.key, group.last, written[0])
             return written
         tables = []
         for piece in group.pieces:
             if piece.rows:
-                tables.append(_read_piece(fs, f"{self.stage}/{piece.name}", piece.whole))
+                tables.append(_read_piece(fs, self._path(piece), piece.whole))
         written = []
         if tables:
             table = pa.concat_tables(tables, promote_options="permissive")
-            for folder, part in self._split(table):
-                written.append(self._publish(folder, self._name(group), part))
-        fs.write_atomic(f"{self.stage}/finalized.json", json.dumps({"window": group.last}).encode())
-        self.finalized = group.last
-        self._sweep = False
+            written = self._publish_group(group, table)
+        self._record_finalized(group.last)
         for piece in group.pieces:
-            _delete(fs, f"{self.stage}/{piece.name}")
+            _delete(fs, self._path(piece))
         log.info(
             "malhar output %s: windows %d-%d finalized: %s",
             self.key,
@@ -421,6 +413,22 @@ class FileStore(TransactionalStore[_Txn]):
             ", ".join(written) or "no rows",
         )
         return written
+
+    def _record_finalized(self, window: int) -> None:
+        self.fs.write_atomic(
+            f"{self.stage}/finalized.json", json.dumps({"window": window}).encode()
+        )
+        self.finalized = window
+        self._sweep = False
+
+    def _path(self, piece: Piece) -> str:
+        return f"{self.stage}/{piece.name}"
+
+    def _publish_group(self, group: Group, table: pa.Table) -> list[str]:
+        """Publish a group's rows as its final file(s), one per ``partition_by`` value."""
+        return [
+            self._publish(folder, self._name(group), part) for folder, part in self._split(table)
+        ]
 
     def _renamable(self, piece: Piece) -> bool:
         """Whether a piece is, byte for byte, the file these settings would publish (a
@@ -449,19 +457,16 @@ class FileStore(TransactionalStore[_Txn]):
         if self._renamable(piece):
             self._move_into_place(piece)
             return
-        path = f"{self.stage}/{piece.name}"
-        table = _read_piece(self.fs, path, True)
-        for folder, part in self._split(table):
-            self._publish(folder, self._name(Group([piece])), part)
-        _delete(self.fs, path)
+        self._publish_group(Group([piece]), _read_piece(self.fs, self._path(piece), True))
+        _delete(self.fs, self._path(piece))
 
     def _move_into_place(self, piece: Piece) -> str:
         """Rename a window staged as its own file into place (idempotent)."""
         final = f"{self.root.rstrip('/')}/{self._name(Group([piece]))}"
         try:
-            self.fs.rename(f"{self.stage}/{piece.name}", final, overwrite=False)
+            self.fs.rename(self._path(piece), final, overwrite=False)
         except StorageExistsError:
-            _delete(self.fs, f"{self.stage}/{piece.name}")  # in place: an interrupted move
+            _delete(self.fs, self._path(piece))  # in place: an interrupted move
         except StorageNotFoundError:
             pass  # moved meanwhile
         return final
@@ -520,6 +525,10 @@ def _concat(tables: list[pa.Table], schema: pa.Schema | None) -> pa.Table:
     if len(tables) == 1:
         return tables[0]
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _staged_name(window: int) -> str:
+    return f"w{window:020d}.arrow"
 
 
 def _holds_parquet(fs: Any, path: str) -> bool:
