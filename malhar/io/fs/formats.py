@@ -485,14 +485,16 @@ def _jsonl_bytes(table: pa.Table) -> bytes:
     return "".join(dumps(row) + "\n" for row in table.to_pylist()).encode("utf-8")
 
 
-def _parquet_bytes(table: pa.Table, *, compression: str) -> bytes:
+def _parquet_bytes(table: pa.Table, *, compression: str) -> memoryview:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression=compression)
-    return sink.getvalue().to_pybytes()
+    # a view of Arrow's buffer: copying a window's file into bytes took as long as a third
+    # of its encoding (20,000,000 rows: 0.5-0.8 s)
+    return memoryview(sink.getvalue())
 
 
 #: format -> (file extension, encoder(table, settings) -> bytes)
-ENCODERS: dict[str, tuple[str, Callable[..., bytes]]] = {
+ENCODERS: dict[str, tuple[str, Callable[..., bytes | memoryview]]] = {
     "lines": (".txt", lambda t, s: _lines_bytes(t)),
     "csv": (".csv", lambda t, s: _csv_bytes(t, header=s["header"], delimiter=s["delimiter"])),
     "jsonl": (".jsonl", lambda t, s: _jsonl_bytes(t)),
@@ -508,7 +510,7 @@ def file_extension(fmt: str, compression: str) -> str:
     return ext + (".gz" if compression == "gzip" else "")
 
 
-def encode_table(table: pa.Table, fmt: str, **settings: Any) -> bytes:
+def encode_table(table: pa.Table, fmt: str, **settings: Any) -> bytes | memoryview:
     """The bytes of one output file holding ``table`` (``settings``: ``header``,
     ``delimiter``, ``compression``)."""
     data = ENCODERS[fmt][1](table, settings)

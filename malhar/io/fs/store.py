@@ -549,13 +549,13 @@ def _parquet_file(fs: Any, path: str) -> pq.ParquetFile:
     return pq.ParquetFile(pa.BufferReader(fs.read_all(path)))
 
 
-def _ipc_bytes(table: pa.Table, meta: dict[bytes, bytes]) -> bytes:
+def _ipc_bytes(table: pa.Table, meta: dict[bytes, bytes]) -> memoryview:
     sink = pa.BufferOutputStream()
     schema = table.schema.with_metadata(meta)
     with pa.ipc.new_file(sink, schema) as writer:
         if table.num_rows:
             writer.write_table(table.replace_schema_metadata(meta))
-    return sink.getvalue().to_pybytes()
+    return memoryview(sink.getvalue())  # no copy into bytes (see formats._parquet_bytes)
 
 
 def _read_table(fs: Any, path: str, *, schema_only: bool = False) -> Any:

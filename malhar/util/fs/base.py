@@ -42,6 +42,10 @@ TEMPORARY_RE = re.compile(r"^(\..+\.[0-9a-f]{32}\.tmp|.+\.truncating)$")
 #: a temporary file this much older than a writer's own is an interrupted write's: a live
 #: writer's lives for one create + rename, bounded by the retries and timeouts (< 10 min)
 STALE_TEMPORARY_SECONDS = 600.0
+#: what ``create`` and ``write_atomic`` take: a memoryview lets a large encoded file (an
+#: Arrow buffer) be written without first copying it into ``bytes``
+Data = bytes | memoryview
+
 #: directories swept once per filesystem instance (bounded: one folder per window exists)
 _SWEPT_MAX = 4096
 
@@ -134,7 +138,7 @@ class FileSystem(ABC):
 
     # -- data -----------------------------------------------------------------------------
     @abstractmethod
-    def create(self, path: str, data: bytes = b"", *, overwrite: bool = False) -> None:
+    def create(self, path: str, data: Data = b"", *, overwrite: bool = False) -> None:
         """Write a whole file (parents created). StorageExistsError if it exists and not
         ``overwrite``. On return the content has the backend's *sync* guarantee."""
 
@@ -165,7 +169,7 @@ class FileSystem(ABC):
         """Cut ``path`` to its first ``length`` bytes (crash-safe; see the backend)."""
 
     # -- helpers --------------------------------------------------------------------------
-    def write_atomic(self, path: str, data: bytes, *, overwrite: bool = True) -> None:
+    def write_atomic(self, path: str, data: Data, *, overwrite: bool = True) -> None:
         """Write ``data`` to a temporary sibling, then rename it onto ``path``.
 
         Readers see the old content or the new one, never a mix. With

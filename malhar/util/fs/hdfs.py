@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from malhar.util.fs.base import DIR_MODE, FILE_MODE, Appender, FileStatus, FileSystem
+from malhar.util.fs.base import DIR_MODE, FILE_MODE, Appender, Data, FileStatus, FileSystem
 from malhar.util.fs.errors import (
     StorageConfigError,
     StorageError,
@@ -365,7 +365,9 @@ class HdfsFileSystem(FileSystem):
         self._retry("mkdirs", path, lambda: self.client.makedirs(path, permission=perm))
 
     # -- data ------------------------------------------------------------------------------------
-    def create(self, path: str, data: bytes = b"", *, overwrite: bool = False) -> None:
+    def create(self, path: str, data: Data = b"", *, overwrite: bool = False) -> None:
+        data = bytes(data)  # the HTTP client sends bytes (no copy when it is bytes)
+
         def outcome() -> tuple[bool, str] | None:
             st = self.status(path)
             if st is not None and st.size == len(data):

@@ -29,7 +29,7 @@ import shutil
 import stat
 from collections.abc import Iterator
 
-from malhar.util.fs.base import DIR_MODE, FILE_MODE, Appender, FileStatus, FileSystem
+from malhar.util.fs.base import DIR_MODE, FILE_MODE, Appender, Data, FileStatus, FileSystem
 from malhar.util.fs.errors import (
     StorageError,
     StorageExistsError,
@@ -243,7 +243,7 @@ class LocalFileSystem(FileSystem):
     def mkdirs(self, path: str) -> None:
         _mkdirs(path)
 
-    def create(self, path: str, data: bytes = b"", *, overwrite: bool = False) -> None:
+    def create(self, path: str, data: Data = b"", *, overwrite: bool = False) -> None:
         parent = os.path.dirname(path)
         _mkdirs(parent)
         flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
