@@ -96,6 +96,69 @@ def test_a_block_starts_where_its_first_line_starts(place: Place, tmp_path) -> N
     assert starts[4] == (16, 19, 1)
 
 
+def test_a_file_larger_than_a_block_gives_every_partition_an_equal_share(
+    place: Place, tmp_path
+) -> None:
+    # 2.6 MB in blocks of at most 1 MiB over 2 partitions: 4 blocks of 650 kB, 2 each (in
+    # blocks of 1 MiB, 1 + 1 + 0.5: one partition read two thirds)
+    lines = [f"{i:07d}:" + "x" * (i % 50) for i in range(80_000)]
+    data = "".join(x + "\n" for x in lines).encode()
+    place.write("in/big.txt", data)
+    size = len(data)
+    assert 2 << 20 < size < 3 << 20
+    got, read = [], []
+    for p in range(2):
+        h = harness(
+            LinesFileInput(place.url("in"), block_size=1 << 20, scan_interval_ms=0),
+            str(tmp_path / "ck"),
+            partition=p,
+            partitions=2,
+        )
+        drain(h)
+        got += values(h)
+        ranges = [
+            r
+            for w in range(h.window + 1)
+            for r in h.operator.window_data_manager.retrieve(w)["ranges"]
+        ]
+        read.append(sum(r["e"] - r["s"] for r in ranges))
+        assert sorted({r["i"] for r in ranges}) == sorted(
+            i for i in range(4) if split_owner(place.path("in/big.txt"), i, 2) == p
+        )
+    assert sorted(got) == lines
+    assert sum(read) == size and abs(read[0] - read[1]) < 1000  # lines cross the cuts
+
+
+def test_the_cut_is_kept_with_the_checkpoint(tmp_path) -> None:
+    (tmp_path / "in").mkdir()
+    big = tmp_path / "in" / "big.txt"
+    big.write_bytes(b"".join(b"%07d\n" % i for i in range(400_000)))  # 3.2 MB
+    size = big.stat().st_size
+    op = LinesFileInput(str(tmp_path / "in"), block_size=1 << 20)
+    op._partitions = 2  # restored from a checkpoint written before the cut was recorded
+    ends = [e for _, _, e in op._cutter(2)._splits_of(str(big), size, 2)]
+    assert ends == [1 << 20, 2 << 20, 3 << 20, size]  # blocks of block_size: rule 1
+    op = LinesFileInput(str(tmp_path / "in"), block_size=1 << 20)  # a new application
+    ends = [e for _, _, e in op._cutter(2)._splits_of(str(big), size, 2)]
+    assert ends == [size // 4, size // 2, 3 * size // 4, size]
+    # a restart with another block_size would cut the files the other partitions hold
+    # differently: refused
+    h = harness(
+        LinesFileInput(str(tmp_path / "in"), block_size=1 << 20), str(tmp_path / "ck"), partitions=2
+    )
+    h.run_window()
+    saved = h.checkpoint()
+    with pytest.raises(
+        FileConfigError, match=r"blocks of at most 1048576 bytes.*block_size=1048576"
+    ):
+        harness(
+            LinesFileInput(str(tmp_path / "in"), block_size=4 << 20),
+            str(tmp_path / "ck"),
+            partitions=2,
+            saved=saved,
+        ).run_window(window=1)
+
+
 # -- replay -----------------------------------------------------------------------------------
 def test_a_restored_partition_replays_windows_exactly_and_reads_on(place: Place, tmp_path) -> None:
     place.write("in/a.txt", "".join(f"a{i}\n" for i in range(30)), mtime=1_000)

@@ -22,7 +22,7 @@ def test_a_file_smaller_than_a_block_is_spread_over_the_partitions_evenly() -> N
     assert block_size_for(SPREAD_MIN_BLOCK, big, 2) == big  # blocks would be < 1 MiB
     assert block_size_for(2 * SPREAD_MIN_BLOCK, big, 2) == SPREAD_MIN_BLOCK
     assert block_size_for(4_000_000, 100, 2) == 100  # an explicit small block_size rules
-    assert block_size_for(200 << 20, big, 2) == big
+    assert block_size_for(200 << 20, big, 2) == 50 << 20  # 4 equal blocks, 2 per partition
     # six files of 4 MB on two partitions: each reads half of every file (a hash per file
     # dealt them 4:2 on the bench's data)
     share: Counter[int] = Counter()
@@ -33,6 +33,34 @@ def test_a_file_smaller_than_a_block_is_spread_over_the_partitions_evenly() -> N
         for i in range(-(-size // bs)):
             share[split_owner(path, i, 2)] += min(bs, size - i * bs)
     assert share[0] == share[1] == 12_000_000
+
+
+def _shares(path: str, size: int, block: int, partitions: int, rule: int) -> list[int]:
+    bs = block_size_for(size, block, partitions, rule)
+    share = [0] * partitions
+    for i in range(-(-size // bs)):
+        share[split_owner(path, i, partitions)] += min(bs, size - i * bs)
+    return share
+
+
+def test_a_file_larger_than_a_block_is_cut_into_equal_shares_per_partition() -> None:
+    mb = 1 << 20
+    # the bench's 194 MB files in blocks of 64 MiB: 4 blocks of 48.5 MB, not 67+67+60 MB,
+    # of which one partition read two
+    size = 193_911_000
+    assert sorted(_shares("/in/a.csv", size, 64 * mb, 2, rule=1)) == [64 * mb, size - 64 * mb]
+    assert _shares("/in/a.csv", size, 64 * mb, 2, rule=2) == [size // 2, size // 2]
+    rng = random.Random(5)
+    for _ in range(3000):
+        partitions = rng.randrange(2, 7)
+        block = rng.randrange(SPREAD_MIN_BLOCK, 64 * mb)
+        low = max(block + 1, partitions * SPREAD_MIN_BLOCK)  # smaller: too small to spread
+        size = rng.randrange(low, low + 12 * block)
+        bs = block_size_for(size, block, partitions)
+        blocks = -(-size // bs)
+        assert bs <= block and blocks % partitions == 0, (size, block, partitions)
+        share = _shares(f"/in/{size}.csv", size, block, partitions, rule=2)
+        assert sum(share) == size and max(share) - min(share) <= blocks, (size, block, share)
 
 
 def test_split_owners_are_stable_and_round_robin_from_the_files_hash() -> None:

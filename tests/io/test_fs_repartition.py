@@ -19,7 +19,7 @@ from malhar.errors import ConfigError
 from malhar.io.fs import LinesFileInput, ParquetFileInput
 from malhar.io.fs.errors import FileConfigError
 from malhar.io.fs.partitions import deal
-from malhar.io.fs.splits import OWN, TOTAL
+from malhar.io.fs.splits import CUT_RULE, OWN, TOTAL
 from malhar.partitioning import Partition, PartitioningContext
 from malhar.state import state_fields, window_snapshot
 from malhar.testing.harness import OperatorHarness
@@ -179,9 +179,11 @@ def test_the_input_repartitions_only_to_a_count_and_every_state_field_is_dealt(
     # deal sets every State field: a new one must be dealt too
     dealt = deal([LinesFileInput(str(tmp_path))], 2)[1]
     assert set(state_fields(LinesFileInput)) == {
-        "_seen", "_queue", "_awaiting", "_newest", "_partitions", "_unreleased", "_released"
+        "_seen", "_queue", "_awaiting", "_newest", "_partitions", "_cut", "_unreleased",
+        "_released"
     }  # fmt: skip
     assert dealt._partitions == 2 and dealt._released == -1
+    assert dealt._cut == [CUT_RULE, 64 << 20]  # the default block_size
 
 
 def test_a_changed_partitions_attribute_between_runs_is_refused_with_the_way_to_do_it(

@@ -7,9 +7,9 @@ splits, the window record and its replay. The formats are its subclasses in
 :mod:`~malhar.io.fs.post_actions`.
 
 **Files and splits.** Every partition lists the path (:class:`DirectoryScanner`, at most every
-``scan_interval_ms``) and cuts each new file into *splits*: blocks of ``block_size`` bytes
-for uncompressed text (a smaller file into one block per partition when each keeps at
-least 1 MiB), the whole stream for compressed text, row groups for a Parquet file larger
+``scan_interval_ms``) and cuts each new file into *splits*: equal blocks of at most
+``block_size`` bytes for uncompressed text, a multiple of the partition count of them (a
+smaller file into one block per partition when each keeps at least 1 MiB), the whole stream for compressed text, row groups for a Parquet file larger
 than ``block_size`` (or large enough to spread; else the whole file). A split belongs to
 the partition :func:`~malhar.io.fs.splits.split_owner` gives it (the file's stable hash,
 then round robin over its splits), so every process and every restart agrees on who reads
@@ -72,6 +72,7 @@ from malhar.io.fs.post_actions import PostActions
 from malhar.io.fs.scanner import DirectoryScanner
 from malhar.io.fs.settings import FileInputSettings, parse_schema
 from malhar.io.fs.splits import (
+    CUT_RULE,
     END,
     INDEX,
     OWN,
@@ -161,6 +162,8 @@ class FileInputOperator(
     _newest = State(default=0.0)
     #: the partition count the checkpoint was written with
     _partitions = State(default=None)
+    #: how this application cuts files: ``[splits.CUT_RULE, block_size]`` at its first open
+    _cut = State(default=None)
 
     def __init__(self, path: str | None = None, **properties: Any) -> None:
         if path is not None:
@@ -234,6 +237,15 @@ class FileInputOperator(
             )
         for seen in self._seen.values():
             complete_seen(seen, context.partitions)
+        rule, block = self._cut_with()
+        if block != self.block_size:
+            raise FileConfigError(
+                f"{self.label}: the checkpoint cut files into blocks of at most {block} bytes, "
+                f"block_size is now {self.block_size}: every partition must cut a file alike, "
+                f"across restarts too; set block_size={block} again, or start the application "
+                "with a new checkpoint"
+            )
+        self._cut = [rule, block]
         self._partitions = context.partitions
         self._me = context.partition
         self._cutter(context.partitions)
@@ -394,9 +406,17 @@ class FileInputOperator(
             return self._parquet_splits(path, size, cut)
         if codec_for(path, self.compression) is not None:
             return [(0, 0, -1)]
-        bs = block_size_for(size, self.block_size, cut)
+        rule, block = self._cut_with()
+        bs = block_size_for(size, block, cut, rule)
         blocks = max(1, -(-size // bs))
         return [(i, i * bs, min((i + 1) * bs, size)) for i in range(blocks)]
+
+    def _cut_with(self) -> tuple[int, int]:
+        """``(rule, block_size)`` files are cut with: those the checkpoint recorded, else
+        the current ones; a checkpoint from before they were recorded cut with rule 1."""
+        if self._cut is not None:
+            return self._cut[0], self._cut[1]
+        return (1 if self._partitions is not None else CUT_RULE), self.block_size
 
     def _discover(self, path: str, size: int, mtime: float) -> bool:
         """Queue this partition's splits of a new file; False when it owns none."""

@@ -68,10 +68,11 @@ def deal(inputs: list[FileInputOperator], count: int) -> list[FileInputOperator]
     first = inputs[0]
     cutter = _Cutter(first, old)
 
+    cut = list(first._cut_with())  # before _partitions changes: it tells an old checkpoint
     out = [first.clone() for _ in range(count)]
     for op in out:
         op._seen, op._queue, op._awaiting = {}, [], {}
-        op._newest, op._partitions = newest, count
+        op._newest, op._partitions, op._cut = newest, count, list(cut)
         op._unreleased, op._released = [], released
     for path, holders in seen.items():
         any_seen = next(iter(holders.values()))

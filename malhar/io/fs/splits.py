@@ -5,13 +5,17 @@ recorded when the file was discovered, ``block_size`` and the partition count it
 discovered with, which the checkpoint records), so every process and every restart agrees without talking, and a replay
 or a restore cuts exactly the same blocks.
 
-**Cutting.** A text file larger than ``block_size`` is cut into blocks of ``block_size``
-(Malhar's ``FileSplitter``). A smaller file is still cut into one block per partition when
-each block keeps at least :data:`SPREAD_MIN_BLOCK` bytes: otherwise a few files of tens of
-MB (the common daily dump) are each read by one partition and, with a hash per file, the
-partitions' shares differ by whole files (6 files on 2 partitions fell 4:2, so the window
-took twice as long as a balanced one). Spark's file source splits and packs files by size
-for the same reason.
+**Cutting.** A text file larger than ``block_size`` is cut into blocks of at most
+``block_size`` (Malhar's ``FileSplitter``), of equal size and as many as a multiple of the
+partition count, so that every partition reads the same share of it. Blocks of exactly
+``block_size`` left a short last one: a 194 MB file in blocks of 64 MiB gave one partition
+two blocks (127 MB) and the other one (67 MB), and the window waited for the larger share
+(rule 1 of :data:`CUT_RULE`, which a checkpoint from before the rule was recorded keeps). A
+smaller file is still cut into one block per partition when each block keeps at least
+:data:`SPREAD_MIN_BLOCK` bytes: otherwise a few files of tens of MB (the common daily dump)
+are each read by one partition and, with a hash per file, the partitions' shares differ by
+whole files (6 files on 2 partitions fell 4:2, so the window took twice as long as a
+balanced one). Spark's file source splits and packs files by size for the same reason.
 
 **Owners.** The file's stable hash picks the partition of its first split; the next splits
 go round robin from there. A file cut into ``partitions`` blocks is thus read by every
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 from malhar.io.fs.paths import owner
 
-__all__ = ["SPREAD_MIN_BLOCK", "block_size_for", "split_owner"]
+__all__ = ["CUT_RULE", "SPREAD_MIN_BLOCK", "block_size_for", "split_owner"]
 
 #: a queue entry (one unfinished split of this partition):
 #: ``[mtime, path, index, start, end, position]`` (position -1: not started)
@@ -57,7 +61,13 @@ def complete_seen(seen: list, partitions: int) -> list:
 SPREAD_MIN_BLOCK = 1 << 20
 
 
-def block_size_for(size: int, block_size: int, partitions: int) -> int:
+#: how new applications cut a file larger than ``block_size``: 2, equal blocks, a multiple of
+#: the partition count; 1, blocks of ``block_size`` and a shorter last one. The file input
+#: records the rule with its checkpoint, since every partition must cut a file alike.
+CUT_RULE = 2
+
+
+def block_size_for(size: int, block_size: int, partitions: int, rule: int = CUT_RULE) -> int:
     """The block size a file of ``size`` bytes is cut with (see the module doc).
 
     Example:
@@ -65,12 +75,20 @@ def block_size_for(size: int, block_size: int, partitions: int) -> int:
         2000000
         >>> block_size_for(1_500_000, 64 << 20, 2)  # too small to spread
         67108864
-        >>> block_size_for(300 << 20, 64 << 20, 2)  # large: blocks of block_size
+        >>> block_size_for(300 << 20, 64 << 20, 2)  # large: 6 equal blocks, 3 per partition
+        52428800
+        >>> block_size_for(300 << 20, 64 << 20, 2, rule=1)  # 4 blocks of 64 MiB and 44 MiB
         67108864
     """
-    if partitions > 1 and partitions * SPREAD_MIN_BLOCK <= size <= block_size:
+    if partitions <= 1 or size < partitions * SPREAD_MIN_BLOCK:
+        return block_size
+    if size <= block_size:
         return -(-size // partitions)
-    return block_size
+    if rule < 2:
+        return block_size
+    at_most = -(-size // block_size)  # blocks of block_size, the last one shorter
+    blocks = -(-at_most // partitions) * partitions
+    return -(-size // blocks)
 
 
 def split_owner(path: str, index: int, partitions: int) -> int:
