@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import stat
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,6 +58,32 @@ def test_create_append_read_ranges(fs_root: tuple[Any, str]) -> None:
         fs.create(path, b"again")
     fs.create(path, b"again", overwrite=True)
     assert fs.read_all(path) == b"again"
+
+
+def test_create_with_streams_what_fill_writes(fs_root: tuple[Any, str]) -> None:
+    fs, root = fs_root
+    path = fs.join(root, "sub", "b.bin")
+
+    def fill(f: Any) -> None:
+        for i in range(100):
+            f.write(b"%03d" % i)
+
+    assert fs.create_with(path, fill) == 300  # parents are created
+    assert fs.read_all(path) == b"".join(b"%03d" % i for i in range(100))
+    with pytest.raises(StorageExistsError):
+        fs.create_with(path, fill)
+    assert fs.create_with(path, lambda f: f.write(b"new"), overwrite=True) == 3
+    assert fs.read_all(path) == b"new"
+
+    def broken(f: Any) -> None:
+        f.write(b"half")
+        raise ValueError("the encoder failed")
+
+    with pytest.raises(ValueError, match="encoder failed"):
+        fs.create_with(fs.join(root, "c.bin"), broken)
+    assert not fs.exists(fs.join(root, "c.bin"))  # no half file left behind
+    if isinstance(fs, LocalFileSystem):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # as create: owner-only
 
 
 def test_appender_buffers_until_flush(fs_root: tuple[Any, str]) -> None:

@@ -32,6 +32,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from malhar.io.fs.errors import FileConfigError, FileReadError
+from malhar.util.fs import FileSystem
 
 __all__ = [
     "ERROR_DDL",
@@ -40,6 +41,7 @@ __all__ = [
     "JsonLinesDecoder",
     "LinesDecoder",
     "codec_for",
+    "create_encoded",
     "encode_table",
     "error_row",
 ]
@@ -485,9 +487,15 @@ def _jsonl_bytes(table: pa.Table) -> bytes:
     return "".join(dumps(row) + "\n" for row in table.to_pylist()).encode("utf-8")
 
 
+def write_parquet(table: pa.Table, sink: Any, *, compression: str) -> None:
+    """Encode ``table`` as one Parquet file into ``sink`` (a path, an Arrow stream or a
+    binary file object)."""
+    pq.write_table(table, sink, compression=compression)
+
+
 def _parquet_bytes(table: pa.Table, *, compression: str) -> memoryview:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression=compression)
+    write_parquet(table, sink, compression=compression)
     # a view of Arrow's buffer: copying a window's file into bytes took as long as a third
     # of its encoding (20,000,000 rows: 0.5-0.8 s)
     return memoryview(sink.getvalue())
@@ -508,6 +516,19 @@ def file_extension(fmt: str, compression: str) -> str:
     if fmt == "parquet":
         return ext if compression in ("none", "snappy") else f".{compression}{ext}"
     return ext + (".gz" if compression == "gzip" else "")
+
+
+def create_encoded(fs: FileSystem, path: str, table: pa.Table, fmt: str, **settings: Any) -> int:
+    """Create the output file ``path`` holding ``table`` (see :func:`encode_table`); return
+    its size. Parquet is encoded straight into the file where the filesystem can stream
+    (:meth:`~malhar.util.fs.FileSystem.create_with`): in a fresh process, encoding
+    20,000,000 rows into a growing buffer took 2.3-3.5 s, into the file 1.7-1.8 s."""
+    if fmt == "parquet":
+        compression = settings["compression"]
+        return fs.create_with(path, lambda f: write_parquet(table, f, compression=compression))
+    data = encode_table(table, fmt, **settings)
+    fs.create(path, data, overwrite=False)
+    return len(data)
 
 
 def encode_table(table: pa.Table, fmt: str, **settings: Any) -> bytes | memoryview:

@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 
 from malhar.errors import MalharError
 from malhar.io.base.output import NO_WINDOW, CommitMark, TransactionalStore, WindowKey
-from malhar.io.fs.formats import encode_table, file_extension
+from malhar.io.fs.formats import create_encoded, file_extension
 from malhar.io.fs.paths import hive_segment, resolve
 from malhar.io.fs.settings import FileOutputSettings
 from malhar.util.fs import StorageError, StorageExistsError, StorageNotFoundError
@@ -287,10 +287,15 @@ class FileStore(TransactionalStore[_Txn]):
             or (s.roll_windows is not None and window - first + 1 >= s.roll_windows)
             or (s.roll_ms is not None and now - opened >= s.roll_ms)
         )
+        tmp = f"{self.stage}/.w{window:020d}.{uuid.uuid4().hex}.tmp"
+        txn.tmp = tmp
         data = None
         whole = self._whole(table, txn, mark, group)
         if whole:
-            data = encode_table(table.replace_schema_metadata(None), "parquet", compression=s.codec)
+            # encoded straight into the staged file: its rows are encoded once, here
+            size = create_encoded(
+                self.fs, tmp, table.replace_schema_metadata(None), "parquet", compression=s.codec
+            )
         elif not roll:
             # only roll_bytes needs the piece's size: encode without the mark to learn it,
             # and again with the mark only when it decides (once per file); encoding is a
@@ -300,14 +305,13 @@ class FileStore(TransactionalStore[_Txn]):
         if roll and not whole:
             meta[_ROLL] = b"1"
             data = _ipc_bytes(table, meta)
-        assert data is not None
-        piece = Piece(window, table.num_rows, len(data), roll, opened, mark.digest, mark.run)
+        if data is not None:
+            self.fs.create(tmp, data, overwrite=False)
+            size = len(data)
+        piece = Piece(window, table.num_rows, size, roll, opened, mark.digest, mark.run)
         if whole:
             piece.whole, piece.codec = True, self._codec_tag()
         final = self._path(piece)
-        tmp = f"{self.stage}/.w{window:020d}.{uuid.uuid4().hex}.tmp"
-        txn.tmp = tmp
-        self.fs.create(tmp, data, overwrite=False)
         try:
             self.fs.rename(tmp, final, overwrite=False)
         except StorageExistsError:
@@ -498,11 +502,16 @@ class FileStore(TransactionalStore[_Txn]):
         final = f"{folder}/{name}"
         if fs.status(final) is None:
             s = self.settings
-            data = encode_table(
-                table, s.format, header=s.header, delimiter=s.delimiter, compression=s.codec
-            )
             tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.inprogress"
-            fs.create(tmp, data, overwrite=False)
+            create_encoded(
+                fs,
+                tmp,
+                table,
+                s.format,
+                header=s.header,
+                delimiter=s.delimiter,
+                compression=s.codec,
+            )
             try:
                 fs.rename(tmp, final, overwrite=False)
             except StorageExistsError:

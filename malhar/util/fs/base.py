@@ -20,14 +20,16 @@ and possibly secrets. Existing files and directories keep their mode.
 
 from __future__ import annotations
 
+import io
 import posixpath
 import re
 import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
 
 from malhar.util.fs.errors import StorageError, StorageNotFoundError
 
@@ -141,6 +143,19 @@ class FileSystem(ABC):
     def create(self, path: str, data: Data = b"", *, overwrite: bool = False) -> None:
         """Write a whole file (parents created). StorageExistsError if it exists and not
         ``overwrite``. On return the content has the backend's *sync* guarantee."""
+
+    def create_with(
+        self, path: str, fill: Callable[[BinaryIO], object], *, overwrite: bool = False
+    ) -> int:
+        """:meth:`create` a file whose bytes ``fill`` writes to the binary file it is
+        given; return its size. Backends that can stream to the file do (the local FS: a
+        large encoding then never sits whole in memory, nor grows a buffer by copies); the
+        others collect the bytes and :meth:`create` them."""
+        buffer = io.BytesIO()
+        fill(buffer)
+        data = buffer.getbuffer()
+        self.create(path, data, overwrite=overwrite)
+        return len(data)
 
     @abstractmethod
     def append(self, path: str, data: bytes) -> None:

@@ -27,7 +27,8 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from malhar.util.fs.base import DIR_MODE, FILE_MODE, Appender, Data, FileStatus, FileSystem
 from malhar.util.fs.errors import (
@@ -260,6 +261,33 @@ class LocalFileSystem(FileSystem):
                 os.close(fd)
         if created:
             _fsync_dir(parent)
+
+    def create_with(
+        self, path: str, fill: Callable[[BinaryIO], object], *, overwrite: bool = False
+    ) -> int:
+        parent = os.path.dirname(path)
+        _mkdirs(parent)
+        flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+        with _mapped("create", path):
+            fd, created = _open_new(path, flags, overwrite=overwrite)
+            try:
+                if not created:
+                    os.ftruncate(fd, 0)
+                with os.fdopen(fd, "wb", closefd=False) as f:
+                    fill(f)
+                    f.flush()
+                    size = f.tell()
+                _sync_fd(fd)
+            except BaseException:
+                if created:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)  # half a file under a name nobody else knows yet
+                raise
+            finally:
+                os.close(fd)
+        if created:
+            _fsync_dir(parent)
+        return size
 
     def append(self, path: str, data: bytes) -> None:
         with _mapped("append", path):
