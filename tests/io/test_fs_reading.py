@@ -13,7 +13,7 @@ import pyarrow as pa
 from malhar.io.fs.formats import CsvDecoder, zone_naive
 from malhar.io.fs.settings import parse_schema
 from malhar.io.fs.splits import SPREAD_MIN_BLOCK, block_size_for, split_owner
-from malhar.io.fs.text_blocks import _cut_unbounded
+from malhar.io.fs.text_blocks import _cut_unbounded, _probe_cut
 
 
 def test_a_file_smaller_than_a_block_is_spread_over_the_partitions_evenly() -> None:
@@ -95,6 +95,31 @@ def test_the_memchr_cut_equals_the_newline_index_cut() -> None:
             last_rel,
             eof,
         )
+
+
+def test_the_probed_cut_equals_the_cut_of_the_whole_chunk() -> None:
+    rng = random.Random(11)
+    probed = 0
+    for _ in range(5000):
+        data = bytes(rng.choice(b"ab\n") for _ in range(rng.randrange(1, 40)))
+        last_rel = rng.randrange(-3, 50)
+        eof = rng.random() < 0.5
+        probe = rng.randrange(1, 12)
+        reads: list[tuple[int, int]] = []
+
+        def read(at: int, n: int, data: bytes = data, reads: list = reads) -> bytes:
+            reads.append((at, n))
+            return data[at : at + n]
+
+        cut = _probe_cut(read, len(data), last_rel, eof, probe)
+        assert len(reads) == 1 and reads[0][1] <= probe and sum(reads[0]) <= len(data)
+        window = data[reads[0][0] : sum(reads[0])]
+        if cut is None:
+            assert b"\n" not in window, (data, last_rel, eof, probe)
+        else:
+            probed += 1
+            assert cut == _cut_unbounded(data, last_rel, eof), (data, last_rel, eof, probe)
+    assert probed > 3000  # most chunks are cut from the probe alone
 
 
 def test_csv_timestamps_without_an_offset_take_the_fast_path_with_the_same_values() -> None:

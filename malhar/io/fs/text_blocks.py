@@ -25,6 +25,9 @@ __all__ = ["TextBlocks"]
 #: bytes read past a block's end with it, so its last line usually ends in the same read
 _LINE_SLACK = 64 << 10
 
+#: bytes read to find where a chunk's lines end before reading them (see _probe_cut)
+_PROBE = 64 << 10
+
 
 class TextBlocks:
     """Mixin of :class:`~malhar.io.fs.input_operator.FileInputOperator`: reads a block of
@@ -96,6 +99,18 @@ class TextBlocks:
         # to the block's end and a little past it (its last line ends there), not to the
         # end of the file: with a block per partition every block read the rest of the file
         want = min(self.chunk_bytes, size - pos, max(end - pos, 0) + _LINE_SLACK)
+        if budget >= want and self._fs.backend == "local":
+            # Read only the lines: find the cut in a small read first. Slicing a chunk
+            # copies it, which cost as much as reading it (1.5 GB: 0.9 s against 0.2 s);
+            # on HDFS the second read is a round trip, dearer than the copy.
+            cut = _probe_cut(
+                lambda at, n: self._read_bytes(path, pos + at, n),
+                want,
+                end - 1 - pos,
+                pos + want >= size,
+            )
+            if cut is not None:
+                return self._read_bytes(path, pos, cut), pos + cut
         data = self._read_bytes(path, pos, want)
         while True:
             # the budget binds only on a chunk with more lines than it: counting newlines
@@ -119,6 +134,26 @@ class TextBlocks:
                 return data, pos + len(data)  # one last line without a newline
             more = min(max(len(data), self.chunk_bytes), size - pos - len(data))
             data += self._read_bytes(path, pos + len(data), more)
+
+
+def _probe_cut(
+    read: Callable[[int, int], bytes], want: int, last_rel: int, eof: bool, probe: int = _PROBE
+) -> int | None:
+    """:func:`_cut_unbounded` of the ``want`` bytes that ``read(offset, length)`` reads,
+    found by reading at most ``probe`` of them: where the line that holds ``last_rel`` ends
+    (when ``last_rel`` is in the chunk) or the chunk's last newline. None when those bytes
+    hold no newline (the caller reads the chunk)."""
+    lo = max(last_rel, 0)
+    if lo < want:
+        i = read(lo, min(want - lo, probe)).find(b"\n")
+        return lo + i + 1 if i >= 0 else None
+    lo = max(0, want - probe)
+    j = read(lo, want - lo).rfind(b"\n")
+    if j < 0:
+        return None
+    if eof and lo + j + 1 < want:
+        return want  # the file's last line has no newline and starts in the block
+    return lo + j + 1
 
 
 def _newlines(data: bytes) -> int:
