@@ -113,6 +113,12 @@ def _open_new(path: str, flags: int, *, overwrite: bool) -> tuple[int, bool]:
     return fd, True
 
 
+def _write_all(fd: int, data: Data) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _sync_fd(fd: int) -> None:
     (getattr(os, "fdatasync", None) or os.fsync)(fd)
 
@@ -245,26 +251,25 @@ class LocalFileSystem(FileSystem):
         _mkdirs(path)
 
     def create(self, path: str, data: Data = b"", *, overwrite: bool = False) -> None:
-        parent = os.path.dirname(path)
-        _mkdirs(parent)
-        flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
-        with _mapped("create", path):
-            fd, created = _open_new(path, flags, overwrite=overwrite)
-            try:
-                if not created:
-                    os.ftruncate(fd, 0)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                _sync_fd(fd)
-            finally:
-                os.close(fd)
-        if created:
-            _fsync_dir(parent)
+        def write(fd: int) -> int:
+            _write_all(fd, data)
+            return len(data)
+
+        self._create(path, write, overwrite)
 
     def create_with(
         self, path: str, fill: Callable[[BinaryIO], object], *, overwrite: bool = False
     ) -> int:
+        def write(fd: int) -> int:
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                fill(f)
+                f.flush()
+                return f.tell()
+
+        return self._create(path, write, overwrite)
+
+    def _create(self, path: str, write: Callable[[int], int], overwrite: bool) -> int:
+        """Open ``path`` new (or truncated), ``write(fd)`` its bytes, sync; their count."""
         parent = os.path.dirname(path)
         _mkdirs(parent)
         flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
@@ -273,10 +278,7 @@ class LocalFileSystem(FileSystem):
             try:
                 if not created:
                     os.ftruncate(fd, 0)
-                with os.fdopen(fd, "wb", closefd=False) as f:
-                    fill(f)
-                    f.flush()
-                    size = f.tell()
+                size = write(fd)
                 _sync_fd(fd)
             except BaseException:
                 if created:
@@ -293,9 +295,7 @@ class LocalFileSystem(FileSystem):
         with _mapped("append", path):
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                _write_all(fd, data)
                 if self.fsync:
                     _sync_fd(fd)
             finally:
