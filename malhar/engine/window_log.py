@@ -54,8 +54,12 @@ class WindowLog:
         return self._manager.largest_completed_window()
 
     def record(self, window: int, info: dict[str, Any]) -> bool:
-        """Record ``window`` as completed; False if it already was (a replayed commit)."""
-        if window <= self._manager.largest_completed_window():
+        """Record ``window`` as completed; False if it already was (a replayed commit).
+
+        The recorder is the log's only writer while the query runs, so its own view of
+        the log decides (no listing of the log's folder per window: a round trip on
+        HDFS)."""
+        if window <= self._manager.partition_largest_window():
             return False
         self._manager.save(info, window)
         return True
