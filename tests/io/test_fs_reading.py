@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 
-from malhar.io.fs.formats import CsvDecoder, zone_naive
+from malhar.io.fs.decoders import CsvDecoder, zone_naive
 from malhar.io.fs.settings import parse_schema
 from malhar.io.fs.splits import SPREAD_MIN_BLOCK, block_size_for, split_owner
 from malhar.io.fs.text_blocks import _cut_unbounded, _probe_cut

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from malhar.io.fs.decoders import codec_for
 from malhar.io.fs.errors import UnreadableSplit
-from malhar.io.fs.formats import codec_for
 from malhar.io.fs.paths import open_binary
 from malhar.io.fs.splits import INDEX, PATH, POS, SIZE
 from malhar.util.fs import FileSystem

@@ -1,5 +1,4 @@
-"""Record formats of the file connectors: decoding complete lines into tuples (input) and
-encoding Arrow tables into file contents (output).
+"""Input record formats of the file connectors: decoding complete lines into tuples.
 
 Input decoders take the bytes of complete lines (``\\n``-terminated, ``\\r\\n`` too) that
 start at byte ``start`` of a file and return a :class:`Decoded`: an Arrow batch (typed
@@ -9,19 +8,14 @@ decoded (``{"file", "offset", "error", "text"}``) and how many items the bytes h
 as a whole is bisected down to the failing lines, so every other line is still emitted and
 the semantics of a line do not depend on its neighbours.
 
-Output encoders turn an Arrow table into the bytes of one file (lines, CSV with a header,
-JSON lines, Parquet), optionally gzip-compressed.
+The output's encoders are in :mod:`malhar.io.fs.encoders`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
-import gzip
-import io
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
-import pyarrow.parquet as pq
 
 from malhar.io.fs.errors import FileConfigError, FileReadError
-from malhar.util.fs import FileSystem
 
 __all__ = [
     "ERROR_DDL",
@@ -41,8 +33,6 @@ __all__ = [
     "JsonLinesDecoder",
     "LinesDecoder",
     "codec_for",
-    "create_encoded",
-    "encode_table",
     "error_row",
 ]
 
@@ -449,92 +439,3 @@ class _RowsTable:
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
         self.num_rows = len(rows)
-
-
-# -- output -------------------------------------------------------------------------------------
-def _json_default(value: Any) -> Any:
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def _lines_bytes(table: pa.Table) -> bytes:
-    column = table.column(0)
-    if not pa.types.is_string(column.type) and not pa.types.is_large_string(column.type):
-        column = pc.cast(column, pa.string())
-    values = column.to_pylist()
-    return ("\n".join("" if v is None else v for v in values) + "\n").encode("utf-8")
-
-
-def _csv_bytes(table: pa.Table, *, header: bool, delimiter: str) -> bytes:
-    sink = io.BytesIO()
-    pcsv.write_csv(
-        table, sink, write_options=pcsv.WriteOptions(include_header=header, delimiter=delimiter)
-    )
-    return sink.getvalue()
-
-
-def _jsonl_bytes(table: pa.Table) -> bytes:
-    if table.column_names == ["__json__"]:  # rows already JSON text (no schema)
-        return _lines_bytes(table)
-    dumps = json.JSONEncoder(
-        default=_json_default, ensure_ascii=False, separators=(",", ":")
-    ).encode
-    return "".join(dumps(row) + "\n" for row in table.to_pylist()).encode("utf-8")
-
-
-def write_parquet(table: pa.Table, sink: Any, *, compression: str) -> None:
-    """Encode ``table`` as one Parquet file into ``sink`` (a path, an Arrow stream or a
-    binary file object)."""
-    pq.write_table(table, sink, compression=compression)
-
-
-def _parquet_bytes(table: pa.Table, *, compression: str) -> memoryview:
-    sink = pa.BufferOutputStream()
-    write_parquet(table, sink, compression=compression)
-    # a view of Arrow's buffer: copying a window's file into bytes took as long as a third
-    # of its encoding (20,000,000 rows: 0.5-0.8 s)
-    return memoryview(sink.getvalue())
-
-
-#: format -> (file extension, encoder(table, settings) -> bytes)
-ENCODERS: dict[str, tuple[str, Callable[..., bytes | memoryview]]] = {
-    "lines": (".txt", lambda t, s: _lines_bytes(t)),
-    "csv": (".csv", lambda t, s: _csv_bytes(t, header=s["header"], delimiter=s["delimiter"])),
-    "jsonl": (".jsonl", lambda t, s: _jsonl_bytes(t)),
-    "parquet": (".parquet", lambda t, s: _parquet_bytes(t, compression=s["compression"])),
-}
-
-
-def file_extension(fmt: str, compression: str) -> str:
-    """The extension of an output file (``.csv.gz`` for gzip-compressed CSV)."""
-    ext = ENCODERS[fmt][0]
-    if fmt == "parquet":
-        return ext if compression in ("none", "snappy") else f".{compression}{ext}"
-    return ext + (".gz" if compression == "gzip" else "")
-
-
-def create_encoded(fs: FileSystem, path: str, table: pa.Table, fmt: str, **settings: Any) -> int:
-    """Create the output file ``path`` holding ``table`` (see :func:`encode_table`); return
-    its size. Parquet is encoded straight into the file where the filesystem can stream
-    (:meth:`~malhar.util.fs.FileSystem.create_with`): in a fresh process, encoding
-    20,000,000 rows into a growing buffer took 2.3-3.5 s, into the file 1.7-1.8 s."""
-    if fmt == "parquet":
-        compression = settings["compression"]
-        return fs.create_with(path, lambda f: write_parquet(table, f, compression=compression))
-    data = encode_table(table, fmt, **settings)
-    fs.create(path, data, overwrite=False)
-    return len(data)
-
-
-def encode_table(table: pa.Table, fmt: str, **settings: Any) -> bytes | memoryview:
-    """The bytes of one output file holding ``table`` (``settings``: ``header``,
-    ``delimiter``, ``compression``)."""
-    data = ENCODERS[fmt][1](table, settings)
-    if fmt != "parquet" and settings.get("compression") == "gzip":
-        data = gzip.compress(data, compresslevel=6, mtime=0)
-    return data

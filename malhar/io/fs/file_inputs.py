@@ -2,7 +2,7 @@
 
 Each is :class:`~malhar.io.fs.input_operator.FileInputOperator` (files, splits, exact
 replay, post actions) with the part only the format knows: the decoder that turns a chunk
-of lines into tuples (:mod:`malhar.io.fs.formats`), whether a file starts with a header,
+of lines into tuples (:mod:`malhar.io.fs.decoders`), whether a file starts with a header,
 where column names come from, or, for Parquet, that a split is rows of row groups.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from malhar.io.fs.formats import CsvDecoder, JsonLinesDecoder, LineDecoder, LinesDecoder
+from malhar.io.fs.decoders import CsvDecoder, JsonLinesDecoder, LineDecoder, LinesDecoder
 from malhar.io.fs.input_operator import FileInputOperator
 from malhar.io.fs.settings import parse_schema
 from malhar.io.fs.splits import SIZE

@@ -53,18 +53,18 @@ from typing import Any, ClassVar
 from malhar.io.base.dealing import DealtPositions
 from malhar.io.base.input import ReplayableInput, WindowRecord
 from malhar.io.fs.compressed_streams import CompressedStreams
+from malhar.io.fs.decoders import (
+    ERROR_DDL,
+    LineDecoder,
+    codec_for,
+    error_row,
+)
 from malhar.io.fs.errors import (
     UNREADABLE,
     FileConfigError,
     FileReadError,
     FileReplayError,
     UnreadableSplit,
-)
-from malhar.io.fs.formats import (
-    ERROR_DDL,
-    LineDecoder,
-    codec_for,
-    error_row,
 )
 from malhar.io.fs.parquet_rows import ParquetRows
 from malhar.io.fs.partitions import deal

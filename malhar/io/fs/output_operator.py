@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from malhar.io.base.output import WindowKey, rejected_row
 from malhar.io.base.output_operator import TransactionalOutputOperator, WindowBuffer
+from malhar.io.fs.encoders import json_default
 from malhar.io.fs.settings import FileOutputSettings
 from malhar.io.fs.store import FileStore
 from malhar.operator import OperatorContext
@@ -110,7 +111,7 @@ def _rows(
                 bad.append(rejected_row(value, f"expected a mapping, got {type(value).__name__}"))
                 continue
             try:
-                texts.append(json.dumps(dict(value), default=_json_default, ensure_ascii=False))
+                texts.append(json.dumps(dict(value), default=json_default, ensure_ascii=False))
             except (TypeError, ValueError) as exc:
                 bad.append(rejected_row(value, f"not JSON: {exc}"))
         return pa.table([pa.array(texts, pa.string())], schema=schema), bad
@@ -150,12 +151,6 @@ def _rows(
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
-
-
-def _json_default(value: Any) -> Any:
-    from malhar.io.fs.formats import _json_default as default
-
-    return default(value)
 
 
 class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):

@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from malhar.io.fs.decoders import error_row
 from malhar.io.fs.errors import UNREADABLE, UnreadableSplit
-from malhar.io.fs.formats import error_row
 from malhar.io.fs.paths import open_binary
 from malhar.io.fs.splits import END, INDEX, PATH, POS, SPREAD_MIN_BLOCK
 from malhar.ports import OutputPort

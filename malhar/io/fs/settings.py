@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from malhar.io.base.output import TransactionalSettings
 from malhar.io.base.spark_sink import TransactionalSinkSettings
+from malhar.io.fs.decoders import DECODE_POLICIES
 from malhar.io.fs.errors import FileConfigError, FileOutputConfigError
-from malhar.io.fs.formats import DECODE_POLICIES
 from malhar.properties import Configurable, Property
 from malhar.redaction import redact_url
 from malhar.schema import SchemaError, arrow_schema, to_struct_type

@@ -1,0 +1,140 @@
+"""How a file-output partition makes its committed rows visible: the final files' names,
+one file per value of ``partition_by`` (Hive layout), written under a hidden in-progress
+name and renamed into place, or a window staged as its own file renamed into place.
+
+Every step is idempotent: a final file already there is left as it is, so publishing
+interrupted by a crash and run again after the restart neither loses nor duplicates a
+row. Readers (``spark.read.parquet``, Hive) skip names starting with ``_`` or ``.``: they
+see whole files only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from malhar.io.base.output import WindowKey
+from malhar.io.fs.encoders import create_encoded, file_extension
+from malhar.io.fs.paths import hive_segment
+from malhar.io.fs.settings import FileOutputSettings
+from malhar.io.fs.staged_pieces import Group, Piece
+from malhar.util.fs import StorageExistsError, StorageNotFoundError
+from malhar.util.fs.names import encode_segment
+
+__all__ = ["Publisher"]
+
+
+class Publisher:
+    """Publishes one output partition's files under ``root`` (see the module doc)."""
+
+    def __init__(self, settings: FileOutputSettings, key: WindowKey, fs: Any, root: str) -> None:
+        self.settings = settings
+        self.key = key
+        self.fs = fs
+        self.root = root.rstrip("/")
+        #: in-progress leftovers may exist: a crash or a lost compare-and-swap interrupted
+        #: an attempt at the next group to publish (set by the store's load, cleared once a
+        #: group is finalized; see publish)
+        self.sweep = True
+        self._codec: str | None = None  #: codec_tag's
+
+    def name(self, group: Group) -> str:
+        """The final file name of a group's windows (the same under every Hive folder)."""
+        s, k = self.settings, self.key
+        ext = file_extension(s.format, s.codec)
+        app, op = encode_segment(k.application), encode_segment(k.operator)
+        return f"{s.file_prefix}-{app}-{op}-{k.partition:05d}-{group.first:012d}-{group.last:012d}{ext}"
+
+    def publish_group(self, group: Group, table: pa.Table) -> list[str]:
+        """Publish a group's rows as its final file(s), one per ``partition_by`` value."""
+        return [self.publish(folder, self.name(group), part) for folder, part in self.split(table)]
+
+    def renamable(self, piece: Piece) -> bool:
+        """Whether a piece is, byte for byte, the file these settings would publish (a
+        whole piece staged under other settings is decoded and published anew)."""
+        s = self.settings
+        return (
+            piece.whole
+            and s.format == "parquet"
+            and not s.partition_by
+            and piece.codec == self.codec_tag()
+        )
+
+    def codec_tag(self) -> str:
+        """How a Parquet footer names the settings' compression (pyarrow decides: "lz4"
+        writes LZ4_RAW), learned once by writing one row."""
+        if self._codec is None:
+            sink = pa.BufferOutputStream()
+            pq.write_table(pa.table({"x": [1]}), sink, compression=self.settings.codec)
+            meta = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
+            self._codec = str(meta.row_group(0).column(0).compression)
+        return self._codec
+
+    def move_into_place(self, piece: Piece, staged: str) -> str:
+        """Rename a window staged as its own file (at ``staged``) into place
+        (idempotent)."""
+        final = f"{self.root}/{self.name(Group([piece]))}"
+        try:
+            self.fs.rename(staged, final, overwrite=False)
+        except StorageExistsError:
+            delete_quietly(self.fs, staged)  # in place: an interrupted move
+        except StorageNotFoundError:
+            pass  # moved meanwhile
+        return final
+
+    def split(self, table: pa.Table) -> list[tuple[str, pa.Table]]:
+        """(directory, rows) per value of ``partition_by`` (the column dropped), in order."""
+        column = self.settings.partition_by
+        if not column:
+            return [(self.root, table)]
+        values = table.column(column)
+        rest = table.drop_columns([column])
+        out = []
+        for value in pc.unique(values).to_pylist():
+            mask = pc.is_null(values) if value is None else pc.equal(values, value)
+            mask = pc.fill_null(mask, False)
+            out.append((f"{self.root}/{hive_segment(column, value)}", rest.filter(mask)))
+        out.sort(key=lambda x: x[0])
+        return out
+
+    def publish(self, folder: str, name: str, table: pa.Table) -> str:
+        """Write ``folder/name`` holding ``table`` unless it is there (idempotent)."""
+        fs = self.fs
+        final = f"{folder}/{name}"
+        if fs.status(final) is None:
+            s = self.settings
+            tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.inprogress"
+            create_encoded(
+                fs,
+                tmp,
+                table,
+                s.format,
+                header=s.header,
+                delimiter=s.delimiter,
+                compression=s.codec,
+            )
+            try:
+                fs.rename(tmp, final, overwrite=False)
+            except StorageExistsError:
+                delete_quietly(fs, tmp)  # published meanwhile by another attempt
+        if self.sweep:
+            # In-progress leftovers of interrupted attempts at this very file. Groups are
+            # finalized in window order and finalized.json records each, so only the first
+            # group finalized after a load can have them: listing the folder (every file
+            # ever published there) for each file made publishing O(files published).
+            for entry in fs.list(folder):
+                if entry.name.startswith(f".{name}.") and entry.name.endswith(".inprogress"):
+                    delete_quietly(fs, entry.path)
+        return final
+
+
+def delete_quietly(fs: Any, path: str) -> None:
+    """Delete ``path``; gone already is fine (a step run again after a crash)."""
+    try:
+        fs.delete(path)
+    except StorageNotFoundError:
+        pass
