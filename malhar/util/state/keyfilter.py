@@ -16,7 +16,7 @@ Growth without rescanning: when the newest layer holds its capacity, a layer twi
 is added (a scalable Bloom filter); a key may be in any layer, so a query ANDs the
 negatives of all layers. ``nbytes`` tells the owner when to rebuild from its live keys.
 
-Imported on demand: ``import malhar.util.state`` stays free of numpy.
+Kept within its share of the memory budget by :mod:`malhar.util.state.store_keys`.
 """
 
 from __future__ import annotations

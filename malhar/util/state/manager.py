@@ -32,7 +32,6 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from hashlib import sha1
-from itertools import islice
 from typing import Any
 
 from malhar.util.fs import WindowOrderError, filesystem_for
@@ -45,10 +44,10 @@ from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, Node, new
 from malhar.util.state.keys import KIND_NAMES
 from malhar.util.state.replica import Columns, Replica
 from malhar.util.state.store import IngestBatch, LocalStore
+from malhar.util.state.store_keys import StoreKeyFilter
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 1 << 16  # keys per step of the key filter's build
 _FILTER_MIN_KEYS = 32  # many-key reads of fewer keys (after the overlay) skip the filter
 _BULK_MIN = 256  # many-key writes of at least this many items try the bulk path
 
@@ -130,13 +129,8 @@ class ManagedState:
         self.epoch = 0  # bumped on restore: structures reload their metadata
         store_mem = max(4 << 20, self.budget_bytes // 4)
         # the key filter's share: ~1.75 bytes per key, so 4 MiB of 64 cover ~2.4M keys
-        self._filter_budget = self.budget_bytes // 16 if self.key_filter else 0
-        self._py_budget = self.budget_bytes - store_mem - self._filter_budget
-        #: the filter of the keys in the local store (base and pending area), or None: not
-        #: built yet (built at the first many-key read once ``_filter_due`` <= 0) or over
-        #: its budget (``_filter_due``: keys to write before the next attempt)
-        self._filter: Any = None
-        self._filter_due = 0
+        filter_budget = self.budget_bytes // 16 if self.key_filter else 0
+        self._py_budget = self.budget_bytes - store_mem - filter_budget
         self._store_mem = store_mem
         self._cache = ReadCache(self._py_budget)
         self._key_set_views: Any = None
@@ -147,6 +141,8 @@ class ManagedState:
             "files_applied": 0,
             "filter_builds": 0,
         }
+        #: the filter of the keys in the local store (base and pending area)
+        self._keys = StoreKeyFilter(filter_budget, self.stats)
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("root", "operator", "partition", "budget_bytes", "local_dir", "signer")
@@ -381,7 +377,7 @@ class ManagedState:
             self._cache.clear()  # it caches the base, which changes (never the overlay)
             # so does the key filter (wiping resets it too): rebuilt when next used. A restore
             # that applies nothing keeps it: the dropped pending keys are false positives
-            self._filter_reset()
+            self._keys.reset()
         # a crashed process may have left spilled writes of an unfinished window
         store.drop_pending()
         self._apply_nodes(store, todo)
@@ -422,7 +418,7 @@ class ManagedState:
         elif overlay:
             # the overlay's keys enter the store's base below: into the filter first (a key
             # in the store and not in the filter would be a false negative)
-            self._filter_add(list(overlay))
+            self._keys.add(list(overlay))
         uid = new_uid()
         ingest = None
         try:
@@ -524,7 +520,7 @@ class ManagedState:
                 self._replica.store.close()
             self._replica = None
         self._cache.clear()
-        self._filter_reset()
+        self._keys.reset()
         self._overlay = {}
         self._overlay_bytes = 0
         self._window = None
@@ -572,7 +568,7 @@ class ManagedState:
             raise StateError(f"{self.where}: call restore(window) before {what}")
 
     def _wipe(self, store: Replica) -> None:
-        self._filter_reset()
+        self._keys.reset()
         store.wipe()
         self._cache.clear()
 
@@ -651,7 +647,10 @@ class ManagedState:
         todo = [i for i, v in enumerate(out) if v is MISSING]
         if not todo:
             return out
-        if len(todo) >= _FILTER_MIN_KEYS and (keyfilter := self._key_filter()) is not None:
+        if (
+            len(todo) >= _FILTER_MIN_KEYS
+            and (keyfilter := self._keys.get(lambda: self._local().keys())) is not None
+        ):
             # a key the filter has never seen is in neither the pending area nor the base
             maybe = keyfilter.may_contain([iks[i] for i in todo]).tolist()
             rest = []
@@ -855,55 +854,10 @@ class ManagedState:
             if v is not None:
                 yield k, v
 
-    # -- internals: the key filter ------------------------------------------------------------
-    def _filter_reset(self) -> None:
-        self._filter = None
-        self._filter_due = 0
-
-    def _filter_add(self, keys: list[bytes]) -> None:
-        """``keys`` are about to enter the local store (base or pending area)."""
-        f = self._filter
-        if f is None:
-            self._filter_due -= len(keys)
-            return
-        f.add(keys)
-        if f.nbytes > self._filter_budget:
-            # grown past its share (keys that left the store stay in it): rebuilt from the
-            # live keys at the next use
-            self._filter_reset()
-
-    def _key_filter(self) -> Any:
-        """The filter of the store's keys, built by one scan of the store when missing (after
-        a restore, or after it outgrew its budget); None when disabled or when the store's
-        keys would not fit (retried after as many keys were written again)."""
-        if self._filter is not None or not self.key_filter or self._filter_due > 0:
-            return self._filter
-        from malhar.util.state.keyfilter import BITS_PER_KEY, FIRST_CAPACITY, KeyFilter, key_hashes
-
-        # room to grow: the first layer holds twice the keys, within half the budget
-        limit = self._filter_budget * 8 // (4 * BITS_PER_KEY)
-        store = self._local()
-        self.stats["filter_builds"] += 1
-        hashes, n = [], 0
-        keys = store.keys()
-        while chunk := list(islice(keys, _CHUNK)):
-            n += len(chunk)
-            if n > limit:
-                # too many to filter within the budget: try again once as many keys
-                # were written (a scan per `limit` writes at most)
-                self._filter_due = limit
-                return None
-            hashes.append(key_hashes(chunk))
-        f = KeyFilter(max(FIRST_CAPACITY, 2 * n))
-        for h in hashes:
-            f.add_hashes(h)
-        self._filter = f
-        return f
-
     def _spill(self, counted: bool = True) -> None:
         """Move the overlay to the local store's pending area (a window bigger than memory;
         ``counted``: in ``stats["spills"]``, not when ``checkpoint`` completes the area)."""
-        self._filter_add(list(self._overlay))  # before the store holds them (no false negative)
+        self._keys.add(list(self._overlay))  # before the store holds them (no false negative)
         # the cache holds the base; these keys change it at the checkpoint, which only
         # refreshes the cache from the (then) in-memory overlay
         self._cache.discard_many(self._overlay)

@@ -75,7 +75,7 @@ def test_rebuilt_after_restore_from_a_store_this_instance_never_wrote(always_fil
             keys = list(range(2000))
             assert m2.get_many(keys) == [k // 2 if k % 2 == 0 else None for k in keys]
             assert two.stats["filter_builds"] == 1
-            assert two._filter is not None
+            assert two._keys.filter is not None
             two.close()
 
 
@@ -92,7 +92,7 @@ def test_rebuilt_when_a_live_instance_catches_up_with_another_workers_files(
         ma.put_many(list(range(100)), list(range(100)))
         a.checkpoint(0)
         assert ma.get_many(list(range(100, 200))) == [None] * 100
-        assert a._filter is not None
+        assert a._keys.filter is not None
         b = _open(tmp, local="b")
         b.restore(0)
         b.map("m", INT, INT_VALUE).put_many(list(range(100, 200)), [7] * 100)
@@ -152,14 +152,14 @@ def test_over_its_budget_it_is_dropped_and_retried(always_filter) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ms = _open(tmp)
         ms.restore(-1)
-        ms._filter_budget = 2048  # ~580 keys at most
+        ms._keys.budget = 2048  # ~580 keys at most
         m = ms.map("m", INT, INT_VALUE)
         m.put_many(list(range(3000)), list(range(3000)))
         ms.checkpoint(0)
         ms.restore(0)
         probe = list(range(0, 6000, 3))
         assert m.get_many(probe) == [k if k < 3000 else None for k in probe]
-        assert ms._filter is None and ms._filter_due > 0, "too many keys: no filter for now"
+        assert ms._keys.filter is None and ms._keys.due > 0, "too many keys: no filter for now"
         builds = ms.stats["filter_builds"]
         assert m.get_many(probe[:5]) == probe[:5]
         assert ms.stats["filter_builds"] == builds, "not rescanned before enough writes"
@@ -201,7 +201,7 @@ def test_many_key_reads_equal_a_dict_model_through_restores(always_filter, ops, 
             ms = _open(tmp, local=f"local{disk}")
             ms._py_budget = 4 << 10
             if budget is not None:
-                ms._filter_budget = budget
+                ms._keys.budget = budget
             return ms
 
         ms = fresh()
