@@ -70,6 +70,36 @@ class AlgoOperator(Operator):
         return {"errors": float(error.count)} if isinstance(error, BoundOutput) else {}
 
 
+class KeyValueOperator(AlgoOperator):
+    """Base of operators fed a ``key`` and a ``value`` field per tuple (internal): a tuple
+    without one goes to the ``error`` port; subclasses fill ``_add(key, value)`` and their
+    columnar path from :meth:`_columns`."""
+
+    def setup(self, context: Any) -> None:
+        self._k, self._v = getter(self.key), getter(self.value)
+
+    def _add(self, k: Any, v: Any) -> None:
+        raise NotImplementedError
+
+    def process(self, t: Any) -> None:
+        try:
+            k, v = self._k(t), self._v(t)
+        except (KeyError, IndexError, TypeError) as exc:
+            self._error(t, missing(exc.args[0] if exc.args else self.key))
+            return
+        self._add(k, v)
+
+    def _columns(self, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array] | None:
+        """The key and value columns of ``batch``; None when one is missing (the batch was
+        then processed row by row, each row without the field going to the error port)."""
+        try:
+            return column(batch, self.key), column(batch, self.value)
+        except KeyError:
+            for row in rows_of(batch):
+                self.process(row)
+            return None
+
+
 # -- field access --------------------------------------------------------------------------------
 def getter(spec: FieldSpec) -> Callable[[Any], Any]:
     """A function reading field ``spec`` of a tuple (raises KeyError/IndexError if missing)."""

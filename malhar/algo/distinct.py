@@ -14,6 +14,7 @@ from malhar.algo._base import (
     AlgoOperator,
     FieldCodec,
     FieldSpec,
+    KeyValueOperator,
     Partitioning,
     SchemaProperty,
     TypedOutputs,
@@ -125,7 +126,7 @@ class Distinct(AlgoOperator):
         self.seen = {}
 
 
-class UniqueValueCount(AlgoOperator):
+class UniqueValueCount(KeyValueOperator):
     """How many distinct values each key had in each application window.
 
     Output ``count``: ``{key_name: key, "count": distinct values}``. Partition it by key.
@@ -167,30 +168,17 @@ class UniqueValueCount(AlgoOperator):
         return Partitioning("keyed", {"data": FieldCodec(self.key)})
 
     def setup(self, context: Any) -> None:
-        self._k, self._v = getter(self.key), getter(self.value)
+        super().setup(context)
         self._name = self.key_name or (self.key if isinstance(self.key, str) else "key")
 
     def _add(self, k: Any, v: Any) -> None:
         entry = self.values.setdefault(key_bytes(k), [k, set()])
         entry[1].add(key_bytes(v))
 
-    def process(self, t: Any) -> None:
-        try:
-            k, v = self._k(t), self._v(t)
-        except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.key))
-            return
-        self._add(k, v)
-
     def process_batch(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
+        if batch.num_rows == 0 or (kv := self._columns(batch)) is None:
             return
-        try:
-            k, v = column(batch, self.key), column(batch, self.value)
-        except KeyError:
-            for row in rows_of(batch):
-                self.process(row)
-            return
+        k, v = kv
         pairs = pa.table({"k": k, "v": v}).group_by(["k", "v"], use_threads=False).aggregate([])
         for key, value in zip(
             pairs.column("k").to_pylist(), pairs.column("v").to_pylist(), strict=True
@@ -340,7 +328,7 @@ class InvertIndexUnifier(Unifier):
             self.output.emit({self.value_name: v, "keys": sorted(keys.values(), key=order_key)})
 
 
-class InvertIndex(AlgoOperator):
+class InvertIndex(KeyValueOperator):
     """Inverts key -> values into value -> keys per application window (Malhar's
     ``InvertIndex``).
 
@@ -380,29 +368,15 @@ class InvertIndex(AlgoOperator):
     def get_unifier(self, port: str) -> InvertIndexUnifier | None:
         return InvertIndexUnifier(self.value_name) if port == "index" else None
 
-    def setup(self, context: Any) -> None:
-        self._k, self._v = getter(self.key), getter(self.value)
-
     def _add(self, k: Any, v: Any) -> None:
         for x in v if isinstance(v, list | tuple) else [v]:
             entry = self.inverted.setdefault(key_bytes(x), [x, {}])
             entry[1].setdefault(key_bytes(k), k)
 
-    def process(self, t: Any) -> None:
-        try:
-            k, v = self._k(t), self._v(t)
-        except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.key))
-            return
-        self._add(k, v)
-
     def process_batch(self, batch: pa.RecordBatch) -> None:
-        try:
-            k, v = column(batch, self.key), column(batch, self.value)
-        except KeyError:
-            for row in rows_of(batch):
-                self.process(row)
+        if (kv := self._columns(batch)) is None:
             return
+        k, v = kv
         if pa.types.is_list(v.type) or pa.types.is_large_list(v.type):
             for key, value in zip(k.to_pylist(), v.to_pylist(), strict=True):
                 self._add(key, value)
