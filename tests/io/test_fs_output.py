@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from malhar import OperatorContext
@@ -296,6 +297,38 @@ def test_leftovers_of_an_interrupted_finalization_are_swept_once_after_a_restart
     assert sorted(r["count"] for r in place.parquet_rows("s")) == [0, 1]
 
 
+def test_a_restart_reads_the_staged_pieces_metadata_not_their_rows(
+    place: Place, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the Spark sink's driver re-loads the store per batch: on HDFS whole pieces were read
+    def op() -> ParquetFileOutput:  # a group of windows (Arrow pieces) and a whole piece
+        return ParquetFileOutput(place.url("m"), schema=DDL, roll_windows=2)
+
+    h = out_harness(op())
+    h.run_window(rows(20_000), window=0)
+    h.run_window(rows(20_000, 20_000), window=1)  # rolls: two Arrow pieces
+    h.run_window(rows(20_000, 40_000), window=2)  # the open group's first piece
+    staged = sum(place.fs.status(place.path(f)).size for f in place.files() if "/_malhar/" in f)
+    assert staged > 1_000_000
+    again = out_harness(op())
+    read: list[int] = []
+    real = place.fs.read
+
+    def counting(path: str, offset: int = 0, length: int | None = None) -> bytes:
+        data = real(path, offset, length)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(place.fs, "read", counting)  # the store's instance: restored after
+    again.setup()
+    store: FileStore = again.operator._store
+    assert [[p.window for p in g.pieces] for g in store.groups] == [[0, 1], [2]]
+    assert [p.rows for g in store.groups for p in g.pieces] == [20_000] * 3
+    assert sum(read) < staged // 10, (sum(read), staged)
+    again.committed(2)
+    assert len(place.parquet_rows("m")) == 40_000
+
+
 def test_two_writers_of_one_window_commit_it_once(place: Place) -> None:
     a = out_harness(ParquetFileOutput(place.url("z"), schema=DDL, roll_windows=1, retry_backoff=0))
     b = out_harness(ParquetFileOutput(place.url("z"), schema=DDL, roll_windows=1, retry_backoff=0))
@@ -369,6 +402,31 @@ def test_hive_partitions_read_back_by_spark(place: Place, spark) -> None:
         + [("2026-11-24", f"w{i}", i) for i in range(3, 6)]
         + [("None", "n", 9)]
     )
+
+
+def test_hive_partitions_of_a_float_column_keep_nan_rows(place: Place) -> None:
+    # NaN equals nothing, itself included: its rows were selected by none of the folders
+    h = out_harness(
+        ParquetFileOutput(
+            place.url("f"), schema="k double, word string", partition_by="k", roll_windows=1
+        )
+    )
+    values = [1.0, float("nan"), None, float("nan")]
+    h.run_window([("input", {"k": k, "word": f"w{i}"}) for i, k in enumerate(values)], window=0)
+    h.committed(0)
+    files = visible(place)
+    assert sorted({f.split("/")[1] for f in files}) == [
+        "k=1.0",
+        "k=__HIVE_DEFAULT_PARTITION__",
+        "k=nan",
+    ]
+    words = {
+        f.split("/")[1]: sorted(
+            pq.read_table(pa.BufferReader(place.read(f))).column("word").to_pylist()
+        )
+        for f in files
+    }
+    assert words == {"k=1.0": ["w0"], "k=nan": ["w1", "w3"], "k=__HIVE_DEFAULT_PARTITION__": ["w2"]}
 
 
 def test_csv_json_lines_and_text_files(place: Place) -> None:

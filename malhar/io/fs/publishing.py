@@ -95,7 +95,12 @@ class Publisher:
         rest = table.drop_columns([column])
         out = []
         for value in pc.unique(values).to_pylist():
-            mask = pc.is_null(values) if value is None else pc.equal(values, value)
+            if value is None:
+                mask = pc.is_null(values)
+            elif value != value:  # NaN: equal to nothing, itself included
+                mask = pc.is_nan(values)
+            else:
+                mask = pc.equal(values, value)
             mask = pc.fill_null(mask, False)
             out.append((f"{self.root}/{hive_segment(column, value)}", rest.filter(mask)))
         out.sort(key=lambda x: x[0])

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from malhar.io.base.output import CommitMark
+from malhar.io.fs.paths import RangeFile
 from malhar.util.fs import StorageNotFoundError
 
 __all__ = ["Group", "Piece"]
@@ -121,13 +122,14 @@ def ipc_bytes(table: pa.Table, meta: dict[bytes, bytes]) -> memoryview:
     return memoryview(sink.getvalue())  # no copy into bytes (see encoders._parquet_bytes)
 
 
-def load_piece(fs: Any, path: str, window: int, size: int) -> Piece:
-    """The piece staged at ``path`` (either kind), from its metadata or footer."""
-    if holds_parquet(fs, path):
-        meta = _parquet_file(fs, path).metadata
+def load_piece(fs: Any, path: str, window: int, size: int, whole: bool) -> Piece:
+    """The piece staged at ``path`` (``whole``: as its final Parquet file, see
+    :func:`holds_parquet`), from its metadata or footer only."""
+    if whole:
+        meta = pq.ParquetFile(_footer_source(fs, path, size)).metadata
         codec = str(meta.row_group(0).column(0).compression) if meta.num_row_groups else None
         return Piece(window, meta.num_rows, size, True, 0, whole=True, codec=codec)
-    meta = _ipc_meta(fs, path)
+    meta = _ipc_meta(fs, path, size)
     return Piece(
         window,
         int(meta.get(_ROWS, b"0")),
@@ -142,7 +144,7 @@ def load_piece(fs: Any, path: str, window: int, size: int) -> Piece:
 def read_piece(fs: Any, path: str, whole: bool) -> pa.Table:
     """A piece's rows."""
     if whole:
-        return _parquet_file(fs, path).read().replace_schema_metadata(None)
+        return pq.read_table(_whole_source(fs, path)).replace_schema_metadata(None)
     return _ipc_reader(fs, path).read_all().replace_schema_metadata(None)
 
 
@@ -150,7 +152,7 @@ def read_rejected(fs: Any, path: str) -> list[dict[str, Any]]:
     """The rejected rows kept with a piece (raises StorageNotFoundError without it)."""
     if holds_parquet(fs, path):
         return []  # staged whole: only windows without rejected rows are
-    meta = _ipc_meta(fs, path)
+    meta = _ipc_meta(fs, path, None)
     return json.loads(meta[_REJECTED]) if _REJECTED in meta else []
 
 
@@ -159,21 +161,28 @@ def holds_parquet(fs: Any, path: str) -> bool:
     return fs.read(path, 0, 4) == b"PAR1"
 
 
-def _parquet_file(fs: Any, path: str) -> pq.ParquetFile:
+def _whole_source(fs: Any, path: str) -> Any:
+    """A piece to read in full: the file itself locally, its bytes elsewhere."""
     if fs.backend == "local":
-        return pq.ParquetFile(path)  # reads the footer only
-    return pq.ParquetFile(pa.BufferReader(fs.read_all(path)))
+        try:
+            return pa.memory_map(path)
+        except FileNotFoundError:
+            raise StorageNotFoundError("no such file", backend="local", path=path) from None
+    return pa.py_buffer(fs.read_all(path))
+
+
+def _footer_source(fs: Any, path: str, size: int | None) -> Any:
+    """A piece to read the metadata of: the file itself locally, ranged reads elsewhere
+    (pyarrow reads the footer: on HDFS a few round trips instead of the whole piece, which
+    the Spark sink's driver re-read per batch for each piece of the open group)."""
+    if fs.backend == "local":
+        return _whole_source(fs, path)  # mapped: only the pages read are
+    return RangeFile(fs, path, size)
 
 
 def _ipc_reader(fs: Any, path: str) -> Any:
-    if fs.backend != "local":
-        return pa.ipc.open_file(pa.py_buffer(fs.read_all(path)))
-    try:
-        source = pa.memory_map(path)
-    except FileNotFoundError:
-        raise StorageNotFoundError("no such file", backend="local", path=path) from None
-    return pa.ipc.open_file(source)
+    return pa.ipc.open_file(_whole_source(fs, path))
 
 
-def _ipc_meta(fs: Any, path: str) -> dict[bytes, bytes]:
-    return _ipc_reader(fs, path).schema.metadata or {}
+def _ipc_meta(fs: Any, path: str, size: int | None) -> dict[bytes, bytes]:
+    return pa.ipc.open_file(_footer_source(fs, path, size)).schema.metadata or {}

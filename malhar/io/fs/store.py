@@ -162,11 +162,12 @@ class FileStore(TransactionalStore[_Txn]):
             window = staged_window(name)
             if window is None:
                 continue
+            whole = holds_parquet(fs, entry.path)
             if window > self.finalized:
-                pieces.append(load_piece(fs, entry.path, window, entry.size))
-            elif holds_parquet(fs, entry.path):
+                pieces.append(load_piece(fs, entry.path, window, entry.size, whole))
+            elif whole:
                 # recorded as finalized, its rename interrupted
-                self._publish_whole(load_piece(fs, entry.path, window, entry.size))
+                self._publish_whole(load_piece(fs, entry.path, window, entry.size, whole))
             else:
                 delete_quietly(fs, entry.path)  # finalized; its deletion was interrupted
         pieces.sort(key=lambda p: p.window)
