@@ -462,6 +462,30 @@ def test_csv_json_lines_and_text_files(place: Place) -> None:
     assert len(t.sink("error").tuples) == 1
 
 
+def test_text_files_with_a_schema_refuse_what_is_no_line(place: Place) -> None:
+    # as without a schema: a newline would make two records of one, a null an empty line
+    t = out_harness(LinesFileOutput(place.url("txt"), schema="text string", roll_windows=1))
+    batch = pa.RecordBatch.from_pylist(
+        [{"text": "five"}, {"text": "six\r\n"}, {"text": None}],
+        schema=pa.schema([("text", pa.string())]),
+    )
+    t.run_window(
+        [
+            ("input", "one"),
+            ("input", {"text": "two\nthree"}),
+            ("input", {"text": None}),
+            ("input", {"text": "four"}),
+            ("input", batch),
+        ],
+        window=0,
+    )
+    t.committed(0)
+    (name,) = [f for f in visible(place) if f.startswith("txt/")]
+    assert place.read(name) == b"one\nfour\nfive\n"
+    errors = sorted(e["error"] for e in t.sink("error").tuples)
+    assert errors == ["a line cannot be null"] * 2 + ["a line cannot hold a newline"] * 2
+
+
 def test_settings_are_checked(tmp_path: Path) -> None:
     for props, why in [
         ({"format": "parquet"}, "needs a schema"),

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from malhar.io.base.output import WindowKey, rejected_row
 from malhar.io.base.output_operator import TransactionalOutputOperator, WindowBuffer
@@ -56,9 +57,12 @@ def conform(
         schemaless = None
     tables: list[pa.Table] = []
     bad: list[dict[str, Any]] = []
+    line_column = schema.names[0] if fmt == "lines" and schemaless is None else None
     for piece in pieces:
         if isinstance(piece, list):
             rows = piece
+            if line_column is not None:  # plain strings, as without a schema
+                rows = [{line_column: v} if isinstance(v, str) else v for v in rows]
         else:
             table = pa.Table.from_batches([piece]) if isinstance(piece, pa.RecordBatch) else piece
             if schemaless is None:
@@ -78,7 +82,31 @@ def conform(
             tables.append(good)
     if not tables:
         return schema.empty_table(), bad
-    return (pa.concat_tables(tables) if len(tables) > 1 else tables[0]), bad
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if line_column is not None:
+        table, refused = _refuse_bad_lines(table)
+        bad.extend(refused)
+    return table, bad
+
+
+def _refuse_bad_lines(table: pa.Table) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """A line file's rows without the values that are no line: a null (it would be written
+    as an empty line) or a text holding a newline (a reader would see two records)."""
+    column = table.column(0)
+    refuse = pc.is_null(column)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        newline = pc.fill_null(pc.match_substring_regex(column, "[\\r\\n]"), False)
+        refuse = pc.or_(refuse, newline)
+    if not pc.any(refuse).as_py():
+        return table, []
+    name = table.column_names[0]
+    refused = [
+        rejected_row(
+            {name: v}, "a line cannot be null" if v is None else "a line cannot hold a newline"
+        )
+        for v in table.filter(refuse).column(0).to_pylist()
+    ]
+    return table.filter(pc.invert(refuse)), refused
 
 
 def _null_violations(table: pa.Table, schema: pa.Schema) -> bool:
