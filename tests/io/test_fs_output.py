@@ -18,6 +18,7 @@ from malhar import OperatorContext
 from malhar.io.base.output import WindowRegressionError
 from malhar.io.fs import (
     CsvFileOutput,
+    FileOutputConfigError,
     FileOutputOperator,
     JsonLinesFileOutput,
     LinesFileOutput,
@@ -489,12 +490,14 @@ def test_text_files_with_a_schema_refuse_what_is_no_line(place: Place) -> None:
 def test_settings_are_checked(tmp_path: Path) -> None:
     for props, why in [
         ({"format": "parquet"}, "needs a schema"),
-        ({"format": "csv", "schema": "a bigint", "delimiter": ";;"}, "one character"),
+        ({"format": "csv", "schema": "a bigint", "delimiter": ";;"}, "one character, got ';;'"),
         ({"schema": DDL, "partition_by": "month"}, "not a column"),
         ({"schema": DDL, "compression": "lzma"}, "compression"),
+        ({"format": "csv", "schema": DDL, "compression": "zstd"}, "codecs of format 'csv'"),
+        ({"schema": DDL, "file_prefix": "9x"}, "'9x' must start with a letter"),
     ]:
         h = out_harness(FileOutputOperator(str(tmp_path), **props))
-        with pytest.raises(Exception, match=why):
+        with pytest.raises(FileOutputConfigError, match=why):
             h.setup()
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from malhar.io.fs.errors import (
     FileConfigError,
     FileConnectorError,
+    FileOutputConfigError,
     FileOutputError,
     FileReadError,
     FileReplayError,
@@ -50,6 +51,7 @@ __all__ = [
     "FileConnectorError",
     "FileInputOperator",
     "FileInputSettings",
+    "FileOutputConfigError",
     "FileOutputError",
     "FileOutputOperator",
     "FileOutputSettings",

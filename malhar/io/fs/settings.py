@@ -223,11 +223,17 @@ class FileOutputSettings(TransactionalSettings):
         if self.compression is not None:
             allowed = PARQUET_CODECS if self.format == "parquet" else ("none", "gzip")
             if self.compression not in allowed:
-                out.append(f"compression {self.compression!r} is not one of {list(allowed)}")
+                out.append(
+                    f"compression {self.compression!r} is not one of {list(allowed)} "
+                    f"(the codecs of format {self.format!r})"
+                )
         if self.delimiter is not None and len(self.delimiter) != 1:
-            out.append("delimiter must be one character")
+            out.append(f"delimiter must be one character, got {self.delimiter!r}")
         if self.file_prefix is not None and not _NAME.fullmatch(self.file_prefix.replace("-", "_")):
-            out.append("file_prefix must be letters, digits, '_' or '-'")
+            out.append(
+                f"file_prefix {self.file_prefix!r} must start with a letter, '_' or '-', then "
+                "letters, digits, '_' or '-'"
+            )
         schema = None
         if self.schema:
             try:
