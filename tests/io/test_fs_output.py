@@ -127,9 +127,10 @@ def test_replays_are_skipped_and_a_crash_before_or_during_finalization_loses_not
     assert visible(place) == []
 
     # committed(3): the first finalization dies after publishing its file, before recording it
+    # (the first durable write records the files it is about to publish)
     store: FileStore = again.operator._store
     real = store.fs.write_atomic
-    store.fs.write_atomic = _raise_once(real)  # type: ignore[method-assign]
+    store.fs.write_atomic = _raise_once(real, 2)  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="killed"):
         again.committed(3)
     store.fs.write_atomic = real  # type: ignore[method-assign]
@@ -191,7 +192,7 @@ def test_a_window_that_is_its_own_file_is_staged_whole_and_published_by_a_rename
         # else: the load found the piece recorded and renamed it
         assert len(visible(place)) == window
         assert sorted(r["count"] for r in place.parquet_rows("f")) == list(range(window + 2))
-        assert staged() == ["finalized.json"]
+        assert staged() == ["finalized.json", "publishing.json"]  # window 2's was a group
 
 
 def test_a_whole_window_keeps_one_name_per_window_and_follows_changed_settings(
@@ -251,6 +252,87 @@ def test_a_whole_window_keeps_one_name_per_window_and_follows_changed_settings(
     last = place.path("c", visible(place)[-1].rsplit("/", 1)[-1])
     meta = pa.parquet.ParquetFile(pa.py_buffer(place.fs.read_all(last))).metadata
     assert str(meta.row_group(0).column(0).compression) == "ZSTD"
+
+
+def test_an_interrupted_publication_is_finished_as_it_began_after_a_settings_change(
+    place: Place,
+) -> None:
+    # names come from the settings: a group published as Parquet, not yet recorded, then
+    # finished as CSV after the restart would have published its rows twice
+    def op(**settings: Any) -> FileOutputOperator:
+        return FileOutputOperator(
+            place.url("p"), schema=DDL, roll_windows=2, retry_backoff=0, **settings
+        )
+
+    h = out_harness(op())
+    h.run_window(rows(2), window=0)
+    h.run_window(rows(2, 2), window=1)
+    store: FileStore = h.operator._store
+    real = store.fs.write_atomic
+    store.fs.write_atomic = _raise_once(real, 2)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="killed"):
+        h.committed(1)  # dies after publishing the group's file, before recording it
+    store.fs.write_atomic = real  # type: ignore[method-assign]
+    assert [f.rsplit(".", 1)[-1] for f in visible(place)] == ["parquet"]
+
+    csv = out_harness(op(format="csv", file_prefix="csv"))
+    csv.run_window(rows(2, 4), window=2)
+    csv.run_window(rows(2, 6), window=3)
+    # the group of windows 2-3 dies before any of its files is visible
+    store = csv.operator._store
+    real = store.fs.rename
+    store.fs.rename = _raise_once(real)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="killed"):
+        csv.committed(3)
+    store.fs.rename = real  # type: ignore[method-assign]
+
+    gz = out_harness(op(format="csv", file_prefix="csv", compression="gzip"))
+    gz.setup()
+    gz.committed(3)
+    names = [f.rsplit("/", 1)[-1] for f in visible(place)]
+    assert names == [
+        # nothing of it was visible: published under the settings in force now
+        "csv-fs-tests-out-00000-000000000002-000000000003.csv.gz",
+        # finished as it began, once (no .csv of windows 0-1)
+        "part-fs-tests-out-00000-000000000000-000000000001.parquet",
+    ]
+    parquet = pq.read_table(pa.BufferReader(place.read(f"p/{names[1]}")))
+    assert sorted(parquet.column("count").to_pylist()) == [0, 1, 2, 3]
+    text = gzip.decompress(place.read(f"p/{names[0]}")).decode()
+    assert text.splitlines()[1:] == [f'2026-11-23,"w{i}",{i}' for i in range(4, 8)]
+
+
+def test_a_whole_window_placed_by_an_interrupted_rename_is_not_published_again(
+    place: Place,
+) -> None:
+    # the local rename links the new name, then unlinks the old: a crash in between leaves
+    # the file visible and its piece staged; a restart under another codec would re-encode
+    # the piece under a new name
+    def op(**settings: Any) -> ParquetFileOutput:
+        return ParquetFileOutput(place.url("w"), schema=DDL, roll_windows=1, **settings)
+
+    h = out_harness(op())
+    h.run_window(rows(3), window=0)
+    store: FileStore = h.operator._store
+    real = store.fs.rename
+
+    def placed_then_killed(src: str, dst: str, overwrite: bool = False) -> None:
+        if not src.endswith("w00000000000000000000.arrow"):
+            return real(src, dst, overwrite=overwrite)
+        staged = place.fs.read_all(src)
+        real(src, dst, overwrite=overwrite)
+        place.fs.create(src, staged)
+        raise RuntimeError("killed between link and unlink")
+
+    store.fs.rename = placed_then_killed  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="killed"):
+        h.committed(0)
+    store.fs.rename = real  # type: ignore[method-assign]
+    again = out_harness(op(compression="zstd", file_prefix="z"))
+    again.setup()
+    assert visible(place) == ["w/part-fs-tests-out-00000-000000000000-000000000000.parquet"]
+    assert sorted(r["count"] for r in place.parquet_rows("w")) == [0, 1, 2]
+    assert [f for f in place.files("w/_malhar") if f.endswith(".arrow")] == []
 
 
 def _raise_once(fn: Any, at: int = 1) -> Any:

@@ -10,7 +10,9 @@ see whole files only.
 
 from __future__ import annotations
 
+import copy
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +27,11 @@ from malhar.io.fs.staged_pieces import Group, Piece
 from malhar.util.fs import StorageExistsError, StorageNotFoundError
 from malhar.util.fs.names import encode_segment
 
-__all__ = ["Publisher"]
+__all__ = ["NAMING_SETTINGS", "Publisher"]
+
+#: the output settings that decide a published file's name, folder and bytes (recorded with
+#: a publication, so that an interrupted one is finished as it began)
+NAMING_SETTINGS = ("format", "compression", "header", "delimiter", "partition_by", "file_prefix")
 
 
 class Publisher:
@@ -49,9 +55,32 @@ class Publisher:
         app, op = encode_segment(k.application), encode_segment(k.operator)
         return f"{s.file_prefix}-{app}-{op}-{k.partition:05d}-{group.first:012d}-{group.last:012d}{ext}"
 
-    def publish_group(self, group: Group, table: pa.Table) -> list[str]:
-        """Publish a group's rows as its final file(s), one per ``partition_by`` value."""
-        return [self.publish(folder, self.name(group), part) for folder, part in self.split(table)]
+    def publish_group(
+        self, group: Group, table: pa.Table, before: Callable[[list[str]], None] | None = None
+    ) -> list[str]:
+        """Publish a group's rows as its final file(s), one per ``partition_by`` value;
+        ``before(files)`` is told the files (relative to the root) before any is written."""
+        name = self.name(group)
+        parts = self.split(table)
+        if before is not None:
+            before([self.relative(f"{folder}/{name}") for folder, _ in parts])
+        return [self.publish(folder, name, part) for folder, part in parts]
+
+    def relative(self, path: str) -> str:
+        """``path`` (below the root) relative to the root."""
+        return path[len(self.root) + 1 :]
+
+    def recorded(self) -> dict[str, Any]:
+        """The settings a publication is recorded with (see :meth:`resumed`)."""
+        return {name: getattr(self.settings, name) for name in NAMING_SETTINGS}
+
+    def resumed(self, recorded: dict[str, Any]) -> Publisher:
+        """A publisher with the naming settings a publication was recorded with."""
+        settings = copy.copy(self.settings)
+        settings.__dict__.update({k: v for k, v in recorded.items() if k in NAMING_SETTINGS})
+        publisher = Publisher(settings, self.key, self.fs, self.root)
+        publisher.sweep = self.sweep
+        return publisher
 
     def renamable(self, piece: Piece) -> bool:
         """Whether a piece is, byte for byte, the file these settings would publish (a

@@ -7,6 +7,7 @@ Layout of an output directory ``<path>``::
     <path>/[<column>=<value>/]<prefix>-<app>-<op>-<partition>-<first>-<last>.<ext>   final files
     <path>/_malhar/<app>/<op>/<partition>/w<window>.arrow     a committed window (staged)
     <path>/_malhar/<app>/<op>/<partition>/finalized.json      the last window made visible
+    <path>/_malhar/<app>/<op>/<partition>/publishing.json     the last group being published
 
 **A window commits** by renaming its staged piece (the window's rows as an Arrow IPC file,
 the roll decision and the group's opening time in its metadata) to ``w<window>.arrow``:
@@ -30,11 +31,16 @@ whole application: each closed group whose last window is ``<= w`` is written as
 file(s) (one per value of ``partition_by``), first under a hidden in-progress name
 (``.<name>.<uuid>.inprogress``) and then renamed into place; a file already there is left as
 it is, so a finalization interrupted by a crash and run again after the restart neither
-loses nor duplicates a row. Then ``finalized.json`` moves past the group and its pieces are
-deleted. A window staged as its own file is recorded in ``finalized.json`` first and then
-renamed into place; a load that finds such a piece at or below ``finalized.json`` completes
-the rename (or, when the file is already in place, deletes the piece). A piece staged whole
-under other settings (format, ``partition_by``, compression changed since) is decoded and
+loses nor duplicates a row. ``publishing.json`` records the group's files and the settings
+that name them before any is written: after a restart with other settings (format,
+compression, ``partition_by``, ``file_prefix``), a group with a file of that attempt visible
+is finished as it began (names from the new settings would publish its rows twice); one
+with none visible is published under the new settings. Then ``finalized.json`` moves past
+the group and its pieces are deleted. A window staged as its own file is recorded in
+``finalized.json`` first (with its file's name) and then renamed into place; a load that
+finds such a piece at or below ``finalized.json`` completes the rename (or, when the
+recorded file is already in place, deletes the piece: the local rename links, then
+unlinks). A piece staged whole under other settings and not visible yet is decoded and
 published like any other group instead. How files are named and made visible:
 :mod:`malhar.io.fs.publishing`.
 """
@@ -77,6 +83,8 @@ __all__ = ["FileStore", "Group"]
 log = logging.getLogger("malhar.io.fs")
 
 STAGING = "_malhar"
+#: the record of the last group whose publication began (see FileStore._resuming)
+PUBLISHING = "publishing.json"
 
 
 class CommitConflictError(MalharError, ConnectionError):
@@ -135,6 +143,10 @@ class FileStore(TransactionalStore[_Txn]):
         self.publisher = Publisher(settings, key, self.fs, self.root)
         self.groups: list[Group] = []  #: closed groups not finalized yet, then the open one
         self.finalized = NO_WINDOW
+        #: the file finalized.json names: the last window staged whole, as it was published
+        self._finalized_file: str | None = None
+        #: publishing.json: the files (and settings) of the last group whose publication began
+        self._intent: dict[str, Any] | None = None
         self.force_roll = False  #: the next commit closes the group (a due roll, no data)
         self._mark = CommitMark()
         self._stale = True
@@ -153,6 +165,8 @@ class FileStore(TransactionalStore[_Txn]):
         self.publisher.sweep = True  # before publishing a recorded whole piece (below)
         raw = _read_json(fs, f"{self.stage}/finalized.json")
         self.finalized = int(raw["window"]) if raw else NO_WINDOW
+        self._finalized_file = raw.get("file") if raw else None
+        self._intent = _read_json(fs, f"{self.stage}/{PUBLISHING}")
         pieces: list[Piece] = []
         for entry in fs.list(self.stage):
             name = entry.name
@@ -325,8 +339,8 @@ class FileStore(TransactionalStore[_Txn]):
         publisher = self.publisher
         if len(group.pieces) == 1 and publisher.renamable(group.pieces[0]):
             # recorded first: a load finding the piece at or below finalized.json renames it
-            self._record_finalized(group.last)
             piece = group.pieces[0]
+            self._record_finalized(group.last, publisher.name(group))
             written = [publisher.move_into_place(piece, self._path(piece))]
             log.info("malhar output %s: window %d finalized: %s", self.key, group.last, written[0])
             return written
@@ -337,7 +351,10 @@ class FileStore(TransactionalStore[_Txn]):
         written = []
         if tables:
             table = pa.concat_tables(tables, promote_options="permissive")
-            written = publisher.publish_group(group, table)
+            publisher = self._resuming(group)
+            written = publisher.publish_group(
+                group, table, lambda files: self._record_intent(group, files, publisher)
+            )
         self._record_finalized(group.last)
         for piece in group.pieces:
             delete_quietly(fs, self._path(piece))
@@ -350,20 +367,51 @@ class FileStore(TransactionalStore[_Txn]):
         )
         return written
 
-    def _record_finalized(self, window: int) -> None:
-        self.fs.write_atomic(
-            f"{self.stage}/finalized.json", json.dumps({"window": window}).encode()
-        )
+    def _record_finalized(self, window: int, file: str | None = None) -> None:
+        record: dict[str, Any] = {"window": window}
+        if file is not None:
+            record["file"] = file
+        self.fs.write_atomic(f"{self.stage}/finalized.json", json.dumps(record).encode())
         self.finalized = window
+        self._finalized_file = file
         self.publisher.sweep = False
+
+    def _visible(self, relative: str) -> bool:
+        return self.fs.status(f"{self.root.rstrip('/')}/{relative}") is not None
+
+    def _resuming(self, group: Group) -> Publisher:
+        """The publisher of a group: with the settings its publication began with when a
+        file of that attempt is visible (a crash interrupted it, and settings changed since:
+        names from the new ones would publish its rows twice), else the current one."""
+        intent = self._intent
+        if (
+            intent is not None
+            and intent.get("window") == group.last
+            and any(self._visible(f) for f in intent.get("files", ()))
+        ):
+            return self.publisher.resumed(intent.get("settings", {}))
+        return self.publisher
+
+    def _record_intent(self, group: Group, files: list[str], publisher: Publisher) -> None:
+        """Record a group's files and settings before any is written (see _resuming)."""
+        intent = {"window": group.last, "files": files, "settings": publisher.recorded()}
+        if intent != self._intent:
+            self.fs.write_atomic(f"{self.stage}/{PUBLISHING}", json.dumps(intent).encode())
+            self._intent = intent
 
     def _path(self, piece: Piece) -> str:
         return f"{self.stage}/{piece.name}"
 
     def _publish_whole(self, piece: Piece) -> None:
         """Publish a whole piece recorded in ``finalized.json`` (a crash interrupted its
-        rename), then forget it: renamed, or decoded and published under changed settings."""
+        rename), then forget it: already in place under its recorded name (the rename placed
+        it and died before removing the piece: the local rename links, then unlinks), renamed,
+        or decoded and published under changed settings."""
         path = self._path(piece)
+        recorded = self._finalized_file if piece.window == self.finalized else None
+        if recorded is not None and self._visible(recorded):
+            delete_quietly(self.fs, path)
+            return
         if self.publisher.renamable(piece):
             self.publisher.move_into_place(piece, path)
             return
