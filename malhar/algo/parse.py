@@ -293,7 +293,9 @@ class JsonParser(_Parser):
                 self._parsed += 1
                 self.out.emit(value)
                 return
-            row = pa.RecordBatch.from_pylist([value], schema=self._schema)
+            # pyarrow's JSON reader, as for a batch: it parses timestamps and decimals from
+            # strings, which converting the loaded dict did not (they went to ``error``)
+            row = self._read([json.dumps(value)])
         except (pa.ArrowException, ValueError, TypeError) as exc:
             self._error(record, _reason(exc))
             return
@@ -303,6 +305,9 @@ class JsonParser(_Parser):
     def parse_many(self, records: list[str]) -> pa.RecordBatch:
         if self._schema is None or self._validator is not None:
             raise ValueError("parsed record by record")
+        return self._read(records)
+
+    def _read(self, records: list[str]) -> pa.RecordBatch:
         table = pajson.read_json(
             io.BytesIO("\n".join(records).encode()),
             parse_options=pajson.ParseOptions(

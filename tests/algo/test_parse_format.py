@@ -69,6 +69,28 @@ def test_json_parser_typed_and_with_json_schema() -> None:
     )
 
 
+def test_json_parser_reads_timestamps_and_decimals_record_by_record_as_in_a_batch() -> None:
+    # one bad record in a batch makes it parse record by record: the good ones went to error
+    schema = "t timestamp, d decimal(10,2), n bigint"
+    good = [
+        '{"t":"2024-01-01T00:00:00","d":"1.25","n":1}',
+        '{"t":"2024-01-02T00:00:00","d":"2.50","n":2}',
+    ]
+    per_tuple = OperatorHarness(JsonParser(schema=schema))
+    per_tuple.run_window([("input", good[0]), ("input", "{oops"), ("input", good[1])])
+    batched = OperatorHarness(JsonParser(schema=schema))
+    batched.run_window(
+        [("input", pa.RecordBatch.from_pylist([{"value": v} for v in [good[0], "{oops", good[1]]]))]
+    )
+    clean = OperatorHarness(JsonParser(schema=schema))
+    clean.run_window([("input", pa.RecordBatch.from_pylist([{"value": v} for v in good]))])
+    expected = clean.sink("out").tuples
+    assert [r["n"] for r in expected] == [1, 2]
+    assert per_tuple.sink("out").tuples == expected
+    assert batched.sink("out").tuples == expected
+    assert len(per_tuple.sink("error").tuples) == len(batched.sink("error").tuples) == 1
+
+
 def test_fixed_width_and_regex() -> None:
     h = _both(
         lambda: FixedWidthParser(schema="code string, n int", widths=[4, 3]),
