@@ -89,6 +89,23 @@ class KeyValueOperator(AlgoOperator):
             return
         self._add(k, v)
 
+    @staticmethod
+    def _distinct_pairs(
+        k: pa.Array, v: pa.Array, by_value: bool = False
+    ) -> Iterable[tuple[Any, Any]]:
+        """The distinct (key, value) pairs of two columns (ordered by key, or by value);
+        every pair when Arrow cannot group a column's type (a list): ``_add`` sees a
+        pair again as the per-tuple path does."""
+        try:
+            pairs = (
+                pa.table({"k": k, "v": v})
+                .group_by(["v", "k"] if by_value else ["k", "v"], use_threads=False)
+                .aggregate([])
+            )
+        except pa.ArrowNotImplementedError:
+            return zip(k.to_pylist(), v.to_pylist(), strict=True)
+        return zip(pairs.column("k").to_pylist(), pairs.column("v").to_pylist(), strict=True)
+
     def _columns(self, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array] | None:
         """The key and value columns of ``batch``; None when one is missing (the batch was
         then processed row by row, each row without the field going to the error port)."""

@@ -105,19 +105,18 @@ class Distinct(AlgoOperator):
     def process_batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        if self.field is None and batch.num_columns > 1:
-            table = pa.Table.from_batches([batch])
-            values = table.group_by(table.column_names, use_threads=False).aggregate([])
-            for row in values.select(batch.schema.names).to_pylist():
-                self.seen.setdefault(key_bytes(row), row)
-            return
         try:
-            col = column(batch, self.field)
-        except KeyError:
+            if self.field is None and batch.num_columns > 1:
+                table = pa.Table.from_batches([batch])
+                values = table.group_by(table.column_names, use_threads=False).aggregate([])
+                rows = values.select(batch.schema.names).to_pylist()
+            else:
+                rows = pc.unique(column(batch, self.field)).to_pylist()
+        except (KeyError, pa.ArrowNotImplementedError):  # a field missing, a list column
             for row in rows_of(batch):
                 self.process(row)
             return
-        for v in pc.unique(col).to_pylist():
+        for v in rows:
             self.seen.setdefault(key_bytes(v), v)
 
     def end_window(self) -> None:
@@ -178,11 +177,7 @@ class UniqueValueCount(KeyValueOperator):
     def process_batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0 or (kv := self._columns(batch)) is None:
             return
-        k, v = kv
-        pairs = pa.table({"k": k, "v": v}).group_by(["k", "v"], use_threads=False).aggregate([])
-        for key, value in zip(
-            pairs.column("k").to_pylist(), pairs.column("v").to_pylist(), strict=True
-        ):
+        for key, value in self._distinct_pairs(*kv):
             self._add(key, value)
 
     def end_window(self) -> None:
@@ -381,10 +376,7 @@ class InvertIndex(KeyValueOperator):
             for key, value in zip(k.to_pylist(), v.to_pylist(), strict=True):
                 self._add(key, value)
             return
-        pairs = pa.table({"k": k, "v": v}).group_by(["v", "k"], use_threads=False).aggregate([])
-        for key, value in zip(
-            pairs.column("k").to_pylist(), pairs.column("v").to_pylist(), strict=True
-        ):
+        for key, value in self._distinct_pairs(k, v, by_value=True):
             self._add(key, value)
 
     def end_window(self) -> None:

@@ -240,7 +240,13 @@ class TopN(AlgoOperator):
         if batch.num_rows == 0:
             return
         order_by, key, add = self.order_by, self.key, self._add
-        for row in _preselect(batch, order_by, key, self.n, self.BOTTOM, self.UNIQUE):
+        try:
+            rows = _preselect(batch, order_by, key, self.n, self.BOTTOM, self.UNIQUE)
+        except pa.ArrowNotImplementedError:  # a column Arrow cannot group (lists): per row
+            for row in rows_of(batch):
+                self.process(row)
+            return
+        for row in rows:
             group = _GLOBAL if key is None else row[key]
             add(group, (order_key(row[order_by]), TieBreak(row)), row)
 

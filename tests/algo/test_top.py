@@ -110,3 +110,14 @@ def test_batches_after_the_first_skip_rows_below_the_threshold_exactly() -> None
         batched = OperatorHarness(cls(n=2, order_by="v", key="k"))
         batched.run_window([("data", pa.RecordBatch.from_pylist(b)) for b in batches])
         assert repr(batched.sink("top").tuples) == repr(per_tuple.sink("top").tuples), cls
+
+
+def test_top_unique_of_rows_with_a_list_column_in_a_batch_as_in_tuples() -> None:
+    # Arrow cannot group list columns: the batch path raised where the tuples' worked
+    rows = [{"k": [1, 2], "n": 1}, {"k": [1, 2], "n": 1}, {"k": [5], "n": 2}]
+    got = []
+    for inputs in ([("data", r) for r in rows], [("data", pa.RecordBatch.from_pylist(rows))]):
+        h = OperatorHarness(TopNUnique(n=2, order_by="n"))
+        h.run_window(inputs)
+        got.append(h.sink("top").tuples)
+    assert got[0] == got[1] == [{"k": [5], "n": 2, "rank": 1}, {"k": [1, 2], "n": 1, "rank": 2}]
