@@ -25,6 +25,7 @@ key columns go one key at a time.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -66,6 +67,8 @@ def event_millis(value: Any) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{value!r} is not an event time")
         return int(value)
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
@@ -230,6 +233,7 @@ class TimeBasedDedup(_Dedup):
         if (
             keys is None
             or (self.key is None and batch.num_columns > 1)  # the key is the whole row
+            or pa.types.is_nested(keys.type)  # lists, structs: not storable, per tuple
             or times.null_count
             or not (pa.types.is_integer(times.type) or pa.types.is_timestamp(times.type))
         ):
@@ -448,7 +452,11 @@ class BoundedDedup(_Dedup):
             keys = column(batch, self.key)
         except KeyError:
             keys = None
-        if keys is None or (self.key is None and batch.num_columns > 1):
+        if (
+            keys is None
+            or (self.key is None and batch.num_columns > 1)
+            or pa.types.is_nested(keys.type)  # lists, structs: not storable, per tuple
+        ):
             for row in batch.to_pylist():
                 self.process(row)
             return

@@ -296,3 +296,32 @@ def test_bounded_batches_decide_as_tuples(events, max_keys: int) -> None:
             after.append((h.sink("unique").per_window[len(windows)], len(h.operator._keys)))
             h.teardown()
     assert after[0] == after[1]
+
+
+def test_bad_keys_and_times_reach_the_error_port_from_a_batch_as_from_tuples(
+    tmp_path: Path,
+) -> None:
+    # a list key (not storable) failed the whole batch; a NaN time raised a bare ValueError
+    t0 = dt.datetime(2024, 1, 1)
+    cases = [
+        (
+            lambda: TimeBasedDedup(key="id", time="t", expire_after=10_000),
+            [{"id": [1], "t": t0}, {"id": [1], "t": t0}],
+        ),
+        (
+            lambda: TimeBasedDedup(key="id", time="t"),
+            [{"id": 1, "t": float("nan")}, {"id": 2, "t": 5.0}],
+        ),
+        (lambda: BoundedDedup(key="id", max_keys=3), [{"id": [1]}, {"id": [2]}]),
+    ]
+    for n, (make, rows) in enumerate(cases):
+        got = []
+        for m, inputs in enumerate(
+            ([("input", r) for r in rows], [("input", pa.RecordBatch.from_pylist(rows))])
+        ):
+            h = _harness(make(), tmp_path / f"{n}-{m}")
+            h.run_window(inputs)
+            got.append(([e["reason"] for e in h.sink("error").tuples], h.sink("unique").tuples))
+        assert got[0] == got[1], n
+        reasons, unique = got[0]
+        assert len(reasons) + len(unique) == len(rows) and reasons, n

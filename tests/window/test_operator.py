@@ -478,3 +478,20 @@ def test_a_fused_upstream_partition_counts_as_the_one_sender_whatever_its_number
     watermark(h, 10, ControlSender("events", "src", 1, 1))
     put(h)
     assert panes(h) == [("a", 0, 10, 1, 0, "ON_TIME", False)]
+
+
+@pytest.mark.parametrize("t", [None, float("nan")])
+def test_a_tuple_without_a_time_fails_as_a_batch_with_one_does(t) -> None:
+    # a null time became the ingestion time (a batch with one fails); a NaN raised a bare
+    # ValueError
+    op = KeyedWindowedOperator(Count(), TimeWindows(10), key="k", timestamp="t")
+    h = harness(op)
+    with pytest.raises(WindowError, match="timestamp"):
+        h.run_window([("input", {"k": "a", "t": 5}), ("input", {"k": "a", "t": t})])
+    if t is None:
+        with pytest.raises(WindowError, match="null"):
+            harness(
+                KeyedWindowedOperator(Count(), TimeWindows(10), key="k", timestamp="t")
+            ).run_window(
+                [("input", pa.RecordBatch.from_pylist([{"k": "a", "t": 5}, {"k": "a", "t": None}]))]
+            )

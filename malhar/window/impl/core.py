@@ -420,7 +420,13 @@ class WindowedCore(WindowedSettings):
             elif windows is not None:
                 timestamp = windows[0].max_timestamp
         elif not isinstance(timestamp, int):
-            timestamp = to_millis(timestamp, what="the tuple's timestamp")
+            try:
+                timestamp = to_millis(timestamp, what="the tuple's timestamp")
+            except (ValueError, OverflowError) as exc:  # NaN, infinity
+                raise WindowError(
+                    f"{type(self).__name__} {self._name!r}: the tuple's timestamp "
+                    f"{timestamp!r} is not a time ({exc})"
+                ) from None
         horizon = self.horizon()
         if horizon is not None and timestamp < horizon:
             self._late(original)

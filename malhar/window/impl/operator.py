@@ -160,13 +160,11 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
             return
         ts_fn = self._ts[port]
         key_fn = self._keyf[port]
-        self._ingest(
-            t,
-            None if key_fn is None else key_fn(t),
-            self._val[port](t),
-            None if ts_fn is None else ts_fn(t),
-            port,
-        )
+        ts = None
+        if ts_fn is not None and (ts := ts_fn(t)) is None:
+            # as a batch's null timestamps: an event without a time is not given one
+            raise WindowError(f"{type(self).__name__} {self._name!r}: a tuple's timestamp is null")
+        self._ingest(t, None if key_fn is None else key_fn(t), self._val[port](t), ts, port)
 
     def _propagated(self, t: Any, port: int) -> tuple[Window, Any, Any, int]:
         """Window propagation: the window, key, value and timestamp of an upstream pane."""
