@@ -157,6 +157,18 @@ def missing(spec: FieldSpec) -> str:
 
 
 # -- stable keys ---------------------------------------------------------------------------------
+#: the NaN every NaN key is replaced by (see one_nan)
+NAN = float("nan")
+
+
+def one_nan(key: Any) -> Any:
+    """``key``, with any float NaN replaced by one NaN object: a dict finds a key by identity
+    or equality, and NaN equals nothing, so every NaN (each a new object, from a tuple or
+    from Arrow) was a group of its own, while Arrow's grouping (and Spark's) puts them in
+    one."""
+    return NAN if key.__class__ is float and key != key else key
+
+
 def key_bytes(value: Any) -> bytes:
     """Bytes that identify a key the same way in every process (never Python's ``hash``);
     equal numbers give equal bytes whatever their type (``1 == 1.0 == True`` as dict keys)."""

@@ -28,6 +28,7 @@ from malhar.algo._base import (
     column,
     getter,
     missing,
+    one_nan,
     rows_of,
 )
 from malhar.operator import Unifier
@@ -263,7 +264,7 @@ class MathUnifier(Unifier):
         self._extra: dict[Any, dict[str, Any]] = {}
 
     def process(self, row: dict[str, Any]) -> None:
-        k = row[self.key_name] if self.key_name else GLOBAL
+        k = one_nan(row[self.key_name]) if self.key_name else GLOBAL
         part = self._agg.from_row(row)
         acc = self._acc
         acc[k] = self._agg.merge(acc[k], part) if k in acc else part
@@ -355,6 +356,7 @@ class _Aggregate(AlgoOperator):
             self._error(t, f"value {v!r} is not a number")
             return
         acc = self.acc
+        k = one_nan(k)
         acc[k] = self._agg.add(acc[k], v) if k in acc else self._agg.new(v)
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
@@ -387,6 +389,7 @@ class _Aggregate(AlgoOperator):
         table = pa.table({"v": v} if k is None else {"k": k, "v": v})
         acc, agg = self.acc, self._agg
         for key, part in _partials(agg, table):
+            key = one_nan(key)
             acc[key] = agg.merge(acc[key], part) if key in acc else part
 
     def end_window(self) -> None:

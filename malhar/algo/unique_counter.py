@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from malhar.algo._base import Partitioning
+from malhar.algo._base import Partitioning, one_nan
 from malhar.operator import Operator, Unifier
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
@@ -30,7 +30,7 @@ class UniqueCountUnifier(Unifier):
         self._counts: Counter = Counter()  # one streaming window's partial counts
 
     def process(self, row: dict[str, Any]) -> None:
-        self._counts[row[self.key_name]] += row[self.count_name]
+        self._counts[one_nan(row[self.key_name])] += row[self.count_name]
 
     def end_window(self) -> None:
         key_name, count_name = self.key_name, self.count_name
@@ -96,7 +96,7 @@ class UniqueCounter(Operator):
     def process(self, value: Any) -> None:
         if isinstance(value, dict):
             value = value[self.key_column] if self.key_column else next(iter(value.values()))
-        self.counts[value] += 1
+        self.counts[one_nan(value)] += 1
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         column = batch.column(self.key_column) if self.key_column else batch.column(0)
@@ -104,7 +104,7 @@ class UniqueCounter(Operator):
         keys = counted.field("values").to_pylist()
         ns = counted.field("counts").to_pylist()
         for key, n in zip(keys, ns, strict=True):
-            self.counts[key] += n
+            self.counts[one_nan(key)] += n
 
     def end_window(self) -> None:
         key_name, count_name = self.key_name, self.count_name

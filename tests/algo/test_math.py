@@ -179,3 +179,21 @@ def test_bad_property_values_are_refused() -> None:
         ChangeAlert(threshold=-1)
     with pytest.raises(PropertyError, match="key"):
         Sum(key=1.5)
+
+
+def test_nan_keys_are_one_group_in_tuples_and_batches() -> None:
+    nan = float("nan")
+    rows = [{"k": nan, "v": 1}, {"k": nan, "v": 2}, {"k": 1.0, "v": 3}]
+    one_by_one = [("data", r) for r in rows]
+    batched = [("data", pa.RecordBatch.from_pylist(rows))]
+    split = [
+        ("data", pa.RecordBatch.from_pylist(rows[:1])),
+        ("data", pa.RecordBatch.from_pylist(rows[1:])),
+    ]
+    for inputs in (one_by_one, batched, split):
+        h = OperatorHarness(Sum(key="k", value="v"))
+        h.run_window(inputs)
+        assert sorted((str(r["k"]), r["sum"]) for r in h.sink("sum").tuples) == [
+            ("1.0", 3),
+            ("nan", 3),
+        ]

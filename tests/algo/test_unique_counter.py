@@ -102,3 +102,21 @@ def test_unique_counter_is_registered() -> None:
     from malhar import registry
 
     assert registry.load("UniqueCounter") is UniqueCounter
+
+
+def test_nan_keys_are_one_key_in_tuples_and_batches() -> None:
+    # NaN equals nothing: each NaN key (a new object per tuple and per batch) was its own
+    # group, while a batch's value counts put them in one
+    nan = float("nan")
+    rows = [{"k": nan}, {"k": nan}, {"k": 1.0}]
+    one_by_one = [("data", r) for r in rows]
+    batched = [("data", pa.RecordBatch.from_pylist(rows))]
+    split = [
+        ("data", pa.RecordBatch.from_pylist(rows[:1])),
+        ("data", pa.RecordBatch.from_pylist(rows[1:])),
+    ]
+    for inputs in (one_by_one, batched, split):
+        h = OperatorHarness(UniqueCounter(key_column="k"))
+        h.run_window(inputs)
+        counts = sorted((str(r["key"]), r["count"]) for r in h.sink("count").tuples)
+        assert counts == [("1.0", 1), ("nan", 2)]
