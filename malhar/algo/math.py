@@ -35,6 +35,7 @@ from malhar.operator import Unifier
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
+from malhar.util.int_sums import may_wrap
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 GLOBAL = ()  # the accumulator key of a global (unkeyed) aggregate
@@ -386,6 +387,10 @@ class _Aggregate(AlgoOperator):
             k = None if k is None else k.filter(keep)
             if len(v) == 0:
                 return
+        if "sum" in self._agg.fields and may_wrap(v):  # Arrow's int64 sum would wrap
+            for row in rows_of(batch, self.value):
+                self.process(row)
+            return
         table = pa.table({"v": v} if k is None else {"k": k, "v": v})
         acc, agg = self.acc, self._agg
         for key, part in _partials(agg, table):
@@ -598,7 +603,11 @@ class _Ratio(AlgoOperator):
             for row in rows_of(batch, self.value):
                 self._add(row, side)
             return
-        if v.null_count or not (pa.types.is_integer(v.type) or pa.types.is_floating(v.type)):
+        if (
+            v.null_count
+            or not (pa.types.is_integer(v.type) or pa.types.is_floating(v.type))
+            or may_wrap(v)  # Arrow's int64 sum would wrap: Python's ints do not
+        ):
             for row in rows_of(batch, self.value):
                 self._add(row, side)
             return

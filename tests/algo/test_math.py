@@ -197,3 +197,16 @@ def test_nan_keys_are_one_group_in_tuples_and_batches() -> None:
             ("1.0", 3),
             ("nan", 3),
         ]
+
+
+def test_a_batchs_integer_sum_does_not_wrap_where_its_tuples_do_not() -> None:
+    # Arrow sums int64 in 64 bits and wraps; the tuples' Python ints do not
+    rows = [{"k": "a", "v": 2**62}, {"k": "a", "v": 2**62}]
+    for make, port, field in [
+        (lambda: Sum(key="k", value="v"), "sum", "sum"),
+        (lambda: Average(key="k", value="v"), "average", "sum"),
+    ]:
+        for inputs in ([("data", r) for r in rows], [("data", pa.RecordBatch.from_pylist(rows))]):
+            h = OperatorHarness(make())
+            h.run_window(inputs)
+            assert [r[field] for r in h.sink(port).tuples] == [2**63]

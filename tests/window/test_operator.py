@@ -495,3 +495,18 @@ def test_a_tuple_without_a_time_fails_as_a_batch_with_one_does(t) -> None:
             ).run_window(
                 [("input", pa.RecordBatch.from_pylist([{"k": "a", "t": 5}, {"k": "a", "t": None}]))]
             )
+
+
+def test_a_batchs_integer_sum_does_not_wrap_where_its_tuples_do_not() -> None:
+    # Arrow sums int64 in 64 bits and wraps; the tuples' Python ints do not
+    rows = [{"k": "a", "v": 2**62, "t": 1}, {"k": "a", "v": 2**62, "t": 2}]
+    got = []
+    for inputs in ([("input", r) for r in rows], [("input", pa.RecordBatch.from_pylist(rows))]):
+        h = harness(
+            KeyedWindowedOperator(Sum(), TimeWindows(10), key="k", value="v", timestamp="t")
+        )
+        h.run_window(inputs)
+        watermark(h, 20)
+        h.run_window([])
+        got.append([p[3] for p in panes(h)])
+    assert got == [[2**63], [2**63]]

@@ -31,6 +31,7 @@ from malhar.control import ControlSender, DeliveryType
 from malhar.operator import OperatorContext
 from malhar.properties import Configurable, Property
 from malhar.state import State
+from malhar.util.int_sums import may_wrap
 from malhar.window._order import ordered
 from malhar.window.errors import WindowConfigError, WindowError
 from malhar.window.impl.memory import InMemoryWindowedStorage
@@ -596,6 +597,9 @@ class WindowedCore(WindowedSettings):
             return False
         if batch.num_rows == 0:
             return True
+        sums = fast and "sum" in (acc.arrow_aggregations or ()) and value is not None
+        if sums and may_wrap(batch.column(value)):  # Arrow's int64 sum would wrap: per row
+            return False
         ts = self._timestamps(batch, timestamp)
         horizon = self.horizon()
         if horizon is not None:
