@@ -48,6 +48,7 @@ from malhar.algo._base import (
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
+from malhar.util.epoch_millis import epoch_millis
 from malhar.util.state import INT, INT_VALUE
 from malhar.util.state.arrow_keys import encode_keys
 from malhar.util.state.key_set_kinds import I64_MAX, MAX_KEY_BYTES
@@ -240,9 +241,7 @@ class TimeBasedDedup(_Dedup):
             for row in batch.to_pylist():
                 self.process(row)
             return
-        if pa.types.is_timestamp(times.type):
-            times = pc.cast(pc.cast(times, pa.timestamp("ms", tz=times.type.tz)), pa.int64())
-        stamps = times.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        stamps = epoch_millis(times)  # floored to the millisecond, as a tuple's time is
         sets, held, rest = self._held_keys(keys)
         if sets is None:
             labels = self._classify_rows(keys, stamps)

@@ -325,3 +325,18 @@ def test_bad_keys_and_times_reach_the_error_port_from_a_batch_as_from_tuples(
         assert got[0] == got[1], n
         reasons, unique = got[0]
         assert len(reasons) + len(unique) == len(rows) and reasons, n
+
+
+def test_a_batch_of_microsecond_times_is_deduplicated_as_its_tuples(tmp_path: Path) -> None:
+    # a cast to milliseconds refused a sub-millisecond part and failed the batch
+    t0 = dt.datetime(2024, 1, 1, 0, 0, 0, 1_500)
+    rows = [{"id": 1, "t": t0}, {"id": 1, "t": t0}, {"id": 2, "t": t0}]
+    schema = pa.schema([("id", pa.int64()), ("t", pa.timestamp("us"))])
+    got = []
+    for m, inputs in enumerate(
+        ([("input", r) for r in rows], [("input", pa.RecordBatch.from_pylist(rows, schema=schema))])
+    ):
+        h = _harness(TimeBasedDedup(key="id", time="t", expire_after=10_000), tmp_path / str(m))
+        h.run_window(inputs)
+        got.append((len(h.sink("unique").tuples), len(h.sink("duplicate").tuples)))
+    assert got[0] == got[1] == (2, 1)

@@ -510,3 +510,23 @@ def test_a_batchs_integer_sum_does_not_wrap_where_its_tuples_do_not() -> None:
         h.run_window([])
         got.append([p[3] for p in panes(h)])
     assert got == [[2**63], [2**63]]
+
+
+def test_a_batch_of_microsecond_timestamps_is_windowed_as_its_tuples() -> None:
+    # Spark's timestamps are microseconds: a cast to milliseconds refused a sub-millisecond
+    # part ("would lose data") and failed the batch; a tuple's datetime is floored
+    base = dt.datetime(1969, 12, 31, 23, 59, 59, 999_500, tzinfo=dt.UTC)  # -0.5 ms
+    # -0.5 ms, 0.5 ms and 9.4995 ms: floored to -1, 0 and 9
+    rows = [{"k": "a", "t": base + dt.timedelta(microseconds=us)} for us in (0, 1_000, 9_999)]
+    schema = pa.schema([("k", pa.string()), ("t", pa.timestamp("us", tz="UTC"))])
+    got = []
+    for inputs in (
+        [("input", r) for r in rows],
+        [("input", pa.RecordBatch.from_pylist(rows, schema=schema))],
+    ):
+        h = harness(KeyedWindowedOperator(Count(), TimeWindows(5), key="k", timestamp="t"))
+        h.run_window(inputs)
+        watermark(h, 100)
+        h.run_window([])
+        got.append(sorted((p[1], p[3]) for p in panes(h)))
+    assert got[0] == got[1] == [(-5, 1), (0, 1), (5, 1)]

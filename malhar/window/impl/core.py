@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from malhar.control import ControlSender, DeliveryType
 from malhar.operator import OperatorContext
 from malhar.properties import Configurable, Property
 from malhar.state import State
+from malhar.util.epoch_millis import epoch_millis
 from malhar.util.int_sums import may_wrap
 from malhar.window._order import ordered
 from malhar.window.errors import WindowConfigError, WindowError
@@ -571,13 +571,12 @@ class WindowedCore(WindowedSettings):
                 f"{type(self).__name__} {self._name!r}: the timestamp column {column!r} has "
                 f"{arr.null_count} null value(s)"
             )
-        if pa.types.is_timestamp(arr.type):
-            arr = pc.cast(arr, pa.timestamp("ms", arr.type.tz)).cast(pa.int64())
-        elif pa.types.is_date(arr.type):
-            arr = pc.cast(pc.cast(arr, pa.timestamp("ms")), pa.int64())
-        elif not pa.types.is_int64(arr.type):
-            arr = pc.cast(arr, pa.int64())
-        return arr.to_numpy(zero_copy_only=False)
+        try:  # floored to the millisecond, as a tuple's time is
+            return epoch_millis(arr)
+        except (ValueError, pa.ArrowInvalid) as exc:
+            raise WindowError(
+                f"{type(self).__name__} {self._name!r}: the timestamp column {column!r}: {exc}"
+            ) from None
 
     def _ingest_batch(
         self,

@@ -13,6 +13,7 @@ from malhar.operator import Operator, OperatorContext
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
+from malhar.util.epoch_millis import epoch_millis
 from malhar.window.errors import WindowConfigError, WindowError
 from malhar.window.impl.core import check_extractor, extractor
 from malhar.window.watermark import Watermark
@@ -99,10 +100,10 @@ class WatermarkGenerator(Operator):
                 self._update(None if self._split is None else self._split(row), ts)
             return
         ts = batch.column(self.timestamp)
-        if pa.types.is_timestamp(ts.type):
-            ts = pc.cast(ts, pa.timestamp("ms", ts.type.tz)).cast(pa.int64())
         if ts.null_count:
             raise WindowError(f"WatermarkGenerator {self._name!r}: null timestamps")
+        if pa.types.is_timestamp(ts.type):  # floored to the millisecond, as a tuple's time is
+            ts = pa.array(epoch_millis(ts))
         if self.split_by is None:
             self._update(None, pc.max(ts).as_py())
             return

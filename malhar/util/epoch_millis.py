@@ -1,0 +1,40 @@
+"""Epoch milliseconds of an Arrow column, as the operators' per-tuple paths compute them.
+
+Spark's timestamps are microseconds: a cast to ``timestamp("ms")`` refuses one with a
+sub-millisecond part ("would lose data"), which failed every batch of such rows, while a
+tuple's ``datetime`` is floored to its millisecond. Here timestamps of any unit are
+floored (before 1970 too, as ``datetime // timedelta`` does), dates are midnight UTC,
+integers are milliseconds already and floats are truncated like ``int()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["epoch_millis"]
+
+#: a timestamp unit -> (multiply, floor-divide) to milliseconds
+_TO_MS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
+
+
+def epoch_millis(values: Any) -> np.ndarray:
+    """An int64 array of the epoch milliseconds of ``values`` (an Arrow array or chunked
+    array of timestamps, dates, integers or floats, without nulls). Raises ValueError for a
+    NaN or infinite float, pyarrow's error for another type."""
+    kind = values.type
+    if pa.types.is_timestamp(kind):
+        mul, div = _TO_MS[kind.unit]
+        raw = pc.cast(values, pa.int64()).to_numpy(zero_copy_only=False)
+        return raw * mul if div == 1 else raw // div
+    if pa.types.is_date(kind):
+        values = pc.cast(values, pa.timestamp("ms"))
+    elif pa.types.is_floating(kind):
+        if not pc.all(pc.is_finite(values)).as_py():
+            raise ValueError("a NaN or infinite time is not a time")
+        values = pc.trunc(values)
+        return pc.cast(values, pa.int64()).to_numpy(zero_copy_only=False)
+    return pc.cast(values, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
