@@ -299,7 +299,9 @@ class Enricher(TypedOutputs, AlgoOperator):
             self._refresh_file()
         if batch.num_rows == 0:
             return
-        if any(f not in batch.schema.names for f in self.lookup_fields):
+        if any(f not in batch.schema.names for f in self.lookup_fields) or any(
+            batch.column(f).null_count for f in self.lookup_fields
+        ):  # a missing field, or a null key (the hash join matches no null): per tuple
             for row in batch.to_pylist():
                 self.process(row)
             return
@@ -361,7 +363,13 @@ class Enricher(TypedOutputs, AlgoOperator):
             right = right.select(self._store + added)
             for lf, sf in zip(self.lookup_fields, self._store, strict=True):
                 i = right.schema.get_field_index(sf)
-                right = right.set_column(i, sf, right.column(sf).cast(batch.schema.field(lf).type))
+                want = batch.schema.field(lf).type
+                if _kind(right.column(sf).type) != _kind(want):
+                    # a cast would make "2" find 2, which a tuple's lookup does not
+                    raise TypeError(
+                        f"lookup field {lf!r} is {want}, the store's {right.column(sf).type}"
+                    )
+                right = right.set_column(i, sf, right.column(sf).cast(want))
             left = left.drop_columns(
                 [c for c in added if c in batch.schema.names and c not in self.lookup_fields]
             )
@@ -389,3 +397,16 @@ class Enricher(TypedOutputs, AlgoOperator):
             _POS,
         ]
         return joined.select([c for c in order if c in joined.column_names])
+
+
+def _kind(t: pa.DataType) -> str:
+    """The kind of value a key type holds: widths may differ (int32 finds int64), kinds not."""
+    for name, test in (
+        ("int", pa.types.is_integer),
+        ("float", pa.types.is_floating),
+        ("text", lambda x: pa.types.is_string(x) or pa.types.is_large_string(x)),
+        ("bytes", lambda x: pa.types.is_binary(x) or pa.types.is_large_binary(x)),
+    ):
+        if test(t):
+            return name
+    return str(t)

@@ -171,3 +171,29 @@ def test_bad_configuration() -> None:
         Enricher(FileLookup("x.csv"), lookup_fields=["a"], miss_policy="ignore")
     with pytest.raises(PropertyError, match="source"):
         Enricher("x.csv", lookup_fields=["a"])
+
+
+def test_a_batch_finds_what_its_tuples_find_with_null_keys_and_keys_of_another_type(
+    tmp_path: Path,
+) -> None:
+    # the hash join matched no null key (a "drop" lost the row), and casting the store's
+    # keys to the batch's type made "2" find 2, which a tuple's lookup does not
+    path = tmp_path / "p.parquet"
+    _write(path, "parquet", [{"a": 1, "b": None, "name": "x"}, {"a": 1, "b": 2, "name": "y"}])
+    h = _both(
+        lambda: Enricher(FileLookup(str(path)), lookup_fields=["a", "b"], miss_policy="drop"),
+        [{"a": 1, "b": None, "qty": 1}, {"a": 1, "b": 2, "qty": 2}],
+    )
+    assert [r["name"] for r in h.sink("output").tuples] == ["x", "y"]
+    products = tmp_path / "products.parquet"
+    _write(products, "parquet", PRODUCTS)
+    h = _both(
+        lambda: Enricher(
+            FileLookup(str(products)),
+            lookup_fields=["product"],
+            store_fields=["id"],
+            miss_policy="error",
+        ),
+        [{"product": "2", "qty": 1}, {"product": "1", "qty": 3}],
+    )
+    assert h.sink("output").tuples == [] and len(h.sink("error").tuples) == 2
