@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from malhar.algo._base import Partitioning, one_nan
+from malhar.errors import MalharError
 from malhar.operator import Operator, Unifier
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
@@ -31,6 +32,15 @@ class UniqueCountUnifier(Unifier):
 
     def process(self, row: dict[str, Any]) -> None:
         self._counts[one_nan(row[self.key_name])] += row[self.count_name]
+
+    def _no_key(self, fields: list[str]) -> MalharError:
+        """A tuple without the key: UniqueCounter has no error port (every tuple counts)."""
+        if not fields:
+            return MalharError("UniqueCounter: an empty dict has no key to count")
+        return MalharError(
+            f"UniqueCounter: no field {self.key_column!r} to count in a tuple with fields "
+            f"{fields}; set key_column to one of them"
+        )
 
     def end_window(self) -> None:
         key_name, count_name = self.key_name, self.count_name
@@ -95,16 +105,30 @@ class UniqueCounter(Operator):
 
     def process(self, value: Any) -> None:
         if isinstance(value, dict):
-            value = value[self.key_column] if self.key_column else next(iter(value.values()))
+            try:
+                value = value[self.key_column] if self.key_column else next(iter(value.values()))
+            except (KeyError, StopIteration):
+                raise self._no_key(sorted(value)) from None
         self.counts[one_nan(value)] += 1
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
+        if self.key_column and self.key_column not in batch.schema.names:
+            raise self._no_key(batch.schema.names)
         column = batch.column(self.key_column) if self.key_column else batch.column(0)
         counted = pc.value_counts(column)
         keys = counted.field("values").to_pylist()
         ns = counted.field("counts").to_pylist()
         for key, n in zip(keys, ns, strict=True):
             self.counts[one_nan(key)] += n
+
+    def _no_key(self, fields: list[str]) -> MalharError:
+        """A tuple without the key: UniqueCounter has no error port (every tuple counts)."""
+        if not fields:
+            return MalharError("UniqueCounter: an empty dict has no key to count")
+        return MalharError(
+            f"UniqueCounter: no field {self.key_column!r} to count in a tuple with fields "
+            f"{fields}; set key_column to one of them"
+        )
 
     def end_window(self) -> None:
         key_name, count_name = self.key_name, self.count_name

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from malhar import DAG, InputPort, KeyCodec, Operator, OutputPort, run
+from malhar import DAG, InputPort, KeyCodec, MalharError, Operator, OutputPort, run
 from malhar.algo import UniqueCounter
 from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import Collector, ListInput, collected
@@ -120,3 +120,22 @@ def test_nan_keys_are_one_key_in_tuples_and_batches() -> None:
         h.run_window(inputs)
         counts = sorted((str(r["key"]), r["count"]) for r in h.sink("count").tuples)
         assert counts == [("1.0", 1), ("nan", 2)]
+
+
+def test_a_tuple_without_the_key_fails_with_what_to_set() -> None:
+    # UniqueCounter has no error port: a KeyError or a StopIteration said neither what nor how
+    for make, value, why in [
+        (
+            lambda: UniqueCounter(key_column="word"),
+            {"w": "a"},
+            r"no field 'word' .* \['w'\]; set key_column",
+        ),
+        (lambda: UniqueCounter(), {}, "an empty dict has no key"),
+        (
+            lambda: UniqueCounter(key_column="word"),
+            pa.RecordBatch.from_pylist([{"w": "a"}]),
+            "no field 'word'",
+        ),
+    ]:
+        with pytest.raises(MalharError, match=why):
+            OperatorHarness(make()).run_window([("data", value)])
