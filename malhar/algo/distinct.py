@@ -240,7 +240,11 @@ class FilterValues(TypedOutputs, AlgoOperator):
             return
         try:
             col = column(batch, self.field)
-            mask = pc.is_in(col, value_set=pa.array(self.values, type=col.type))
+            values = pa.array(self.values, type=col.type)
+            if pa.types.is_floating(col.type):  # -0.0 + 0 is 0.0: -0.0 finds 0.0 as in tuples
+                zero = pa.scalar(0, col.type)
+                col, values = pc.add(col, zero), pc.add(values, zero)
+            mask = pc.is_in(col, value_set=values)
         except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             for row in rows_of(batch, self.field):
                 self.process(row)

@@ -111,3 +111,13 @@ def test_list_columns_give_a_batch_the_results_of_its_tuples(make, port) -> None
         got.append(h.sink(port).tuples)
     assert got[0] == got[1]
     assert len(got[0]) == 2
+
+
+def test_filter_values_finds_negative_zero_in_a_batch_as_in_tuples() -> None:
+    rows = [{"v": -0.0}, {"v": 0.0}, {"v": 1.0}]
+    got = []
+    for inputs in ([("data", r) for r in rows], [("data", pa.RecordBatch.from_pylist(rows))]):
+        h = OperatorHarness(FilterValues(values=[0.0], field="v"))
+        h.run_window(inputs)
+        got.append([str(r["v"]) for r in h.sink("filter").tuples])
+    assert got == [["-0.0", "0.0"], ["-0.0", "0.0"]]
