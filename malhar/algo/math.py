@@ -60,6 +60,23 @@ def is_number(v: Any) -> bool:
     return isinstance(v, int | float | decimal.Decimal) and not isinstance(v, bool)
 
 
+def lowest(a: Any, b: Any) -> Any:
+    """The smaller of two values, NaN above every number (as Spark orders it): in any
+    order of arrival, min ignores a NaN unless there is nothing else."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return b if b < a else a
+
+
+def highest(a: Any, b: Any) -> Any:
+    """The larger of two values, NaN above every number: max is NaN once one arrived."""
+    if a != a or b != b:
+        return a if a != a else b
+    return b if b > a else a
+
+
 # -- aggregations: partial accumulators that merge ---------------------------------------------
 class Agg:
     """One aggregation: ``add`` a value, ``merge`` two partials, to and from output rows."""
@@ -133,7 +150,7 @@ class MinAgg(Agg):
         return v
 
     def merge(self, a: Any, b: Any) -> Any:
-        return b if b < a else a
+        return lowest(a, b)
 
     def row(self, acc: Any) -> dict[str, Any]:
         return {"min": acc}
@@ -149,7 +166,7 @@ class MaxAgg(MinAgg):
     fields = ("max",)
 
     def merge(self, a: Any, b: Any) -> Any:
-        return b if b > a else a
+        return highest(a, b)
 
     def row(self, acc: Any) -> dict[str, Any]:
         return {"max": acc}
@@ -189,7 +206,7 @@ class RangeAgg(Agg):
         return (v, v)
 
     def merge(self, a: Any, b: Any) -> Any:
-        return (b[0] if b[0] < a[0] else a[0], b[1] if b[1] > a[1] else a[1])
+        return (lowest(a[0], b[0]), highest(a[1], b[1]))
 
     def row(self, acc: Any) -> dict[str, Any]:
         return {"low": acc[0], "high": acc[1]}
@@ -383,7 +400,7 @@ class _Aggregate(AlgoOperator):
             for row in rows_of(batch.filter(nulls), self.value):
                 self._error(row, "value None is not a number")
             keep = pc.invert(nulls)
-            v = v.filter(keep)
+            batch, v = batch.filter(keep), v.filter(keep)
             k = None if k is None else k.filter(keep)
             if len(v) == 0:
                 return
@@ -391,6 +408,16 @@ class _Aggregate(AlgoOperator):
             for row in rows_of(batch, self.value):
                 self.process(row)
             return
+        if isinstance(self._agg, MinAgg | RangeAgg) and pa.types.is_floating(v.type):
+            nan = pc.fill_null(pc.is_nan(v), False)
+            if pc.any(nan).as_py():  # Arrow's min and max skip NaN: these rows per tuple
+                for row in rows_of(batch.filter(nan), self.value):
+                    self.process(row)
+                keep = pc.invert(nan)
+                batch, v = batch.filter(keep), v.filter(keep)
+                k = None if k is None else k.filter(keep)
+                if len(v) == 0:
+                    return
         table = pa.table({"v": v} if k is None else {"k": k, "v": v})
         acc, agg = self.acc, self._agg
         for key, part in _partials(agg, table):

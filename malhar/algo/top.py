@@ -229,11 +229,13 @@ class TopN(AlgoOperator):
             for row in rows_of(batch):
                 self.process(row)
             return
-        if value.null_count:
-            nulls = pc.is_null(value)
-            for row in batch.filter(nulls).to_pylist():
+        odd = pc.is_null(value)
+        if pa.types.is_floating(value.type):  # Arrow sorts NaN last either way: per tuple
+            odd = pc.or_(odd, pc.fill_null(pc.is_nan(value), False))
+        if pc.any(odd).as_py():
+            for row in batch.filter(odd).to_pylist():
                 self.process(row)
-            batch = batch.filter(pc.invert(nulls))
+            batch = batch.filter(pc.invert(odd))
             if batch.num_rows == 0:
                 return
         batch = self._above_thresholds(batch)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 
 from malhar.algo import BottomN, LeastFrequentKey, MergeSort, MostFrequentKey, TopN, TopNUnique
@@ -121,3 +123,20 @@ def test_top_unique_of_rows_with_a_list_column_in_a_batch_as_in_tuples() -> None
         h.run_window(inputs)
         got.append(h.sink("top").tuples)
     assert got[0] == got[1] == [{"k": [5], "n": 2, "rank": 1}, {"k": [1, 2], "n": 1, "rank": 2}]
+
+
+def test_nan_ranks_above_every_number_from_tuples_and_batches() -> None:
+    # Arrow sorts NaN last whichever the direction: a batch's NaN row never ranked
+    values = [float("nan"), 1.0, 2.0, None]
+    for cls, want in [(TopN, "[nan, 2.0]"), (BottomN, "[1.0, 2.0]")]:
+        got = set()
+        for order in itertools.permutations(values):
+            rows = [{"v": v, "i": i} for i, v in enumerate(order)]
+            for inputs in (
+                [("data", r) for r in rows],
+                [("data", pa.RecordBatch.from_pylist(rows))],
+            ):
+                h = OperatorHarness(cls(n=2, order_by="v"))
+                h.run_window(inputs)
+                got.add(str([r["v"] for r in h.sink("top").tuples]))
+        assert got == {want}, cls.__name__
