@@ -36,6 +36,7 @@ from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
 from malhar.util.int_sums import may_wrap
+from malhar.util.nan_order import highest, lowest
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 GLOBAL = ()  # the accumulator key of a global (unkeyed) aggregate
@@ -58,23 +59,6 @@ __all__ = [
 
 def is_number(v: Any) -> bool:
     return isinstance(v, int | float | decimal.Decimal) and not isinstance(v, bool)
-
-
-def lowest(a: Any, b: Any) -> Any:
-    """The smaller of two values, NaN above every number (as Spark orders it): in any
-    order of arrival, min ignores a NaN unless there is nothing else."""
-    if a != a:
-        return b
-    if b != b:
-        return a
-    return b if b < a else a
-
-
-def highest(a: Any, b: Any) -> Any:
-    """The larger of two values, NaN above every number: max is NaN once one arrived."""
-    if a != a or b != b:
-        return a if a != a else b
-    return b if b > a else a
 
 
 # -- aggregations: partial accumulators that merge ---------------------------------------------

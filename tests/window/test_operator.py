@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pyarrow as pa
 import pytest
@@ -530,3 +531,25 @@ def test_a_batch_of_microsecond_timestamps_is_windowed_as_its_tuples() -> None:
         h.run_window([])
         got.append(sorted((p[1], p[3]) for p in panes(h)))
     assert got[0] == got[1] == [(-5, 1), (0, 1), (5, 1)]
+
+
+def test_nan_is_above_every_number_in_window_min_and_max_from_tuples_and_batches() -> None:
+    # Python's min and max depended on the order of arrival; Arrow's skip NaN
+    from malhar.window.accumulation import Max, Min
+
+    for acc, want in [(Min, "[1.0]"), (Max, "[nan]")]:
+        got = set()
+        for order in itertools.permutations([float("nan"), 1.0, 2.0]):
+            rows = [{"k": "a", "v": v, "t": 1} for v in order]
+            for inputs in (
+                [("input", r) for r in rows],
+                [("input", pa.RecordBatch.from_pylist(rows))],
+            ):
+                h = harness(
+                    KeyedWindowedOperator(acc(), TimeWindows(10), key="k", value="v", timestamp="t")
+                )
+                h.run_window(inputs)
+                watermark(h, 20)
+                h.run_window([])
+                got.add(str([p[3] for p in panes(h)]))
+        assert got == {want}, acc.__name__

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from malhar.util.nan_order import highest, lowest
 from malhar.window._order import ordered
 from malhar.window.errors import AccumulationError, WindowConfigError
 from malhar.window.protocol import Accumulation
@@ -124,14 +125,14 @@ class Min(_Extreme):
     """The smallest value (nulls skipped; vectorized with ``min``)."""
 
     arrow_aggregations: ClassVar[tuple[str, ...]] = ("min",)
-    _pick = min
+    _pick = staticmethod(lowest)  # NaN above every number, in any order of arrival
 
 
 class Max(_Extreme):
     """The largest value (nulls skipped; vectorized with ``max``)."""
 
     arrow_aggregations: ClassVar[tuple[str, ...]] = ("max",)
-    _pick = max
+    _pick = staticmethod(highest)  # NaN above every number, in any order of arrival
 
 
 class Average(Accumulation[Any, tuple[Any, int], Any]):

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from malhar.control import ControlSender, DeliveryType
 from malhar.operator import OperatorContext
@@ -596,8 +597,11 @@ class WindowedCore(WindowedSettings):
             return False
         if batch.num_rows == 0:
             return True
-        sums = fast and "sum" in (acc.arrow_aggregations or ()) and value is not None
-        if sums and may_wrap(batch.column(value)):  # Arrow's int64 sum would wrap: per row
+        if (
+            fast
+            and value is not None
+            and _arrow_differs(acc.arrow_aggregations or (), batch.column(value))
+        ):
             return False
         ts = self._timestamps(batch, timestamp)
         horizon = self.horizon()
@@ -827,3 +831,14 @@ def columns_of(spec: Any) -> list[str] | None:
     if isinstance(spec, list | tuple) and all(isinstance(s, str) for s in spec):
         return list(spec)
     return None
+
+
+def _arrow_differs(aggregations: Sequence[str], values: Any) -> bool:
+    """Whether Arrow's aggregation of ``values`` could differ from the tuples' (then a batch
+    goes row by row): an int64 sum that could wrap, a min or max over NaN (Arrow skips it;
+    malhar ranks it above every number, as Spark does)."""
+    if "sum" in aggregations and may_wrap(values):
+        return True
+    if ("min" in aggregations or "max" in aggregations) and pa.types.is_floating(values.type):
+        return bool(pc.any(pc.fill_null(pc.is_nan(values), False)).as_py())
+    return False
