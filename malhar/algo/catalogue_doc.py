@@ -68,6 +68,14 @@ ports with it, so that batches travel as Arrow between Spark tasks. Expressions 
 `FilterOperator` / `TransformOperator` follow the grammar of `malhar.algo.expr` (parsed with
 `ast` against a whitelist, compiled to `pyarrow.compute`; never `eval`).
 
+A batch gives what its tuples give one by one. Where Arrow's kernels would differ, the
+batch (or its odd rows) takes the per-tuple path: NaN keys are one key; NaN ranks above
+every number, as Spark orders it (`Min` ignores it, `Max` is NaN, `TopN` ranks it first);
+an integer sum that could pass 2**63 is added in Python's unbounded ints; times are
+floored to the millisecond whatever their unit; columns Arrow cannot group (lists) and
+null lookup keys go row by row. `FilterOperator` and `TransformOperator` are the exception
+for a few edge cases of their expressions (see `malhar.algo.expr`).
+
 A pipeline of catalogue operators, run by the harness:
 
 ```python

@@ -3,7 +3,11 @@
 The text is parsed with Python's :mod:`ast` and only the constructs below are accepted;
 nothing is ever passed to ``eval`` or ``exec``. :func:`compile_expression` returns an
 :class:`Expression` that evaluates a dict row in Python (``expr.row(row)``) and a whole
-Arrow batch with ``pyarrow.compute`` (``expr.batch(batch)``); both give the same values.
+Arrow batch with ``pyarrow.compute`` (``expr.batch(batch)``); both give the same values,
+except in edge cases of the two arithmetics: a fractional power of a negative number
+(Python: complex, Arrow: NaN), ``round`` of a float exactly between two (Python rounds the
+binary value, Arrow half to even on the decimal), ``%`` of floats, ``upper`` of ``ß``,
+``min``/``max`` with a NaN, and ``-0.0 in [0.0]``.
 
 Grammar (a subset of Python's expression syntax)::
 
