@@ -70,6 +70,14 @@ class _Parser(TypedOutputs, AlgoOperator):
     def parse_one(self, record: str) -> pa.RecordBatch:
         return self.parse_many([record])
 
+    def _not_text(self, t: Any) -> str:
+        """Why a tuple holds no record to parse."""
+        if self.field is not None and isinstance(t, dict):
+            if self.field not in t:
+                return f"no field {self.field!r} (the record's text) in a tuple with fields {sorted(t)}"
+            return f"field {self.field!r}: expected text, got {type(t[self.field]).__name__}"
+        return f"expected text, got {type(t).__name__}"
+
     def _record(self, t: Any) -> str | None:
         if self.field is not None and isinstance(t, dict):
             return _text(t.get(self.field))
@@ -78,7 +86,7 @@ class _Parser(TypedOutputs, AlgoOperator):
     def process(self, record: Any) -> None:
         text = self._record(record)
         if text is None:
-            self._error(record, f"expected text, got {type(record).__name__}")
+            self._error(record, self._not_text(record))
             return
         try:
             row = self.parse_one(text)
@@ -285,7 +293,7 @@ class JsonParser(_Parser):
     def process(self, record: Any) -> None:
         text = self._record(record)
         if text is None:
-            self._error(record, f"expected text, got {type(record).__name__}")
+            self._error(record, self._not_text(record))
             return
         try:
             value = self._load(text)

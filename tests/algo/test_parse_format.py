@@ -134,3 +134,13 @@ def test_a_record_field_such_as_kafkas_value() -> None:
         h.run_window([("input", r) for r in inputs])
         assert h.sink("out").tuples == [{"id": 1}]
         assert h.sink("error").tuples[0]["tuple"] == {"topic": "t", "value": b"{"}
+
+
+def test_a_tuple_without_the_records_field_says_which_fields_it_has() -> None:
+    h = OperatorHarness(JsonParser(field="value"))
+    h.run_window([("input", {"v": "{}"}), ("input", {"value": 3}), ("input", 5)])
+    assert [e["reason"] for e in h.sink("error").tuples] == [
+        "no field 'value' (the record's text) in a tuple with fields ['v']",
+        "field 'value': expected text, got int",
+        "expected text, got int",
+    ]
