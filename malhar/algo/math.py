@@ -359,7 +359,14 @@ class _Aggregate(AlgoOperator):
             return
         acc = self.acc
         k = one_nan(k)
-        acc[k] = self._agg.add(acc[k], v) if k in acc else self._agg.new(v)
+        try:
+            acc[k] = self._agg.add(acc[k], v) if k in acc else self._agg.new(v)
+        except TypeError:  # a Decimal after floats, or the other way round
+            self._error(
+                t,
+                f"value {v!r} ({type(v).__name__}) cannot be combined with the values before "
+                "it: give the field one numeric type (Decimal and float do not mix)",
+            )
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:

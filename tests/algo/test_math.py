@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import itertools
 
 import pyarrow as pa
@@ -233,3 +234,13 @@ def test_nan_is_above_every_number_in_any_order_from_tuples_and_batches() -> Non
                 h.run_window(inputs)
                 got.add(str(h.sink(port).tuples))
         assert got == {want}, cls.__name__
+
+
+def test_a_decimal_after_floats_goes_to_the_error_port() -> None:
+    h = OperatorHarness(Sum(value="v"))
+    h.run_window(
+        [("data", {"v": 1.5}), ("data", {"v": decimal.Decimal("1")}), ("data", {"v": 2.0})]
+    )
+    assert h.sink("sum").tuples == [{"sum": 3.5}]
+    (error,) = h.sink("error").tuples
+    assert "Decimal and float do not mix" in error["reason"]
