@@ -33,15 +33,6 @@ class UniqueCountUnifier(Unifier):
     def process(self, row: dict[str, Any]) -> None:
         self._counts[one_nan(row[self.key_name])] += row[self.count_name]
 
-    def _no_key(self, fields: list[str]) -> MalharError:
-        """A tuple without the key: UniqueCounter has no error port (every tuple counts)."""
-        if not fields:
-            return MalharError("UniqueCounter: an empty dict has no key to count")
-        return MalharError(
-            f"UniqueCounter: no field {self.key_column!r} to count in a tuple with fields "
-            f"{fields}; set key_column to one of them"
-        )
-
     def end_window(self) -> None:
         key_name, count_name = self.key_name, self.count_name
         for key, n in self._counts.items():

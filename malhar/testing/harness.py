@@ -52,7 +52,7 @@ from malhar.operator import (
 from malhar.ports import Emitter, ports_of
 from malhar.state import restore_window_snapshot, window_snapshot
 
-__all__ = ["CollectorSink", "OperatorHarness"]
+__all__ = ["CollectorSink", "OperatorHarness", "deliveries"]
 
 
 @dataclass
@@ -219,3 +219,29 @@ class OperatorHarness:
             self.operator.deactivate()
         self.operator.teardown()
         self.managed.close()
+
+
+def deliveries(
+    port: str, rows: list[dict[str, Any]], schema: pa.Schema | None = None
+) -> list[list[tuple[str, Any]]]:
+    """The same rows delivered three ways, as ``run_window`` inputs: one tuple at a time, as
+    one Arrow batch, and as two batches (the first row, then the rest). An operator must
+    give the same output for each: its ``process`` and ``process_batch`` paths agree.
+
+    Example:
+        >>> from malhar.algo import Sum
+        >>> from malhar.testing.harness import OperatorHarness, deliveries
+        >>> outputs = []
+        >>> for inputs in deliveries("data", [{"v": 1}, {"v": 2}]):
+        ...     h = OperatorHarness(Sum(value="v"))
+        ...     h.run_window(inputs)
+        ...     outputs.append(h.sink("sum").tuples)
+        >>> outputs
+        [[{'sum': 3}], [{'sum': 3}], [{'sum': 3}]]
+    """
+    batch = pa.RecordBatch.from_pylist
+    return [
+        [(port, row) for row in rows],
+        [(port, batch(rows, schema=schema))],
+        [(port, batch(rows[:1], schema=schema)), (port, batch(rows[1:], schema=schema))],
+    ]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from malhar import OperatorContext
 from malhar.algo import BoundedDedup, TimeBasedDedup
 from malhar.algo._base import arrow_schema_of
-from malhar.testing.harness import OperatorHarness
+from malhar.testing.harness import OperatorHarness, deliveries
 
 
 def _harness(op, tmp_path: Path) -> OperatorHarness:
@@ -316,13 +316,11 @@ def test_bad_keys_and_times_reach_the_error_port_from_a_batch_as_from_tuples(
     ]
     for n, (make, rows) in enumerate(cases):
         got = []
-        for m, inputs in enumerate(
-            ([("input", r) for r in rows], [("input", pa.RecordBatch.from_pylist(rows))])
-        ):
+        for m, inputs in enumerate(deliveries("input", rows)):
             h = _harness(make(), tmp_path / f"{n}-{m}")
             h.run_window(inputs)
             got.append(([e["reason"] for e in h.sink("error").tuples], h.sink("unique").tuples))
-        assert got[0] == got[1], n
+        assert got[0] == got[1] == got[2], n
         reasons, unique = got[0]
         assert len(reasons) + len(unique) == len(rows) and reasons, n
 
@@ -333,10 +331,8 @@ def test_a_batch_of_microsecond_times_is_deduplicated_as_its_tuples(tmp_path: Pa
     rows = [{"id": 1, "t": t0}, {"id": 1, "t": t0}, {"id": 2, "t": t0}]
     schema = pa.schema([("id", pa.int64()), ("t", pa.timestamp("us"))])
     got = []
-    for m, inputs in enumerate(
-        ([("input", r) for r in rows], [("input", pa.RecordBatch.from_pylist(rows, schema=schema))])
-    ):
+    for m, inputs in enumerate(deliveries("input", rows, schema=schema)):
         h = _harness(TimeBasedDedup(key="id", time="t", expire_after=10_000), tmp_path / str(m))
         h.run_window(inputs)
         got.append((len(h.sink("unique").tuples), len(h.sink("duplicate").tuples)))
-    assert got[0] == got[1] == (2, 1)
+    assert got[0] == got[1] == got[2] == (2, 1)

@@ -9,7 +9,7 @@ import pytest
 
 from malhar import PropertyError
 from malhar.algo import Distinct, FilterKeys, FilterValues, InvertIndex, Sampler, UniqueValueCount
-from malhar.testing.harness import OperatorHarness
+from malhar.testing.harness import OperatorHarness, deliveries
 
 
 def test_distinct_values_of_a_field_once_per_window() -> None:
@@ -104,20 +104,20 @@ def test_list_columns_give_a_batch_the_results_of_its_tuples(make, port) -> None
         {"k": [5], "v": [4], "n": 2},
     ]
     got = []
-    for inputs in ([("data", r) for r in rows], [("data", pa.RecordBatch.from_pylist(rows))]):
+    for inputs in deliveries("data", rows):
         h = OperatorHarness(make())
         h.run_window(inputs)
         assert h.sink("error").tuples == []
         got.append(h.sink(port).tuples)
-    assert got[0] == got[1]
+    assert got[0] == got[1] == got[2]
     assert len(got[0]) == 2
 
 
 def test_filter_values_finds_negative_zero_in_a_batch_as_in_tuples() -> None:
     rows = [{"v": -0.0}, {"v": 0.0}, {"v": 1.0}]
     got = []
-    for inputs in ([("data", r) for r in rows], [("data", pa.RecordBatch.from_pylist(rows))]):
+    for inputs in deliveries("data", rows):
         h = OperatorHarness(FilterValues(values=[0.0], field="v"))
         h.run_window(inputs)
         got.append([str(r["v"]) for r in h.sink("filter").tuples])
-    assert got == [["-0.0", "0.0"], ["-0.0", "0.0"]]
+    assert got == [["-0.0", "0.0"]] * 3

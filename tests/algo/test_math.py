@@ -23,7 +23,7 @@ from malhar.algo import (
     Sum,
 )
 from malhar.algo.math import MathUnifier
-from malhar.testing.harness import OperatorHarness
+from malhar.testing.harness import OperatorHarness, deliveries
 
 ROWS = [{"k": "a", "v": 2}, {"k": "b", "v": 5}, {"k": "a", "v": -4}]
 
@@ -187,13 +187,7 @@ def test_bad_property_values_are_refused() -> None:
 def test_nan_keys_are_one_group_in_tuples_and_batches() -> None:
     nan = float("nan")
     rows = [{"k": nan, "v": 1}, {"k": nan, "v": 2}, {"k": 1.0, "v": 3}]
-    one_by_one = [("data", r) for r in rows]
-    batched = [("data", pa.RecordBatch.from_pylist(rows))]
-    split = [
-        ("data", pa.RecordBatch.from_pylist(rows[:1])),
-        ("data", pa.RecordBatch.from_pylist(rows[1:])),
-    ]
-    for inputs in (one_by_one, batched, split):
+    for inputs in deliveries("data", rows):
         h = OperatorHarness(Sum(key="k", value="v"))
         h.run_window(inputs)
         assert sorted((str(r["k"]), r["sum"]) for r in h.sink("sum").tuples) == [
@@ -209,7 +203,7 @@ def test_a_batchs_integer_sum_does_not_wrap_where_its_tuples_do_not() -> None:
         (lambda: Sum(key="k", value="v"), "sum", "sum"),
         (lambda: Average(key="k", value="v"), "average", "sum"),
     ]:
-        for inputs in ([("data", r) for r in rows], [("data", pa.RecordBatch.from_pylist(rows))]):
+        for inputs in deliveries("data", rows):
             h = OperatorHarness(make())
             h.run_window(inputs)
             assert [r[field] for r in h.sink(port).tuples] == [2**63]
@@ -226,10 +220,7 @@ def test_nan_is_above_every_number_in_any_order_from_tuples_and_batches() -> Non
         got = set()
         for order in itertools.permutations(values):
             rows = [{"k": "a", "v": v} for v in order]
-            for inputs in (
-                [("data", r) for r in rows],
-                [("data", pa.RecordBatch.from_pylist(rows))],
-            ):
+            for inputs in deliveries("data", rows):
                 h = OperatorHarness(cls(key="k", value="v"))
                 h.run_window(inputs)
                 got.add(str(h.sink(port).tuples))

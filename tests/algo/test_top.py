@@ -7,7 +7,7 @@ import itertools
 import pyarrow as pa
 
 from malhar.algo import BottomN, LeastFrequentKey, MergeSort, MostFrequentKey, TopN, TopNUnique
-from malhar.testing.harness import OperatorHarness
+from malhar.testing.harness import OperatorHarness, deliveries
 
 SALES = [
     {"shop": "x", "item": "tea", "n": 4},
@@ -118,11 +118,16 @@ def test_top_unique_of_rows_with_a_list_column_in_a_batch_as_in_tuples() -> None
     # Arrow cannot group list columns: the batch path raised where the tuples' worked
     rows = [{"k": [1, 2], "n": 1}, {"k": [1, 2], "n": 1}, {"k": [5], "n": 2}]
     got = []
-    for inputs in ([("data", r) for r in rows], [("data", pa.RecordBatch.from_pylist(rows))]):
+    for inputs in deliveries("data", rows):
         h = OperatorHarness(TopNUnique(n=2, order_by="n"))
         h.run_window(inputs)
         got.append(h.sink("top").tuples)
-    assert got[0] == got[1] == [{"k": [5], "n": 2, "rank": 1}, {"k": [1, 2], "n": 1, "rank": 2}]
+    assert (
+        got[0]
+        == got[1]
+        == got[2]
+        == [{"k": [5], "n": 2, "rank": 1}, {"k": [1, 2], "n": 1, "rank": 2}]
+    )
 
 
 def test_nan_ranks_above_every_number_from_tuples_and_batches() -> None:
@@ -132,10 +137,7 @@ def test_nan_ranks_above_every_number_from_tuples_and_batches() -> None:
         got = set()
         for order in itertools.permutations(values):
             rows = [{"v": v, "i": i} for i, v in enumerate(order)]
-            for inputs in (
-                [("data", r) for r in rows],
-                [("data", pa.RecordBatch.from_pylist(rows))],
-            ):
+            for inputs in deliveries("data", rows):
                 h = OperatorHarness(cls(n=2, order_by="v"))
                 h.run_window(inputs)
                 got.add(str([r["v"] for r in h.sink("top").tuples]))

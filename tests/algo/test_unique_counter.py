@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from malhar import DAG, InputPort, KeyCodec, MalharError, Operator, OutputPort, run
 from malhar.algo import UniqueCounter
-from malhar.testing.harness import OperatorHarness
+from malhar.testing.harness import OperatorHarness, deliveries
 from malhar.testing.operators import Collector, ListInput, collected
 
 
@@ -109,13 +109,7 @@ def test_nan_keys_are_one_key_in_tuples_and_batches() -> None:
     # group, while a batch's value counts put them in one
     nan = float("nan")
     rows = [{"k": nan}, {"k": nan}, {"k": 1.0}]
-    one_by_one = [("data", r) for r in rows]
-    batched = [("data", pa.RecordBatch.from_pylist(rows))]
-    split = [
-        ("data", pa.RecordBatch.from_pylist(rows[:1])),
-        ("data", pa.RecordBatch.from_pylist(rows[1:])),
-    ]
-    for inputs in (one_by_one, batched, split):
+    for inputs in deliveries("data", rows):
         h = OperatorHarness(UniqueCounter(key_column="k"))
         h.run_window(inputs)
         counts = sorted((str(r["key"]), r["count"]) for r in h.sink("count").tuples)

@@ -11,6 +11,7 @@ import pytest
 from malhar import MalharError
 from malhar.control import ControlSender, DeliveryType
 from malhar.testing import OperatorHarness
+from malhar.testing.harness import deliveries
 from malhar.window import (
     AfterCount,
     AfterProcessingTime,
@@ -502,7 +503,7 @@ def test_a_batchs_integer_sum_does_not_wrap_where_its_tuples_do_not() -> None:
     # Arrow sums int64 in 64 bits and wraps; the tuples' Python ints do not
     rows = [{"k": "a", "v": 2**62, "t": 1}, {"k": "a", "v": 2**62, "t": 2}]
     got = []
-    for inputs in ([("input", r) for r in rows], [("input", pa.RecordBatch.from_pylist(rows))]):
+    for inputs in deliveries("input", rows):
         h = harness(
             KeyedWindowedOperator(Sum(), TimeWindows(10), key="k", value="v", timestamp="t")
         )
@@ -510,7 +511,7 @@ def test_a_batchs_integer_sum_does_not_wrap_where_its_tuples_do_not() -> None:
         watermark(h, 20)
         h.run_window([])
         got.append([p[3] for p in panes(h)])
-    assert got == [[2**63], [2**63]]
+    assert got == [[2**63]] * 3
 
 
 def test_a_batch_of_microsecond_timestamps_is_windowed_as_its_tuples() -> None:
@@ -521,16 +522,13 @@ def test_a_batch_of_microsecond_timestamps_is_windowed_as_its_tuples() -> None:
     rows = [{"k": "a", "t": base + dt.timedelta(microseconds=us)} for us in (0, 1_000, 9_999)]
     schema = pa.schema([("k", pa.string()), ("t", pa.timestamp("us", tz="UTC"))])
     got = []
-    for inputs in (
-        [("input", r) for r in rows],
-        [("input", pa.RecordBatch.from_pylist(rows, schema=schema))],
-    ):
+    for inputs in deliveries("input", rows, schema=schema):
         h = harness(KeyedWindowedOperator(Count(), TimeWindows(5), key="k", timestamp="t"))
         h.run_window(inputs)
         watermark(h, 100)
         h.run_window([])
         got.append(sorted((p[1], p[3]) for p in panes(h)))
-    assert got[0] == got[1] == [(-5, 1), (0, 1), (5, 1)]
+    assert got[0] == got[1] == got[2] == [(-5, 1), (0, 1), (5, 1)]
 
 
 def test_nan_is_above_every_number_in_window_min_and_max_from_tuples_and_batches() -> None:
@@ -541,10 +539,7 @@ def test_nan_is_above_every_number_in_window_min_and_max_from_tuples_and_batches
         got = set()
         for order in itertools.permutations([float("nan"), 1.0, 2.0]):
             rows = [{"k": "a", "v": v, "t": 1} for v in order]
-            for inputs in (
-                [("input", r) for r in rows],
-                [("input", pa.RecordBatch.from_pylist(rows))],
-            ):
+            for inputs in deliveries("input", rows):
                 h = harness(
                     KeyedWindowedOperator(acc(), TimeWindows(10), key="k", value="v", timestamp="t")
                 )
