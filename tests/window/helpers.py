@@ -71,3 +71,12 @@ def reference_counts(
         for start in range(last - size + slide, last + 1, slide):
             out[(key, Window(start, start + size))] += 1
     return dict(out)
+
+
+def fired(op: Any, inputs: list[tuple[str, Any]], at: int) -> list[tuple[Any, ...]]:
+    """The panes ``op`` emits for ``inputs`` once the watermark reaches ``at``."""
+    h = harness(op)
+    h.run_window(inputs)
+    watermark(h, at)
+    h.run_window([])
+    return panes(h)

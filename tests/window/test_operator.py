@@ -29,7 +29,7 @@ from malhar.window import (
     WindowError,
 )
 from malhar.window.accumulation import Count, Sum, ToList
-from tests.window.helpers import harness, pane, panes, watermark, watermarks
+from tests.window.helpers import fired, harness, pane, panes, watermark, watermarks
 
 A_R = "ACCUMULATING_AND_RETRACTING"
 
@@ -504,13 +504,8 @@ def test_a_batchs_integer_sum_does_not_wrap_where_its_tuples_do_not() -> None:
     rows = [{"k": "a", "v": 2**62, "t": 1}, {"k": "a", "v": 2**62, "t": 2}]
     got = []
     for inputs in deliveries("input", rows):
-        h = harness(
-            KeyedWindowedOperator(Sum(), TimeWindows(10), key="k", value="v", timestamp="t")
-        )
-        h.run_window(inputs)
-        watermark(h, 20)
-        h.run_window([])
-        got.append([p[3] for p in panes(h)])
+        op = KeyedWindowedOperator(Sum(), TimeWindows(10), key="k", value="v", timestamp="t")
+        got.append([p[3] for p in fired(op, inputs, 20)])
     assert got == [[2**63]] * 3
 
 
@@ -523,11 +518,8 @@ def test_a_batch_of_microsecond_timestamps_is_windowed_as_its_tuples() -> None:
     schema = pa.schema([("k", pa.string()), ("t", pa.timestamp("us", tz="UTC"))])
     got = []
     for inputs in deliveries("input", rows, schema=schema):
-        h = harness(KeyedWindowedOperator(Count(), TimeWindows(5), key="k", timestamp="t"))
-        h.run_window(inputs)
-        watermark(h, 100)
-        h.run_window([])
-        got.append(sorted((p[1], p[3]) for p in panes(h)))
+        op = KeyedWindowedOperator(Count(), TimeWindows(5), key="k", timestamp="t")
+        got.append(sorted((p[1], p[3]) for p in fired(op, inputs, 100)))
     assert got[0] == got[1] == got[2] == [(-5, 1), (0, 1), (5, 1)]
 
 
@@ -540,11 +532,8 @@ def test_nan_is_above_every_number_in_window_min_and_max_from_tuples_and_batches
         for order in itertools.permutations([float("nan"), 1.0, 2.0]):
             rows = [{"k": "a", "v": v, "t": 1} for v in order]
             for inputs in deliveries("input", rows):
-                h = harness(
-                    KeyedWindowedOperator(acc(), TimeWindows(10), key="k", value="v", timestamp="t")
+                op = KeyedWindowedOperator(
+                    acc(), TimeWindows(10), key="k", value="v", timestamp="t"
                 )
-                h.run_window(inputs)
-                watermark(h, 20)
-                h.run_window([])
-                got.add(str([p[3] for p in panes(h)]))
+                got.add(str([p[3] for p in fired(op, inputs, 20)]))
         assert got == {want}, acc.__name__
