@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from malhar.algo._base import Partitioning, one_nan
+from malhar.algo._base import NAN, Partitioning, one_nan
 from malhar.errors import MalharError
 from malhar.operator import Operator, Unifier
 from malhar.ports import InputPort, OutputPort
@@ -100,7 +100,9 @@ class UniqueCounter(Operator):
                 value = value[self.key_column] if self.key_column else next(iter(value.values()))
             except (KeyError, StopIteration):
                 raise self._no_key(sorted(value)) from None
-        self.counts[one_nan(value)] += 1
+        if value.__class__ is float and value != value:  # one_nan, inlined: per tuple
+            value = NAN
+        self.counts[value] += 1
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         if self.key_column and self.key_column not in batch.schema.names:
