@@ -362,11 +362,7 @@ class _Aggregate(AlgoOperator):
         try:
             acc[k] = self._agg.add(acc[k], v) if k in acc else self._agg.new(v)
         except TypeError:  # a Decimal after floats, or the other way round
-            self._error(
-                t,
-                f"value {v!r} ({type(v).__name__}) cannot be combined with the values before "
-                "it: give the field one numeric type (Decimal and float do not mix)",
-            )
+            self._error(t, _unmixable(v))
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -411,9 +407,20 @@ class _Aggregate(AlgoOperator):
                     return
         table = pa.table({"v": v} if k is None else {"k": k, "v": v})
         acc, agg = self.acc, self._agg
+        refused = set()
         for key, part in _partials(agg, table):
             key = one_nan(key)
-            acc[key] = agg.merge(acc[key], part) if key in acc else part
+            try:
+                acc[key] = agg.merge(acc[key], part) if key in acc else part
+            except TypeError:  # a Decimal column after floats, or the other way round
+                refused.add(key)
+        if refused:  # those keys' rows, as the per-tuple path refuses each of them
+            keys = [GLOBAL] * len(v) if k is None else [one_nan(x) for x in k.to_pylist()]
+            for row, key, value in zip(
+                rows_of(batch, self.value), keys, v.to_pylist(), strict=True
+            ):
+                if key in refused:
+                    self._error(row, _unmixable(value))
 
     def end_window(self) -> None:
         out, name, agg = getattr(self, self.OUT), self._out_key, self._agg
@@ -421,6 +428,13 @@ class _Aggregate(AlgoOperator):
             out.emit(_out_row(name, k, agg.row(a)))
         if not self.cumulative:
             self.acc = {}
+
+
+def _unmixable(value: Any) -> str:
+    return (
+        f"value {value!r} ({type(value).__name__}) cannot be combined with the values before "
+        "it: give the field one numeric type (Decimal and float do not mix)"
+    )
 
 
 def _example(cls_name: str, port: str, result: str) -> str:

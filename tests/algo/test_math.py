@@ -235,3 +235,18 @@ def test_a_decimal_after_floats_goes_to_the_error_port() -> None:
     assert h.sink("sum").tuples == [{"sum": 3.5}]
     (error,) = h.sink("error").tuples
     assert "Decimal and float do not mix" in error["reason"]
+
+
+def test_a_decimal_batch_after_floats_refuses_the_rows_its_tuples_would() -> None:
+    d = decimal.Decimal
+    floats = [("data", {"k": "a", "v": 1.5}), ("data", {"k": "b", "v": 2.5})]
+    rows = [{"k": "a", "v": d("1")}, {"k": "c", "v": d("2")}, {"k": "a", "v": d("3")}]
+    got = []
+    for inputs in deliveries("data", rows):
+        h = OperatorHarness(Sum(key="k", value="v"))
+        h.run_window(floats + inputs)
+        got.append(
+            (sorted(map(str, h.sink("sum").tuples)), [e["tuple"] for e in h.sink("error").tuples])
+        )
+    assert got[0] == got[1] == got[2]
+    assert got[0][1] == [{"k": "a", "v": d("1")}, {"k": "a", "v": d("3")}]
