@@ -36,7 +36,7 @@ from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
 from malhar.util.int_sums import may_wrap
-from malhar.util.nan_order import highest, lowest
+from malhar.util.nan_order import highest, lowest, nan_mask
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 GLOBAL = ()  # the accumulator key of a global (unkeyed) aggregate
@@ -395,16 +395,15 @@ class _Aggregate(AlgoOperator):
             for row in rows_of(batch, self.value):
                 self.process(row)
             return
-        if isinstance(self._agg, MinAgg | RangeAgg) and pa.types.is_floating(v.type):
-            nan = pc.fill_null(pc.is_nan(v), False)
-            if pc.any(nan).as_py():  # Arrow's min and max skip NaN: these rows per tuple
-                for row in rows_of(batch.filter(nan), self.value):
-                    self.process(row)
-                keep = pc.invert(nan)
-                batch, v = batch.filter(keep), v.filter(keep)
-                k = None if k is None else k.filter(keep)
-                if len(v) == 0:
-                    return
+        nan = nan_mask(v) if isinstance(self._agg, MinAgg | RangeAgg) else None
+        if nan is not None:  # Arrow's min and max skip NaN: these rows per tuple
+            for row in rows_of(batch.filter(nan), self.value):
+                self.process(row)
+            keep = pc.invert(nan)
+            batch, v = batch.filter(keep), v.filter(keep)
+            k = None if k is None else k.filter(keep)
+            if len(v) == 0:
+                return
         table = pa.table({"v": v} if k is None else {"k": k, "v": v})
         acc, agg = self.acc, self._agg
         refused = set()

@@ -32,6 +32,7 @@ from malhar.operator import Unifier
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
+from malhar.util.nan_order import nan_mask
 
 __all__ = [
     "BottomN",
@@ -229,10 +230,11 @@ class TopN(AlgoOperator):
             for row in rows_of(batch):
                 self.process(row)
             return
-        odd = pc.is_null(value)
-        if pa.types.is_floating(value.type):  # Arrow sorts NaN last either way: per tuple
-            odd = pc.or_(odd, pc.fill_null(pc.is_nan(value), False))
-        if pc.any(odd).as_py():
+        odd = pc.is_null(value) if value.null_count else None
+        nan = nan_mask(value)  # Arrow sorts NaN last either way: NaN rows per tuple
+        if nan is not None:
+            odd = nan if odd is None else pc.or_(odd, nan)
+        if odd is not None:
             for row in batch.filter(odd).to_pylist():
                 self.process(row)
             batch = batch.filter(pc.invert(odd))

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["highest", "lowest"]
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["highest", "lowest", "nan_mask"]
 
 
 def lowest(a: Any, b: Any) -> Any:
@@ -24,3 +27,13 @@ def highest(a: Any, b: Any) -> Any:
     if a != a or b != b:
         return a if a != a else b
     return b if b > a else a
+
+
+def nan_mask(values: Any) -> Any:
+    """The rows of an Arrow column that hold NaN (a boolean array), or None when none does
+    (or the column is not floating): the rows a vectorized min, max or sort must leave to
+    :func:`lowest` and :func:`highest`."""
+    if not pa.types.is_floating(values.type):
+        return None
+    mask = pc.fill_null(pc.is_nan(values), False)
+    return mask if pc.any(mask).as_py() else None

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from malhar.control import ControlSender, DeliveryType
 from malhar.operator import OperatorContext
@@ -33,6 +32,7 @@ from malhar.properties import Configurable, Property
 from malhar.state import State
 from malhar.util.epoch_millis import epoch_millis
 from malhar.util.int_sums import may_wrap
+from malhar.util.nan_order import nan_mask
 from malhar.window._order import ordered
 from malhar.window.errors import WindowConfigError, WindowError
 from malhar.window.impl.memory import InMemoryWindowedStorage
@@ -839,6 +839,4 @@ def _arrow_differs(aggregations: Sequence[str], values: Any) -> bool:
     malhar ranks it above every number, as Spark does)."""
     if "sum" in aggregations and may_wrap(values):
         return True
-    if ("min" in aggregations or "max" in aggregations) and pa.types.is_floating(values.type):
-        return bool(pc.any(pc.fill_null(pc.is_nan(values), False)).as_py())
-    return False
+    return ("min" in aggregations or "max" in aggregations) and nan_mask(values) is not None
