@@ -24,8 +24,6 @@ key columns go one key at a time.
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -48,7 +46,7 @@ from malhar.algo._base import (
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
-from malhar.util.epoch_millis import epoch_millis
+from malhar.util.epoch_millis import epoch_millis, event_millis
 from malhar.util.state import INT, INT_VALUE
 from malhar.util.state.arrow_keys import encode_keys
 from malhar.util.state.key_set_kinds import I64_MAX, MAX_KEY_BYTES
@@ -56,28 +54,8 @@ from malhar.util.state.key_sets import TimeBucketedKeySets
 
 __all__ = ["BoundedDedup", "TimeBasedDedup"]
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 #: TimeBasedDedup.keys_in_seen_to before the operator has looked at its restored state
 _UNDECIDED = "undecided"
-
-
-def event_millis(value: Any) -> int:
-    """Epoch milliseconds of an event time: an int (ms), a datetime (naive = UTC) or a date."""
-    if isinstance(value, bool):
-        raise TypeError("a boolean is not an event time")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise TypeError(f"{value!r} is not an event time")
-        return int(value)
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return (value - _EPOCH) // dt.timedelta(milliseconds=1)
-    if isinstance(value, dt.date):
-        return (value - _EPOCH.date()).days * 86_400_000
-    raise TypeError(f"{type(value).__name__} {value!r} is not an event time")
 
 
 class _Dedup(TypedOutputs, AlgoOperator):

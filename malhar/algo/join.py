@@ -30,11 +30,11 @@ from malhar.algo._base import (
     getter,
     missing,
 )
-from malhar.algo.dedup import event_millis
 from malhar.errors import ConfigError
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
+from malhar.util.epoch_millis import event_millis
 
 __all__ = ["LookupJoin", "StreamJoin"]
 

@@ -1,4 +1,5 @@
-"""Epoch milliseconds of an Arrow column, as the operators' per-tuple paths compute them.
+"""Epoch milliseconds of an event time: a tuple's (:func:`event_millis`) and an Arrow
+column's (:func:`epoch_millis`), computed alike.
 
 Spark's timestamps are microseconds: a cast to ``timestamp("ms")`` refuses one with a
 sub-millisecond part ("would lose data"), which failed every batch of such rows, while a
@@ -9,16 +10,45 @@ integers are milliseconds already and floats are truncated like ``int()``.
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["epoch_millis"]
+__all__ = ["epoch_millis", "event_millis"]
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 #: a timestamp unit -> (multiply, floor-divide) to milliseconds
 _TO_MS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
+
+
+def event_millis(value: Any) -> int:
+    """Epoch milliseconds of a tuple's event time: an int (ms), a float (truncated), a
+    datetime (naive = UTC; floored to the millisecond), a date (midnight UTC) or a numpy
+    integer or datetime64. Raises TypeError for anything else, a bool, NaN or infinity."""
+    if isinstance(value, bool):
+        raise TypeError("a boolean is not an event time")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{value!r} is not an event time")
+        return int(value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return (value - _EPOCH) // dt.timedelta(milliseconds=1)
+    if isinstance(value, dt.date):
+        return (value - _EPOCH.date()).days * 86_400_000
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.datetime64):
+        return int(value.astype("datetime64[ms]").astype(np.int64))
+    raise TypeError(f"{type(value).__name__} {value!r} is not an event time")
 
 
 def epoch_millis(values: Any) -> np.ndarray:

@@ -537,3 +537,49 @@ def test_nan_is_above_every_number_in_window_min_and_max_from_tuples_and_batches
                 )
                 got.add(str([p[3] for p in fired(op, inputs, 20)]))
         assert got == {want}, acc.__name__
+
+
+@pytest.mark.parametrize(
+    ("props", "row", "field"),
+    [
+        ({"key": "k", "timestamp": "t"}, {"k": "a", "ts": 5}, "'t' (timestamp='t')"),
+        ({"key": ("k", "j"), "timestamp": "t"}, {"k": "a", "t": 5}, "'j' (key=('k', 'j'))"),
+        ({"key": "k", "value": "v", "timestamp": "t"}, {"k": "a", "t": 5}, "'v' (value='v')"),
+    ],
+)
+def test_a_tuple_or_batch_without_a_named_field_fails_with_the_field_and_the_setting(
+    props, row, field
+) -> None:
+    # a bare KeyError 't' (or Arrow's 'Field "t" does not exist in schema') named neither
+    acc = Sum if "value" in props else Count
+    for inputs in deliveries("input", [row]):
+        h = harness(KeyedWindowedOperator(acc(), TimeWindows(10), **props))
+        with pytest.raises(WindowError) as failed:
+            h.run_window(inputs)
+        assert str(failed.value).startswith("KeyedWindowedOperator 'win': a tuple (dict) ")
+        assert f"has no field {field}" in str(failed.value)
+
+
+def test_a_watermark_generator_names_a_missing_timestamp_field() -> None:
+    from malhar.window import WatermarkGenerator
+
+    for inputs in deliveries("input", [{"k": "a", "ts": 5}]):
+        with pytest.raises(WindowError, match=r"WatermarkGenerator 'win': .* no field 't'"):
+            harness(WatermarkGenerator(timestamp="t")).run_window(inputs)
+
+
+def test_a_tuples_date_is_midnight_utc_as_a_batchs_date32_is() -> None:
+    # a tuple's date was refused ("expected milliseconds ..."); a date32 column was not
+    rows = [{"k": "a", "t": dt.date(1970, 1, 2)}, {"k": "a", "t": dt.date(1969, 12, 31)}]
+    schema = pa.schema([("k", pa.string()), ("t", pa.date32())])
+    got = []
+    for inputs in deliveries("input", rows, schema=schema):
+        op = KeyedWindowedOperator(Count(), TimeWindows(86_400_000), key="k", timestamp="t")
+        got.append(sorted((p[1], p[3]) for p in fired(op, inputs, 2 * 86_400_000)))
+    assert got[0] == got[1] == got[2] == [(-86_400_000, 1), (86_400_000, 1)]
+
+
+def test_a_tuples_timestamp_that_is_not_a_time_says_what_to_give() -> None:
+    h = harness(KeyedWindowedOperator(Count(), TimeWindows(10), key="k", timestamp="t"))
+    with pytest.raises(WindowError, match=r"'noon' is not a time .*epoch milliseconds"):
+        h.run_window([("input", {"k": "a", "t": "noon"})])

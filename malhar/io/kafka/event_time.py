@@ -27,35 +27,31 @@ Example:
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from malhar.util.epoch_millis import event_millis
+
 __all__ = ["PartitionWatermarks", "batch_highs", "row_highs", "to_event_millis"]
 
 TP = tuple[str, int]
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-
 
 def to_event_millis(value: Any, where: str) -> int | None:
-    """An event time as epoch milliseconds: int/float milliseconds or a datetime; None as is."""
+    """An event time as epoch milliseconds (:func:`~malhar.util.epoch_millis.event_millis`:
+    int/float milliseconds, a datetime or a date); None as is."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise TypeError(f"{where}: event time {value!r} is a bool, not a time")
-    if isinstance(value, int | float):
-        return int(value)
-    if isinstance(value, _dt.datetime):
-        aware = value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
-        return (aware - _EPOCH) // _dt.timedelta(milliseconds=1)
-    raise TypeError(
-        f"{where}: event time {value!r} is a {type(value).__name__}; the event_time extractor "
-        "must give epoch milliseconds (int) or a datetime"
-    )
+    try:
+        return event_millis(value)
+    except TypeError as exc:
+        raise TypeError(
+            f"{where}: event time {value!r} is not a time ({exc}); the event_time extractor "
+            "must give epoch milliseconds (int), a datetime or a date"
+        ) from None
 
 
 def batch_highs(batch: pa.RecordBatch, column: str, topic: str | None) -> Iterator[tuple[TP, int]]:

@@ -30,7 +30,7 @@ from malhar.control import ControlSender, DeliveryType
 from malhar.operator import OperatorContext
 from malhar.properties import Configurable, Property
 from malhar.state import State
-from malhar.util.epoch_millis import epoch_millis
+from malhar.util.epoch_millis import epoch_millis, event_millis
 from malhar.util.int_sums import may_wrap
 from malhar.util.nan_order import nan_mask
 from malhar.window._order import ordered
@@ -423,11 +423,12 @@ class WindowedCore(WindowedSettings):
                 timestamp = windows[0].max_timestamp
         elif not isinstance(timestamp, int):
             try:
-                timestamp = to_millis(timestamp, what="the tuple's timestamp")
-            except (ValueError, OverflowError) as exc:  # NaN, infinity
+                timestamp = event_millis(timestamp)
+            except TypeError as exc:
                 raise WindowError(
                     f"{type(self).__name__} {self._name!r}: the tuple's timestamp "
-                    f"{timestamp!r} is not a time ({exc})"
+                    f"{timestamp!r} is not a time ({exc}); give epoch milliseconds (int), a "
+                    "datetime or a date"
                 ) from None
         horizon = self.horizon()
         if horizon is not None and timestamp < horizon:
@@ -811,17 +812,63 @@ class WindowedCore(WindowedSettings):
 
 
 # -- extractors ---------------------------------------------------------------------------------
-def extractor(spec: Any, default: Callable[[Any], Any] | None) -> Callable[[Any], Any] | None:
+def extractor(
+    spec: Any, default: Callable[[Any], Any] | None, setting: str = "timestamp", owner: str = ""
+) -> Callable[[Any], Any] | None:
     """A function from a tuple: a column name (``t[name]``), several (a tuple of them), a
-    callable as is, or ``default`` for None."""
+    callable as is, or ``default`` for None. A tuple without a named field raises a
+    :class:`WindowError` naming ``owner``, the field and ``setting`` (the property set)."""
     if spec is None:
         return default
     if isinstance(spec, str):
-        return lambda t: t[spec]
+        name = spec
+
+        def field(t: Any) -> Any:
+            try:
+                return t[name]
+            except (KeyError, IndexError, TypeError):
+                raise _missing(owner, setting, spec, name, t) from None
+
+        return field
     if isinstance(spec, list | tuple):
         names = tuple(spec)
-        return lambda t: tuple(t[n] for n in names)
+
+        def fields(t: Any) -> Any:
+            try:
+                return tuple(t[n] for n in names)
+            except (KeyError, IndexError, TypeError):
+                missing = next(n for n in names if not _has(t, n))
+                raise _missing(owner, setting, spec, missing, t) from None
+
+        return fields
     return spec
+
+
+def _has(t: Any, name: str) -> bool:
+    try:
+        t[name]
+    except (KeyError, IndexError, TypeError):
+        return False
+    return True
+
+
+def _missing(owner: str, setting: str, spec: Any, name: str, t: Any) -> WindowError:
+    shown = repr(t)
+    if len(shown) > 200:
+        shown = shown[:200] + "..."
+    where = f"{owner}: " if owner else ""
+    return WindowError(
+        f"{where}a tuple ({type(t).__name__}) has no field {name!r} ({setting}={spec!r}): "
+        f"{shown}; send tuples with that field, or set {setting} to a field they have "
+        "(or to a callable)"
+    )
+
+
+def has_columns(schema: pa.Schema, *specs: Any) -> bool:
+    """Whether ``schema`` has every column the extractor specs name (a batch that lacks one
+    goes row by row, where the first row fails with the field's name and the setting)."""
+    names = set(schema.names)
+    return all(set(columns_of(spec) or ()) <= names for spec in specs)
 
 
 def columns_of(spec: Any) -> list[str] | None:

@@ -13,9 +13,9 @@ from malhar.operator import Operator, OperatorContext
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
-from malhar.util.epoch_millis import epoch_millis
+from malhar.util.epoch_millis import epoch_millis, event_millis
 from malhar.window.errors import WindowConfigError, WindowError
-from malhar.window.impl.core import check_extractor, extractor
+from malhar.window.impl.core import check_extractor, extractor, has_columns
 from malhar.window.watermark import Watermark
 from malhar.window.windows import to_millis
 
@@ -76,8 +76,9 @@ class WatermarkGenerator(Operator):
     def setup(self, context: OperatorContext) -> None:
         if self.timestamp is None:
             raise WindowConfigError(f"WatermarkGenerator {context.name!r}: set timestamp")
-        self._ts = extractor(self.timestamp, None)
-        self._split = extractor(self.split_by, None)
+        who = f"WatermarkGenerator {context.name!r}"
+        self._ts = extractor(self.timestamp, None, "timestamp", who)
+        self._split = extractor(self.split_by, None, "split_by", who)
         self._bound = to_millis(self.max_out_of_orderness)
         self._name = context.name
 
@@ -92,8 +93,10 @@ class WatermarkGenerator(Operator):
         self.output.emit_batch(batch)
         if batch.num_rows == 0:
             return
-        if not isinstance(self.timestamp, str) or not (
-            self.split_by is None or isinstance(self.split_by, str)
+        if (
+            not isinstance(self.timestamp, str)
+            or not (self.split_by is None or isinstance(self.split_by, str))
+            or not has_columns(batch.schema, self.timestamp, self.split_by)
         ):
             for row in batch.to_pylist():
                 ts = self._ts(row)  # type: ignore[misc]
@@ -115,7 +118,14 @@ class WatermarkGenerator(Operator):
             self._update(split, high)
 
     def _update(self, split: Any, ts: Any) -> None:
-        ts = ts if isinstance(ts, int) else to_millis(ts, what="timestamp")
+        if not isinstance(ts, int):
+            try:
+                ts = event_millis(ts)
+            except TypeError as exc:
+                raise WindowError(
+                    f"WatermarkGenerator {self._name!r}: the tuple's timestamp {ts!r} is not a "
+                    f"time ({exc}); give epoch milliseconds (int), a datetime or a date"
+                ) from None
         old = self.highest.get(split)
         if old is None or ts > old:
             self.highest[split] = ts

@@ -13,7 +13,13 @@ from malhar.operator import CheckpointListener, Operator, OperatorContext, Unifi
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.window.errors import WindowError
-from malhar.window.impl.core import WindowedCore, check_extractor, columns_of, extractor
+from malhar.window.impl.core import (
+    WindowedCore,
+    check_extractor,
+    columns_of,
+    extractor,
+    has_columns,
+)
 from malhar.window.panes import WindowedTuple
 from malhar.window.protocol import Accumulation
 from malhar.window.windows import Window, WindowOption
@@ -114,9 +120,13 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
         self._extractors()
 
     def _extractors(self) -> None:
-        self._ts = [extractor(self.timestamp, None)]
-        self._val = [extractor(self.value, _identity)]
+        who = self._who()
+        self._ts = [extractor(self.timestamp, None, "timestamp", who)]
+        self._val = [extractor(self.value, _identity, "value", who)]
         self._keyf: list[Any] = [None]
+
+    def _who(self) -> str:
+        return f"{type(self).__name__} {self._name!r}"
 
     def begin_window(self, window_id: int) -> None:
         self._core_begin(window_id)
@@ -206,6 +216,7 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
             keys is not None
             and (timestamp is None or isinstance(timestamp, str))
             and (value is None or isinstance(value, str))
+            and has_columns(batch.schema, keys, value, timestamp)
             and self._ingest_batch(batch, keys, value, timestamp, port)
         ):
             return
@@ -248,9 +259,12 @@ class KeyedWindowedOperator(WindowedOperator):
     )
 
     def _extractors(self) -> None:
-        self._ts = [extractor(self.timestamp, None)]
-        self._keyf = [extractor(self.key, _first)]
-        self._val = [extractor(self.value, _second if self.key is None else _identity)]
+        who = self._who()  # type: ignore[attr-defined]
+        self._ts = [extractor(self.timestamp, None, "timestamp", who)]
+        self._keyf = [extractor(self.key, _first, "key", who)]
+        self._val = [
+            extractor(self.value, _second if self.key is None else _identity, "value", who)
+        ]
 
     def _propagated_key_value(self, key: Any, inner: Any, port: int) -> tuple[Any, Any]:
         key_spec = self.key if port == 0 else getattr(self, "key2", None) or self.key
@@ -285,7 +299,7 @@ class WindowKeyCodec(StreamCodec):
         if isinstance(value, WindowedTuple) and self.key is None:
             k = value.key
         else:
-            k = extractor(self.key, _first)(value)  # type: ignore[misc]
+            k = extractor(self.key, _first, "key", "WindowKeyCodec")(value)  # type: ignore[misc]
         return zlib.crc32(repr(k).encode())
 
     def __repr__(self) -> str:
@@ -308,14 +322,18 @@ class _TwoInputs:
     def _extractors(self) -> None:
         super()._extractors()  # type: ignore[misc]
         ts2 = self.timestamp2 if self.timestamp2 is not None else self.timestamp  # type: ignore[attr-defined]
-        self._ts.append(extractor(ts2, None))  # type: ignore[attr-defined]
+        who = self._who()  # type: ignore[attr-defined]
+        ts_setting = "timestamp2" if self.timestamp2 is not None else "timestamp"
+        self._ts.append(extractor(ts2, None, ts_setting, who))  # type: ignore[attr-defined]
         key2 = getattr(self, "key2", None)
         keyed = getattr(self, "keyed", False)
         key_spec = (key2 if key2 is not None else self.key) if keyed else None  # type: ignore[attr-defined]
-        self._keyf.append(extractor(key_spec, _first) if keyed else None)  # type: ignore[attr-defined]
+        key_setting = "key2" if key2 is not None else "key"
+        self._keyf.append(extractor(key_spec, _first, key_setting, who) if keyed else None)  # type: ignore[attr-defined]
         value2 = self.value2 if self.value2 is not None else self.value  # type: ignore[attr-defined]
         default = _second if keyed and key_spec is None else _identity
-        self._val.append(extractor(value2, default))  # type: ignore[attr-defined]
+        value_setting = "value2" if self.value2 is not None else "value"
+        self._val.append(extractor(value2, default, value_setting, who))  # type: ignore[attr-defined]
 
     def process_input(self, value: Any) -> None:
         self._process(value, 0)  # type: ignore[attr-defined]
