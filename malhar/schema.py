@@ -43,7 +43,7 @@ _PY_TO_SPARK: dict[Any, DataType] = {
 
 
 class SchemaError(MalharError, ValueError):
-    """A port schema that cannot be understood."""
+    """A port schema that cannot be understood, or rows that do not fit one."""
 
 
 def to_struct_type(spec: SchemaSpec, *, where: str = "schema") -> StructType | None:

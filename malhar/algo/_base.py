@@ -383,19 +383,31 @@ def emit_table(port: BoundOutput, batch: pa.RecordBatch | pa.Table) -> None:
 
     target = arrow_schema(schema)
     if batch.schema != target:
-        batch = conform(batch, target)
+        batch = conform(batch, target, f"output port {port.port.name!r}")
     port.emit_batch(batch)
 
 
-def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """``batch`` with exactly the columns of ``schema`` (missing ones null), cast to it."""
+def conform(batch: pa.RecordBatch, schema: pa.Schema, where: str = "") -> pa.RecordBatch:
+    """``batch`` with exactly the columns of ``schema`` (missing ones null), cast to it; a
+    column that does not cast raises a :class:`~malhar.schema.SchemaError` naming ``where``
+    (the port), the field and both types."""
     names = batch.schema.names
     arrays = []
     for f in schema:
-        if f.name in names:
-            arrays.append(batch.column(f.name).cast(f.type))
-        else:
+        if f.name not in names:
             arrays.append(pa.nulls(batch.num_rows, f.type))
+            continue
+        column = batch.column(f.name)
+        try:
+            arrays.append(column.cast(f.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            from malhar.schema import SchemaError
+
+            raise SchemaError(
+                f"{where or 'a typed port'}: field {f.name!r} is {column.type}, which does not "
+                f"cast to the port's {f.type} ({exc}); fix the operator's schema property "
+                "or the rows it is given"
+            ) from None
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

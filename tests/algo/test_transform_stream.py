@@ -140,3 +140,12 @@ def test_throttle_waits_for_tokens_on_a_fake_clock() -> None:
     h.run_window([("data", pa.RecordBatch.from_pydict({"v": list(range(5))}))])
     assert sum(slept) == pytest.approx(0.3)
     assert h.operator.metrics()["throttled_seconds"] == pytest.approx(0.3)
+
+
+def test_a_batch_that_does_not_cast_to_a_typed_port_names_the_port_and_the_field() -> None:
+    # pyarrow's bare "Failed to parse string: 'x' as a scalar of type int64" named neither
+    from malhar.schema import SchemaError
+
+    h = OperatorHarness(StreamMerger(schema="k string, v bigint, s string"))
+    with pytest.raises(SchemaError, match=r"^output port 'out': field 'v' is string, .* int64"):
+        h.run_window([("data1", pa.record_batch({"k": ["a"], "v": ["x"], "s": ["q"]}))])
