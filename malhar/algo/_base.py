@@ -157,8 +157,26 @@ def missing(spec: FieldSpec) -> str:
 
 
 # -- stable keys ---------------------------------------------------------------------------------
+class _OneNaN(float):
+    """The NaN every NaN key becomes. It pickles by reference, so a restored checkpoint's
+    NaN key is this object again: a dict finds a NaN key only by identity, and a copy (what
+    pickle made of a plain float NaN) was counted apart from the NaN keys that came later."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_the_nan, ())
+
+    def __repr__(self) -> str:
+        return "nan"
+
+
+def _the_nan() -> float:
+    return NAN
+
+
 #: the NaN every NaN key is replaced by (see one_nan)
-NAN = float("nan")
+NAN: float = _OneNaN("nan")
 
 
 def one_nan(key: Any) -> Any:
