@@ -254,19 +254,29 @@ class RunningApplication:
         starts again: the next window runs on the new partitions and window ids continue.
         See ``docs/partitioning.md``.
         """
-        from malhar.engine.repartition import repartition
+        from malhar.engine.repartition import check_requests, repartition
 
+        check_requests(self.dag, requests)  # a typo must not stop a running application
         with self._repartition_lock:
             self._repartitioning.set()
             try:
                 stats = self._recent_stats()
                 # the last window ends every application window: none is cut short
                 self._stop(timeout, align=application_window_lcm(self.dag))
-                generation = repartition(
-                    self.dag, self.checkpoint, self.last_window, requests, stats
-                )
+                more = self._windows is None or self.last_window + 1 - self._first < self._windows
+                try:
+                    generation = repartition(
+                        self.dag, self.checkpoint, self.last_window, requests, stats
+                    )
+                except BaseException:
+                    # nothing is in force before the new generation is committed: the
+                    # application goes on with the partitions it had, and the caller (or
+                    # the stats listener's log) learns why
+                    if more:
+                        self.start()
+                    raise
                 self.repartitions.append(generation)
-                if self._windows is None or self.last_window + 1 - self._first < self._windows:
+                if more:
                     self.start()
                 return generation
             finally:

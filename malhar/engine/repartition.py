@@ -199,6 +199,16 @@ def _followers(dag: DAG, chain: list[str], name: str) -> list[str]:
     return moving
 
 
+def check_requests(dag: DAG, requests: Mapping[str, Request | None]) -> None:
+    """Refuse requests naming no operator of ``dag``, before anything is stopped."""
+    unknown = sorted(set(requests) - set(dag.operators))
+    if unknown:
+        raise ConfigError(
+            f"no operator {', '.join(map(repr, unknown))} to repartition (operators: "
+            f"{sorted(dag.operators)}); the application goes on unchanged"
+        )
+
+
 def repartition(
     dag: DAG,
     checkpoint: str,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from malhar import DAG, KeyCodec, launch
+from malhar import DAG, ConfigError, KeyCodec, launch
 from malhar import attributes as A
 from malhar.engine import generations
 from malhar.partitioning import (
@@ -112,6 +112,37 @@ def test_a_keyed_counter_goes_from_one_to_four_to_two_partitions_exactly(
     assert max(got) >= 11
     # the three partitionings each ran windows (ids never went backwards, none repeated)
     assert first.window < second.window < max(got)
+
+
+class _Failing:
+    """A partitioner that fails (as a buggy user partitioner or a bad request would)."""
+
+    def define_partitions(self, existing: list[Partition], context: PartitioningContext):
+        raise RuntimeError("this partitioner fails")
+
+    def partitioned(self, partitions: dict[int, Partition]) -> None:
+        raise AssertionError("not reached")
+
+
+@pytest.mark.integration
+def test_a_failed_repartitioning_leaves_the_application_running_on_its_partitions(
+    spark, tmp_path: Path
+) -> None:
+    # the query was stopped first and never started again: the application just ended
+    checkpoint = str(tmp_path / "ck")
+    app = launch(_dag(), spark=spark, checkpoint=checkpoint, window_ms=100)
+    try:
+        app.await_window(1)
+        with pytest.raises(ConfigError, match="no operator 'cout' to repartition"):
+            app.repartition({"cout": 2})
+        with pytest.raises(RuntimeError, match="this partitioner fails"):
+            app.repartition({"count": _Failing()})
+        assert app.active
+        app.await_window(app.last_window + 3)
+    finally:
+        app.stop()
+    assert generations.load(checkpoint).generation == 0
+    assert max(_check_exact(checkpoint)) >= 4
 
 
 @pytest.mark.integration
