@@ -27,14 +27,15 @@ class StreamCodec:
             (self.partition(row) for row in batch.to_pylist()), dtype=np.int64, count=batch.num_rows
         )
 
-    def hash_keys(self, keys: list[Any], typed: bool) -> np.ndarray:
+    def hash_keys(self, keys: list[Any], typed: bool | pa.Schema | None) -> np.ndarray:
         """The hashes :meth:`partition` / :meth:`partition_batch` give tuples whose key is
-        each of ``keys`` (``typed``: the stream carries Arrow batches). Repartitioning
-        uses it to send keyed state where its tuples go; a codec that can say how a state
-        key maps to its tuples' hash implements it."""
+        each of ``keys``. ``typed``: the stream's Arrow schema when it carries Arrow
+        batches (true), None when it carries Python objects. Repartitioning uses it to send
+        keyed state where its tuples go; a codec that can say how a state key maps to its
+        tuples' hash implements it."""
         raise NotImplementedError(
             f"{type(self).__name__} cannot place state keys: implement hash_keys(keys, typed) "
-            "(KeyCodec does), or give the operator a partitioner that moves its state"
+            "(KeyCodec and FieldCodec do); the engine moves keyed and managed state by it"
         )
 
 
@@ -54,7 +55,7 @@ class KeyCodec(StreamCodec):
             )
         import pandas as pd  # here: pandas adds ~0.3 s to every process that imports malhar
 
-        frame = pd.DataFrame({c: batch.column(c).to_pandas() for c in self.columns})
+        frame = pd.DataFrame({c: _hashable(batch.column(c)) for c in self.columns})
         hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy()
         return (hashed >> np.uint64(1)).astype(np.int64)
 
@@ -63,13 +64,30 @@ class KeyCodec(StreamCodec):
         key = repr(tuple(value[c] for c in self.columns)).encode()
         return zlib.crc32(key)
 
-    def hash_keys(self, keys: list[Any], typed: bool) -> np.ndarray:
-        """State keys: the column's value, or a tuple of the columns' values."""
+    def hash_keys(self, keys: list[Any], typed: bool | pa.Schema | None) -> np.ndarray:
+        """State keys: the column's value, or a tuple of the columns' values. On a typed
+        stream they are hashed as columns of the stream's types (an int32 -5 and an int64
+        -5 hash apart), which the schema says; without it the types are inferred."""
         rows = [k if isinstance(k, tuple) else (k,) for k in keys]
         if not typed:
             return np.array([zlib.crc32(repr(r).encode()) for r in rows], dtype=np.int64)
-        columns = {c: [r[i] for r in rows] for i, c in enumerate(self.columns)}
+        types = (
+            {c: typed.field(c).type for c in self.columns} if isinstance(typed, pa.Schema) else {}
+        )
+        columns = {
+            c: pa.array([r[i] for r in rows], type=types.get(c)) for i, c in enumerate(self.columns)
+        }
         return self.partition_batch(pa.RecordBatch.from_pydict(columns))
 
     def __repr__(self) -> str:
         return f"KeyCodec{tuple(self.columns)!r}"
+
+
+def _hashable(column: pa.Array | pa.ChunkedArray) -> Any:
+    """``column`` as pandas hashes it the same with and without nulls: pandas turns an
+    integer column with nulls into floats and a boolean one into objects, which hash
+    apart, so there the nulls are filled first (they go where 0 or False goes)."""
+    kind = column.type
+    if column.null_count and (pa.types.is_integer(kind) or pa.types.is_boolean(kind)):
+        column = column.fill_null(pa.scalar(False if pa.types.is_boolean(kind) else 0, kind))
+    return column.to_pandas()

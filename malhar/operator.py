@@ -128,6 +128,16 @@ class Operator(Configurable):
         """
         return {}
 
+    def cannot_repartition(self) -> str | None:
+        """Why a running application cannot repartition this operator (None: it can).
+
+        Asked before the query stops for a repartitioning: a reason refuses the request
+        with a :class:`~malhar.errors.ConfigError` and the application goes on. Say it for
+        state that neither moves with its keys (``State(keyed=True)``, managed state by
+        the input's stream codec) nor is the same in every partition.
+        """
+        return None
+
     def snapshot(self) -> Any:
         """Custom checkpointed state beyond the ``State`` fields (None: nothing).
 

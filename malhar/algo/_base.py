@@ -241,6 +241,11 @@ class FieldCodec(StreamCodec):
         except (KeyError, IndexError, TypeError):
             return 0  # a tuple without the key: the operator sends it to its error port
 
+    def hash_keys(self, keys: list[Any], typed: Any = None) -> np.ndarray:
+        """The hash of tuples whose key is each of ``keys``, typed stream or not (state
+        keys are the key values: repartitioning moves state by it)."""
+        return np.fromiter((stable_hash(k) for k in keys), dtype=np.int64, count=len(keys))
+
     def partition_batch(self, batch: pa.RecordBatch) -> np.ndarray:
         col = column(batch, self.spec)
         encoded = pc.dictionary_encode(col)

@@ -135,6 +135,13 @@ class TimeBasedDedup(_Dedup):
     def __init__(self, key: FieldSpec = None, time: FieldSpec = None, **props: Any) -> None:
         self.configure(key=key, time=time, **props)
 
+    def cannot_repartition(self) -> str | None:
+        return (
+            "each partition expires keys by the newest event time it has seen, which "
+            "differs between partitions and cannot be split by key; set PARTITIONS before "
+            "the first launch"
+        )
+
     def setup(self, context: Any) -> None:
         state = context.managed_state(budget_bytes=self.budget_bytes)
         self._seen = state.time_buckets("seen", bucket_span=self.bucket_span, value_codec=INT_VALUE)
@@ -386,6 +393,12 @@ class BoundedDedup(_Dedup):
 
     def __init__(self, key: FieldSpec = None, max_keys: int = 1_000_000, **props: Any) -> None:
         self.configure(key=key, max_keys=max_keys, **props)
+
+    def cannot_repartition(self) -> str | None:
+        return (
+            "each partition forgets its oldest keys in its own order (max_keys per "
+            "partition), which cannot be split by key; set PARTITIONS before the first launch"
+        )
 
     def setup(self, context: Any) -> None:
         state = context.managed_state(budget_bytes=self.budget_bytes)

@@ -334,6 +334,14 @@ class _Aggregate(AlgoOperator):
     def _out_key(self) -> str | None:
         return _key_name(self.key, self.key_name)
 
+    def cannot_repartition(self) -> str | None:
+        if self.cumulative:
+            return (
+                "cumulative aggregates are partial per partition (the unifier merges them) "
+                "and cannot be split by key"
+            )
+        return None
+
     def get_unifier(self, port: str) -> MathUnifier | None:
         if port == self.OUT:
             return MathUnifier(self.AGG, self._out_key)
@@ -724,6 +732,11 @@ class _Keyed(AlgoOperator):
     value = Property(FIELD_TYPES, default=None, doc="value field; None: the tuple itself")
     key_name = Property(str, default=None, pattern=_NAME, doc="key field of the output")
 
+    def cannot_repartition(self) -> str | None:
+        if self.key is None:
+            return "without a key it keeps one state for the whole stream (set key)"
+        return None
+
     def partitioning(self) -> Partitioning:
         if self.key is None:
             return Partitioning("single")
@@ -796,9 +809,9 @@ class Change(_Keyed):
     error = OutputPort(error=True)
 
     #: key -> base value in force
-    bases = State(dict)
+    bases = State(dict, keyed=True)
     #: key -> base value received in the open application window (in force at its end)
-    pending = State(dict)
+    pending = State(dict, keyed=True)
 
     def __init__(self, key: FieldSpec = None, value: FieldSpec = None, **props: Any) -> None:
         self.configure(key=key, value=value, **props)
@@ -889,7 +902,7 @@ class ChangeAlert(_Keyed):
     threshold = Property((int, float), default=0, min=0, doc="percent change that alerts")
 
     #: key -> the last value seen
-    last = State(dict)
+    last = State(dict, keyed=True)
 
     def __init__(self, key: FieldSpec = None, value: FieldSpec = None, **props: Any) -> None:
         self.configure(key=key, value=value, **props)

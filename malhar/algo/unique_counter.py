@@ -91,6 +91,14 @@ class UniqueCounter(Operator):
         """Any partitioning: the unifier adds the partial counts."""
         return Partitioning("unifier")
 
+    def cannot_repartition(self) -> str | None:
+        if self.cumulative:
+            return (
+                "cumulative counts are partial per partition (the unifier adds them) and "
+                "cannot be split by key"
+            )
+        return None
+
     def get_unifier(self, port: str) -> UniqueCountUnifier:
         return UniqueCountUnifier(key_name=self.key_name, count_name=self.count_name)
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from pyspark import cloudpickle
 
 from malhar import attributes as A
@@ -122,12 +123,13 @@ class _Snapshots:
         return self.ops.get((name, partition), {"fields": {}})
 
 
-def _codec_of(plan: Plan, name: str) -> tuple[Any, bool]:
-    """The stream codec that routes ``name``'s keyed input, and whether it carries batches."""
+def _codec_of(plan: Plan, name: str) -> tuple[Any, pa.Schema | None]:
+    """The stream codec that routes ``name``'s keyed input, and the stream's Arrow schema
+    (None: it carries Python objects), which is what ``hash_keys`` takes as ``typed``."""
     for route in plan.routes:
         if route.sink.operator == name and route.codec is not None:
-            return route.codec, route.arrow_schema is not None
-    return None, False
+            return route.codec, route.arrow_schema
+    return None, None
 
 
 def _redistribute(
@@ -135,7 +137,7 @@ def _redistribute(
     old: list[Any],
     new: list[Partition],
     codec: Any,
-    typed: bool,
+    typed: pa.Schema | None,
     table: tuple[int, list[int]],
 ) -> None:
     """Move keyed state fields to the partitions that own their keys; copy the others."""
@@ -200,13 +202,22 @@ def _followers(dag: DAG, chain: list[str], name: str) -> list[str]:
 
 
 def check_requests(dag: DAG, requests: Mapping[str, Request | None]) -> None:
-    """Refuse requests naming no operator of ``dag``, before anything is stopped."""
+    """Refuse requests naming no operator of ``dag``, or an operator that says it cannot
+    be repartitioned (``Operator.cannot_repartition``), before anything is stopped."""
     unknown = sorted(set(requests) - set(dag.operators))
     if unknown:
         raise ConfigError(
             f"no operator {', '.join(map(repr, unknown))} to repartition (operators: "
             f"{sorted(dag.operators)}); the application goes on unchanged"
         )
+    for name in requests:
+        operator = dag.operators[name].operator
+        why = operator.cannot_repartition()
+        if why:
+            raise ConfigError(
+                f"operator {name!r} ({type(operator).__name__}) cannot be repartitioned while "
+                f"the application runs: {why}; the application goes on unchanged"
+            )
 
 
 def repartition(
@@ -384,7 +395,7 @@ def _repartition_managed(
             encoded: bytes,
             name: str = name,
             codec: Any = codec,
-            typed: bool = typed,
+            typed: pa.Schema | None = typed,
             mask: int = mask,
             lookup: list = lookup,
         ) -> int:

@@ -132,6 +132,10 @@ class RouteBuffer(Emitter):
             self._count(0, batch.num_rows)
             return
         if self.route.codec is not None:
+            schema = self.route.arrow_schema
+            if schema is not None and batch.schema != schema:
+                # keys hash as the stream's types, as repartitioning hashes state keys
+                batch = batch.cast(schema)
             hashes = np.asarray(self.route.codec.partition_batch(batch))
             keys = hashes % self.n if self.table is None else self.table[hashes & self.mask]
             for d in np.unique(keys):
