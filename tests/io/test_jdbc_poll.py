@@ -146,6 +146,93 @@ def test_key_range_partitions_poll_new_rows_and_replay_exactly(
         _harness(JdbcPollInputOperator(pg.sqlalchemy_url, **args), tmp_path, 0, 2).setup()
 
 
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_rows_with_a_null_key_are_reported_not_read_again_or_lost_silently(
+    postgres_service: Any, tmp_path: Path, partitions: int, caplog: Any
+) -> None:
+    # with one partition the first read had no lower bound and ended on the NULL key
+    # (NULLs sort last): every later window read the whole table again; with more, the
+    # ranges left the NULL rows out without a word
+    pg = postgres_service
+    table = _name("nullable")
+    _sql(pg, f"CREATE TABLE {table} (id bigint, item text)")
+    _sql(pg, f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b'), (NULL, 'n'), (3, 'c')")
+    ops = [
+        JdbcPollInputOperator(pg.sqlalchemy_url, table=table, key_column="id", poll_interval_ms=0)
+        for _ in range(partitions)
+    ]
+    hs = [_harness(op, tmp_path / "ck", p, partitions) for p, op in enumerate(ops)]
+    with caplog.at_level("WARNING", logger="malhar.io.jdbc.poll"):
+        for h in hs:
+            h.setup()
+    read = [r for h in hs for w in (0, 1, 2) for r in kafka_run_window(h, w)]
+    for h in hs:
+        h.teardown()
+    assert sorted(_ids(read)) == [1, 2, 3]
+    warned = [r.getMessage() for r in caplog.records if "NULL" in r.getMessage()]
+    assert len(warned) == 1 and f"1 row(s) of table '{table}' at " in warned[0]
+    assert "have a NULL id and are not read" in warned[0]
+    assert ops[-1].metrics() == {"null_key_rows": 1.0}
+
+
+def test_start_after_as_text_takes_the_key_columns_type(
+    postgres_service: Any, tmp_path: Path
+) -> None:
+    # a Spark option is text: "2" against integer keys failed every poll ("'>' not supported
+    # between 'int' and 'str'"), and a naive ISO time against a timestamptz key failed
+    # ("can't compare offset-naive and offset-aware datetimes")
+    pg = postgres_service
+    table = _name("stamped")
+    _sql(pg, f"CREATE TABLE {table} (id bigint, ts timestamptz)")
+    _sql(
+        pg,
+        f"INSERT INTO {table} SELECT g, timestamptz '2024-03-01 00:00:00+00' + g * interval "
+        "'1 hour' FROM generate_series(1, 4) g",
+    )
+    for n, (key, start) in enumerate([("id", "2"), ("ts", "2024-03-01T02:00:00")]):
+        op = JdbcPollInputOperator(
+            pg.sqlalchemy_url,
+            table=table,
+            key_column=key,
+            start_after=start,
+            poll_interval_ms=0,
+            commit_lag_ms=1,  # the poll compares the start with the largest key
+        )
+        h = _harness(op, tmp_path / f"ck{n}")
+        h.setup()
+        got: list[dict[str, Any]] = []
+        window, deadline = 0, time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:  # the lag passes, then it reads
+            got += kafka_run_window(h, window)
+            window += 1
+        h.teardown()
+        assert _ids(got) == [3, 4], key
+    with pytest.raises(JdbcConfigError, match=r"start_after 'x2' is not a value of .* int64"):
+        _harness(
+            JdbcPollInputOperator(
+                pg.sqlalchemy_url, table=table, key_column="id", start_after="x2"
+            ),
+            tmp_path / "bad",
+        ).setup()
+
+
+def test_statements_bind_by_name_through_sqlalchemy_whatever_the_drivers_style() -> None:
+    # pyformat placeholders went through sqlalchemy.text() for psycopg 3 and PyMySQL, which
+    # escaped them to %%(low)s and bound nothing
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import mysql, postgresql
+
+    from malhar.io.jdbc.poll_reader import PollQuery
+
+    settings = JdbcPollSettings().configure(url="sqlite://", table="t", key_column="id")
+    for dialect in (postgresql.psycopg.dialect(), mysql.pymysql.dialect()):
+        query = PollQuery(settings, dialect, raw=False)
+        compiled = sa.text(query.range_sql(True, True)).compile(dialect=dialect)
+        assert sorted(compiled.params) == ["high", "low"], compiled.string
+    raw = PollQuery(settings, postgresql.psycopg2.dialect(), raw=True)
+    assert "%(low)s" in raw.range_sql(True, False)
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_rows_committed_late_are_read_with_the_commit_lag_and_counted_without(

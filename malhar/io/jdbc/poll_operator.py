@@ -71,8 +71,8 @@ from malhar.io.jdbc.poll_reader import (
     encode_key,
     json_text,
     params,
-    parse_key_text,
     rows_to_batch,
+    start_key,
 )
 from malhar.io.jdbc.poll_settings import JdbcPollSettings
 from malhar.operator import OperatorContext
@@ -135,7 +135,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         self._conn: Any = None
         self._raw = False
         self._retrying("connecting", self._connect)
-        self._query = PollQuery(self, self._engine.dialect)
+        self._query = PollQuery(self, self._engine.dialect, raw=self._raw)
         self._names, self._types, self._key_index = self._retrying(
             "checking the source", self._inspect
         )
@@ -153,6 +153,9 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         self._last_poll = -1e18
         self._cursor: Cursor | None = None
         self._late = 0
+        self._null_keys = 0
+        if self._poller:  # one partition reports them
+            self._report_null_keys()
         log.info(
             "%s reads %s, key %r in (%s, %s]%s",
             self.label,
@@ -243,6 +246,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     def release(self, records: list[WindowRecord[Record]]) -> None:
         if not self.check_late_rows:
             return
+        if self._poller and records:
+            self._report_null_keys()
         for window, record in records:
             if not record or not record.get("rows"):
                 continue
@@ -269,7 +274,30 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
 
     def metrics(self) -> dict[str, float]:
         late, self._late = getattr(self, "_late", 0), 0
-        return {"late_rows": float(late)} if late else {}
+        out = {"late_rows": float(late)} if late else {}
+        if getattr(self, "_null_keys", 0):
+            out["null_key_rows"] = float(self._null_keys)
+        return out
+
+    def _report_null_keys(self) -> None:
+        """Warn (and keep the metric ``null_key_rows``) when rows have a NULL key: they have
+        no place in key order, so no window reads them."""
+        try:
+            found = int(self._scalar(self._query.null_keys_sql(), {}) or 0)
+        except Exception as exc:  # monitoring only: never fail a window on it
+            log.info("%s: counting rows with a NULL key failed: %s", self.label, exc)
+            return
+        if found and found != self._null_keys:
+            log.warning(
+                "%s: %d row(s) of %s have a NULL %s and are not read (a NULL has no place "
+                "in key order): fill the key, filter them out with where=, or make the "
+                "column NOT NULL",
+                self.label,
+                found,
+                self.source,
+                self.key_column,
+            )
+        self._null_keys = found
 
     # -- reading ---------------------------------------------------------------------------------
     def _upper_bound(self) -> Any:
@@ -526,8 +554,15 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             )
         return plan
 
+    def _start(self) -> Any:
+        """``start_after`` as an encoded key of the key column's type (None: not set)."""
+        if self.start_after is None:
+            return None
+        key_type = self._types[self._key_index]
+        return encode_key(start_key(self.start_after, key_type, self.label))
+
     def _make_plan(self, n: int) -> dict[str, Any]:
-        start = None if self.start_after is None else encode_key(parse_key_text(self.start_after))
+        start = self._start()
         low_arg = None if start is None else decode_key(start)
         bounds: list[Any] = []
         empty = False

@@ -176,6 +176,44 @@ def decode_key(value: Any) -> Any:
     return value
 
 
+def start_key(value: Any, key_type: pa.DataType | None, where: str) -> Any:
+    """``start_after`` as a value of the key column's Arrow type ``key_type`` (None: not
+    known, see :func:`parse_key_text`). A Spark option is always text, so ``"100"`` must
+    become 100 for an integer key (comparing it with the keys read failed), and a naive
+    ISO time is UTC for a ``timestamptz`` key. Fails with a :class:`JdbcConfigError`
+    naming ``where`` and the type when the value does not fit."""
+    if key_type is None:
+        return parse_key_text(value)
+    text = value if isinstance(value, str) else None
+    try:
+        if pa.types.is_integer(key_type):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError("not a whole number")
+            return int(text.strip()) if text is not None else int(value)
+        if pa.types.is_floating(key_type):
+            return float(value)
+        if pa.types.is_decimal(key_type):
+            return Decimal(str(value).strip())
+        if pa.types.is_timestamp(key_type):
+            moment = dt.datetime.fromisoformat(str(value).strip())
+            if key_type.tz is not None and moment.tzinfo is None:
+                return moment.replace(tzinfo=dt.UTC)
+            if key_type.tz is None and moment.tzinfo is not None:
+                return moment.astimezone(dt.UTC).replace(tzinfo=None)
+            return moment
+        if pa.types.is_date(key_type):
+            return dt.date.fromisoformat(str(value).strip())
+        if pa.types.is_string(key_type) or pa.types.is_large_string(key_type):
+            return str(value)
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        raise JdbcConfigError(
+            f"{where}: start_after {value!r} is not a value of the key column's type "
+            f"{key_type} ({exc}): give a number for a numeric key, ISO text "
+            "(2026-11-27T08:00:00, UTC when it has no offset) for a timestamp or date key"
+        ) from None
+    return parse_key_text(value)
+
+
 def parse_key_text(text: Any) -> Any:
     """``start_after`` as a key: numbers as they are, ISO text as a timestamp or a date."""
     if not isinstance(text, str):
@@ -272,10 +310,14 @@ class PollQuery:
 
     Args:
         settings: the poll settings (source, key, columns, where).
-        dialect: the database's SQLAlchemy dialect (quoting, parameter style).
+        dialect: the database's SQLAlchemy dialect (quoting).
+        raw: the statements run on a raw psycopg2 cursor (``%(name)s`` parameters);
+            otherwise through ``sqlalchemy.text`` (``:name``, whatever the driver's own
+            style: SQLAlchemy translates it, and escaped ``%(name)s`` for pyformat drivers
+            such as psycopg 3 and PyMySQL, binding nothing).
     """
 
-    def __init__(self, settings: Any, dialect: sa.Dialect) -> None:
+    def __init__(self, settings: Any, dialect: sa.Dialect, raw: bool = False) -> None:
         self.settings = settings
         self.dialect = dialect
         prep = dialect.identifier_preparer
@@ -288,20 +330,27 @@ class PollQuery:
         cols = settings.column_names
         self.select_list = ", ".join(self.q(c) for c in cols) if cols else "*"
         self.key = self.q(settings.key_column)
-        self.pyformat = dialect.paramstyle in ("pyformat", "format")
+        self.pyformat = raw
 
     def _param(self, name: str) -> str:
         return f"%({name})s" if self.pyformat else f":{name}"
 
     def where(self, low: bool, high: bool) -> str:
-        parts = []
+        # a NULL key has no place in key order: without this a read with no lower bound
+        # ended on it (NULLs sort last) and the next one read everything again
+        parts = [f"{self.key} IS NOT NULL"]
         if low:
             parts.append(f"{self.key} > {self._param('low')}")
         if high:
             parts.append(f"{self.key} <= {self._param('high')}")
         if self.settings.where:
             parts.append(f"({self.settings.where})")
-        return (" WHERE " + " AND ".join(parts)) if parts else ""
+        return " WHERE " + " AND ".join(parts)
+
+    def null_keys_sql(self) -> str:
+        """How many rows (of ``where``) have a NULL key: they are never read."""
+        extra = f" AND ({self.settings.where})" if self.settings.where else ""
+        return f"SELECT count(*) FROM {self.source} WHERE {self.key} IS NULL{extra}"
 
     def range_sql(self, low: bool, high: bool) -> str:
         """Rows of ``(low, high]`` in key order."""

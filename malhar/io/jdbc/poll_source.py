@@ -45,8 +45,8 @@ from malhar.io.jdbc.poll_reader import (
     decode_key,
     encode_key,
     params,
-    parse_key_text,
     rows_to_batch,
+    start_key,
 )
 from malhar.io.jdbc.poll_settings import JdbcPollSettings
 from malhar.properties import Property, properties_of
@@ -81,7 +81,7 @@ class _Core(JdbcPollInputOperator):
         self._raw = False
         self._cursor = None
         self._retrying("connecting", self._connect)
-        self._query = PollQuery(self, self._engine.dialect)
+        self._query = PollQuery(self, self._engine.dialect, raw=self._raw)
         self._names, self._types, self._key_index = self._retrying(
             "checking the source", self._inspect
         )
@@ -159,7 +159,11 @@ class JdbcPollStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict:
         start = self.settings.start_after
-        return {"key": None if start is None else encode_key(parse_key_text(start))}
+        if start is None:
+            return {"key": None}
+        core = self.core
+        key_type = core._types[core._key_index]
+        return {"key": encode_key(start_key(start, key_type, f"{SOURCE_NAME} source"))}
 
     def _safe_max(self) -> Any:
         """The largest key the batch may read: with ``commit_lag_ms``, the largest key
