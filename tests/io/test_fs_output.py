@@ -569,6 +569,31 @@ def test_text_files_with_a_schema_refuse_what_is_no_line(place: Place) -> None:
     assert errors == ["a line cannot be null"] * 2 + ["a line cannot hold a newline"] * 2
 
 
+@pytest.mark.parametrize(
+    ("make", "good", "bad"),
+    [
+        (lambda url: LinesFileOutput(url, roll_windows=1), "ok", "bad\ud800"),
+        (lambda url: JsonLinesFileOutput(url, roll_windows=1), {"v": "ok"}, {"v": "bad\ud800"}),
+        (
+            lambda url: CsvFileOutput(url, schema="v string", roll_windows=1),
+            {"v": "ok"},
+            {"v": "bad\ud800"},
+        ),
+    ],
+)
+def test_a_lone_surrogate_goes_to_the_error_port(tmp_path: Path, make, good, bad) -> None:
+    # a str with no UTF-8 (json.loads('"\\ud800"'), surrogateescape) failed the window on
+    # every replay with a UnicodeEncodeError (lines and JSON lines without a schema)
+    t = out_harness(make(str(tmp_path / "out")))
+    t.run_window([("input", good), ("input", bad)], window=0)
+    t.committed(0)
+    (error,) = t.sink("error").tuples
+    assert "surrogates not allowed" in error["error"]
+    assert {k: v for k, v in error.items() if k != "error"} in ({"value": bad}, bad)
+    (written,) = [p for p in (tmp_path / "out").iterdir() if p.is_file()]
+    assert b"ok" in written.read_bytes() and b"bad" not in written.read_bytes()
+
+
 def test_settings_are_checked(tmp_path: Path) -> None:
     for props, why in [
         ({"format": "parquet"}, "needs a schema"),

@@ -166,6 +166,7 @@ def test_badly_shaped_tuples_go_to_the_error_port(postgres_service) -> None:
         {"k": "f", "n": 6, "doc": deep},  # nested too deep for JSON
         "g",  # not a row
         {"k": "h", "n": None},  # the database refuses it (NOT NULL)
+        {"k": "s\ud800", "n": 9},  # a lone surrogate: no UTF-8 (failed the window)
         pa.RecordBatch.from_pylist([{"k": "i", "n": 7, "size": 1}]),  # a batch, unknown column
         pa.RecordBatch.from_pylist([{"k": "j", "n": 8}]),
     ]
@@ -173,7 +174,8 @@ def test_badly_shaped_tuples_go_to_the_error_port(postgres_service) -> None:
     assert sorted(_sql(pg, f"SELECT k, n FROM {table}")) == [("a", 1), ("b", 2), ("j", 8)]
     errors = h.sink("error").per_window[0]
     reasons = {(e.get("k") or str(e.get("value"))): e["error"] for e in errors}
-    assert len(errors) == 8
+    assert len(errors) == 9
+    assert "surrogates not allowed" in reasons["s\ud800"]
     assert reasons["['c', 3]"] == "2 value(s) for the 3 columns ['k', 'n', 'doc']"
     assert reasons["d"].startswith("unknown column(s) ['colour']")
     assert reasons["None"] == "missing field(s) ['k']"

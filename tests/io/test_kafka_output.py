@@ -428,6 +428,7 @@ def test_bad_records_go_to_the_error_port_with_their_reason(kafka_client: Any) -
             ("input", {"k": "mixed", "p": 0, "v": 1}),  # v: a number after text
             ("input", 3.5),
             ("input", {"k": "ok2", "p": 1, "v": "fine"}),
+            ("input", {"k": "lone", "p": 1, "v": "\ud800"}),  # no UTF-8: failed the window
         ],
         0,
     )
@@ -441,7 +442,8 @@ def test_bad_records_go_to_the_error_port_with_their_reason(kafka_client: Any) -
     h.run_window([("input", {"k": "raw", "p": 0, "v": b"\x00\x01"})], 2)
     h.teardown()
     errors = {e.get("k", e.get("value")): e["error"] for e in h.sink("error").tuples}
-    assert set(errors) == {"big", "nan", "raw", "nowhere", "mixed", 3.5}, errors
+    assert set(errors) == {"big", "nan", "raw", "nowhere", "mixed", 3.5, "lone"}, errors
+    assert "surrogates not allowed" in errors["lone"]
     assert "too large" in errors["big"] and "message.max.bytes=10000" in errors["big"]
     assert "JSON" in errors["nan"]
     assert "bytes value cannot be encoded as JSON" in errors["raw"]

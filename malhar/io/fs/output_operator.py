@@ -109,6 +109,27 @@ def _refuse_bad_lines(table: pa.Table) -> tuple[pa.Table, list[dict[str, Any]]]:
     return table.filter(pc.invert(refuse)), refused
 
 
+def _utf8_only(
+    texts: list[str], bad: list[dict[str, Any]], tuples: list[Any] | None = None
+) -> list[str]:
+    """``texts`` without those that have no UTF-8 (a lone surrogate, as ``json.loads`` of
+    ``"\\ud800"`` or ``surrogateescape`` decoding give); their tuples (``tuples``, the
+    texts themselves by default) go to ``bad``."""
+    try:
+        pa.array(texts, pa.string())
+        return texts
+    except UnicodeError:
+        pass
+    kept = []
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+            kept.append(text)
+        except UnicodeError as exc:
+            bad.append(rejected_row(text if tuples is None else tuples[i], f"not UTF-8: {exc}"))
+    return kept
+
+
 def _null_violations(table: pa.Table, schema: pa.Schema) -> bool:
     return any(not f.nullable and table.column(f.name).null_count for f in schema)
 
@@ -131,17 +152,20 @@ def _rows(
                 bad.append(rejected_row(value, "a line cannot hold a newline"))
             else:
                 lines.append(value)
+        lines = _utf8_only(lines, bad)
         return pa.table([pa.array(lines, pa.string())], schema=schema), bad
     if schemaless == "jsonl":
-        texts = []
+        texts, written = [], []
         for value in rows:
             if not isinstance(value, Mapping):
                 bad.append(rejected_row(value, f"expected a mapping, got {type(value).__name__}"))
                 continue
             try:
                 texts.append(json.dumps(dict(value), default=json_default, ensure_ascii=False))
+                written.append(value)
             except (TypeError, ValueError) as exc:
                 bad.append(rejected_row(value, f"not JSON: {exc}"))
+        texts = _utf8_only(texts, bad, written)
         return pa.table([pa.array(texts, pa.string())], schema=schema), bad
     names = set(schema.names)
     required = [f.name for f in schema if not f.nullable]

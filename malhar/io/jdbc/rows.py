@@ -82,7 +82,10 @@ def _column(values: Sequence[Any]) -> tuple[pa.Array, dict[int, str]]:
     bad: dict[int, str] = {}
     for i, v in enumerate(values):
         try:
-            texts.append(text_value(v))
+            text = text_value(v)
+            if isinstance(text, str):
+                text.encode("utf-8")  # a lone surrogate has no UTF-8: Arrow would raise
+            texts.append(text)
         except Exception as exc:  # a value with no text form: its row is refused
             texts.append(None)
             bad[i] = f"{type(exc).__name__}: {exc}"

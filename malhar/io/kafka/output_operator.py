@@ -25,7 +25,14 @@ from malhar.state import State
 
 __all__ = ["KafkaOutputOperator"]
 
-_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
+# UnicodeError: a str with a lone surrogate (json.loads("\"\\ud800\""), surrogateescape) has no UTF-8
+_ARROW_ERRORS = (
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    OverflowError,
+    UnicodeError,
+)
 
 
 class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
