@@ -197,7 +197,10 @@ class TimeBasedDedup(_Dedup):
         except Exception as exc:
             if type(exc).__name__ != "StateCodecError":
                 raise
-            self._error(t, f"the key {kt[0]!r} cannot be stored: use a number, string or tuple")
+            self._error(
+                t,
+                f"the key {kt[0]!r} cannot be stored: use a string, a number (an integer within 64 bits) or a tuple of them",
+            )
             return
         if label != 2:
             self._newest(kt[1])
@@ -431,7 +434,10 @@ class BoundedDedup(_Dedup):
         except Exception as exc:  # a key the state codec cannot encode (a dict, a list)
             if type(exc).__name__ != "StateCodecError":
                 raise
-            self._error(t, f"the key {k!r} cannot be stored: use a number, string or tuple")
+            self._error(
+                t,
+                f"the key {k!r} cannot be stored: use a string, a number (an integer within 64 bits) or a tuple of them",
+            )
             return
         (self.unique, self.duplicate)[label].emit(t)
 

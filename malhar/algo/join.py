@@ -50,7 +50,9 @@ def _storable(k: Any) -> bool:
     """A key managed state's ordered key codec takes (AUTO_KEY)."""
     if isinstance(k, tuple):
         return all(_storable(x) for x in k)
-    return k is None or isinstance(k, bool | int | float | str | bytes)
+    if isinstance(k, int) and not isinstance(k, bool):
+        return -(2**63) <= k < 2**63  # the codec's integers are 64-bit
+    return k is None or isinstance(k, bool | float | str | bytes)
 
 
 def merge_rows(left: dict | None, right: dict | None, left_key: str, right_key: str) -> dict:
@@ -176,7 +178,10 @@ class StreamJoin(_Join):
             self._error(t, str(exc))
             return
         if not _storable(k):
-            self._error(t, f"the key {k!r} cannot be stored: use a number, string or tuple")
+            self._error(
+                t,
+                f"the key {k!r} cannot be stored: use a string, a number (an integer within 64 bits) or a tuple of them",
+            )
             return
         other = self._sides[1 - side]
         matched = False
@@ -290,7 +295,9 @@ class LookupJoin(_Join):
         try:
             k = self._get(t, self._rkey)
             if not _storable(k):
-                raise TypeError(f"the key {k!r} cannot be stored: use a number, string or tuple")
+                raise TypeError(
+                    f"the key {k!r} cannot be stored: use a string, a number (an integer within 64 bits) or a tuple of them"
+                )
             self.updates[k] = t
         except KeyError as exc:
             self._error(t, missing(exc.args[0]))
@@ -307,7 +314,10 @@ class LookupJoin(_Join):
             self._error(t, str(exc))
             return
         if not _storable(k):
-            self._error(t, f"the key {k!r} cannot be looked up: use a number, string or tuple")
+            self._error(
+                t,
+                f"the key {k!r} cannot be looked up: use a string, a number (an integer within 64 bits) or a tuple of them",
+            )
             return
         row = self._joined(t, k)
         if row is not None:

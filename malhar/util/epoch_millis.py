@@ -21,6 +21,8 @@ import pyarrow.compute as pc
 __all__ = ["epoch_millis", "event_millis"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: the event times an int64 holds (Arrow's timestamps, the state's time buckets)
+_MIN, _MAX = -(2**63), 2**63 - 1
 
 #: a timestamp unit -> (multiply, floor-divide) to milliseconds
 _TO_MS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
@@ -29,15 +31,18 @@ _TO_MS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
 def event_millis(value: Any) -> int:
     """Epoch milliseconds of a tuple's event time: an int (ms), a float (truncated), a
     datetime (naive = UTC; floored to the millisecond), a date (midnight UTC) or a numpy
-    integer or datetime64. Raises TypeError for anything else, a bool, NaN or infinity."""
+    integer or datetime64. Raises TypeError for anything else, a bool, NaN, infinity or
+    a time outside the int64 range."""
     if isinstance(value, bool):
         raise TypeError("a boolean is not an event time")
     if isinstance(value, int):
+        if not _MIN <= value <= _MAX:
+            raise TypeError(f"{value!r} ms is outside the 64-bit range of event times")
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise TypeError(f"{value!r} is not an event time")
-        return int(value)
+        return event_millis(int(value))
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.UTC)

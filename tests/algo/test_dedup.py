@@ -336,3 +336,14 @@ def test_a_batch_of_microsecond_times_is_deduplicated_as_its_tuples(tmp_path: Pa
         h.run_window(inputs)
         got.append((len(h.sink("unique").tuples), len(h.sink("duplicate").tuples)))
     assert got[0] == got[1] == got[2] == (2, 1)
+
+
+def test_an_event_time_beyond_64_bits_goes_to_the_error_port(tmp_path: Path) -> None:
+    # its time bucket did not fit the state's 64-bit integers: an OverflowError failed the
+    # window on every replay
+    h = _harness(TimeBasedDedup(key="id", time="t"), tmp_path)
+    h.run_window([("input", {"id": 1, "t": 2**80}), ("input", {"id": 2, "t": 5})])
+    (error,) = h.sink("error").tuples
+    assert error["reason"] == f"{2**80} ms is outside the 64-bit range of event times"
+    assert h.sink("unique").tuples == [{"id": 2, "t": 5}]
+    h.teardown()

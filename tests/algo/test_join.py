@@ -55,7 +55,7 @@ def test_stream_join_within_event_time_and_bad_tuples(tmp_path: Path) -> None:
     assert h.sink("output").tuples == [{"k": "a", "t": 1_000, "right_t": 1_050, "n": 1}]
     assert [e["reason"] for e in h.sink("error").tuples] == [
         "no field 't'",
-        "the key ['x'] cannot be stored: use a number, string or tuple",
+        "the key ['x'] cannot be stored: use a string, a number (an integer within 64 bits) or a tuple of them",
         "expected a dict tuple, got str",
     ]
     h.teardown()
@@ -100,3 +100,17 @@ def test_lookup_join_batches_equal_tuples(tmp_path: Path, how: str) -> None:
     assert len(outputs[0]) == (
         30 if how == "left" else sum(1 for t in stream if t["k"] in (0, 2, 4))
     )
+
+
+def test_an_integer_key_beyond_64_bits_goes_to_the_error_port(tmp_path: Path) -> None:
+    # the state's key codec holds 64-bit integers: StreamJoin failed in process and
+    # LookupJoin at the end of the window, on every replay
+    big = {"k": 2**64, "a": 1}
+    for n, (op, port) in enumerate(
+        [(StreamJoin("k"), "left"), (LookupJoin("k"), "table"), (LookupJoin("k"), "stream")]
+    ):
+        h = _harness(op, tmp_path / str(n))
+        h.run_window([(port, big)])
+        (error,) = h.sink("error").tuples
+        assert "cannot be" in error["reason"] and "an integer within 64 bits" in error["reason"]
+        h.teardown()
