@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from malhar.io.base.output import WindowKey, rejected_row
 from malhar.io.base.output_operator import TransactionalOutputOperator
+from malhar.io.base.rejected_log import RejectedLog
 from malhar.io.kafka.output_settings import KafkaOutputSettings
 from malhar.io.kafka.producer import KafkaOutputStore
 from malhar.operator import OperatorContext
@@ -78,7 +79,12 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
     # -- TransactionalOutputOperator --------------------------------------------------------
     def create_store(self, context: OperatorContext) -> KafkaOutputStore:
         key = WindowKey(context.application, context.name, context.partition)
-        return KafkaOutputStore(self.settings(), key, positions=self._positions)
+        rejected = (
+            None
+            if context.checkpoint is None
+            else RejectedLog(context.checkpoint, context.name, context.partition)
+        )
+        return KafkaOutputStore(self.settings(), key, positions=self._positions, rejected=rejected)
 
     def end_window(self) -> None:
         super().end_window()

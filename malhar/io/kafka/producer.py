@@ -63,6 +63,7 @@ from malhar.io.base.output import (
     WindowKey,
     rejected_row,
 )
+from malhar.io.base.rejected_log import RejectedLog
 from malhar.io.kafka.client import KafkaClient, kafka_error
 from malhar.io.kafka.config import RetryPolicy
 from malhar.io.kafka.encoding import (
@@ -128,6 +129,9 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         positions: scan mode: per topic partition, the offset where the records of windows
             after the last completed one may start (the operator keeps it in its
             checkpoint; :attr:`positions` is the current value to keep).
+        rejected: where a window's rejected rows are kept until it is complete in the
+            application, so that a replay of a committed window re-emits them (the
+            operator's; None: not kept, as in the Spark sink, which fails the batch).
     """
 
     def __init__(
@@ -136,8 +140,11 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         key: WindowKey,
         *,
         positions: dict[int, int] | None = None,
+        rejected: RejectedLog | None = None,
     ) -> None:
         super().__init__(key)
+        self._rejected = rejected
+        self.records_rejected = rejected is not None
         settings.check_settings()
         self.settings = settings
         self.delivery = settings.delivery
@@ -512,8 +519,17 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
             )
             self._drop_producer()
 
+    def store_rejected(self, txn: KafkaTxn, window: int, rows: list[dict[str, Any]]) -> None:
+        assert self._rejected is not None
+        self._rejected.save(window, rows)
+
+    def read_rejected(self, window: int) -> list[dict[str, Any]]:
+        assert self._rejected is not None
+        return self._rejected.load(window)
+
     def committed(self, window: int) -> None:
-        pass
+        if self._rejected is not None:
+            self._rejected.purge(window)
 
     # -- errors ------------------------------------------------------------------------------
     def _check_errors(self) -> None:
