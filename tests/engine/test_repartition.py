@@ -58,6 +58,20 @@ def _stats(rates: dict[int, float]) -> OperatorStats:
     )
 
 
+def test_a_keyed_field_holding_a_key_in_two_partitions_is_refused() -> None:
+    # the pooled dict kept one partition's value and dropped the other's without a word
+    from malhar.engine.repartition import _redistribute
+    from malhar.errors import StateError
+
+    old = [KeyedRunningCount(), KeyedRunningCount()]
+    old[0].counts, old[1].counts = {"a": 1, "b": 1}, {"a": 2}
+    new = [Partition(KeyedRunningCount(), k) for k in spread(2)]
+    with pytest.raises(StateError, match=r"field 'counts' holds key 'a' in two partitions"):
+        _redistribute(
+            "count", old, new, KeyCodec("key"), None, routing_table([p.keys for p in new])
+        )
+
+
 def test_the_throughput_partitioner_splits_busy_and_merges_idle_neighbours() -> None:
     part = StatelessThroughputBasedPartitioner(maximum=100, minimum=10, cooldown_ms=0)
     existing = [Partition(KeyedRunningCount(), k) for k in spread(4)]

@@ -182,9 +182,12 @@ def split_run(kind: bytes, raw: bytes, key_partition: Any, partitions: int) -> l
     cls = _KINDS[kind]
     keys = cls._load(raw)
     item = cls._item
-    owner = np.fromiter(
-        (key_partition(AUTO_KEY.encode(item(k))) for k in keys.tolist()), np.int64, len(keys)
-    )
+    encoded = [AUTO_KEY.encode(item(k)) for k in keys.tolist()]
+    many = getattr(key_partition, "many", None)
+    if many is not None:  # the whole run in one call (a codec hashes a batch at once)
+        owner = np.asarray(many(encoded), dtype=np.int64)
+    else:
+        owner = np.fromiter((key_partition(e) for e in encoded), np.int64, len(keys))
     return [keys[owner == p] for p in range(partitions)]
 
 

@@ -70,6 +70,12 @@ def _partition_state(
     return entries
 
 
+#: map entries routed per call of ``key_partition.many``
+_ROUTE_BATCH = 10_000
+#: what the new partitions' writers buffer in all (each at least _MIN_FLUSH_BYTES)
+_WRITERS_BYTES, _MIN_FLUSH_BYTES = 128 << 20, 8 << 20
+
+
 def repartition(
     root: str,
     operator: str,
@@ -106,6 +112,8 @@ def repartition(
     else:
         staging = fs.join(opdir, _STAGING)
     fs.delete(staging, recursive=True)  # an attempt that died before its commit point
+    # the writers' buffers together stay near _WRITERS_BYTES (64 MiB each held M x 64 MiB)
+    flush_bytes = max(_MIN_FLUSH_BYTES, _WRITERS_BYTES // new_partitions)
     writers = [
         FileWriter(
             fs,
@@ -115,7 +123,7 @@ def repartition(
             new_uid(),
             ROOT,
             signer=signer,
-            flush_bytes=64 << 20,
+            flush_bytes=flush_bytes,
         )
         for p in range(new_partitions)
     ]
@@ -131,15 +139,43 @@ def repartition(
     last_key: bytes | None = None
     last_from = -1
 
+    def bad_partition(p: Any, uk: bytes) -> StateError:
+        return StateError(
+            f"operator {operator!r}: key_partition returned {p!r} for key {uk!r}, "
+            f"not a partition in [0, {new_partitions})",
+            operation="repartition",
+        )
+
     def route(uk: bytes) -> int:
         p = key_partition(uk)
         if not isinstance(p, int) or not 0 <= p < new_partitions:
-            raise StateError(
-                f"operator {operator!r}: key_partition returned {p!r} for key {uk!r}, "
-                f"not a partition in [0, {new_partitions})",
-                operation="repartition",
-            )
+            raise bad_partition(p, uk)
         return p
+
+    def route_many(uks: list[bytes]) -> list[int]:
+        ps = [int(p) for p in many(uks)]  # type: ignore[misc]
+        for p, uk in zip(ps, uks, strict=True):
+            if not 0 <= p < new_partitions:
+                raise bad_partition(p, uk)
+        return ps
+
+    many = getattr(key_partition, "many", None)
+    if many is not None:
+        route.many = route_many  # type: ignore[attr-defined]
+
+    # map entries wait here to be routed many at a time (in order: each writer still gets
+    # its entries sorted); flushed before anything else is written
+    pending: list[tuple[bytes, bytes, bytes]] = []
+
+    def flush_entries() -> None:
+        if not pending:
+            return
+        uks = [uk for _, uk, _ in pending]
+        ps = route_many(uks) if many is not None else [route(uk) for uk in uks]
+        for (ik, _, v), p in zip(pending, ps, strict=True):
+            writers[p].add(ik, v)
+            counts[p] += 1
+        pending.clear()
 
     # the runs of one bucket of key sets, from every old partition: split by key, then one
     # run per new partition (run id 0) once the bucket's last run is read
@@ -172,6 +208,8 @@ def repartition(
             if v is None:
                 continue
             name, kind, rest = split(ik)
+            if pending and (kind in _KEY_SETS or kind in (META, LIST) or name != current_name):
+                flush_entries()
             if runs_head is not None and not ik.startswith(runs_head):
                 flush_runs()
                 runs_head = None
@@ -205,9 +243,10 @@ def repartition(
             last_key, last_from = ik, old_p
             uk = user_key(kind, rest)
             assert uk is not None
-            p = route(uk)
-            writers[p].add(ik, v)
-            counts[p] += 1
+            pending.append((ik, uk, v))
+            if len(pending) >= _ROUTE_BATCH:
+                flush_entries()
+        flush_entries()
         if runs_head is not None:
             flush_runs()
         if current_name is not None:

@@ -23,6 +23,22 @@ def _route(n: int):
     return key_partition
 
 
+class _Batched:
+    """A key_partition with ``many`` (as the engine's): counts the calls of each kind."""
+
+    def __init__(self, one) -> None:
+        self.one, self.calls, self.keys = one, {"one": 0, "many": 0}, 0
+
+    def __call__(self, encoded: bytes) -> int:
+        self.calls["one"] += 1
+        return self.one(encoded)
+
+    def many(self, encoded: list[bytes]) -> list[int]:
+        self.calls["many"] += 1
+        self.keys += len(encoded)
+        return [self.one(e) for e in encoded]
+
+
 def _populate(root, old: int, window: int) -> dict:
     """Keys routed by _route(old); a few windows each; returns the expected global state."""
     route = _route(old)
@@ -54,10 +70,17 @@ def _populate(root, old: int, window: int) -> dict:
     return expected
 
 
-@pytest.mark.parametrize(("old", "new"), [(3, 5), (4, 2), (2, 1), (1, 3)])
-def test_repartition_keeps_every_key_exactly_once(root, old: int, new: int) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "batched"),
+    [(3, 5, False), (4, 2, False), (2, 1, False), (1, 3, False), (3, 2, True)],
+)
+def test_repartition_keeps_every_key_exactly_once(root, old: int, new: int, batched: bool) -> None:
     expected = _populate(root, old, window=3)
-    ManagedState.repartition(root.url, "op", 3, old, new, _route(new))
+    key_partition = _Batched(_route(new)) if batched else _route(new)
+    ManagedState.repartition(root.url, "op", 3, old, new, key_partition)
+    if batched:  # keys are routed many at a time (one call per key took ~250 µs with pandas)
+        assert key_partition.calls["one"] == 0
+        assert key_partition.keys > 20 * key_partition.calls["many"]
     seen_m: dict = {}
     seen_mm: set = set()
     seen_tb: dict = {}
@@ -169,8 +192,11 @@ def test_keys_in_two_old_partitions_are_refused(root) -> None:
         ManagedState.repartition(root.url, "op", 0, 2, 1, lambda k: 0)
 
 
-@pytest.mark.parametrize(("old", "new", "kind"), [(2, 3, "int"), (3, 1, "int"), (2, 3, "str")])
-def test_key_sets_are_split_key_by_key(root, old: int, new: int, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "kind", "batched"),
+    [(2, 3, "int", False), (3, 1, "int", False), (2, 3, "str", False), (2, 3, "str", True)],
+)
+def test_key_sets_are_split_key_by_key(root, old: int, new: int, kind: str, batched: bool) -> None:
     """A run holds many keys: each goes to the partition that owns it (the engine routes the
     AUTO_KEY encoding of the key, as for any key), the buckets and horizon kept."""
 
@@ -213,7 +239,10 @@ def test_key_sets_are_split_key_by_key(root, old: int, new: int, kind: str) -> N
     expected = {(t, k) for t, k in expected if t >= 100}
     for ms in parts:
         ms.close()
-    ManagedState.repartition(root.url, "op", 2, old, new, route(new))
+    key_partition = _Batched(route(new)) if batched else route(new)
+    ManagedState.repartition(root.url, "op", 2, old, new, key_partition)
+    if batched:
+        assert key_partition.calls["one"] == 0 and key_partition.calls["many"] > 0
     got: set = set()
     for p in range(new):
         ms = root.new(partition=p)
