@@ -96,6 +96,9 @@ class TimeBasedDedup(_Dedup):
     recognized when it carries its original's event time (the same event delivered
     twice), or any time in the same bucket.
 
+    Keys are compared by value within one type: ``1``, ``1.0`` and ``True`` are three keys
+    (as in a typed column, which holds one type).
+
     Int, str and bytes keys (str and bytes of up to 64 bytes) are kept as sorted runs per
     bucket (``docs/state.md`` §4a): an Arrow batch of them is decided and stored in NumPy.
     Other keys (floats, tuples, None, longer str and bytes) are one managed-state entry

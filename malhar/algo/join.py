@@ -106,6 +106,10 @@ class StreamJoin(_Join):
     For ``left``/``right``/``outer`` joins, a tuple of an outer side that found no partner
     is emitted alone when it expires.
 
+    Keys match as managed state stores them: by value within one type, so ``1``, ``1.0``
+    and ``True`` are three keys (a typed column holds one type; normalize untyped keys
+    first when they mix).
+
     Example:
         >>> import tempfile
         >>> from malhar import OperatorContext
@@ -254,6 +258,10 @@ class LookupJoin(_Join):
     sees the table as of the previous window whatever the arrival order (deterministic on
     replay); within a window the last update of a key wins. ``join_type`` ``inner`` drops stream tuples
     without a row, ``left`` emits them alone.
+
+    Keys match as managed state stores them: by value within one type, so ``1``, ``1.0``
+    and ``True`` are three keys (a typed column holds one type; normalize untyped keys
+    first when they mix).
 
     Example:
         >>> import tempfile
