@@ -54,10 +54,14 @@ class ManagedStates:
                 "(launch(..., checkpoint=...) or the CHECKPOINT attribute)"
             )
         from malhar.util.state import ManagedState
+        from malhar.util.state.manager import default_local_dir
 
         key = secrets.resolve(self.integrity_key, "CHECKPOINT_INTEGRITY_KEY")
         options.setdefault("budget_bytes", DEFAULT_BUDGET_BYTES)
         root = self.roots.get(operator, self.root)
+        # by the application's checkpoint, not the generation's root: every partitioning
+        # uses the same local directories (a store of another chain is rebuilt)
+        options.setdefault("local_dir", default_local_dir(self.root, operator, self.partition))
         store = ManagedState(root, operator, self.partition, signer=key, **options)
         store.restore(after_window)
         self.stores[operator] = store

@@ -161,6 +161,14 @@ def test_a_stream_join_gives_what_it_gives_unrepartitioned_over_repartitionings(
     finally:
         app.stop()
     last = app.last_window
+    # the local stores stay where they were (by the application's checkpoint): each
+    # partitioning used to leave a copy of the state under its generation's root
+    from malhar.util.state.manager import default_local_dir
+
+    for generation in (1, 2):
+        stale = default_local_dir(generations.state_root(moved, generation), "join", 0)
+        assert not Path(stale).parent.exists(), stale
+    assert Path(default_local_dir(moved, "join", 0)).exists()
     still = str(tmp_path / "still")
     app = launch(_join_dag(), spark=spark, checkpoint=still, window_ms=100)
     try:

@@ -68,6 +68,20 @@ def operator_dir(fs: FileSystem, base: str, operator: str) -> str:
     return fs.join(base, "malhar", "managed", encode_name(operator))
 
 
+def default_local_dir(root: str, operator: str, partition: int) -> str:
+    """Where a partition's local store lives by default: the temporary directory, by a
+    hash of ``root``, the operator and the partition. The engine passes the application's
+    checkpoint as ``root`` (not a repartitioning's generation root), so a new partitioning
+    reuses (and rebuilds) the directories of the old one instead of leaving them behind."""
+    return os.path.join(
+        tempfile.gettempdir(),
+        f"malhar-state-{os.getuid() if hasattr(os, 'getuid') else 0}",
+        sha1(root.encode()).hexdigest()[:12],
+        encode_name(operator),
+        str(partition),
+    )
+
+
 class ManagedState:
     """Managed state of one operator partition (see the module docstring for the protocol).
 
@@ -314,13 +328,7 @@ class ManagedState:
     def _local(self) -> Replica:
         """The local store (opened on first use) as this manager lays it out."""
         if self._replica is None:
-            path = self.local_dir or os.path.join(
-                tempfile.gettempdir(),
-                f"malhar-state-{os.getuid() if hasattr(os, 'getuid') else 0}",
-                sha1(self.root.encode()).hexdigest()[:12],
-                encode_name(self.operator),
-                str(self.partition),
-            )
+            path = self.local_dir or default_local_dir(self.root, self.operator, self.partition)
             try:
                 self._replica = Replica(LocalStore(path, memory_bytes=self._store_mem))
                 self._store_private = False
