@@ -157,26 +157,8 @@ def missing(spec: FieldSpec) -> str:
 
 
 # -- stable keys ---------------------------------------------------------------------------------
-class _OneNaN(float):
-    """The NaN every NaN key becomes. It pickles by reference, so a restored checkpoint's
-    NaN key is this object again: a dict finds a NaN key only by identity, and a copy (what
-    pickle made of a plain float NaN) was counted apart from the NaN keys that came later."""
-
-    __slots__ = ()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_the_nan, ())
-
-    def __repr__(self) -> str:
-        return "nan"
-
-
-def _the_nan() -> float:
-    return NAN
-
-
 #: the NaN every NaN key is replaced by (see one_nan)
-NAN: float = _OneNaN("nan")
+NAN = float("nan")
 
 
 def one_nan(key: Any) -> Any:
@@ -185,6 +167,17 @@ def one_nan(key: Any) -> Any:
     from Arrow) was a group of its own, while Arrow's grouping (and Spark's) puts them in
     one."""
     return NAN if key.__class__ is float and key != key else key
+
+
+def rekey_nan(mapping: dict[Any, Any]) -> None:
+    """Make the NaN key of ``mapping`` :data:`NAN` again, in place. A restored checkpoint's
+    NaN key is a copy (pickle keeps floats by value), which a dict finds only by identity:
+    the NaN keys that came later were counted apart. Called after a restore (``setup``)."""
+    for k in mapping:
+        if k.__class__ is float and k != k:
+            if k is not NAN:
+                mapping[NAN] = mapping.pop(k)
+            return
 
 
 def key_bytes(value: Any) -> bytes:

@@ -29,6 +29,7 @@ from malhar.algo._base import (
     getter,
     missing,
     one_nan,
+    rekey_nan,
     rows_of,
 )
 from malhar.operator import Unifier
@@ -354,6 +355,7 @@ class _Aggregate(AlgoOperator):
         self._agg = AGGREGATIONS[self.AGG]
         self._get_key = getter(self.key)
         self._get_value = getter(self.value)
+        rekey_nan(self.acc)  # restored: its NaN key is a copy
 
     def process(self, t: Any) -> None:
         try:

@@ -8,9 +8,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from malhar.algo._base import NAN, Partitioning, one_nan
+from malhar.algo._base import NAN, Partitioning, one_nan, rekey_nan
 from malhar.errors import MalharError
-from malhar.operator import Operator, Unifier
+from malhar.operator import Operator, OperatorContext, Unifier
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
@@ -90,6 +90,9 @@ class UniqueCounter(Operator):
     def partitioning(self) -> Partitioning:
         """Any partitioning: the unifier adds the partial counts."""
         return Partitioning("unifier")
+
+    def setup(self, context: OperatorContext) -> None:
+        rekey_nan(self.counts)  # restored: its NaN key is a copy
 
     def cannot_repartition(self) -> str | None:
         if self.cumulative:
