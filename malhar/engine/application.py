@@ -254,9 +254,10 @@ class RunningApplication:
         starts again: the next window runs on the new partitions and window ids continue.
         See ``docs/partitioning.md``.
         """
+        from malhar.engine import generations
         from malhar.engine.repartition import check_requests, repartition
 
-        check_requests(self.dag, requests)  # a typo must not stop a running application
+        check_requests(self.dag, requests, self.plan)  # a typo must not stop the application
         with self._repartition_lock:
             self._repartitioning.set()
             try:
@@ -264,14 +265,19 @@ class RunningApplication:
                 # the last window ends every application window: none is cut short
                 self._stop(timeout, align=application_window_lcm(self.dag))
                 more = self._windows is None or self.last_window + 1 - self._first < self._windows
+                before = generations.load(self.checkpoint).generation
                 try:
                     generation = repartition(
                         self.dag, self.checkpoint, self.last_window, requests, stats
                     )
                 except BaseException:
-                    # nothing is in force before the new generation is committed: the
-                    # application goes on with the partitions it had, and the caller (or
-                    # the stats listener's log) learns why
+                    # before its commit nothing of the new generation is in force: the
+                    # application goes on with the partitions it had (after it, with the new
+                    # ones: a partitioner's partitioned() failed), and the caller (or the
+                    # stats listener's log) learns why
+                    current = generations.load(self.checkpoint)
+                    if current.generation > before:
+                        self.repartitions.append(current)
                     if more:
                         self.start()
                     raise

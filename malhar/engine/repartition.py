@@ -242,9 +242,13 @@ class _ManagedOwner:
         return self.lookup[hashes & self.mask].tolist()
 
 
-def check_requests(dag: DAG, requests: Mapping[str, Request | None]) -> None:
-    """Refuse requests naming no operator of ``dag``, or an operator that says it cannot
-    be repartitioned (``Operator.cannot_repartition``), before anything is stopped."""
+def check_requests(
+    dag: DAG, requests: Mapping[str, Request | None], plan: Plan | None = None
+) -> None:
+    """Refuse, before anything is stopped, requests naming no operator of ``dag``, an
+    operator fused behind another (``plan``: the running plan), or an operator that says
+    it cannot be repartitioned (``Operator.cannot_repartition``), itself or one fused
+    behind it (they follow its count)."""
     unknown = sorted(set(requests) - set(dag.operators))
     if unknown:
         raise ConfigError(
@@ -252,13 +256,25 @@ def check_requests(dag: DAG, requests: Mapping[str, Request | None]) -> None:
             f"{sorted(dag.operators)}); the application goes on unchanged"
         )
     for name in requests:
-        operator = dag.operators[name].operator
-        why = operator.cannot_repartition()
-        if why:
-            raise ConfigError(
-                f"operator {name!r} ({type(operator).__name__}) cannot be repartitioned while "
-                f"the application runs: {why}; the application goes on unchanged"
-            )
+        members = [name]
+        if plan is not None:
+            members = list(plan.groups[plan.group_of[name]].operators)
+            if members[0] != name:
+                raise ConfigError(
+                    f"operator {name!r} runs fused with {members[0]!r} (PARALLEL_PARTITION): "
+                    "repartition the first operator of the chain; the application goes on "
+                    "unchanged"
+                )
+        for member in members:
+            operator = dag.operators[member].operator
+            why = operator.cannot_repartition()
+            if why:
+                fused = "" if member == name else f" (fused behind {name!r})"
+                raise ConfigError(
+                    f"operator {member!r} ({type(operator).__name__}){fused} cannot be "
+                    f"repartitioned while the application runs: {why}; the application goes "
+                    "on unchanged"
+                )
 
 
 def repartition(

@@ -133,10 +133,9 @@ class RouteBuffer(Emitter):
             return
         if self.route.codec is not None:
             schema = self.route.arrow_schema
-            if schema is not None and batch.schema != schema:
-                # keys hash as the stream's types, as repartitioning hashes state keys
-                batch = batch.cast(schema)
-            hashes = np.asarray(self.route.codec.partition_batch(batch))
+            # keys hash as the stream's types, as repartitioning hashes state keys
+            hashed = batch if schema is None or batch.schema == schema else _typed(batch, schema)
+            hashes = np.asarray(self.route.codec.partition_batch(hashed))
             keys = hashes % self.n if self.table is None else self.table[hashes & self.mask]
             for d in np.unique(keys):
                 part = batch.filter(pa.array(keys == d))
@@ -202,3 +201,19 @@ class RouteBuffer(Emitter):
         self._drain_pending()
         for d in sorted(set(self.tuples) | set(self.batches)):
             self.flush_one(d)
+
+
+def _typed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with each column the stream's schema types otherwise cast to that type (for
+    hashing only: the batch itself travels as it is); a column that does not cast, or that
+    the schema lacks, stays as it is."""
+    columns = []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        index = schema.get_field_index(field.name)
+        if index >= 0 and schema.field(index).type != field.type:
+            try:
+                column = column.cast(schema.field(index).type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                pass
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)

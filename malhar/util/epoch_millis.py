@@ -46,12 +46,17 @@ def event_millis(value: Any) -> int:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.UTC)
-        return (value - _EPOCH) // dt.timedelta(milliseconds=1)
+        ms = (value - _EPOCH) // dt.timedelta(milliseconds=1)
+        if not isinstance(ms, int):  # pandas' NaT is a datetime whose arithmetic gives NaN
+            raise TypeError(f"{value!r} is not an event time")
+        return ms
     if isinstance(value, dt.date):
         return (value - _EPOCH.date()).days * 86_400_000
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, np.datetime64):
+        if np.isnat(value):
+            raise TypeError(f"{value!r} is not an event time")
         return int(value.astype("datetime64[ms]").astype(np.int64))
     raise TypeError(f"{type(value).__name__} {value!r} is not an event time")
 

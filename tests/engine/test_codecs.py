@@ -73,3 +73,16 @@ def test_a_field_codec_places_state_keys_where_their_tuples_go() -> None:
     assert codec.hash_keys(["ann", None, "bo"], batch.schema).tolist() == (
         codec.partition_batch(batch).tolist()
     )
+
+
+def test_a_batch_emitted_in_other_types_is_hashed_as_the_stream_types() -> None:
+    # routing hashes a batch's keys as the stream's schema types, as repartitioning hashes
+    # state keys; a column that does not cast, or columns in another order, do not fail it
+    from malhar.engine.routing import _typed
+
+    codec = KeyCodec("k")
+    schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
+    emitted = pa.record_batch({"v": ["a"], "k": pa.array([-5], pa.int32())})
+    assert codec.partition_batch(_typed(emitted, schema))[0] == codec.hash_keys([-5], schema)[0]
+    odd = pa.record_batch({"k": pa.array(["x"]), "v": ["a"]})  # "x" is no int64
+    assert _typed(odd, schema).equals(odd)

@@ -72,6 +72,28 @@ def test_a_keyed_field_holding_a_key_in_two_partitions_is_refused() -> None:
         )
 
 
+def test_an_operator_fused_behind_the_request_is_asked_too() -> None:
+    # a BoundedDedup fused behind the requested operator follows its count: it was found
+    # out only after the application had stopped
+    from malhar.algo import BoundedDedup
+    from malhar.engine.plan import build_plan
+    from malhar.engine.repartition import check_requests
+    from malhar.errors import ConfigError
+
+    dag = DAG("fused")
+    src = dag.add_operator("src", RatedKeys(), PARTITIONS=2)
+    dedup = dag.add_operator("dedup", BoundedDedup(key="key"))
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("items", src.output, dedup.input)
+    dag.add_stream("unique", dedup.unique, out.input)
+    dedup.input.set_attribute(A.PARALLEL_PARTITION, True)
+    plan = build_plan(dag)
+    with pytest.raises(ConfigError, match=r"'dedup' \(BoundedDedup\) \(fused behind 'src'\)"):
+        check_requests(dag, {"src": 3}, plan)
+    with pytest.raises(ConfigError, match="repartition the first operator of the chain"):
+        check_requests(dag, {"dedup": 3}, plan)
+
+
 def test_the_throughput_partitioner_splits_busy_and_merges_idle_neighbours() -> None:
     part = StatelessThroughputBasedPartitioner(maximum=100, minimum=10, cooldown_ms=0)
     existing = [Partition(KeyedRunningCount(), k) for k in spread(4)]

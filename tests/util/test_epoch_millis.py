@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -39,7 +40,10 @@ def test_the_other_kinds_a_tuple_may_give() -> None:
     assert event_millis(dt.datetime(1970, 1, 1, 0, 0, 1)) == 1000  # naive is UTC
 
 
-@pytest.mark.parametrize("value", [True, float("nan"), float("inf"), "noon", None, b"1"])
+@pytest.mark.parametrize(
+    "value",
+    [True, float("nan"), float("inf"), "noon", None, b"1", np.datetime64("NaT"), pd.NaT, 2**63],
+)
 def test_what_is_not_an_event_time_raises_type_error(value) -> None:
     with pytest.raises(TypeError, match="event time"):
         event_millis(value)

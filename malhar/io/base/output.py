@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -147,6 +148,32 @@ def rejected_row(row: Any, reason: str) -> dict[str, Any]:
         out = {"value": list(row) if isinstance(row, tuple) else row}
     out[ERROR_FIELD] = reason
     return out
+
+
+def rows_json(value: Any, default: Callable[[Any], Any] = str) -> str:
+    """JSON of error-port rows that a store keeps with their window: ``default`` gives the
+    values JSON has no form for, and a key JSON has no form for (a tuple) becomes its
+    ``str`` (``json.dumps`` refuses such a key whatever ``default`` is: the window failed
+    on every replay); past 100 levels (or a cycle) a value is its ``repr``."""
+    try:
+        return json.dumps(value, default=default)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps(_json_plain(value, 0), default=default)
+
+
+def _json_plain(value: Any, depth: int) -> Any:
+    if depth > 100:
+        return repr(value)
+    if isinstance(value, Mapping):
+        return {
+            (k if k is None or isinstance(k, str | int | float) else str(k)): _json_plain(
+                v, depth + 1
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_json_plain(v, depth + 1) for v in value]
+    return value
 
 
 def batch_digest(table: pa.Table) -> str:

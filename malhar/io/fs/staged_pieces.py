@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from malhar.io.base.output import CommitMark
+from malhar.io.base.output import CommitMark, rows_json
 from malhar.io.fs.paths import RangeFile
 from malhar.util.fs import StorageNotFoundError
 
@@ -103,7 +103,7 @@ def piece_meta(
     if mark.run:
         meta[_RUN] = mark.run.encode()
     if rejected:
-        meta[_REJECTED] = json.dumps(rejected, default=str).encode()
+        meta[_REJECTED] = rows_json(rejected).encode()
     return meta
 
 

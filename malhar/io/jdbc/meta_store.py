@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import sqlalchemy as sa
 
-from malhar.io.base.output import ERROR_FIELD, NO_WINDOW, CommitMark, WindowKey
+from malhar.io.base.output import ERROR_FIELD, NO_WINDOW, CommitMark, WindowKey, rows_json
 from malhar.io.jdbc.config import split_table
 from malhar.io.jdbc.errors import JdbcTargetConflictError, is_transient
 from malhar.io.jdbc.rows import text_value
@@ -307,7 +307,7 @@ class ErrorTable:
                     "operator_id": key.operator,
                     "partition_id": key.partition,
                     "window_id": window,
-                    "row_json": json.dumps(
+                    "row_json": rows_json(
                         {k: v for k, v in r.items() if k != ERROR_FIELD}, default=text_value
                     ),
                     "error": str(r.get(ERROR_FIELD, "")),

@@ -88,6 +88,8 @@ log = logging.getLogger("malhar.io.jdbc.poll")
 Record = dict[str, Any]
 
 PLAN_DIR = "jdbc-poll"
+#: how often the polling partition counts the rows with a NULL key again (seconds)
+_NULLS_EVERY_S = 60.0
 
 
 class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
@@ -154,6 +156,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         self._cursor: Cursor | None = None
         self._late = 0
         self._null_keys = 0
+        self._nulls_at = -1e18
         if self._poller:  # one partition reports them
             self._report_null_keys()
         log.info(
@@ -246,8 +249,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     def release(self, records: list[WindowRecord[Record]]) -> None:
         if not self.check_late_rows:
             return
-        if self._poller and records:
-            self._report_null_keys()
+        if self._poller and records and time.monotonic() - self._nulls_at >= _NULLS_EVERY_S:
+            self._report_null_keys()  # a count of the whole table (or its index): not often
         for window, record in records:
             if not record or not record.get("rows"):
                 continue
@@ -282,6 +285,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     def _report_null_keys(self) -> None:
         """Warn (and keep the metric ``null_key_rows``) when rows have a NULL key: they have
         no place in key order, so no window reads them."""
+        self._nulls_at = time.monotonic()
         try:
             found = int(self._scalar(self._query.null_keys_sql(), {}) or 0)
         except Exception as exc:  # monitoring only: never fail a window on it

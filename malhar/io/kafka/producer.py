@@ -276,6 +276,8 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
 
     def begin(self, window: int) -> KafkaTxn:
         self._check_errors()
+        if self._rejected is not None:
+            self._rejected.begin()
         if (
             self._producer is not None
             and self._epoch_mark is not None
@@ -448,6 +450,8 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
 
     def store_committed(self, txn: KafkaTxn, mark: CommitMark) -> None:
         txn.mark = mark
+        if self._rejected is not None:
+            self._rejected.settle(mark.window)
         if self.delivery != "exactly_once":
             return
         meta = {k: v for k, v in (("digest", mark.digest), ("run", mark.run)) if v}
