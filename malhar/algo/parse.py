@@ -223,6 +223,9 @@ class CsvParser(_Parser):
     def parse_many(self, records: list[str]) -> pa.RecordBatch:
         if any("\n" in r or "\r" in r for r in records):
             raise ValueError("a record holds a line break")
+        if len(self._schema) > 1 and "" in records:
+            # pyarrow reads an empty line as a row of empty fields: a row of nulls
+            raise ValueError(f"an empty record (the schema has {len(self._schema)} fields)")
         data = ("\n".join(records) + "\n").encode()
         table = pacsv.read_csv(
             io.BytesIO(data),

@@ -14,7 +14,7 @@ from malhar.algo import (
     JsonParser,
     RegexParser,
 )
-from malhar.testing.harness import OperatorHarness
+from malhar.testing.harness import OperatorHarness, deliveries
 
 
 def _both(make, records):
@@ -144,3 +144,15 @@ def test_a_tuple_without_the_records_field_says_which_fields_it_has() -> None:
         "field 'value': expected text, got int",
         "expected text, got int",
     ]
+
+
+def test_an_empty_csv_record_goes_to_the_error_port() -> None:
+    # pyarrow read an empty line as a row of empty fields: it came out as a row of nulls
+    rows = [{"line": ""}, {"line": "1,tea,2.5"}]
+    for inputs in deliveries("input", rows):
+        h = OperatorHarness(CsvParser(schema="id bigint, name string, price double", field="line"))
+        h.run_window(inputs)
+        assert h.sink("out").tuples == [{"id": 1, "name": "tea", "price": 2.5}]
+        assert [e["reason"] for e in h.sink("error").tuples] == [
+            "an empty record (the schema has 3 fields)"
+        ]
