@@ -422,14 +422,7 @@ class WindowedCore(WindowedSettings):
             elif windows is not None:
                 timestamp = windows[0].max_timestamp
         elif not isinstance(timestamp, int):
-            try:
-                timestamp = event_millis(timestamp)
-            except TypeError as exc:
-                raise WindowError(
-                    f"{type(self).__name__} {self._name!r}: the tuple's timestamp "
-                    f"{timestamp!r} is not a time ({exc}); give epoch milliseconds (int), a "
-                    "datetime or a date"
-                ) from None
+            timestamp = tuple_millis(timestamp, f"{type(self).__name__} {self._name!r}")
         horizon = self.horizon()
         if horizon is not None and timestamp < horizon:
             self._late(original)
@@ -862,6 +855,18 @@ def _missing(owner: str, setting: str, spec: Any, name: str, t: Any) -> WindowEr
         f"{shown}; send tuples with that field, or set {setting} to a field they have "
         "(or to a callable)"
     )
+
+
+def tuple_millis(value: Any, owner: str) -> int:
+    """A tuple's event time as epoch milliseconds (:func:`event_millis`), or a
+    :class:`WindowError` naming ``owner`` and what to give."""
+    try:
+        return event_millis(value)
+    except TypeError as exc:
+        raise WindowError(
+            f"{owner}: the tuple's timestamp {value!r} is not a time ({exc}); give epoch "
+            "milliseconds (int), a datetime or a date"
+        ) from None
 
 
 def has_columns(schema: pa.Schema, *specs: Any) -> bool:

@@ -13,9 +13,9 @@ from malhar.operator import Operator, OperatorContext
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
-from malhar.util.epoch_millis import epoch_millis, event_millis
+from malhar.util.epoch_millis import epoch_millis
 from malhar.window.errors import WindowConfigError, WindowError
-from malhar.window.impl.core import check_extractor, extractor, has_columns
+from malhar.window.impl.core import check_extractor, extractor, has_columns, tuple_millis
 from malhar.window.watermark import Watermark
 from malhar.window.windows import to_millis
 
@@ -119,13 +119,7 @@ class WatermarkGenerator(Operator):
 
     def _update(self, split: Any, ts: Any) -> None:
         if not isinstance(ts, int):
-            try:
-                ts = event_millis(ts)
-            except TypeError as exc:
-                raise WindowError(
-                    f"WatermarkGenerator {self._name!r}: the tuple's timestamp {ts!r} is not a "
-                    f"time ({exc}); give epoch milliseconds (int), a datetime or a date"
-                ) from None
+            ts = tuple_millis(ts, f"WatermarkGenerator {self._name!r}")
         old = self.highest.get(split)
         if old is None or ts > old:
             self.highest[split] = ts
