@@ -7,6 +7,7 @@ import json
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,23 +127,32 @@ def _check_exact(checkpoint: str) -> dict[int, list]:
     return got
 
 
+def _repartitioned(
+    spark, dag: DAG, checkpoint: str, name: str, counts: list[int], start: int, between: int
+) -> tuple[Any, list[generations.Generation]]:
+    """Run ``dag`` to window ``start``, then repartition ``name`` to each of ``counts`` with
+    ``between`` windows after each; returns the stopped application and the generations."""
+    done = []
+    app = launch(dag, spark=spark, checkpoint=checkpoint, window_ms=100)
+    try:
+        app.await_window(start)
+        for n in counts:
+            done.append(app.repartition({name: n}))
+            assert done[-1].operators[name].partitions == n
+            assert app.plan.groups[app.plan.group_of[name]].partitions == n
+            app.await_window(app.last_window + between)
+    finally:
+        app.stop()
+    return app, done
+
+
 @pytest.mark.integration
 def test_a_keyed_counter_goes_from_one_to_four_to_two_partitions_exactly(
     spark, tmp_path: Path
 ) -> None:
     checkpoint = str(tmp_path / "ck")
-    app = launch(_dag(), spark=spark, checkpoint=checkpoint, window_ms=100)
-    try:
-        app.await_window(3)
-        first = app.repartition({"count": 4})
-        assert first.operators["count"].partitions == 4
-        assert app.plan.groups[app.plan.group_of["count"]].partitions == 4
-        app.await_window(app.last_window + 4)
-        second = app.repartition({"count": 2})
-        assert second.generation == 2
-        app.await_window(app.last_window + 4)
-    finally:
-        app.stop()
+    _, (first, second) = _repartitioned(spark, _dag(), checkpoint, "count", [4, 2], 3, 4)
+    assert second.generation == 2
     assert generations.load(checkpoint).operators["count"].partitions == 2
     got = _check_exact(checkpoint)
     assert max(got) >= 11
@@ -173,15 +183,7 @@ def test_a_stream_join_gives_what_it_gives_unrepartitioned_over_repartitionings(
     # FieldCodec (the catalogue's keyed operators) could not place managed-state keys: the
     # repartitioning failed (and with it the application)
     moved = str(tmp_path / "moved")
-    app = launch(_join_dag(), spark=spark, checkpoint=moved, window_ms=100)
-    try:
-        app.await_window(2)
-        assert app.repartition({"join": 3}).operators["join"].partitions == 3
-        app.await_window(app.last_window + 2)
-        assert app.repartition({"join": 1}).operators["join"].partitions == 1
-        app.await_window(app.last_window + 2)
-    finally:
-        app.stop()
+    app, _ = _repartitioned(spark, _join_dag(), moved, "join", [3, 1], 2, 2)
     last = app.last_window
     # the local stores stay where they were (by the application's checkpoint): each
     # partitioning used to leave a copy of the state under its generation's root
