@@ -169,6 +169,10 @@ def one_nan(key: Any) -> Any:
     return NAN if key.__class__ is float and key != key else key
 
 
+#: what a key stored in managed state may be (the error-port reason says it)
+STORABLE_KEYS = "use a string, a number (an integer within 64 bits) or a tuple of them"
+
+
 def rekey_nan(mapping: dict[Any, Any]) -> None:
     """Make the NaN key of ``mapping`` :data:`NAN` again, in place. A restored checkpoint's
     NaN key is a copy (pickle keeps floats by value), which a dict finds only by identity:

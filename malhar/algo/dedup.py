@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from malhar.algo._base import (
     FIELD_TYPES,
+    STORABLE_KEYS,
     AlgoOperator,
     FieldCodec,
     FieldSpec,
@@ -202,7 +203,7 @@ class TimeBasedDedup(_Dedup):
                 raise
             self._error(
                 t,
-                f"the key {kt[0]!r} cannot be stored: use a string, a number (an integer within 64 bits) or a tuple of them",
+                f"the key {kt[0]!r} cannot be stored: {STORABLE_KEYS}",
             )
             return
         if label != 2:
@@ -439,7 +440,7 @@ class BoundedDedup(_Dedup):
                 raise
             self._error(
                 t,
-                f"the key {k!r} cannot be stored: use a string, a number (an integer within 64 bits) or a tuple of them",
+                f"the key {k!r} cannot be stored: {STORABLE_KEYS}",
             )
             return
         (self.unique, self.duplicate)[label].emit(t)

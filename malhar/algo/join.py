@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from malhar.algo._base import (
     FIELD_TYPES,
+    STORABLE_KEYS,
     AlgoOperator,
     FieldCodec,
     Partitioning,
@@ -184,7 +185,7 @@ class StreamJoin(_Join):
         if not _storable(k):
             self._error(
                 t,
-                f"the key {k!r} cannot be stored: use a string, a number (an integer within 64 bits) or a tuple of them",
+                f"the key {k!r} cannot be stored: {STORABLE_KEYS}",
             )
             return
         other = self._sides[1 - side]
@@ -303,9 +304,7 @@ class LookupJoin(_Join):
         try:
             k = self._get(t, self._rkey)
             if not _storable(k):
-                raise TypeError(
-                    f"the key {k!r} cannot be stored: use a string, a number (an integer within 64 bits) or a tuple of them"
-                )
+                raise TypeError(f"the key {k!r} cannot be stored: {STORABLE_KEYS}")
             self.updates[k] = t
         except KeyError as exc:
             self._error(t, missing(exc.args[0]))
@@ -324,7 +323,7 @@ class LookupJoin(_Join):
         if not _storable(k):
             self._error(
                 t,
-                f"the key {k!r} cannot be looked up: use a string, a number (an integer within 64 bits) or a tuple of them",
+                f"the key {k!r} cannot be looked up: {STORABLE_KEYS}",
             )
             return
         row = self._joined(t, k)
