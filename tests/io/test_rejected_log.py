@@ -48,3 +48,21 @@ def test_purge_deletes_the_windows_up_to_the_committed_one(tmp_path: Path) -> No
     assert [again.load(w) for w in (1, 2, 5)] == [[], [], [{"w": 5, "error": "x"}]]
     again.purge(9)
     assert not list((tmp_path / "malhar" / "rejected" / "out" / "1").glob("*.json"))
+
+
+def test_partition_0_purges_the_partitions_a_repartitioning_removed(tmp_path: Path) -> None:
+    for p in (0, 1, 2):
+        old = RejectedLog(str(tmp_path), "out", p, 3)
+        for w in (4, 7):
+            old.save(w, [{"p": p, "w": w, "error": "x"}])
+    folder = tmp_path / "malhar" / "rejected" / "out"
+    # scaled down to 2: partition 1 keeps only its own folder; partition 0 looks after 2
+    RejectedLog(str(tmp_path), "out", 1, 2).purge(5)
+    assert sorted(x.name for x in (folder / "2").iterdir()) == ["4.json", "7.json"]
+    first = RejectedLog(str(tmp_path), "out", 0, 2)
+    first.purge(5)
+    assert [x.name for x in (folder / "2").iterdir()] == ["7.json"]
+    assert [x.name for x in (folder / "1").iterdir()] == ["7.json"]
+    assert RejectedLog(str(tmp_path), "out", 2, 3).load(7) == [{"p": 2, "w": 7, "error": "x"}]
+    first.purge(7)
+    assert sorted(x.name for x in folder.iterdir()) == ["0", "1"]

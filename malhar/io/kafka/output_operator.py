@@ -82,7 +82,9 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
         rejected = (
             None
             if context.checkpoint is None
-            else RejectedLog(context.checkpoint, context.name, context.partition)
+            else RejectedLog(
+                context.checkpoint, context.name, context.partition, context.partitions
+            )
         )
         return KafkaOutputStore(self.settings(), key, positions=self._positions, rejected=rejected)
 
