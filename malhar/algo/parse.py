@@ -335,7 +335,8 @@ class JsonParser(_Parser):
 class FixedWidthParser(_Parser):
     """Parses fixed-width records (Malhar's ``FixedWidthParser``): ``widths`` gives each
     field of ``schema`` its number of characters, in order; values are stripped of spaces.
-    A record shorter than the widths, or a value that does not convert, is an error.
+    A record shorter or longer than the widths together (as in Malhar), or a value that
+    does not convert, is an error.
 
     Example:
         >>> from malhar.algo import FixedWidthParser
@@ -363,9 +364,13 @@ class FixedWidthParser(_Parser):
 
     def parse_many(self, records: list[str]) -> pa.RecordBatch:
         col = pa.array(records, pa.string())
-        short = pc.less(pc.utf8_length(col), self._total)
-        if pc.any(short).as_py():
+        lengths = pc.utf8_length(col)
+        if pc.any(pc.less(lengths, self._total)).as_py():
             raise ValueError(f"a record is shorter than {self._total} characters")
+        if pc.any(pc.greater(lengths, self._total)).as_py():
+            # characters past the widths are a field the schema does not have: a record
+            # of another layout, not one to cut silently
+            raise ValueError(f"a record is longer than {self._total} characters")
         columns, start = {}, 0
         for f, w in zip(self._schema, self.widths, strict=True):
             columns[f.name] = pc.utf8_trim_whitespace(

@@ -94,10 +94,13 @@ def test_json_parser_reads_timestamps_and_decimals_record_by_record_as_in_a_batc
 def test_fixed_width_and_regex() -> None:
     h = _both(
         lambda: FixedWidthParser(schema="code string, n int", widths=[4, 3]),
-        ["AB   12", "CD  xx", "E"],
+        ["AB   12", "CD  xx", "E", "GH   3499"],
     )
     assert h.sink("out").tuples == [{"code": "AB", "n": 12}]
-    assert len(h.sink("error").tuples) == 2
+    assert [e["reason"] for e in h.sink("error").tuples][1:] == [
+        "a record is shorter than 7 characters",
+        "a record is longer than 7 characters",
+    ]
     r = _both(
         lambda: RegexParser(
             schema="host string, status int", pattern=r"^(?P<host>\S+) \w+ (?P<status>\d+)$"
