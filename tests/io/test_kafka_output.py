@@ -37,6 +37,7 @@ from malhar.io.kafka.producer import KafkaOutputStore
 from malhar.io.kafka.serializers import FunctionSerializer, confluent_serializer
 from malhar.operator import OperatorContext
 from malhar.testing.harness import OperatorHarness
+from malhar.testing.services.process import wait_until
 from tests.io.conftest import KAFKA_CLIENT_LOG, kafka_unique
 
 pytestmark = pytest.mark.integration
@@ -592,6 +593,42 @@ def test_scan_recovery_writes_only_the_records_that_are_missing(
         f"w{w}-{i}".encode() for w, n in ((0, 6), (1, 6), (2, 8), (3, 1)) for i in range(n)
     )
     assert all(v == 1 for v in Counter(r.key for r in mine).values())
+
+
+class _FlushTimesOut(KafkaOutputStore):
+    """The first flush "times out" once every record is in the topic but before the
+    producer has served a delivery report: the records were in flight when it gave up."""
+
+    timed_out = False
+
+    def _flush(self, txn: Any) -> None:
+        if not self.timed_out:
+            self.timed_out = True
+            s = self.settings
+            wait_until(
+                lambda: len(read_topic(s.bootstrap_servers, s.topic, committed=False)) >= 50,
+                timeout=60,
+                what="the window's records in the topic",
+            )
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        super()._flush(txn)
+
+
+def test_scan_retry_after_a_flush_timeout_does_not_write_in_flight_records_again(
+    kafka_client: Any,
+) -> None:
+    topic = kafka_client.topic("inflight")
+    settings = KafkaOutputSettings().configure(
+        bootstrap_servers=kafka_client.bootstrap, topic=topic, key_column="k", delivery="scan"
+    )
+    store = _FlushTimesOut(settings, WindowKey(kafka_unique("inflight"), "out", 0))
+    committer = WindowCommitter(store, retry=RetryPolicy(3, 0.05))
+    committer.open()
+    result = committer.commit_window(0, _rows(50))
+    assert store.timed_out and result.attempts == 2
+    committer.close()
+    records = read_topic(kafka_client.bootstrap, topic, committed=False)
+    assert Counter(r.key for r in records) == Counter(f"r{i}".encode() for i in range(50))
 
 
 # -- the Spark sink ----------------------------------------------------------------------------------

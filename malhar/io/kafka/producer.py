@@ -500,16 +500,18 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         if txn.producer is not self._producer:
             return  # already replaced
         if self.delivery != "exactly_once":
-            if self.delivery == "scan" and txn.delivered:
-                # a retry in this process writes only what did not get through
-                found = Counter(txn.delivered)
-                if self._partial is not None and self._partial[0] == txn.window:
-                    found.update(self._partial[1])
-                self._partial = (txn.window, found)
             try:
                 txn.producer.purge(in_queue=True, in_flight=False, blocking=False)
             except (KafkaException, RuntimeError):
                 pass
+            if self.delivery == "scan":
+                self._learn_in_flight(txn)
+                if txn.delivered:
+                    # a retry in this process writes only what did not get through
+                    found = Counter(txn.delivered)
+                    if self._partial is not None and self._partial[0] == txn.window:
+                        found.update(self._partial[1])
+                    self._partial = (txn.window, found)
             return
         err = kafka_error(error) if error is not None else None
         if err is not None and (err.fatal() or err.code() in FENCED_CODES):
@@ -534,6 +536,24 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
     def committed(self, window: int) -> None:
         if self._rejected is not None:
             self._rejected.purge(window)
+
+    def _learn_in_flight(self, txn: KafkaTxn) -> None:
+        """scan: wait for the reports of records already sent (a flush that timed out left
+        them in flight; they may land), so that the retry knows them and does not write
+        them again. The queued ones were purged and report at once."""
+        try:
+            left = txn.producer.flush(self.timeout)
+        except (KafkaException, RuntimeError):
+            left = len(txn.producer)
+        if left:
+            log.warning(
+                "%s: window %d: %d record(s) still in flight after %.0f s; if they land, "
+                "the retry writes them again",
+                self.key,
+                txn.window,
+                left,
+                self.timeout,
+            )
 
     # -- errors ------------------------------------------------------------------------------
     def _check_errors(self) -> None:
