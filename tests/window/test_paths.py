@@ -22,7 +22,15 @@ from malhar.window import (
     WindowedMergeOperator,
     WindowedOperator,
 )
-from malhar.window.accumulation import Average, Cogroup, Count, LeftOuterJoin, Sum, ToList
+from malhar.window.accumulation import (
+    Average,
+    Cogroup,
+    Count,
+    InnerJoin,
+    LeftOuterJoin,
+    Sum,
+    ToList,
+)
 from malhar.window.impl.core import Partial
 from tests.window.helpers import harness, panes, watermark
 
@@ -180,6 +188,26 @@ def test_non_keyed_merge_operator_cogroups_and_uses_its_own_extractors() -> None
     watermark(h, 10, port="input2")
     h.run_window()
     assert [p[3] for p in panes(h)] == [([{"t": 4}], ["x"])]
+
+
+@pytest.mark.parametrize("acc", [InnerJoin(), LeftOuterJoin(), Cogroup()])
+def test_merge_operator_batches_on_either_input_join_as_tuples_do(acc) -> None:
+    def run(batches: bool) -> list:
+        op = KeyedWindowedMergeOperator(acc, TimeWindows(10), key="id", timestamp="t", value="v")
+        h = harness(op)
+        left = [{"id": 1, "t": 2, "v": "o1"}, {"id": 2, "t": 3, "v": "o2"}]
+        right = [{"id": 1, "t": 5, "v": "p1"}]
+        if batches:  # the second input's batch went to the first input's side
+            h.run_window([("input", pa.RecordBatch.from_pylist(left)),
+                          ("input2", pa.RecordBatch.from_pylist(right))])  # fmt: skip
+        else:
+            h.run_window([("input", r) for r in left] + [("input2", r) for r in right])
+        watermark(h, 10, port="input")
+        watermark(h, 10, port="input2")
+        h.run_window()
+        return sorted((p[0], p[3]) for p in panes(h))
+
+    assert run(batches=True) == run(batches=False) != []
 
 
 # -- checkpoints ---------------------------------------------------------------------------------

@@ -586,7 +586,10 @@ class WindowedCore(WindowedSettings):
         vectorized (the caller then goes row by row)."""
         option = self._option
         acc = self._acc
-        fast = acc.arrow_aggregations is not None and port == 0
+        # the second input of a merge accumulates value by value (accumulate2)
+        if port != 0:
+            return False
+        fast = acc.arrow_aggregations is not None
         if option is None or option.merging or not (fast or value is not None):
             return False
         if batch.num_rows == 0:
