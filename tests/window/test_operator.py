@@ -366,6 +366,19 @@ def test_sessions_fire_on_time_when_the_watermark_passes_their_end() -> None:
     ]
 
 
+def test_a_finished_session_takes_no_tuple_that_would_extend_it_and_counts_it() -> None:
+    op = keyed(Count(), SessionWindows(10), trigger=AfterWatermark(), allowed_lateness=100)
+    h = harness(op)
+    put(h, ("a", 0))
+    watermark(h, 20)
+    put(h)  # ON_TIME pane of [0, 10): its trigger finished
+    put(h, ("a", 5), ("a", 9))  # [5, 15) and [9, 19) would extend it: they vanished
+    watermark(h, 500)
+    put(h)
+    assert panes(h) == [("a", 0, 10, 1, 0, "ON_TIME", False)]
+    assert op.dropped_count == 2 and len(op._store) == 0
+
+
 def test_non_keyed_sessions_merge_across_the_whole_stream() -> None:
     op = WindowedOperator(Count(), SessionWindows(5), timestamp=lambda t: t)
     h = harness(op)

@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from malhar.operator import OperatorContext
 from malhar.testing import OperatorHarness
 from malhar.window import (
+    MAX_TIMESTAMP,
     AfterCount,
     AfterWatermark,
+    GlobalWindow,
     KeyedWindowedOperator,
     SessionWindows,
     TimeWindows,
@@ -71,6 +73,22 @@ def test_spillable_storage_emits_what_the_in_memory_one_emits(windows, sessions)
         assert spilled.sink("late").tuples == memory.sink("late").tuples
         assert len(spilled.operator._store) == len(memory.operator._store)
         spilled.teardown()
+
+
+def test_the_global_window_fires_at_the_final_watermark_as_in_memory() -> None:
+    def run(storage=None) -> list:
+        op = KeyedWindowedOperator(
+            Count(), GlobalWindow(), timestamp=lambda kv: kv[1], storage=storage
+        )
+        with tempfile.TemporaryDirectory() as root:
+            h = OperatorHarness(op, context(root))
+            h.run_window([("input", ("a", 1)), ("input", ("b", 2)), ("input", ("a", 3))])
+            h.put_control("input", Watermark(MAX_TIMESTAMP))  # its end + 1 is beyond 64 bits
+            h.run_window()
+            h.teardown()
+            return panes(h)
+
+    assert run(SpillableWindowedStorage(8 << 20)) == run() != []
 
 
 def test_a_restored_operator_replays_from_the_managed_state() -> None:

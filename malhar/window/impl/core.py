@@ -515,11 +515,15 @@ class WindowedCore(WindowedSettings):
         if len(hits) == 1 and hits[0].contains(span):
             self._add(hits[0], key, value, kind, n)  # fits
             return
+        book, acc = self._bk, self._acc
+        cells = [store.get(w, key) for w in hits]
+        if any(c is not None and c[CLOSED] for c in cells):
+            # a finished session takes no more tuples, whether they fit it or extend it
+            book.dropped += n
+            return
         merged = span
         for w in hits:
             merged = merged.span(w)
-        book, acc = self._bk, self._acc
-        cells = [store.get(w, key) for w in hits]
         state: Any = EMPTY
         news = 0
         for window, cell in zip(hits, cells, strict=True):

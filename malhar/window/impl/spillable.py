@@ -8,7 +8,7 @@ from typing import Any
 from malhar.operator import OperatorContext
 from malhar.window.errors import WindowConfigError
 from malhar.window.storage import Cell, WindowedStorage
-from malhar.window.windows import Window
+from malhar.window.windows import MAX_TIMESTAMP, MIN_TIMESTAMP, Window
 
 __all__ = ["SpillableWindowedStorage"]
 
@@ -114,7 +114,12 @@ class SpillableWindowedStorage(WindowedStorage):
         return (window.start, window.end) in self._windows
 
     def keys(self, window: Window) -> list[Any]:
-        lo, hi = (window.start, window.end, None), (window.start, window.end + 1, None)
+        lo = (window.start, window.end, None)
+        # the next (start, end) pair; the global window's end + 1 is beyond 64 bits
+        if window.end < MAX_TIMESTAMP:
+            hi = (window.start, window.end + 1, None)
+        else:
+            hi = (window.start + 1, MIN_TIMESTAMP, None)
         return [k[2] for k, _ in self._cells.range(lo, hi)]
 
     def remove_window(self, window: Window) -> int:
