@@ -90,10 +90,12 @@ def test_idle_partition_is_let_go_after_the_timeout_and_the_watermark_never_goes
     assert watermarks(h) == [20, 20]  # the operator's watermark does not regress
 
 
-def test_fixed_watermark_follows_the_streaming_windows_implicit_time() -> None:
+def test_fixed_watermark_follows_the_streaming_windows_implicit_time(caplog) -> None:
     # processing time = window id x 1000; watermark = that minus 2500
     h = harness(keyed(fixed_watermark=dt.timedelta(milliseconds=2500)), period=1000)
     put(h, ("a", 100), window=0)
+    # event times from the data are rarely in that clock: said at setup
+    assert "fixed_watermark follows the windows' implicit time" in caplog.text
     put(h, window=2)
     assert watermarks(h) == [-2500, -500]
     put(h, window=3)
@@ -101,10 +103,11 @@ def test_fixed_watermark_follows_the_streaming_windows_implicit_time() -> None:
     assert watermarks(h)[-1] == 500
 
 
-def test_ingestion_time_without_a_timestamp_extractor() -> None:
+def test_ingestion_time_without_a_timestamp_extractor(caplog) -> None:
     op = KeyedWindowedOperator(Count(), TimeWindows(2000), fixed_watermark=0)
     h = harness(op, period=1000)
     put(h, ("a", None), ("b", None), window=0)  # processing time 0
+    assert "fixed_watermark" not in caplog.text
     put(h, ("a", None), window=1)  # 1000
     put(h, ("a", None), window=2)  # 2000: the watermark 2000 closes [0, 2000)
     assert sorted(panes(h)) == [
@@ -355,6 +358,17 @@ def test_session_proto_window_that_bridges_two_sessions_merges_them_and_retracts
     assert sorted((w.start, w.end) for w in op._store.windows()) == [(0, 30), (5, 15)]  # b apart
 
 
+def test_merge_retractions_come_in_window_order_whatever_the_tuples_order() -> None:
+    def last(*pairs: tuple[str, int]) -> list:
+        h = harness(sessions())
+        put(h, ("a", 0), ("a", 100))  # sessions [0, 10) and [100, 110): early panes
+        put(h, *pairs)  # both extended: both retracted
+        return panes(h, 1)
+
+    assert last(("a", 5), ("a", 105)) == last(("a", 105), ("a", 5))
+    assert [p[1:4] for p in last(("a", 105), ("a", 5))][:2] == [(0, 10, -1), (100, 110, -1)]
+
+
 def test_sessions_fire_on_time_when_the_watermark_passes_their_end() -> None:
     h = harness(keyed(Count(), SessionWindows(10)))
     put(h, ("a", 0), ("a", 5), ("b", 1))
@@ -412,6 +426,9 @@ def test_propagation_refuses_retractions_and_unwindowed_tuples() -> None:
     retraction = WindowedTuple(TimeWindows(10).assign(0)[0], 1, pane=pane_info(retraction=True))
     with pytest.raises(WindowError, match="retraction"):
         h.put("input", retraction)
+    row = {"key": "a", "window_start": 0, "window_end": 10, "value": -1, "is_retraction": True}
+    with pytest.raises(WindowError, match="retraction"):  # output_format="row" upstream
+        h.put("input", row)
     assert isinstance(WindowError("x"), MalharError)
 
 
@@ -596,3 +613,16 @@ def test_a_tuples_timestamp_that_is_not_a_time_says_what_to_give() -> None:
     h = harness(KeyedWindowedOperator(Count(), TimeWindows(10), key="k", timestamp="t"))
     with pytest.raises(WindowError, match=r"'noon' is not a time .*epoch milliseconds"):
         h.run_window([("input", {"k": "a", "t": "noon"})])
+    for t in (True, 2**63):  # a bool is an int, 2**63 an int beyond 64 bits: neither a time
+        with pytest.raises(WindowError, match="is not a time"):
+            harness(
+                KeyedWindowedOperator(Count(), TimeWindows(10), key="k", timestamp="t")
+            ).run_window([("input", {"k": "a", "t": t})])
+
+
+def test_a_key_that_cannot_be_one_names_the_setting_from_tuples_and_batches() -> None:
+    rows = [{"tags": ["x", "y"], "t": 1}]
+    for inputs in deliveries("input", rows):
+        h = harness(KeyedWindowedOperator(Count(), TimeWindows(10), key="tags", timestamp="t"))
+        with pytest.raises(WindowError, match=r"\['x', 'y'\] \(list\) cannot be a key.*'key'"):
+            h.run_window(inputs)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import heapq
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +56,9 @@ from malhar.window.storage import (
 )
 from malhar.window.triggers import DefaultTrigger, Trigger, TriggerContext, TriggerOption
 from malhar.window.watermark import Watermark, WatermarkTracker
-from malhar.window.windows import MAX_TIMESTAMP, Window, WindowOption, to_millis
+from malhar.window.windows import MAX_TIMESTAMP, MIN_TIMESTAMP, Window, WindowOption, to_millis
+
+log = logging.getLogger("malhar.window")
 
 #: the streaming window period used when neither the engine nor the operator says
 DEFAULT_STREAMING_WINDOW_MS = 500
@@ -313,6 +316,14 @@ class WindowedCore(WindowedSettings):
         self._sessions = self._option is not None and self._option.merging
         self._lateness = None if self.allowed_lateness is None else to_millis(self.allowed_lateness)
         self._fixed = None if self.fixed_watermark is None else to_millis(self.fixed_watermark)
+        if self._fixed is not None and getattr(self, "timestamp", None) is not None:
+            log.warning(
+                "%s %r: fixed_watermark follows the windows' implicit time (window id * "
+                "STREAMING_WINDOW_MS from the epoch), not event times taken by 'timestamp': "
+                "with epoch event times no window closes; use a WatermarkGenerator",
+                type(self).__name__,
+                context.name,
+            )
         self._period = int(
             context.attributes.get("STREAMING_WINDOW_MS")
             or self.streaming_window_ms
@@ -421,7 +432,8 @@ class WindowedCore(WindowedSettings):
                 timestamp = self.now()  # no extractor: ingestion time
             elif windows is not None:
                 timestamp = windows[0].max_timestamp
-        elif not isinstance(timestamp, int):
+        elif type(timestamp) is not int or not MIN_TIMESTAMP <= timestamp <= MAX_TIMESTAMP:
+            # bool is an int; an int beyond 64 bits is no event time either
             timestamp = tuple_millis(timestamp, f"{type(self).__name__} {self._name!r}")
         horizon = self.horizon()
         if horizon is not None and timestamp < horizon:
@@ -598,6 +610,8 @@ class WindowedCore(WindowedSettings):
             return False
         if batch.num_rows == 0:
             return True
+        if any(pa.types.is_nested(batch.schema.field(k).type) for k in keys):
+            return False  # Arrow groups by no list or struct: row by row, which says why
         if (
             fast
             and value is not None
@@ -690,7 +704,8 @@ class WindowedCore(WindowedSettings):
         horizon = self.horizon()
         retract = self._acc.retraction
         if book.retractions:
-            for window, key, value, info in book.retractions:
+            # windows, then keys (as panes): the order of a window's tuples must not show
+            for window, key, value, info in ordered(book.retractions, key=lambda r: r[:2]):
                 self._emit(window, key, retract(value), info)
             book.retractions = []
         dirty = book.dirty

@@ -174,20 +174,34 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
         if ts_fn is not None and (ts := ts_fn(t)) is None:
             # as a batch's null timestamps: an event without a time is not given one
             raise WindowError(f"{type(self).__name__} {self._name!r}: a tuple's timestamp is null")
-        self._ingest(t, None if key_fn is None else key_fn(t), self._val[port](t), ts, port)
+        key = None
+        if key_fn is not None:
+            key = key_fn(t)
+            try:
+                hash(key)
+            except TypeError:
+                self._refuse_key(key, port)
+        self._ingest(t, key, self._val[port](t), ts, port)
+
+    def _refuse_key(self, key: Any, port: int) -> None:
+        setting = "key2" if port and getattr(self, "key2", None) is not None else "key"
+        raise WindowError(
+            f"{type(self).__name__} {self._name!r}: the tuple's key {key!r} "
+            f"({type(key).__name__}) cannot be a key (it is not hashable): set {setting!r} to "
+            "a field of text, numbers or other hashable values, or a function returning one "
+            "(a tuple for several)"
+        )
 
     def _propagated(self, t: Any, port: int) -> tuple[Window, Any, Any, int]:
         """Window propagation: the window, key, value and timestamp of an upstream pane."""
         if isinstance(t, WindowedTuple):
             if t.pane is not None and t.pane.is_retraction:
-                raise WindowError(
-                    f"{type(self).__name__} {self._name!r}: window propagation got a retraction "
-                    f"({t!r}); a retraction cannot be accumulated: use ACCUMULATING or "
-                    "DISCARDING upstream, or filter retractions out before this operator"
-                )
+                self._refuse_retraction(t)
             inner, window, ts = t.value, t.window, t.event_time
             key = t.key
         elif isinstance(t, dict) and "window_start" in t and "window_end" in t:
+            if t.get("is_retraction"):
+                self._refuse_retraction(t)
             inner, window = t, Window(t["window_start"], t["window_end"])
             ts, key = window.max_timestamp, t.get("key")
         else:
@@ -198,6 +212,13 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
                 "and window_end), or set window_option"
             )
         return window, *self._propagated_key_value(key, inner, port), ts  # type: ignore[return-value]
+
+    def _refuse_retraction(self, t: Any) -> None:
+        raise WindowError(
+            f"{type(self).__name__} {self._name!r}: window propagation got a retraction "
+            f"({t!r}); a retraction cannot be accumulated: use ACCUMULATING or "
+            "DISCARDING upstream, or filter retractions out before this operator"
+        )
 
     def _propagated_key_value(self, key: Any, inner: Any, port: int) -> tuple[Any, Any]:
         value_spec = self.value if port == 0 else getattr(self, "value2", None) or self.value
