@@ -1,16 +1,20 @@
 """Unit tests of the file input's reading helpers (no filesystem fixture): how files are cut
 and dealt to partitions, where a chunk of lines is cut, and the CSV decoder's fast path for
-timestamps written without an offset."""
+timestamps written without an offset; records that are not one per line and bytes that are
+not UTF-8."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
-from malhar.io.fs.decoders import CsvDecoder, zone_naive
+from malhar.io.fs.decoders import CsvDecoder, JsonLinesDecoder, LinesDecoder, zone_naive
+from malhar.io.fs.errors import FileReadError
 from malhar.io.fs.settings import parse_schema
 from malhar.io.fs.splits import SPREAD_MIN_BLOCK, block_size_for, split_owner
 from malhar.io.fs.text_blocks import _cut_unbounded, _probe_cut
@@ -154,3 +158,54 @@ def test_naive_timestamps_are_read_as_wall_clock_times_of_the_target_zone() -> N
     paris = zone_naive(naive, pa.timestamp("us", "Europe/Paris"))
     assert paris.type == pa.timestamp("us", "Europe/Paris")
     assert paris.cast(pa.int64()).to_pylist() == [-3_600_000_000, None]  # 00:00 in Paris
+
+
+def _decoded(decoder: Any, data: bytes, start: int = 100, names: Any = None) -> tuple:
+    got = decoder.decode(data, start, "f", names) if names else decoder.decode(data, start, "f")
+    rows = got.batch.to_pylist() if got.batch is not None else got.rows
+    return rows, [(e["offset"], e["error"][:30]) for e in got.errors], got.items
+
+
+def _line_by_line(decoder: Any, data: bytes, start: int = 100, names: Any = None) -> tuple:
+    """What a window that read ``data`` a line at a time would emit (chunks cut anywhere)."""
+    rows, errors, items, pos = [], [], 0, 0
+    for line in (x + b"\n" for x in data.split(b"\n")[:-1]):  # data ends with a newline
+        r, e, n = _decoded(decoder, line, start + pos, names)
+        rows, errors, items, pos = rows + r, errors + e, items + n, pos + len(line)
+    return rows, errors, items
+
+
+def test_a_csv_record_is_one_line_whatever_the_chunk_holds() -> None:
+    # pyarrow ends a record at a lone \r and lets a quoted value run over lines; the rows
+    # are numbered by record, so the error rows named other lines (or an index past the
+    # end: IndexError), and a replay that read other chunks emitted other items
+    data = b'1,"x\ny"\n2,ok\n3,p\rq\n4,"a\rb"\n\n5,"open\n'
+    for decoder, names in ((CsvDecoder(parse_schema("a bigint, b string")), None),
+                           (CsvDecoder(None), ["a", "b"])):  # fmt: skip
+        rows, errors, items = _decoded(decoder, data, names=names)
+        assert [r["b"] for r in rows] == ["ok", "a\rb"]  # a quoted \r within its line is data
+        assert [o for o, _ in errors] == [100, 105, 113, 128]  # 1,"x  y"  3,p\rq  5,"open
+        assert items == 6 and (rows, errors, items) == _line_by_line(decoder, data, names=names)
+    clean = b'1,"a,b"\r\n2,c\r\n'  # quotes and CRLF without a misaligned record: one parse
+    assert _decoded(CsvDecoder(None), clean, names=["a", "b"])[1:] == ([], 2)
+
+
+def test_a_line_that_is_not_utf8_is_said_so_at_its_byte_or_fails_the_read() -> None:
+    data = b'{"a":1,"b":"x"}\n{"a":2,"b":"\xff"}\n'
+    json_typed = JsonLinesDecoder(parse_schema("a bigint, b string"))
+    rows, errors, items = _decoded(json_typed, data)  # pyarrow's JSON reader took the byte
+    assert rows == [{"a": 1, "b": "x"}] and items == 2
+    assert errors == [(116, "not valid utf-8 at byte 128: i")]
+    csv = b"1,x\n2,\xff\n"
+    rows, errors, _ = _decoded(CsvDecoder(parse_schema("a bigint, b string")), csv)
+    assert errors == [(104, "not valid utf-8 at byte 106: i")]  # not "CSV conversion error"
+    for decoder in (JsonLinesDecoder(parse_schema("a bigint, b string"), decode_errors="fail"),
+                    CsvDecoder(parse_schema("a bigint, b string"), decode_errors="fail"),
+                    CsvDecoder(None, decode_errors="fail")):  # fmt: skip
+        with pytest.raises(FileReadError, match="not valid utf-8 at byte"):
+            decoder.decode(
+                data if isinstance(decoder, JsonLinesDecoder) else csv, 0, "f", ["a", "b"]
+            )
+    assert _decoded(LinesDecoder(), b"ok\nb\xffd\n", 13)[1] == [
+        (16, "not valid utf-8 at byte 17: in")
+    ]

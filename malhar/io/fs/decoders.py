@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
@@ -128,6 +129,8 @@ class LineDecoder(ABC):
         return raw.decode(self.encoding, policy)
 
     def bad_encoding(self, file: str, offset: int, exc: UnicodeDecodeError) -> str:
+        """The reason for a line at byte ``offset`` of ``file`` that does not decode (raises
+        :class:`FileReadError` under decode_errors="fail")."""
         reason = f"not valid {self.encoding} at byte {offset + exc.start}: {exc.reason}"
         if self.decode_errors == "fail":
             raise FileReadError(f"{file}: {reason} (decode_errors='fail')")
@@ -162,7 +165,9 @@ class LinesDecoder(LineDecoder):
             try:
                 good.append(self.text(raw))
             except UnicodeDecodeError as exc:
-                errors.append(error_row(file, start + off, self.bad_encoding(file, off, exc), raw))
+                errors.append(
+                    error_row(file, start + off, self.bad_encoding(file, start + off, exc), raw)
+                )
         batch = pa.RecordBatch.from_arrays([pa.array(good, pa.string())], schema=self.schema)
         return Decoded(batch=batch, errors=errors, items=len(lines))
 
@@ -183,7 +188,9 @@ class _TabularDecoder(LineDecoder):
         tables: list[pa.Table] = []
         try:
             table, bad = self.parse(self.transcode(data), names)
-        except _PARSE_EXCEPTIONS:
+            if self.misaligned(data, table, len(bad)):
+                raise _Misaligned
+        except (*_PARSE_EXCEPTIONS, _Misaligned):
             lines = [(o, x) for o, x in split_lines(data) if x]
             self._bisect(lines, start, file, names, tables, out.errors)
         else:
@@ -192,7 +199,7 @@ class _TabularDecoder(LineDecoder):
                 lines = [(o, x) for o, x in split_lines(data) if x]
                 for number, reason in bad:
                     off, raw = lines[number]
-                    out.errors.append(error_row(file, start + off, reason, raw))
+                    out.errors.append(self._line_error(file, start + off, reason, raw))
         rows = sum(t.num_rows for t in tables)
         out.items = rows + len(out.errors)
         if self.schema is not None:
@@ -232,25 +239,46 @@ class _TabularDecoder(LineDecoder):
         data = b"\n".join(x for _, x in lines) + b"\n"
         try:
             table, bad = self.parse(self.transcode(data), names)
+            why = self.misaligned(data, table, len(bad), len(lines))
+            if why:
+                raise _Misaligned(why)
         except UnicodeDecodeError as exc:
             if len(lines) == 1:
                 off, raw = lines[0]
-                errors.append(error_row(file, start + off, self.bad_encoding(file, off, exc), raw))
+                errors.append(
+                    error_row(file, start + off, self.bad_encoding(file, start + off, exc), raw)
+                )
                 return
-        except _PARSE_EXCEPTIONS as exc:
+        except (*_PARSE_EXCEPTIONS, _Misaligned) as exc:
             if len(lines) == 1:
                 off, raw = lines[0]
-                errors.append(error_row(file, start + off, _reason(exc), raw))
+                errors.append(self._line_error(file, start + off, _reason(exc), raw))
                 return
         else:
             tables.append(table)
             for number, reason in bad:
                 off, raw = lines[number]
-                errors.append(error_row(file, start + off, reason, raw))
+                errors.append(self._line_error(file, start + off, reason, raw))
             return
         half = len(lines) // 2
         self._bisect(lines[:half], start, file, names, tables, errors)
         self._bisect(lines[half:], start, file, names, tables, errors)
+
+    def misaligned(self, data: bytes, table: Any, bad: int, lines: int | None = None) -> str | None:
+        """Why the parse of ``data`` is not one record per non-blank line (``lines`` of
+        them, when known), or None. A record's items and error offsets are its line's."""
+        return None
+
+    def _line_error(self, file: str, offset: int, reason: str, raw: bytes) -> dict[str, Any]:
+        """The error row of a line the parser refused: an encoding error is said as one
+        (the parser's own words for it are a conversion error), and fails the read under
+        decode_errors="fail"."""
+        if self.decode_errors in ("error", "fail"):
+            try:
+                raw.decode(self.encoding)
+            except UnicodeDecodeError as exc:
+                reason = self.bad_encoding(file, offset, exc)
+        return error_row(file, offset, reason, raw)
 
     @abstractmethod
     def parse(
@@ -258,6 +286,24 @@ class _TabularDecoder(LineDecoder):
     ) -> tuple[pa.Table, list[tuple[int, str]]]:
         """Parse UTF-8 lines: the table, and ``(index among non-blank lines, reason)`` of the
         rows dropped as invalid. Raise for a chunk that cannot be parsed at all."""
+
+
+class _Misaligned(ValueError):
+    """A parse that is not one record per line (see ``misaligned``)."""
+
+
+def non_blank_lines(data: bytes) -> int:
+    """How many lines of ``data`` hold more than a ``\r`` (as :func:`split_lines` with the
+    empty ones left out), counted without a Python loop."""
+    if not data:
+        return 0
+    arr = np.frombuffer(data, dtype=np.uint8)
+    nl = np.flatnonzero(arr == 10)
+    starts = np.concatenate(([0], nl + 1))
+    ends = np.concatenate((nl, [len(data)]))
+    lengths = ends - starts
+    blank = (lengths == 0) | ((lengths == 1) & (arr[np.minimum(starts, len(data) - 1)] == 13))
+    return int(len(lengths) - np.count_nonzero(blank))
 
 
 def _reason(exc: BaseException) -> str:
@@ -305,7 +351,8 @@ def _finish(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 class CsvDecoder(_TabularDecoder):
-    """CSV rows (one per line: no newlines inside quoted values). With a schema, columns by
+    """CSV rows, one per line: a line that pyarrow reads as another number of records (a
+    quoted value over its end, a lone ``\r``) is an error row. With a schema, columns by
     position, typed by pyarrow's CSV conversion; without, strings named by the header (or
     ``names``), emitted as dicts."""
 
@@ -323,6 +370,24 @@ class CsvDecoder(_TabularDecoder):
         self.delimiter = delimiter
         self.quote_char = quote_char
         self.null_values = list(null_values) if null_values is not None else None
+
+    def misaligned(self, data: bytes, table: Any, bad: int, lines: int | None = None) -> str | None:
+        # pyarrow ends a record at a lone \r too, and a quoted value may hold newlines:
+        # only then can its records differ from the lines (two memchr scans otherwise)
+        quoted = bool(self.quote_char) and data.find(self.quote_char.encode()) >= 0
+        cr = data.find(b"\r") >= 0 and data.count(b"\r") != data.count(b"\r\n")
+        if not (quoted or cr):
+            return None
+        if lines is None:
+            lines = non_blank_lines(data)
+        if table.num_rows + bad != lines:
+            return (
+                "the line is not one CSV record (a quoted value runs past the line's end, "
+                "or a lone carriage return splits it): records must be one line each"
+            )
+        if quoted and table.num_rows and _last_row_holds_newline(table):
+            return "a quoted value runs past the line's end: records must be one line each"
+        return None
 
     def parse(
         self, data: bytes, names: Sequence[str] | None
@@ -385,6 +450,17 @@ class CsvDecoder(_TabularDecoder):
         return _finish(table, self.schema), bad
 
 
+def _last_row_holds_newline(table: pa.Table) -> bool:
+    """Whether a text value of the table's last row holds a newline (an unterminated quote
+    on the last line takes the newline that ends it)."""
+    row = table.slice(table.num_rows - 1)
+    return any(
+        (pa.types.is_string(c.type) or pa.types.is_large_string(c.type))
+        and pc.any(pc.match_substring(c, "\n")).as_py()
+        for c in row.columns
+    )
+
+
 #: Arrow types pyarrow's JSON reader does not parse from strings: read as text, then cast
 _CAST_AFTER_JSON = (pa.types.is_date, pa.types.is_decimal, pa.types.is_time, _zoned)
 
@@ -428,6 +504,14 @@ class JsonLinesDecoder(_TabularDecoder):
             ),
         )
         return _finish(table.select(self.schema.names), self.schema), []
+
+    def transcode(self, data: bytes) -> bytes:
+        if self.schema is not None and self.utf8 and self.decode_errors in ("error", "fail"):
+            # pyarrow's JSON reader, unlike its CSV reader, takes bytes that are not UTF-8
+            # into string columns: checked here (a failing chunk is bisected to its lines)
+            data.decode("utf-8")
+            return data
+        return super().transcode(data)
 
     def untyped_rows(self, table: Any) -> list[Any]:
         return table.rows
