@@ -10,7 +10,9 @@ Windowed operators process watermarks **only at streaming-window boundaries** (t
 a partitioned upstream, the operator's watermark is the minimum over its upstream
 partitions' latest watermarks (:class:`WatermarkTracker`): a partition that has sent
 none holds it back, unless it stays silent longer than the idleness timeout (in
-streaming windows, Flink's ``withIdleness``). It never goes backwards.
+streaming windows, Flink's ``withIdleness``). It never goes backwards. When the upstream
+is repartitioned, the watermarks of its former partitions are forgotten: the new ones
+hold the minimum until each has sent one (the operator's own watermark stays).
 
 Example:
     >>> from malhar.control import ControlSender
@@ -62,13 +64,18 @@ class WatermarkTracker:
     def update(self, timestamp: int, sender: ControlSender | None, window: int) -> None:
         """Record a watermark from ``sender`` (None: the only sender, as in a unit test)."""
         s = sender or _ANONYMOUS
+        if self.expected.get(s.stream, s.partitions) != s.partitions:
+            # the upstream was repartitioned (the senders of one partitioning agree on
+            # the count): the watermarks of the partitions it had are gone with them, or a
+            # removed partition's last one would hold the minimum back for good
+            self.latest = {k: v for k, v in self.latest.items() if k[0] != s.stream}
         key = (s.stream, s.partition)
         old = self.latest.get(key)
         if old is None or timestamp >= old[0]:
             self.latest[key] = (timestamp, window)
         else:  # an older watermark (a restarted partition): heard from, no regression
             self.latest[key] = (old[0], window)
-        self.expected[s.stream] = max(s.partitions, self.expected.get(s.stream, 0))
+        self.expected[s.stream] = s.partitions
         if self.since is None:
             self.since = window
 

@@ -73,6 +73,29 @@ def test_watermark_is_the_minimum_over_upstream_partitions_and_a_silent_one_hold
     assert [p[1] for p in panes(h)] == [0, 10] and watermarks(h) == [12, 30]
 
 
+def test_an_upstream_repartitioned_in_or_out_does_not_freeze_the_watermark() -> None:
+    h = harness(keyed())
+    p0, p1 = (ControlSender("s", "up", p, 2) for p in (0, 1))
+    put(h, ("a", 1), ("a", 15), ("a", 25))
+    watermark(h, 30, p0)
+    watermark(h, 12, p1)
+    put(h)
+    assert watermarks(h) == [12]
+    # 2 -> 1 partition: partition 1 of 2 is gone, its last watermark must not count
+    only = ControlSender("s", "up", 0, 1)
+    watermark(h, 30, only)
+    put(h)
+    assert watermarks(h)[-1] == 30 and [p[1] for p in panes(h)] == [0, 10, 20]
+    # 1 -> 2: both new partitions hold the minimum until each has sent one
+    q0, q1 = (ControlSender("s", "up", p, 2) for p in (0, 1))
+    watermark(h, 50, q0)
+    put(h)
+    assert watermarks(h)[-1] == 30  # the operator's watermark stays meanwhile
+    watermark(h, 45, q1)
+    put(h)
+    assert watermarks(h)[-1] == 45
+
+
 def test_idle_partition_is_let_go_after_the_timeout_and_the_watermark_never_goes_back() -> None:
     h = harness(keyed(idle_timeout_windows=3))
     p0, p1 = (ControlSender("s", "up", p, 2) for p in (0, 1))
