@@ -46,7 +46,10 @@ class Clock:
 def out_harness(op: FileOutputOperator, clock: Clock | None = None, partition: int = 0, **kw: Any):
     """A harness over an output partition (of 2) of the application ``fs-tests``."""
     ctx = OperatorContext(
-        name=kw.pop("name", "out"), partition=partition, partitions=2, application="fs-tests"
+        name=kw.pop("name", "out"),
+        partition=partition,
+        partitions=kw.pop("partitions", 2),
+        application="fs-tests",
     )
     if clock is not None:
         original = op.create_store
@@ -333,6 +336,66 @@ def test_a_whole_window_placed_by_an_interrupted_rename_is_not_published_again(
     assert visible(place) == ["w/part-fs-tests-out-00000-000000000000-000000000000.parquet"]
     assert sorted(r["count"] for r in place.parquet_rows("w")) == [0, 1, 2]
     assert [f for f in place.files("w/_malhar") if f.endswith(".arrow")] == []
+
+
+def test_a_whole_window_published_by_value_after_a_restart_is_finished_as_it_began(
+    place: Place,
+) -> None:
+    # recorded as finalized, its rename killed; restarted with partition_by, killed after
+    # one value's file; restarted as before: the rename would have published it again
+    def op(**settings: Any) -> ParquetFileOutput:
+        return ParquetFileOutput(place.url("h"), schema=DDL, roll_windows=1, **settings)
+
+    h = out_harness(op())
+    h.run_window(rows(2) + rows(1, 2, day="2026-11-24"), window=0)
+    store: FileStore = h.operator._store
+    real = store.fs.rename
+    store.fs.rename = _raise_once(real, 2)  # 1: finalized.json, 2: the piece into place
+    with pytest.raises(RuntimeError, match="killed"):
+        h.committed(0)
+    store.fs.rename = real
+    by_day = op(partition_by="day")
+    original = by_day.create_store
+
+    def dies_after_one_value(context: Any) -> FileStore:
+        created = original(context)
+        created.fs.rename = _raise_once(created.fs.rename, 3)  # intent, a day, the other day
+        return created
+
+    by_day.create_store = dies_after_one_value  # type: ignore[method-assign]
+    with pytest.raises(Exception, match="killed"):
+        out_harness(by_day).setup()
+    assert len(visible(place)) == 1
+    out_harness(op()).setup()
+    assert sorted(r["count"] for r in place.parquet_rows("h")) == [0, 1, 2]
+    assert all("day=" in f for f in visible(place))
+
+
+def test_partitions_removed_by_a_repartitioning_are_published_by_partition_0(
+    place: Place,
+) -> None:
+    # the old partitions stop after their last window and never hear committed(w) for it:
+    # partition 1's open file was left staged for good
+    def op() -> ParquetFileOutput:
+        return ParquetFileOutput(place.url("r"), schema=DDL)  # rolls by time: files stay open
+
+    old = [out_harness(op(), partition=p) for p in (0, 1)]
+    for w in range(3):
+        for p, h in enumerate(old):
+            if w:
+                h.committed(w - 1)
+            h.run_window(rows(1, 10 * w + p), window=w)
+    for h in old:
+        h.teardown()
+    one = out_harness(op(), partitions=1)
+    one.run_window(rows(1, 30), window=3)
+    one.committed(2)  # windows up to 2 (all of the former partitions') are complete
+    # partition 1's file under its own name; partition 0's stays open (window 3 joined it)
+    assert sorted(r["count"] for r in place.parquet_rows("r")) == [1, 11, 21]
+    assert [f.rsplit("/", 1)[-1] for f in visible(place)] == [
+        "part-fs-tests-out-00001-000000000000-000000000002.parquet"
+    ]
+    assert place.files("r/_malhar/fs-tests/out/1") == []
 
 
 def _raise_once(fn: Any, at: int = 1) -> Any:

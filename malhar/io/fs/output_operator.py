@@ -227,7 +227,9 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
     def create_store(self, context: OperatorContext) -> FileStore:
         self.check_settings()
         return FileStore(
-            self.output_settings(), WindowKey(context.application, context.name, context.partition)
+            self.output_settings(),
+            WindowKey(context.application, context.name, context.partition),
+            partitions=context.partitions,
         )
 
     def output_settings(self) -> FileOutputSettings:

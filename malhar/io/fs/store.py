@@ -111,6 +111,9 @@ class FileStore(TransactionalStore[_Txn]):
         clock: milliseconds now (tests move time).
         keep_rejected: keep a window's rejected rows with it, so a replay re-emits them
             (the operator); the Spark sink fails a batch with rejected rows instead.
+        partitions: the operator's partition count, given to partition 0 of an operator
+            (not the Spark sink, whose driver finalizes every partition's folder): it also
+            finalizes the staged windows of partitions a repartitioning removed.
     """
 
     #: rejected rows are kept in the window's piece: a replay re-emits them
@@ -124,8 +127,11 @@ class FileStore(TransactionalStore[_Txn]):
         schema: pa.Schema | None = None,
         clock: Any = None,
         keep_rejected: bool = True,
+        partitions: int | None = None,
     ) -> None:
         super().__init__(key)
+        #: partitions at or above this count are a former partitioning's: adopted (above)
+        self._adopt_from = partitions if key.partition == 0 else None
         self.records_rejected = keep_rejected
         self.settings = settings
         self.schema = schema if schema is not None else settings.arrow_schema
@@ -332,6 +338,35 @@ class FileStore(TransactionalStore[_Txn]):
         while self.groups and self.groups[0].closed and self.groups[0].last <= window:
             self.finalize(self.groups[0])
             self.groups.pop(0)
+        if self._adopt_from is not None:
+            self._adopt_removed(window)
+
+    def _adopt_removed(self, window: int) -> None:
+        """Partition 0: finalize what the partitions a repartitioning removed had staged,
+        their open group too (no window of theirs comes any more), once ``window`` covers
+        it, then remove their folders. Their files keep those partitions' names."""
+        assert self._adopt_from is not None
+        parent = self.stage.rsplit("/", 1)[0]
+        removed = [
+            int(e.name)
+            for e in self.fs.list(parent)
+            if e.is_dir and e.name.isdigit() and int(e.name) >= self._adopt_from
+        ]
+        pending = False
+        for partition in sorted(removed):
+            key = WindowKey(self.key.application, self.key.operator, partition)
+            other = FileStore(self.settings, key, schema=self.schema, clock=self.clock)
+            other.open()
+            if other.groups and other.groups[-1].last > window:
+                pending = True  # not complete in the whole application yet
+                continue
+            if other.groups and not other.groups[-1].closed:
+                other.groups[-1].pieces[-1].roll = True  # closed here; a crash closes it again
+            other.committed(window)
+            self.fs.delete(other.stage, recursive=True)
+            log.info("malhar output %s: partition %d's staged windows finalized", key, partition)
+        if not pending:
+            self._adopt_from = None  # once per process: nothing is left to adopt
 
     def finalize(self, group: Group) -> list[str]:
         """Write a closed group's final file(s) and forget its pieces; return the files."""
@@ -412,10 +447,18 @@ class FileStore(TransactionalStore[_Txn]):
         if recorded is not None and self._visible(recorded):
             delete_quietly(self.fs, path)
             return
-        if self.publisher.renamable(piece):
-            self.publisher.move_into_place(piece, path)
+        group = Group([piece])
+        # a publication under other settings that began (a file of it visible) is finished
+        # as it began: a rename now would publish the rows twice
+        publisher = self._resuming(group)
+        if publisher is self.publisher and publisher.renamable(piece):
+            publisher.move_into_place(piece, path)
             return
-        self.publisher.publish_group(Group([piece]), read_piece(self.fs, path, True))
+        publisher.publish_group(
+            group,
+            read_piece(self.fs, path, True),
+            lambda files: self._record_intent(group, files, publisher),
+        )
         delete_quietly(self.fs, path)
 
 
