@@ -156,7 +156,7 @@ def test_a_window_that_is_its_own_file_is_staged_whole_and_published_by_a_rename
         return ParquetFileOutput(place.url("f"), schema=DDL, roll_windows=1, retry_backoff=0)
 
     def staged() -> list[str]:
-        return sorted(f.rsplit("/", 1)[-1] for f in place.files("f/_malhar"))
+        return sorted(f.rsplit("/", 1)[-1] for f in place.files("f/_malhar/fs-tests/out/0"))
 
     def magic(window: int) -> bytes:
         return place.fs.read(place.path(f"f/_malhar/fs-tests/out/0/w{window:020d}.arrow"), 0, 4)
@@ -484,6 +484,23 @@ def test_two_writers_of_one_window_commit_it_once(place: Place) -> None:
     b.run_window(rows(2), window=0)  # its rename finds the name taken: it re-reads and skips
     a.committed(0)
     assert sorted(r["count"] for r in place.parquet_rows("z")) == [0, 1]
+
+
+def test_writers_whose_file_names_would_collide_are_refused(place: Place) -> None:
+    # names join prefix, application and operator with "-": app "fs" + op "tests-out" and
+    # app "fs-tests" + op "out" both wrote part-fs-tests-out-...; the second's file was
+    # taken for its own, already published, and its rows were dropped
+    def run(app: str, name: str, first: int) -> None:
+        ctx = OperatorContext(name=name, partition=0, partitions=1, application=app)
+        h = OperatorHarness(ParquetFileOutput(place.url("c"), schema=DDL, roll_windows=1), ctx)
+        h.run_window(rows(1, first), window=0)
+        h.committed(0)
+
+    run("fs", "tests-out", 0)
+    with pytest.raises(FileOutputConfigError, match="'part-fs-tests-out'.*file_prefix"):
+        run("fs-tests", "out", 1)
+    run("fs-tests", "out2", 2)  # names of its own: fine
+    assert sorted(r["count"] for r in place.parquet_rows("c")) == [0, 2]
 
 
 def test_partitions_and_operators_write_their_own_files(place: Place) -> None:

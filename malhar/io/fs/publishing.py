@@ -48,12 +48,17 @@ class Publisher:
         self.sweep = True
         self._codec: str | None = None  #: codec_tag's
 
+    def stem(self) -> str:
+        """What the names of this operator's files start with: prefix, application and
+        operator joined by ``-``, which they may hold too (see FileStore._claim_names)."""
+        k = self.key
+        return f"{self.settings.file_prefix}-{encode_segment(k.application)}-{encode_segment(k.operator)}"
+
     def name(self, group: Group) -> str:
         """The final file name of a group's windows (the same under every Hive folder)."""
         s, k = self.settings, self.key
         ext = file_extension(s.format, s.codec)
-        app, op = encode_segment(k.application), encode_segment(k.operator)
-        return f"{s.file_prefix}-{app}-{op}-{k.partition:05d}-{group.first:012d}-{group.last:012d}{ext}"
+        return f"{self.stem()}-{k.partition:05d}-{group.first:012d}-{group.last:012d}{ext}"
 
     def publish_group(
         self, group: Group, table: pa.Table, before: Callable[[list[str]], None] | None = None

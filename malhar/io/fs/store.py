@@ -59,6 +59,7 @@ import pyarrow as pa
 from malhar.errors import MalharError
 from malhar.io.base.output import NO_WINDOW, CommitMark, TransactionalStore, WindowKey
 from malhar.io.fs.encoders import create_encoded
+from malhar.io.fs.errors import FileOutputConfigError
 from malhar.io.fs.paths import resolve
 from malhar.io.fs.publishing import Publisher, delete_quietly
 from malhar.io.fs.settings import FileOutputSettings
@@ -85,6 +86,10 @@ log = logging.getLogger("malhar.io.fs")
 STAGING = "_malhar"
 #: the record of the last group whose publication began (see FileStore._resuming)
 PUBLISHING = "publishing.json"
+#: the file-name stems an operator has written (see FileStore._claim_names)
+STEMS = "stems.json"
+#: (operator staging folder, stem) checked by this process
+_CLAIMED: set[tuple[str, str]] = set()
 
 
 class CommitConflictError(MalharError, ConnectionError):
@@ -160,7 +165,38 @@ class FileStore(TransactionalStore[_Txn]):
     # -- lifecycle ----------------------------------------------------------------------------
     def open(self) -> None:
         self.fs.mkdirs(self.stage)
+        self._claim_names()
         self._load()
+
+    def _claim_names(self) -> None:
+        """Refuse to write names another (application, operator) of this folder writes:
+        names join prefix, application and operator with ``-``, which they may hold
+        (``x`` + ``a-b`` and ``x-a`` + ``b``), and a file found in place counts as published,
+        so the second writer's rows would be dropped. Each operator lists the stems it
+        has written under ``_malhar/<app>/<op>/stems.json``; checked once per process."""
+        stem = self.publisher.stem()
+        operator_dir = self.stage.rsplit("/", 1)[0]
+        claim = (self.fs.describe(operator_dir), stem)
+        if claim in _CLAIMED:
+            return
+        staging = f"{self.root.rstrip('/')}/{STAGING}"
+        for app in self.fs.list(staging):
+            for op in self.fs.list(app.path) if app.is_dir else ():
+                if not op.is_dir or op.path.rstrip("/") == operator_dir.rstrip("/"):
+                    continue
+                other = _read_json(self.fs, f"{op.path}/{STEMS}") or {}
+                if stem in other.get("stems", ()):
+                    raise FileOutputConfigError(
+                        f"{self.key}: its files would be named like those of another writer "
+                        f"of {self.describe()} (staged under {op.path}): both start with "
+                        f"{stem!r}; give one of them another file_prefix or folder"
+                    )
+        mine = _read_json(self.fs, f"{operator_dir}/{STEMS}") or {}
+        stems = list(mine.get("stems", ()))
+        if stem not in stems:
+            stems.append(stem)
+            self.fs.write_atomic(f"{operator_dir}/{STEMS}", json.dumps({"stems": stems}).encode())
+        _CLAIMED.add(claim)
 
     def describe(self) -> str:
         return self.fs.describe(self.root)
