@@ -47,7 +47,9 @@ class CsvFileInput(FileInputOperator):
     """CSV records, one per line, exactly once (typed with ``schema``, else dicts).
 
     With ``schema``: typed Arrow batches, columns by position; without: dicts of strings
-    named by the header (or ``columns``)."""
+    named by the header (or ``columns``). Header names are made unique as Spark does
+    (:func:`safe_header`): ``id,val,val`` gives ``id``, ``val1``, ``val2``, an empty name
+    ``_c<index>``."""
 
     header = Property(bool, default=True, doc="the first line of every file names the columns")
     delimiter = Property(str, default=",", doc="field delimiter (one character)")
@@ -61,6 +63,11 @@ class CsvFileInput(FileInputOperator):
             out.append("delimiter must be one character")
         if not self.schema and not self.header and not self.columns:
             out.append("a CSV input without header needs schema or columns")
+        if self.columns and not self.schema:
+            cols = self.names_for("")
+            twice = sorted({c for c in cols if cols.count(c) > 1})
+            if twice:
+                out.append(f"columns names {twice} more than once: each must be unique")
         return out
 
     def make_decoder(self) -> LineDecoder:
@@ -88,11 +95,39 @@ class CsvFileInput(FileInputOperator):
 
             size = self._seen[path][SIZE] if path in self._seen else None
             line = self._first_line(path, size).decode(self.encoding, "replace").rstrip("\r\n")
-            names = next(
-                csv.reader([line], delimiter=self.delimiter, quotechar=self.quote_char or None), []
+            names = safe_header(
+                next(
+                    csv.reader([line], delimiter=self.delimiter, quotechar=self.quote_char or None),
+                    [],
+                )
             )
             self._headers[path] = names
         return names
+
+
+def safe_header(names: list[str]) -> list[str]:
+    """Header names made unique as Spark's CSV reader makes them (``CSVUtils.makeSafeHeader``,
+    case-insensitive as Spark by default): an empty name becomes ``_c<index>``, a repeated
+    one ``<name><index>``; a dict would otherwise keep only the last of the repeated values.
+    A name that still collides (``a,a,a1`` gives ``a0,a1,a1``) gets ``_<index>`` more.
+
+    Example:
+        >>> safe_header(["id", "val", "Val", ""])
+        ['id', 'val1', 'Val2', '_c3']
+    """
+    lower = [n.lower() for n in names if n]
+    repeated = {n for n in lower if lower.count(n) > 1}
+    out = [
+        f"_c{i}" if not n else f"{n}{i}" if n.lower() in repeated else n
+        for i, n in enumerate(names)
+    ]
+    taken: set[str] = set()
+    for i, n in enumerate(out):
+        while n in taken:
+            n = f"{n}_{i}"
+        out[i] = n
+        taken.add(n)
+    return out
 
 
 class JsonLinesFileInput(FileInputOperator):

@@ -72,6 +72,7 @@ from malhar.io.fs.post_actions import PostActions
 from malhar.io.fs.scanner import DirectoryScanner
 from malhar.io.fs.settings import FileInputSettings, parse_schema
 from malhar.io.fs.splits import (
+    CHANGED,
     CUT_RULE,
     END,
     INDEX,
@@ -82,6 +83,7 @@ from malhar.io.fs.splits import (
     SEEN_MTIME,
     SIZE,
     START,
+    UNREAD,
     block_size_for,
     complete_seen,
     split_owner,
@@ -271,8 +273,7 @@ class FileInputOperator(
         self._counts = {"files": 0, "bytes": 0, "errors": 0}
 
     def read(self, limit: int) -> int:
-        self._maybe_scan()
-        n = 0
+        n = self._maybe_scan()  # error rows about changed files
         queue = self._queue
         while queue and n < limit:
             got, emitted = self._read_split(queue[0], limit - n)
@@ -335,6 +336,10 @@ class FileInputOperator(
                 if entry.get("last"):
                     seen = self._seen.get(entry["f"])
                     if seen is not None:
+                        if "err" in entry:
+                            # the split ended unread: its bytes are nowhere but in the file,
+                            # so the post action must leave the file alone
+                            seen[UNREAD] = True
                         seen[RELEASED] += 1
                         if seen[RELEASED] >= seen[OWN]:
                             self._file_done(entry["f"])
@@ -352,7 +357,23 @@ class FileInputOperator(
     def deal(self, inputs: list[Any], count: int) -> list[Any]:
         """Every file known and unfinished split, with its position, dealt to ``count``
         partitions (:mod:`malhar.io.fs.partitions`)."""
-        return deal(inputs, count)
+        out = deal(inputs, count)
+        # carry over what keeps a file from its post action (a split ended unread, the file
+        # changed): without it the new coordinator would delete or move such a file
+        kept: dict[str, list[bool]] = {}
+        for op in inputs:
+            for path, seen in op._seen.items():
+                if len(seen) > CHANGED and (seen[UNREAD] or seen[CHANGED]):
+                    flags = kept.setdefault(path, [False, False])
+                    flags[0] |= bool(seen[UNREAD])
+                    flags[1] |= bool(seen[CHANGED])
+        for op in out:
+            for path, (unread, changed) in kept.items():
+                seen = op._seen.get(path)
+                if seen is not None:
+                    complete_seen(seen, count)
+                    seen[UNREAD], seen[CHANGED] = unread, changed
+        return out
 
     def _cutter(self, partitions: int) -> FileInputOperator:
         """Runtime enough to cut files (:meth:`_splits_of`) outside a running partition."""
@@ -363,10 +384,12 @@ class FileInputOperator(
         return self
 
     # -- scanning -----------------------------------------------------------------------------
-    def _maybe_scan(self) -> None:
+    def _maybe_scan(self) -> int:
+        """List the path (at most every ``scan_interval_ms``) and queue this partition's
+        splits of new files; return the error rows emitted."""
         now = time.monotonic()
         if now - self._last_scan < self.scan_interval_ms / 1000:
-            return
+            return 0
         self._last_scan = now
         try:
             found = self._scanner.scan()
@@ -376,28 +399,82 @@ class FileInputOperator(
             log.warning(
                 "%s: cannot list %s now (%s); trying again later", self.label, self.shown_path, exc
             )
-            return
+            return 0
         listed = set()
-        horizon = None
+        horizon = before = None
+        reported = 0
         if self.max_file_age_ms and found:
+            before = self._newest - self.max_file_age_ms / 1000
             self._newest = max(self._newest, max(f.mtime for f in found))
             horizon = self._newest - self.max_file_age_ms / 1000
+        risky: list[str] = []
         for f in found:
             listed.add(f.path)
-            if f.path in self._seen or (horizon is not None and f.mtime < horizon):
+            seen = self._seen.get(f.path)
+            if seen is not None:
+                if not seen[CHANGED] and (f.size, f.mtime) != (seen[SIZE], seen[SEEN_MTIME]):
+                    seen[CHANGED] = True  # reported once
+                    reported += self._report_changed(f, seen[SIZE], seen[SEEN_MTIME])
                 continue
-            if self._not_mine.get(f.path) == (f.size, f.mtime):
+            if horizon is not None and f.mtime < horizon:
+                # each partition decides at its own scan: one that listed the file before a
+                # newer file appeared may have read its blocks while this one skips its own.
+                # No partition can know, so a file too old only since this listing, that
+                # other partitions read blocks of, is named (see max_file_age_ms)
+                if f.mtime >= before and self._shared(f):
+                    risky.append(f.path)
                 continue
+            known = self._not_mine.get(f.path)
+            if known == (f.size, f.mtime):
+                continue
+            if known is not None:
+                reported += self._report_changed(f, *known)
             if self._discover(f.path, f.size, f.mtime):
                 self._new.append([f.path, f.size, f.mtime])
             else:
                 self._not_mine[f.path] = (f.size, f.mtime)
+        if risky:
+            log.warning(
+                "%s: %d file(s) older than max_file_age_ms skipped, whose other blocks other "
+                "partitions may have read (they listed the path before a newer file came): %s",
+                self.label,
+                len(risky),
+                ", ".join(self._url(p) for p in risky[:10]) + (", ..." if len(risky) > 10 else ""),
+            )
         # forget finished files that are gone (moved, deleted) or too old
         for path, seen in list(self._seen.items()):
             finished = seen[RELEASED] >= seen[OWN] and path not in self._awaiting
             old = horizon is not None and seen[SEEN_MTIME] < horizon
             if finished and (path not in listed or old):
                 del self._seen[path]
+        return reported
+
+    def _report_changed(self, f: Any, size: int, mtime: float) -> int:
+        """An error row for a file listed with another size or mtime than it was cut with:
+        partitions that listed it at different sizes cut it differently, so lines may be
+        lost or read twice (files must be complete when they appear). 1, the items emitted."""
+        reason = (
+            f"the file changed after it was listed: {size} bytes (mtime {mtime}) then, "
+            f"{f.size} bytes (mtime {f.mtime}) now; partitions that list a file at different "
+            "sizes cut it differently, so lines may be lost or read twice, and what changes "
+            "after a cut is not read (write files under a hidden name and rename them into "
+            "place)"
+        )
+        log.warning("%s: %s: %s", self.label, self._url(f.path), reason)
+        self._record({"f": f.path, "i": 0, "o": size, "err": reason, "text": None, "last": False})
+        self.error.emit(error_row(self._url(f.path), size, reason, None))
+        self._counts["errors"] += 1
+        return 1
+
+    def _shared(self, f: Any) -> bool:
+        """Whether this partition and another one own splits of a file listed now."""
+        try:
+            owners = {
+                split_owner(f.path, s[0], self._n) for s in self._splits_of(f.path, f.size, self._n)
+            }
+        except (UnreadableSplit, *UNREADABLE):
+            return False  # gone or unreadable: nobody reads a part of it
+        return len(owners) > 1 and self._me in owners
 
     def _splits_of(self, path: str, size: int, cut: int) -> list[tuple[int, int, int]]:
         """``(index, start, end)`` of a file's splits (end -1: to the end of the stream),
@@ -424,7 +501,7 @@ class FileInputOperator(
         mine = [s for s in splits if split_owner(path, s[0], self._n) == self._me]
         if not mine:
             return False
-        self._seen[path] = [size, mtime, len(mine), 0, self._n, len(splits), None]
+        self._seen[path] = [size, mtime, len(mine), 0, self._n, len(splits), None, False, False]
         for index, start, end in mine:
             bisect.insort(self._queue, [mtime, path, index, start, end, -1])
         return True

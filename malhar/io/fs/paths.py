@@ -6,7 +6,10 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import posixpath
+import re
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from malhar.util.fs import FileSystem, LocalFileSystem, filesystem_for
 from malhar.util.fs.urls import child_url
@@ -17,9 +20,11 @@ __all__ = [
     "hive_escape",
     "hive_segment",
     "is_hidden",
+    "location",
     "open_binary",
     "owner",
     "resolve",
+    "split_glob",
 ]
 
 #: Hive's value of a null partition column (what Spark writes and reads back as null)
@@ -31,6 +36,46 @@ _HIVE_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(i) for i in ra
 def resolve(url: str) -> tuple[FileSystem, str]:
     """``(filesystem, absolute path)`` of a local path or an ``hdfs://`` / ``webhdfs://`` URL."""
     return filesystem_for(url)
+
+
+#: a glob component of a path (as the scanner matches them)
+GLOB = re.compile(r"[*?\[]")
+
+
+def split_glob(path: str) -> tuple[str, list[str]]:
+    """``(base, globs)``: the directory before the first component with a glob character,
+    and the components from there (none for a path without one).
+
+    Example:
+        >>> split_glob("/in/2026-*/x.csv"), split_glob("/in")
+        (('/in', ['2026-*', 'x.csv']), ('/in', []))
+    """
+    parts = path.split("/")
+    first = next((i for i, p in enumerate(parts) if GLOB.search(p)), None)
+    if first is None:
+        return path, []
+    return "/".join(parts[:first]) or "/", [p for p in parts[first:] if p]
+
+
+def location(url: str) -> tuple[str, str]:
+    """``(filesystem, normalised absolute path)`` of a URL, without connecting: ``local``
+    for a local path or ``file://`` URL, ``hdfs:<host>`` for any HDFS scheme and port (so
+    that two spellings of one place compare equal).
+
+    Example:
+        >>> location("file:///in/../in/") == location("/in")
+        True
+        >>> location("webhdfs://nn:9870/in/") == location("hdfs://NN:8020/in?user=x")
+        True
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("", "file") or len(scheme) == 1:  # one letter: a Windows drive
+        path = unquote(parts.path) if scheme == "file" else url
+        return "local", os.path.abspath(os.path.expanduser(path or "/"))
+    path = posixpath.normpath("/" + unquote(parts.path).lstrip("/"))
+    kind = "hdfs" if scheme in ("hdfs", "webhdfs", "swebhdfs") else scheme
+    return f"{kind}:{(parts.hostname or '').lower()}", path
 
 
 def owner(key: str, partitions: int) -> int:

@@ -20,29 +20,48 @@ an epoch that counts the repartitionings of that file, the coordinator, the othe
 the markers are named ``<epoch>.<partition>``: a marker left before that repartitioning
 has another name and never counts.
 
+**Files kept.** A file a split of which ended in an error (it could not be read, or a Parquet
+file does not fit the schema), or that changed after it was cut, is neither deleted nor
+moved: what was not read is nowhere else. An owner that saw it leaves its marker as
+``<name>.unread``; the coordinator then logs the file, removes the markers and keeps it
+known (not read again, as with ``post_action`` none).
+
 **Retries.** A failed action is logged and tried again at the next release, also after a
 restart (``_awaiting`` is state), so both actions may run twice: deleting a file that is
 gone is a no-op, a move that finds the file gone takes it as moved by an earlier attempt.
-A move onto a name that exists in ``move_to`` appends the file's modification time (ms).
+A move never overwrites a file in ``move_to``: when the name is taken (files of one name in
+several folders of a recursive or globbed path), the file is moved as ``stem.<hash>.ext``,
+the hash of its path, size and mtime, then numbered: the names are tried in a fixed order,
+so a move retried after a crash makes no second copy.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
 from malhar.io.fs.errors import FileConfigError
 from malhar.io.fs.paths import child_url, resolve
-from malhar.io.fs.splits import CUT, DEALT, SEEN_MTIME, SIZE, split_owner
+from malhar.io.fs.splits import CHANGED, CUT, DEALT, SEEN_MTIME, SIZE, UNREAD, split_owner
 from malhar.operator import OperatorContext
-from malhar.util.fs import FileSystem, StorageError, StorageNotFoundError
+from malhar.util.fs import (
+    FileSystem,
+    LocalFileSystem,
+    StorageError,
+    StorageExistsError,
+    StorageNotFoundError,
+)
 from malhar.util.fs.names import encode_segment
 
 __all__ = ["PostActions"]
 
 log = logging.getLogger("malhar.io.fs")
+
+#: the suffix of a marker whose partition could not read (a part of) the file
+_UNREAD = ".unread"
 
 
 class PostActions:
@@ -105,7 +124,10 @@ class PostActions:
                 return f"{epoch}.{p}"  # markers left before that repartitioning are stale
 
         if first != self._me:
-            marker = f"{self._mroot}/{_file_id(path)}/{name(self._me)}"
+            # ".unread": a split of ours ended in an error (or the file changed after we cut
+            # it): the coordinator must keep the file
+            unread = _UNREAD if _kept(seen) else ""
+            marker = f"{self._mroot}/{_file_id(path)}/{name(self._me)}{unread}"
             try:
                 self._mfs.create(marker, b"", overwrite=True)
             except StorageNotFoundError:
@@ -127,10 +149,27 @@ class PostActions:
                         have = {e.name for e in fs.list(folder)}
                     except StorageNotFoundError:
                         have = set()
-                    if not {str(p) for p in others} <= have:
+                    have_ok = {n.removesuffix(_UNREAD) for n in have}
+                    if not {str(p) for p in others} <= have_ok:
                         continue
-                self._apply_post_action(path)
+                    unread = any(f"{p}{_UNREAD}" in have for p in others)
+                else:
+                    unread = False
                 seen = self._seen.get(path)
+                keep = unread or (seen is not None and _kept(seen))
+                if keep:
+                    # deleting or moving it would lose what could not be read (reported on
+                    # the error port when it happened): the file stays where it is, and
+                    # stays seen (not read again, as with post_action none)
+                    log.warning(
+                        "%s: %s is not %s: part of it could not be read, or it changed after "
+                        "it was listed (see the error port)",
+                        self.label,
+                        self._url(path),
+                        "deleted" if self.post_action == "delete" else "moved",
+                    )
+                else:
+                    self._apply_post_action(path)
                 if others or (seen is not None and seen[DEALT] is not None):
                     fs.delete(f"{self._mroot}/{_file_id(path)}", recursive=True)
             except StorageError as exc:
@@ -143,22 +182,72 @@ class PostActions:
                 )
                 continue
             del self._awaiting[path]
-            self._seen.pop(path, None)
+            if not keep:
+                self._seen.pop(path, None)
 
     def _apply_post_action(self, path: str) -> None:
         fs = self._fs
         if self.post_action == "delete":
             fs.delete(path)
             return
-        name = fs.basename(path)
-        target = f"{self._move_dir.rstrip('/')}/{name}"
         if fs.status(path) is None:
             return  # moved by an earlier attempt
         self._move_fs.mkdirs(self._move_dir)
-        if self._move_fs.status(target) is not None:
-            mtime = self._seen.get(path, [0, 0.0])[SEEN_MTIME]
-            target = f"{target}.{int(mtime * 1000)}"
-        fs.rename(path, target, overwrite=True)
+        seen = self._seen.get(path, [0, 0.0])
+        for target in _move_targets(self._move_dir, fs.basename(path), path, seen):
+            if _same_file(fs, path, target):
+                # an earlier attempt linked it there and stopped before unlinking the
+                # source (the local rename without overwrite): finish that move
+                fs.delete(path)
+                return
+            try:
+                # never overwrite: another file moved under that name stays (names collide
+                # in a recursive or globbed path); the next name is tried
+                fs.rename(path, target, overwrite=False)
+                return
+            except StorageExistsError:
+                continue
+        raise StorageExistsError(
+            f"no free name for {fs.basename(path)} in {self.move_to}",
+            backend=self._move_fs.backend,
+            path=self._move_dir,
+        )
+
+
+#: how many names a move tries (the plain one, the one with the file's hash, then numbered)
+_MOVE_NAMES = 100
+
+
+def _move_targets(folder: str, name: str, path: str, seen: list[Any]) -> list[str]:
+    """Where ``move`` puts ``path``, in the order tried: ``name``, then ``stem.<hash>.ext``
+    with a hash of the source path, size and mtime (the same in a retried move, different
+    for another file of that name), then the same numbered. Deterministic, so that a move
+    retried after a crash looks for the file where an earlier attempt may have put it."""
+    stem, dot, ext = name.rpartition(".")
+    if not stem:  # no extension, or a name like ".x"
+        stem, dot, ext = name, "", ""
+    key = f"{path}\0{seen[SIZE]}\0{seen[SEEN_MTIME]!r}"
+    tag = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+    folder = folder.rstrip("/")
+    out = [f"{folder}/{name}", f"{folder}/{stem}.{tag}{dot}{ext}"]
+    out += [f"{folder}/{stem}.{tag}-{k}{dot}{ext}" for k in range(1, _MOVE_NAMES - 1)]
+    return out
+
+
+def _kept(seen: list[Any]) -> bool:
+    """Whether a ``_seen`` value says the post action must leave the file alone: a split
+    ended unread, or the file changed after it was cut (what changed was not read)."""
+    return bool(seen[UNREAD] or seen[CHANGED])
+
+
+def _same_file(fs: FileSystem, path: str, target: str) -> bool:
+    """Whether ``target`` is a hard link of ``path`` (local filesystem only)."""
+    if not isinstance(fs, LocalFileSystem):
+        return False
+    try:
+        return os.path.samefile(path, target)
+    except OSError:
+        return False
 
 
 def _file_id(path: str) -> str:

@@ -2,7 +2,9 @@
 path, a glob or a directory tree holds now, oldest first.
 
 - ``path`` is a file, a directory, or a glob (``/data/in/*.csv``, ``/data/2026-*/part-*``;
-  ``*``, ``?`` and ``[...]`` in any path component, matched per component);
+  ``*``, ``?`` and ``[...]`` in any path component, matched per component); a path that
+  exists as written is taken literally (a directory named ``in[1]``), and ``[[]``, ``[*]``,
+  ``[?]`` match the character itself in a glob; a glob that matches nothing is logged once;
 - ``recursive`` also lists the files of subdirectories (of the directory, or of the
   directories a glob matches);
 - ``pattern`` is a regular expression the whole file *name* must match;
@@ -16,16 +18,18 @@ Files come sorted by modification time, then path.
 from __future__ import annotations
 
 import fnmatch
+import logging
 import re
 from dataclasses import dataclass
 
 from malhar.io.fs.errors import FileConfigError
-from malhar.io.fs.paths import is_hidden, resolve
+from malhar.io.fs.paths import is_hidden, resolve, split_glob
+from malhar.redaction import redact_url
 from malhar.util.fs import FileStatus, FileSystem, StorageNotFoundError
 
 __all__ = ["DirectoryScanner", "FoundFile"]
 
-_GLOB = re.compile(r"[*?\[]")
+log = logging.getLogger("malhar.io.fs")
 
 
 @dataclass(frozen=True, order=True)
@@ -60,13 +64,9 @@ class DirectoryScanner:
         except re.error as exc:
             raise FileConfigError(f"file name pattern {pattern!r} is not a regex: {exc}") from None
         self.fs, path = resolve(url)
-        parts = path.split("/")
-        first = next((i for i, p in enumerate(parts) if _GLOB.search(p)), None)
-        if first is None:
-            self.base, self.globs = path, []
-        else:
-            self.base = "/".join(parts[:first]) or "/"
-            self.globs = [p for p in parts[first:] if p]
+        self.literal = path
+        self.base, self.globs = split_glob(path)
+        self._warned = False
 
     @property
     def filesystem(self) -> FileSystem:
@@ -75,14 +75,24 @@ class DirectoryScanner:
     def scan(self) -> list[FoundFile]:
         """The files there now, oldest first (an empty list while the path does not exist)."""
         out: list[FoundFile] = []
-        if self.globs:
+        # a path that exists as written is taken literally, glob characters and all (a
+        # directory named "in[1]" would otherwise be a glob that never matches it)
+        status = self.fs.status(self.literal) if self.globs else None
+        if self.globs and status is None:
             self._glob(self.base, 0, out)
+            if not out and not self._warned:
+                self._warned = True  # once: the files may simply not be there yet
+                log.warning(
+                    "no file matches the glob %s (yet); a name with glob characters is "
+                    "matched literally with [*], [?] and [[]",
+                    redact_url(self.url),
+                )
         else:
-            status = self.fs.status(self.base)
+            status = status or self.fs.status(self.literal)
             if status is None:
                 return []
             if status.is_dir:
-                self._walk(self.base, out, self.recursive)
+                self._walk(self.literal, out, self.recursive)
             else:
                 self._add(status, out, named=False)
         out.sort()

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+import posixpath
 import re
 from typing import Any
 
@@ -21,6 +23,7 @@ from malhar.io.base.output import TransactionalSettings
 from malhar.io.base.spark_sink import TransactionalSinkSettings
 from malhar.io.fs.decoders import DECODE_POLICIES
 from malhar.io.fs.errors import FileConfigError, FileOutputConfigError
+from malhar.io.fs.paths import is_hidden, location, split_glob
 from malhar.properties import Configurable, Property
 from malhar.redaction import redact_url
 from malhar.schema import SchemaError, arrow_schema, to_struct_type
@@ -75,6 +78,42 @@ def _check_encoding(value: Any) -> str | None:
     return None
 
 
+def _rescanned(path: str, move_to: str, recursive: bool) -> str | None:
+    """Why files moved to ``move_to`` would be listed again by the scanner of ``path``
+    (``"inside the ... path"``), None if they would not. The scanner skips hidden names and
+    matches a glob per component, from the directory before its first glob character."""
+    where, scanned = location(path)
+    there, target = location(move_to)
+    if where != there:
+        return None
+    if target == scanned:
+        return "the scanned path itself"
+    below = [p for p in target[len(scanned) :].split("/") if p]
+    if (
+        recursive
+        and target.startswith(scanned.rstrip("/") + "/")
+        and not any(is_hidden(p) for p in below)
+    ):
+        # a directory's subdirectories (also a path with glob characters that exists as
+        # written, which the scanner takes literally)
+        return "inside the recursively scanned path"
+    base, globs = split_glob(scanned)
+    if not globs or (target != base and not target.startswith(base.rstrip("/") + "/")):
+        return None
+    rel = [p for p in target[len(base) :].split("/") if p]
+    if any(is_hidden(p) for p in rel):
+        return None
+    if any(not fnmatch.fnmatchcase(d, g) for d, g in zip(rel, globs, strict=False)):
+        return None
+    # a moved file is at depth len(rel) + 1: matched by the last glob, in a directory the
+    # last glob matched, or deeper in one when recursive
+    if len(rel) + 1 == len(globs) or len(rel) == len(globs):
+        return "inside the scanned path, whose glob matches it"
+    if len(rel) > len(globs) and recursive:
+        return "inside the recursively scanned path"
+    return None
+
+
 class FileInputSettings(Configurable):
     """Where a file input finds its files and how it reads them."""
 
@@ -95,7 +134,8 @@ class FileInputSettings(Configurable):
         default=None,
         min=1,
         doc="ignore files older than the newest one seen by this much, and forget them "
-        "(bounds the record of files read; None: remember every file)",
+        "(bounds the record of files read; None: remember every file); decided by each "
+        "partition when it lists the path, so keep it well above how late files arrive",
     )
     block_size = Property(
         int,
@@ -130,7 +170,8 @@ class FileInputSettings(Configurable):
         str,
         default="none",
         one_of=("none", "delete", "move"),
-        doc="what happens to a file once every window that read it is committed",
+        doc="what happens to a file once every window that read it is committed (not to "
+        "one a part of which could not be read)",
     )
     move_to = Property(str, default=None, doc="directory files are moved to (post_action=move)")
     schema = Property(
@@ -150,15 +191,16 @@ class FileInputSettings(Configurable):
             out.append("post_action 'move' needs move_to (a directory)")
         if self.move_to and self.post_action != "move":
             out.append(f"move_to is set but post_action is {self.post_action!r}")
-        if self.move_to and self.path and self.recursive:
-            base = self.path.split("?")[0].rstrip("/")
-            target = self.move_to.split("?")[0].rstrip("/")
-            inside = target.startswith(base + "/")
-            hidden = any(p.startswith((".", "_")) for p in target[len(base) :].split("/") if p)
-            if inside and not hidden:
+        if self.move_to and self.path and self.post_action == "move":
+            why = _rescanned(self.path, self.move_to, bool(self.recursive))
+            if why:
+                base, globs = split_glob(location(self.path)[1])
+                fix = posixpath.join(base if globs else location(self.path)[1], "_done")
                 out.append(
-                    "move_to is inside the recursively scanned path: moved files would be read "
-                    "again (use a directory outside it, or one whose name starts with '_')"
+                    f"move_to {redact_url(self.move_to)!r} is {why} (path "
+                    f"{redact_url(self.path)!r}): moved files would be read again (set move_to "
+                    f"to a directory outside {base!r}, or to one whose name starts with '_', "
+                    f"such as {fix!r})"
                 )
         return out
 

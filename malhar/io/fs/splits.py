@@ -41,17 +41,22 @@ __all__ = ["CUT_RULE", "SPREAD_MIN_BLOCK", "block_size_for", "split_owner"]
 MTIME, PATH, INDEX, START, END, POS = range(6)
 #: a ``_seen`` value (a file this partition knows): ``[size, mtime, splits owned here, of
 #: them finished and released, the partition count it was cut with, its split count,
-#: dealt]``; ``dealt`` is None, or ``(epoch, coordinator, others)`` once a repartitioning
-#: moved the file's splits (the partitions that read what is left of it, and the
-#: repartitioning's number for the file, which names its post-action markers)
-SIZE, SEEN_MTIME, OWN, RELEASED, CUT, TOTAL, DEALT = range(7)
+#: dealt, unread, changed]``; ``dealt`` is None, or ``(epoch, coordinator, others)`` once a
+#: repartitioning moved the file's splits (the partitions that read what is left of it, and
+#: the repartitioning's number for the file, which names its post-action markers);
+#: ``unread``: a released split of it ended in an error (could not be read, a Parquet file
+#: that does not fit the schema), so its post action is skipped; ``changed``: a later
+#: listing showed another size or mtime than it was cut with (reported once)
+SIZE, SEEN_MTIME, OWN, RELEASED, CUT, TOTAL, DEALT, UNREAD, CHANGED = range(9)
 
 
 def complete_seen(seen: list, partitions: int) -> list:
-    """``seen`` (a ``_seen`` value) with the fields a checkpoint from before the cut was
-    recorded lacks: cut for ``partitions``, split count and dealt unknown. In place."""
+    """``seen`` (a ``_seen`` value) with the fields an older checkpoint lacks: cut for
+    ``partitions``, split count and dealt unknown, not unread, not changed. In place."""
     if len(seen) <= DEALT:
         seen.extend([partitions, None, None][len(seen) - CUT :])
+    if len(seen) <= CHANGED:
+        seen.extend([False, False][len(seen) - UNREAD :])
     return seen
 
 

@@ -1,0 +1,335 @@
+"""The file input's housekeeping, in process on the local filesystem (no Spark, no HDFS):
+post actions of files that could not be read, moves onto taken names, move_to inside the
+scanned path, max_file_age_ms over partitions, files that change after they are listed,
+glob characters in a path, and repeated CSV header names."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from malhar.io.fs import CsvFileInput, FileConfigError, LinesFileInput
+from malhar.io.fs.splits import complete_seen, split_owner
+from malhar.util.fs import StoragePermissionError
+from tests.io.fs_support import drain, harness, values
+
+LOG = "malhar.io.fs"
+
+
+def _refuse(path: str, offset: int = 0, length: int | None = None) -> bytes:
+    raise StoragePermissionError("permission denied", backend="local", path=path)
+
+
+# -- A: a file that could not be read keeps its place --------------------------------------------
+@pytest.mark.parametrize("action", ["delete", "move"])
+def test_a_file_that_could_not_be_read_is_not_deleted_or_moved(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, action: str
+) -> None:
+    (tmp_path / "in").mkdir()
+    f = tmp_path / "in" / "a.txt"
+    f.write_text("precious1\nprecious2\n")
+    props = {"scan_interval_ms": 0, "post_action": action}
+    if action == "move":
+        props["move_to"] = str(tmp_path / "done")
+    h = harness(LinesFileInput(str(tmp_path / "in"), **props), str(tmp_path / "ck"))
+    h.setup()
+    real = h.operator._fs.read
+    h.operator._fs.read = _refuse  # not readable (yet) for this user
+    h.run_window()
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        h.committed(0)
+    h.operator._fs.read = real
+    h.run_window()
+    h.committed(1)
+    (error,) = h.sink("error").tuples
+    assert "cannot read the file" in error["error"]
+    assert f.read_text() == "precious1\nprecious2\n"  # still there, not deleted nor moved
+    assert not (tmp_path / "done").exists()
+    assert values(h) == []  # and not read again: known, as with post_action none
+    assert any("is not " in r.message and "could not be read" in r.message for r in caplog.records)
+
+
+def test_a_split_another_partition_could_not_read_keeps_the_file(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    f = tmp_path / "in" / "a.txt"
+    f.write_text("".join(f"a{i:02d}\n" for i in range(40)))  # 160 bytes: 2 blocks of 100
+    first = split_owner(str(f), 0, 2)  # the coordinator, which reads block 0
+    props = {"block_size": 100, "scan_interval_ms": 0, "post_action": "delete"}
+    hs = [
+        harness(
+            LinesFileInput(str(tmp_path / "in"), **props),
+            str(tmp_path / "ck"),
+            partition=p,
+            partitions=2,
+        )
+        for p in range(2)
+    ]
+    other = hs[1 - first]
+
+    def refuse_block(split, size, budget):  # block 1 cannot be read (this partition only:
+        _refuse(str(f))  # the local filesystem object is shared)
+
+    other.operator._read_block = refuse_block
+    last = max(drain(h) for h in hs)
+    assert len(other.sink("error").tuples) == 1 and values(hs[first])
+    for h in hs:
+        h.committed(last)
+    for h in hs:
+        h.run_window()
+        h.committed(last + 1)
+    assert f.exists()  # block 1 is nowhere else: the coordinator left the file
+    markers = tmp_path / "ck" / "malhar" / "files" / "in" / "done"
+    assert not list(markers.iterdir())  # the markers were cleaned up all the same
+
+
+def test_a_checkpoint_without_the_unread_field_still_restores(tmp_path: Path) -> None:
+    assert complete_seen([70, 1.0, 1, 0], 2) == [70, 1.0, 1, 0, 2, None, None, False, False]
+    assert len(complete_seen([70, 1.0, 1, 0, 2, 1, None], 2)) == 9
+    (tmp_path / "in").mkdir()
+    f = tmp_path / "in" / "a.txt"
+    f.write_text("a\nb\n")
+
+    def make() -> LinesFileInput:
+        return LinesFileInput(
+            str(tmp_path / "in"), scan_interval_ms=0, post_action="delete", max_records_per_window=1
+        )
+
+    h = harness(make(), str(tmp_path / "ck"))
+    h.run_window()
+    for seen in h.operator._seen.values():
+        del seen[7:]  # as an older version checkpointed it
+    saved = h.checkpoint()
+    r = harness(make(), str(tmp_path / "ck"), saved=saved)
+    last = drain(r)
+    r.committed(last)
+    assert values(h) + values(r) == ["a", "b"]
+    assert not f.exists()
+
+
+# -- B: a move never overwrites ------------------------------------------------------------------
+def test_move_never_overwrites_a_file_of_the_same_name_and_retries_are_idempotent(
+    tmp_path: Path,
+) -> None:
+    for sub in ("a", "b", "c"):
+        (tmp_path / "in" / sub).mkdir(parents=True)
+        p = tmp_path / "in" / sub / "x.csv"
+        p.write_text(f"from {sub}\n")
+        os.utime(p, (1000, 1000))
+    done = tmp_path / "done"
+    h = harness(
+        LinesFileInput(
+            str(tmp_path / "in"),
+            recursive=True,
+            scan_interval_ms=0,
+            post_action="move",
+            move_to=str(done),
+        ),
+        str(tmp_path / "ck"),
+    )
+    h.run_window()
+    h.committed(0)
+    moved = {n: (done / n).read_text() for n in os.listdir(done)}
+    assert sorted(moved.values()) == ["from a\n", "from b\n", "from c\n"]
+    assert "x.csv" in moved and all(n.startswith("x.") and n.endswith(".csv") for n in moved)
+    assert not [f for _, _, fs in os.walk(tmp_path / "in") for f in fs]
+
+    # a move retried after a crash: the source gone, or linked and not yet unlinked
+    (tmp_path / "in" / "a" / "y.csv").write_text("y\n")
+    h.run_window()
+    src = str(tmp_path / "in" / "a" / "y.csv")
+    op = h.operator
+    os.link(src, done / "y.csv")  # the first attempt stopped between link and unlink
+    op._apply_post_action(src)
+    op._apply_post_action(src)  # and once more: the source is gone, nothing happens
+    assert not os.path.exists(src)
+    assert sorted(os.listdir(done)) == sorted([*moved, "y.csv"])
+
+
+# -- C: move_to inside the scanned path ----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("path", "move_to", "recursive"),
+    [
+        ("in/*", "in/done", False),  # the glob matches the folder
+        ("in", "in", False),  # the same folder
+        ("in/", "file://{root}/in", False),  # spelled differently
+        ("in/*.csv", "in", False),
+        ("in", "in/done", True),
+    ],
+)
+def test_move_to_inside_the_scanned_path_is_refused(
+    tmp_path: Path, path: str, move_to: str, recursive: bool
+) -> None:
+    root = str(tmp_path)
+    target = move_to.format(root=root) if "{root}" in move_to else f"{root}/{move_to}"
+    op = LinesFileInput(f"{root}/{path}", recursive=recursive, post_action="move", move_to=target)
+    with pytest.raises(FileConfigError, match=r"move_to .*path.*read again.*'_'"):
+        op.check_settings()
+
+
+@pytest.mark.parametrize(
+    ("path", "move_to", "recursive"),
+    [("in/*.csv", "in/done", False), ("in", "in/done", False), ("in/*", "in/_done", True)],
+)
+def test_move_to_the_scanner_never_lists_is_accepted(
+    tmp_path: Path, path: str, move_to: str, recursive: bool
+) -> None:
+    root = str(tmp_path)
+    LinesFileInput(
+        f"{root}/{path}", recursive=recursive, post_action="move", move_to=f"{root}/{move_to}"
+    ).check_settings()
+
+
+# -- D: max_file_age_ms decided per partition ----------------------------------------------------
+def test_a_file_skipped_as_too_old_by_one_partition_only_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "in").mkdir()
+    a = tmp_path / "in" / "a.txt"
+    a.write_text("".join(f"a{i:02d}\n" for i in range(40)))  # 2 blocks of 100
+    os.utime(a, (1000, 1000))
+
+    def make() -> LinesFileInput:
+        return LinesFileInput(
+            str(tmp_path / "in"), block_size=100, scan_interval_ms=0, max_file_age_ms=10_000
+        )
+
+    h0 = harness(make(), str(tmp_path / "ck"), partition=0, partitions=2)
+    h1 = harness(make(), str(tmp_path / "ck"), partition=1, partitions=2)
+    drain(h0)  # partition 0 lists the path first and reads its block of a.txt
+    b = tmp_path / "in" / "b.txt"
+    b.write_text("b\n")
+    os.utime(b, (1020, 1020))
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        drain(h1)  # partition 1 lists it after b came: a.txt is too old for it
+        drain(h1)
+    named = [r.message for r in caplog.records if "max_file_age_ms" in r.message]
+    assert len(named) == 1 and "1 file(s)" in named[0] and "a.txt" in named[0]
+
+
+# -- E: a file that changes after it was listed --------------------------------------------------
+def test_a_file_that_grows_after_it_was_listed_is_reported_once(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    f = tmp_path / "in" / "a.txt"
+    f.write_text("".join(f"line{i:02d}\n" for i in range(10)))  # 70 bytes: one block
+
+    def make() -> LinesFileInput:
+        return LinesFileInput(str(tmp_path / "in"), block_size=100, scan_interval_ms=0)
+
+    hs = [harness(make(), str(tmp_path / "ck"), partition=p, partitions=2) for p in range(2)]
+    for h in hs:
+        h.run_window()  # both list the 70-byte file
+    with f.open("a") as out:
+        out.write("".join(f"line{i:02d}\n" for i in range(10, 30)))  # the producer appends
+    for h in hs:
+        drain(h)
+        drain(h)
+    errors = [e for h in hs for e in h.sink("error").tuples]
+    assert len(errors) == 2  # one per partition, not at every scan
+    for e in errors:
+        assert e["file"].endswith("/in/a.txt") and e["offset"] == 70
+        assert "70 bytes" in e["error"] and "210 bytes" in e["error"]
+        assert "rename them into place" in e["error"]
+
+
+def test_a_change_report_is_replayed_with_its_window(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    f = tmp_path / "in" / "a.txt"
+    f.write_text("a\n")
+
+    def make() -> LinesFileInput:
+        return LinesFileInput(str(tmp_path / "in"), scan_interval_ms=0)
+
+    h = harness(make(), str(tmp_path / "ck"))
+    h.run_window()
+    saved = h.checkpoint()
+    f.write_text("a\nb\n")  # rewritten in place
+    h.run_window()
+    (error,) = h.sink("error").per_window[1]
+    r = harness(make(), str(tmp_path / "ck"), saved=saved)
+    r.run_window(window=1)  # replayed: the same error row
+    assert r.sink("error").per_window[1] == [error]
+
+
+# -- F: glob characters in a path ----------------------------------------------------------------
+def test_a_path_with_glob_characters_that_exists_is_read_literally(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "in[1]").mkdir()
+    (tmp_path / "in[1]" / "a.txt").write_text("x\n")
+    h = harness(LinesFileInput(str(tmp_path / "in[1]"), scan_interval_ms=0), str(tmp_path / "ck"))
+    h.run_window()
+    assert values(h) == ["x"]
+    # escaped as a glob, it matches the name too
+    g = harness(
+        LinesFileInput(str(tmp_path / "in[[]1]" / "*.txt"), scan_interval_ms=0),
+        str(tmp_path / "ck2"),
+    )
+    g.run_window()
+    assert values(g) == ["x"]
+    # a glob that matches nothing is logged, once
+    n = harness(
+        LinesFileInput(str(tmp_path / "out[0-9]" / "*.txt"), scan_interval_ms=0),
+        str(tmp_path / "ck3"),
+    )
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        n.run_window()
+        n.run_window()
+    assert len([r for r in caplog.records if "no file matches the glob" in r.message]) == 1
+
+
+# -- G: repeated CSV header names ---------------------------------------------------------------
+def test_repeated_csv_header_names_are_made_unique_as_spark_does(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_text("id,val,VAL,\n1,x,y,z\n")
+    h = harness(CsvFileInput(str(tmp_path / "in"), scan_interval_ms=0), str(tmp_path / "ck"))
+    h.run_window()
+    assert h.sink("output").tuples == [{"id": "1", "val1": "x", "VAL2": "y", "_c3": "z"}]
+    with pytest.raises(FileConfigError, match="more than once"):
+        CsvFileInput(str(tmp_path / "in"), header=False, columns="a,b,a").check_settings()
+
+
+def test_a_file_that_changed_after_it_was_cut_is_not_deleted(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    f = tmp_path / "in" / "a.txt"
+    f.write_text("a\n")
+    h = harness(
+        LinesFileInput(str(tmp_path / "in"), scan_interval_ms=0, post_action="delete"),
+        str(tmp_path / "ck"),
+    )
+    h.run_window()
+    f.write_text("a\nb\n")  # appended to after it was read: b was never read
+    h.run_window()
+    h.committed(1)
+    assert f.read_text() == "a\nb\n" and len(h.sink("error").tuples) == 1
+
+
+def test_a_repartitioning_keeps_a_file_from_its_post_action(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    f = tmp_path / "in" / "a.txt"
+    f.write_text("".join(f"a{i:02d}\n" for i in range(40)))  # 2 blocks of 100
+    first = split_owner(str(f), 0, 2)
+    props = {"block_size": 100, "scan_interval_ms": 0, "post_action": "delete"}
+    hs = [
+        harness(
+            LinesFileInput(str(tmp_path / "in"), **props),
+            str(tmp_path / "ck"),
+            partition=p,
+            partitions=2,
+        )
+        for p in range(2)
+    ]
+
+    def refuse_block(split, size, budget):
+        _refuse(str(f))
+
+    hs[1 - first].operator._read_block = refuse_block
+    last = max(drain(h) for h in hs)
+    for h in hs:
+        h.committed(last)  # the unread split is released: the file is to be kept
+    out = hs[0].operator.deal([h.operator for h in hs], 3)
+    assert any(op._awaiting for op in out)  # read to its end: a coordinator is named
+    for op in out:
+        assert op._seen[str(f)][7] is True  # splits.UNREAD: the post action is skipped
