@@ -497,7 +497,7 @@ def test_writers_whose_file_names_would_collide_are_refused(place: Place) -> Non
         h.committed(0)
 
     run("fs", "tests-out", 0)
-    with pytest.raises(FileOutputConfigError, match="'part-fs-tests-out'.*file_prefix"):
+    with pytest.raises(FileOutputConfigError, match=r"'part-fs-tests-out'.*file_prefix"):
         run("fs-tests", "out", 1)
     run("fs-tests", "out2", 2)  # names of its own: fine
     assert sorted(r["count"] for r in place.parquet_rows("c")) == [0, 2]
