@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from malhar import OperatorContext
-from malhar.io.base.output import WindowRegressionError
+from malhar.io.base.committer import WindowCommitter
+from malhar.io.base.output import WindowContentMismatchError, WindowKey, WindowRegressionError
 from malhar.io.fs import (
     CsvFileOutput,
     FileOutputConfigError,
@@ -501,6 +502,30 @@ def test_writers_whose_file_names_would_collide_are_refused(place: Place) -> Non
         run("fs-tests", "out", 1)
     run("fs-tests", "out2", 2)  # names of its own: fine
     assert sorted(r["count"] for r in place.parquet_rows("c")) == [0, 2]
+
+
+@pytest.mark.parametrize("roll_windows", [1, 2])
+def test_a_published_window_still_verifies_a_rerun_of_it(place: Place, roll_windows) -> None:
+    # the Spark sink publishes a batch in the driver's commit; a driver killed before
+    # Spark's commit log re-runs the batch: once the pieces were gone (published), the
+    # partitions that had it skipped without comparing the re-run's fingerprint
+    settings = FileOutputOperator(
+        place.url("v"), format="parquet", schema=DDL, roll_windows=roll_windows
+    ).output_settings()
+    key = WindowKey("fs-tests", "sink", 0)
+    first = WindowCommitter(FileStore(settings, key))
+    first.open()
+    table = pa.Table.from_pylist([r for _, r in rows(2)])
+    first.commit_window(0, table.slice(0, 1), digest="a")
+    first.commit_window(1, table, digest="b")
+    first.store.committed(1)
+    assert sorted(r["count"] for r in place.parquet_rows("v")) == [0, 0, 1]
+    again = WindowCommitter(FileStore(settings, key))
+    again.open()
+    assert again.commit_window(1, table, digest="b").skipped
+    with pytest.raises(WindowContentMismatchError, match="window 1 re-ran with other input"):
+        again.commit_window(1, table.slice(1), digest="c")
+    assert sorted(r["count"] for r in place.parquet_rows("v")) == [0, 0, 1]
 
 
 def test_partitions_and_operators_write_their_own_files(place: Place) -> None:

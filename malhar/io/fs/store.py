@@ -236,7 +236,11 @@ class FileStore(TransactionalStore[_Txn]):
         if last is not None:
             self._mark = CommitMark(last.window, last.digest, last.run)
         else:
-            self._mark = CommitMark(self.finalized)
+            # the finalized window's fingerprint: a re-run of it (a Spark batch whose commit
+            # log a dead driver never wrote) is still verified once it is published
+            self._mark = CommitMark(
+                self.finalized, raw.get("digest") if raw else None, raw.get("run") if raw else None
+            )
         self._stale = False
         self.publisher.sweep = True
 
@@ -411,7 +415,7 @@ class FileStore(TransactionalStore[_Txn]):
         if len(group.pieces) == 1 and publisher.renamable(group.pieces[0]):
             # recorded first: a load finding the piece at or below finalized.json renames it
             piece = group.pieces[0]
-            self._record_finalized(group.last, publisher.name(group))
+            self._record_finalized(group.last, publisher.name(group), piece)
             written = [publisher.move_into_place(piece, self._path(piece))]
             log.info("malhar output %s: window %d finalized: %s", self.key, group.last, written[0])
             return written
@@ -426,7 +430,7 @@ class FileStore(TransactionalStore[_Txn]):
             written = publisher.publish_group(
                 group, table, lambda files: self._record_intent(group, files, publisher)
             )
-        self._record_finalized(group.last)
+        self._record_finalized(group.last, None, group.pieces[-1])
         for piece in group.pieces:
             delete_quietly(fs, self._path(piece))
         log.info(
@@ -438,10 +442,14 @@ class FileStore(TransactionalStore[_Txn]):
         )
         return written
 
-    def _record_finalized(self, window: int, file: str | None = None) -> None:
+    def _record_finalized(
+        self, window: int, file: str | None = None, last: Piece | None = None
+    ) -> None:
         record: dict[str, Any] = {"window": window}
         if file is not None:
             record["file"] = file
+        if last is not None and last.digest is not None:
+            record["digest"], record["run"] = last.digest, last.run
         self.fs.write_atomic(f"{self.stage}/finalized.json", json.dumps(record).encode())
         self.finalized = window
         self._finalized_file = file
