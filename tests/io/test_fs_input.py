@@ -214,6 +214,20 @@ def test_a_replay_of_a_rewritten_file_fails_instead_of_emitting_other_lines(
         again.run_window(window=0)
 
 
+def test_a_replay_of_a_file_rewritten_with_as_many_lines_fails_too(place: Place, tmp_path) -> None:
+    # the count of items matched, so the replay emitted the new lines as window 0's
+    place.write("in/a.txt", "old1\nold2\n")
+    ckpt = str(tmp_path / "ck")
+    h = harness(LinesFileInput(place.url("in"), scan_interval_ms=0), ckpt)
+    saved = h.checkpoint()
+    h.run_window()
+    assert [r["line"] for r in h.sink("output").tuples] == ["old1", "old2"]
+    place.write("in/a.txt", "NEW1\nNEW2\n")  # same size, same number of lines
+    again = harness(LinesFileInput(place.url("in"), scan_interval_ms=0), ckpt, saved=saved)
+    with pytest.raises(FileReplayError, match="not those read then"):
+        again.run_window(window=0)
+
+
 # -- the scanner --------------------------------------------------------------------------------
 def test_scanner_glob_recursive_pattern_hidden_and_order(place: Place, tmp_path) -> None:
     place.write("in/z.csv", "z\n", mtime=100)

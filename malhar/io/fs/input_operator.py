@@ -48,6 +48,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+import zlib
 from typing import Any, ClassVar
 
 from malhar.io.base.dealing import DealtPositions
@@ -285,6 +286,10 @@ class FileInputOperator(
         return n
 
     def window_record(self) -> Record:
+        for entry in self._ranges:
+            edges = entry.pop(_EDGES, None)
+            if edges is not None:
+                entry["c"] = _edges_crc(*edges)
         return {"ranges": self._ranges, "new": self._new}
 
     def replay(self, record: Record) -> int:
@@ -301,7 +306,7 @@ class FileInputOperator(
             if end == start and count == 0:
                 continue
             try:
-                items = self._emit_range(path, index, start, end, replay=True)
+                items = self._emit_range(path, index, start, end, replay=True, crc=entry.get("c"))
             except (UnreadableSplit, *UNREADABLE) as exc:
                 raise FileReplayError(
                     f"{self.label}: window {self.window_id} read {self._url(path)} "
@@ -516,7 +521,9 @@ class FileInputOperator(
     def _url(self, path: str) -> str:
         return self._fs.describe(path)
 
-    def _record(self, entry: dict[str, Any]) -> None:
+    def _record(self, entry: dict[str, Any], data: bytes | None = None) -> None:
+        """Add a range (or an error) to the window's record, merged with the range it
+        continues. ``data``: the range's bytes, whose edges fingerprint it (see _EDGES)."""
         last = self._ranges[-1] if self._ranges else None
         if (
             last is not None
@@ -528,7 +535,14 @@ class FileInputOperator(
             and not last["last"]
         ):
             last["e"], last["n"], last["last"] = entry["e"], last["n"] + entry["n"], entry["last"]
+            if data and _EDGES in last:
+                head, tail = last[_EDGES]
+                if len(head) < _EDGE:
+                    head = (head + data[:_EDGE])[:_EDGE]
+                last[_EDGES] = (head, (tail + data[-_EDGE:])[-_EDGE:])
         else:
+            if data:
+                entry[_EDGES] = (data[:_EDGE], data[-_EDGE:])
             self._ranges.append(entry)
 
     def _finish(self, split: list[Any]) -> None:
@@ -580,7 +594,9 @@ class FileInputOperator(
         return decoded.items
 
     # -- replay -------------------------------------------------------------------------------
-    def _emit_range(self, path: str, index: int, start: int, end: int, *, replay: bool) -> int:
+    def _emit_range(
+        self, path: str, index: int, start: int, end: int, *, replay: bool, crc: int | None = None
+    ) -> int:
         if self.kind == "parquet":
             return self._emit_rows(path, index, start, end)
         if codec_for(path, self.compression) is not None:
@@ -589,7 +605,22 @@ class FileInputOperator(
             data = self._fs.read(path, start, end - start)
             if len(data) != end - start:
                 raise UnreadableSplit(f"it ends before byte {end}")
+            if crc is not None and _edges_crc(data[:_EDGE], data[-_EDGE:]) != crc:
+                raise UnreadableSplit(
+                    "its bytes there are not those read then (rewritten since, with as many bytes)"
+                )
         return self._emit_bytes(path, index, start, data)
+
+
+#: bytes at each end of a text range that fingerprint it in the window's record ("c"): a
+#: file rewritten under its name is found on replay at no cost to the read (a checksum of
+#: every byte would be a pass over the data); the edges are kept while the window reads
+_EDGE = 4096
+_EDGES = "_edges"
+
+
+def _edges_crc(head: bytes, tail: bytes) -> int:
+    return zlib.crc32(tail, zlib.crc32(head))
 
 
 #: the format subclasses, which moved to :mod:`malhar.io.fs.file_inputs`

@@ -44,7 +44,7 @@ class TextBlocks:
     _counts: dict[str, int]
     first_record: Callable[[str, int | None], int]
     _emit_bytes: Callable[[str, int, int, bytes], int]
-    _record: Callable[[dict[str, Any]], None]
+    _record: Callable[..., None]
     _finish: Callable[[list[Any]], None]
 
     def _read_block(self, split: list[Any], size: int, budget: int) -> tuple[int, bool]:
@@ -59,7 +59,7 @@ class TextBlocks:
         data, stop = self._take_lines(path, pos, end, size, budget)
         last = stop >= end or stop >= size
         items = self._emit_bytes(path, index, pos, data)
-        self._record({"f": path, "i": index, "s": pos, "e": stop, "n": items, "last": last})
+        self._record({"f": path, "i": index, "s": pos, "e": stop, "n": items, "last": last}, data)
         self._counts["bytes"] += len(data)
         if last:
             self._finish(split)
