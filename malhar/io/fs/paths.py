@@ -3,13 +3,18 @@ hidden names, Hive partition directories, and a seekable file over any filesyste
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import io
+import math
 import os
 import posixpath
 import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from malhar.util.fs import FileSystem, LocalFileSystem, filesystem_for
 from malhar.util.fs.urls import child_url
@@ -19,6 +24,8 @@ __all__ = [
     "child_url",
     "hive_escape",
     "hive_segment",
+    "hive_segments",
+    "hive_text",
     "is_hidden",
     "location",
     "open_binary",
@@ -107,15 +114,69 @@ def hive_escape(text: str) -> str:
     return "".join(f"%{ord(c):02X}" if c in _HIVE_ESCAPED else c for c in text)
 
 
+def hive_text(value: Any) -> str | None:
+    """A partition value as the text of its directory name, before escaping, as Spark
+    writes it (None for Hive's default partition): a null or an empty string is the
+    default partition (Spark reads both back as null); booleans ``true`` / ``false``;
+    NaN and infinities ``NaN``, ``Infinity``, ``-Infinity``; a timestamp its UTC wall
+    clock, ``2026-01-01 12:00:00`` (``.5`` with a fraction, trailing zeros dropped), as
+    Spark with ``spark.sql.session.timeZone`` UTC; other numbers, dates and strings as
+    Python's ``str`` / ``isoformat`` (``1.0``, ``1e+20``, ``2026-11-23``).
+
+    Example:
+        >>> [hive_text(v) for v in (None, "", True, float("nan"), float("-inf"), 2.5, 7)]
+        [None, None, 'true', 'NaN', '-Infinity', '2.5', '7']
+    """
+    if value is None or (isinstance(value, str) and not value):
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return str(value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        text = value.replace(microsecond=0).isoformat(sep=" ")
+        if value.microsecond:
+            text += f".{value.microsecond:06d}".rstrip("0")
+        return text
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
 def hive_segment(column: str, value: Any) -> str:
-    """``column=value`` as one directory name (a null value is Hive's default partition)."""
-    if value is None:
-        text = HIVE_NULL
-    elif hasattr(value, "isoformat") and not isinstance(value, str):
-        text = value.isoformat(sep=" ") if hasattr(value, "hour") else value.isoformat()
-    else:
-        text = str(value)
-    return f"{hive_escape(column)}={hive_escape(text) if value is not None else text}"
+    """``column=value`` as one directory name (see :func:`hive_text`; a null or an empty
+    value is Hive's default partition).
+
+    Example:
+        >>> hive_segment("day", dt.date(2026, 11, 23)), hive_segment("k", "")
+        ('day=2026-11-23', 'k=__HIVE_DEFAULT_PARTITION__')
+    """
+    text = hive_text(value)
+    return f"{hive_escape(column)}={HIVE_NULL if text is None else hive_escape(text)}"
+
+
+def hive_segments(column: str, values: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
+    """The directory name (:func:`hive_segment`) of each row's value of ``column``: a string
+    column, formatted once per distinct value. Rows whose values differ but are written
+    alike (a null and an empty string, a NaN of another bit pattern) get the same name."""
+    if isinstance(values, pa.Array):
+        values = pa.chunked_array([values])
+    chunks = []
+    null = f"{hive_escape(column)}={HIVE_NULL}"
+    for chunk in values.chunks:
+        encoded = pc.dictionary_encode(chunk)
+        names = [hive_segment(column, v) for v in encoded.dictionary.to_pylist()]
+        named = pc.take(pa.array(names, pa.string()), encoded.indices)
+        chunks.append(pc.fill_null(named, null))
+    return pa.chunked_array(chunks, pa.string())
 
 
 class RangeFile(io.RawIOBase):

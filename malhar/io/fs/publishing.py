@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from malhar.io.base.output import WindowKey
 from malhar.io.fs.encoders import create_encoded, file_extension
-from malhar.io.fs.paths import hive_segment
+from malhar.io.fs.paths import hive_segments
 from malhar.io.fs.settings import FileOutputSettings
 from malhar.io.fs.staged_pieces import Group, Piece
 from malhar.util.fs import StorageExistsError, StorageNotFoundError
@@ -121,22 +121,18 @@ class Publisher:
         return final
 
     def split(self, table: pa.Table) -> list[tuple[str, pa.Table]]:
-        """(directory, rows) per value of ``partition_by`` (the column dropped), in order."""
+        """(directory, rows) per directory of ``partition_by`` (the column dropped), in
+        order. Rows are grouped by their directory's name, not by value: values written
+        alike (a null and ``""``, or the text ``__HIVE_DEFAULT_PARTITION__``) share one file,
+        and each row is in exactly one (``-0.0`` equals ``0.0`` but has its own folder)."""
         column = self.settings.partition_by
         if not column:
             return [(self.root, table)]
-        values = table.column(column)
+        folders = hive_segments(column, table.column(column))
         rest = table.drop_columns([column])
         out = []
-        for value in pc.unique(values).to_pylist():
-            if value is None:
-                mask = pc.is_null(values)
-            elif value != value:  # NaN: equal to nothing, itself included
-                mask = pc.is_nan(values)
-            else:
-                mask = pc.equal(values, value)
-            mask = pc.fill_null(mask, False)
-            out.append((f"{self.root}/{hive_segment(column, value)}", rest.filter(mask)))
+        for folder in pc.unique(folders).to_pylist():
+            out.append((f"{self.root}/{folder}", rest.filter(pc.equal(folders, folder))))
         out.sort(key=lambda x: x[0])
         return out
 

@@ -40,7 +40,21 @@ __all__ = [
 FORMATS = ("lines", "csv", "jsonl", "parquet")
 INPUT_CODECS = ("infer", "none", "gzip", "bz2", "zstd", "lz4", "brotli")
 PARQUET_CODECS = ("snappy", "zstd", "gzip", "lz4", "brotli", "none")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: a file_prefix: not hidden from readers (no leading '_' or '.'), no separator
+_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def _nested(kind: pa.DataType) -> bool:
+    return pa.types.is_nested(kind)
+
+
+def _binary(kind: pa.DataType) -> bool:
+    return (
+        pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_fixed_size_binary(kind)
+        or pa.types.is_binary_view(kind)
+    )
 
 
 def parse_schema(ddl: str | None, who: str = "schema") -> pa.Schema | None:
@@ -271,10 +285,12 @@ class FileOutputSettings(TransactionalSettings):
                 )
         if self.delimiter is not None and len(self.delimiter) != 1:
             out.append(f"delimiter must be one character, got {self.delimiter!r}")
-        if self.file_prefix is not None and not _NAME.fullmatch(self.file_prefix.replace("-", "_")):
+        if self.file_prefix is not None and not _PREFIX.fullmatch(self.file_prefix):
+            # readers (Spark, Hive, Hadoop) skip names starting with '_' or '.': every file
+            # would be hidden
             out.append(
-                f"file_prefix {self.file_prefix!r} must start with a letter, '_' or '-', then "
-                "letters, digits, '_' or '-'"
+                f"file_prefix {self.file_prefix!r} must start with a letter, then letters, "
+                "digits, '_' or '-' (readers skip names starting with '_' or '.')"
             )
         schema = None
         if self.schema:
@@ -291,8 +307,23 @@ class FileOutputSettings(TransactionalSettings):
                 out.append("partition_by needs at least one other column to write")
             if self.format == "lines":
                 out.append("format 'lines' writes one column: it cannot be partitioned")
+            if schema is not None and self.partition_by in schema.names:
+                kind = schema.field(self.partition_by).type
+                if _nested(kind) or _binary(kind):
+                    out.append(
+                        f"partition_by column {self.partition_by!r} is of type {kind}: a "
+                        "directory name holds a number, a date, a timestamp, a boolean or a "
+                        "string, not a list, struct, map or binary value"
+                    )
         if self.format == "lines" and schema is not None and len(schema) != 1:
             out.append("format 'lines' writes one string column: give a one-column schema")
+        if self.format in ("csv", "lines") and schema is not None:
+            for field in schema:
+                if _nested(field.type):
+                    out.append(
+                        f"format {self.format!r} cannot write column {field.name!r} of type "
+                        f"{field.type} (a list, struct or map): use jsonl or parquet"
+                    )
         return out
 
     @property

@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSource, WriterCommitMessage
 from malhar.io.base.committer import WindowCommitter
 from malhar.io.base.output import TransactionalStore, WindowKey
 from malhar.io.base.spark_sink import TransactionalStreamWriter
-from malhar.io.fs.output_operator import conform
+from malhar.io.fs.conform import conform
 from malhar.io.fs.paths import resolve
 from malhar.io.fs.settings import FileSinkSettings
 from malhar.io.fs.store import STAGING, FileStore

@@ -1,0 +1,482 @@
+"""How the file output makes a window's tuples and batches one table of its schema, and
+which of them it refuses (to the ``error`` port, as ``{**row, "error": reason}``).
+
+Dicts are converted by field name; a value Arrow would store altered (2.7 into an
+integer, a float32 overflowing to infinity, a datetime with a time of day into a date, an
+unknown struct field) is refused, as is one of another type. Arrow batches whose types are
+the schema's pass without per-row work; others are cast when the cast cannot change a
+value, else converted as their rows would be. ``lines`` takes plain strings; CSV and lines
+refuse a value that holds a newline or bytes that are not UTF-8.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import itertools
+import json
+import operator
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from malhar.io.base.output import rejected_row
+from malhar.io.fs.encoders import json_default
+
+__all__ = ["JSON_COLUMN", "LINE_SCHEMA", "conform"]
+
+#: the one column of a schemaless JSON-lines window (each row already JSON text)
+JSON_COLUMN = "__json__"
+LINE_SCHEMA = pa.schema([pa.field("line", pa.string())])
+
+
+def conform(
+    pieces: list[Any], schema: pa.Schema | None, fmt: str
+) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """The rows of ``pieces`` (lists of tuples and Arrow batches / tables) as one table of
+    ``schema``, and the tuples that do not fit it (as :func:`rejected_row`)."""
+    if schema is None:
+        schema = LINE_SCHEMA if fmt == "lines" else pa.schema([pa.field(JSON_COLUMN, pa.string())])
+        schemaless = fmt
+    else:
+        schemaless = None
+    tables: list[pa.Table] = []
+    bad: list[dict[str, Any]] = []
+    line_column = schema.names[0] if fmt == "lines" and schemaless is None else None
+    for piece in pieces:
+        if isinstance(piece, list):
+            rows = piece
+            if line_column is not None:  # plain strings, as without a schema
+                rows = [{line_column: v} if isinstance(v, str) else v for v in rows]
+        else:
+            table = pa.Table.from_batches([piece]) if isinstance(piece, pa.RecordBatch) else piece
+            if schemaless is None:
+                cast = _cast_batch(table, schema)
+                if cast is not None:
+                    tables.append(cast)
+                    continue
+            rows = table.to_pylist()
+        good, refused = _rows(rows, schema, schemaless)
+        bad.extend(refused)
+        if good is not None and good.num_rows:
+            tables.append(good)
+    if not tables:
+        return schema.empty_table(), bad
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if line_column is not None:
+        table, refused = _refuse_bad_lines(table)
+        bad.extend(refused)
+    elif fmt == "csv":
+        table, refused = _refuse_bad_csv(table)
+        bad.extend(refused)
+    return table, bad
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _is_binary(kind: pa.DataType) -> bool:
+    return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+
+
+def _newlines(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Whether each text value holds a newline (``\\r`` or ``\\n``); False for a null."""
+    return pc.fill_null(pc.match_substring_regex(column, "[\\r\\n]"), False)
+
+
+def _as_text(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, pa.ChunkedArray | None]:
+    """A binary column as text, and which values are not UTF-8 (None: all are; those are
+    null in the text). The values are checked one by one only when the cast fails."""
+    try:
+        return pc.cast(column, pa.string()), None
+    except (pa.ArrowInvalid, UnicodeError):
+        pass
+    texts, invalid = [], []
+    for value in column.to_pylist():
+        try:
+            texts.append(None if value is None else value.decode("utf-8"))
+            invalid.append(False)
+        except UnicodeDecodeError:
+            texts.append(None)
+            invalid.append(True)
+    return pa.chunked_array([pa.array(texts, pa.string())]), pa.chunked_array([invalid])
+
+
+def _refuse_rows(
+    table: pa.Table, problems: list[tuple[pa.ChunkedArray, str]]
+) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """``table`` without the rows of any problem mask, and those rows as error rows (the
+    reason of the first mask that holds each)."""
+    problems = [(m, why) for m, why in problems if pc.any(m).as_py()]
+    if not problems:
+        return table, []
+    refuse = problems[0][0]
+    for mask, _ in problems[1:]:
+        refuse = pc.or_(refuse, mask)
+    masks = [(m.to_pylist(), why) for m, why in problems]
+    refused = []
+    for i, row in enumerate(table.to_pylist()):  # only for a window with rows to refuse
+        why = next((why for m, why in masks if m[i]), None)
+        if why is not None:
+            refused.append(rejected_row(row, why))
+    return table.filter(pc.invert(refuse)), refused
+
+
+def _refuse_bad_lines(table: pa.Table) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """A line file's rows without the values that are no line: a null (it would be written
+    as an empty line), a text holding a newline (a reader would see two records) or bytes
+    that are no UTF-8 text."""
+    column = table.column(0)
+    problems = [(pc.is_null(column), "a line cannot be null")]
+    if _is_binary(column.type):
+        column, invalid = _as_text(column)
+        if invalid is not None:
+            problems.append((invalid, "a line must be UTF-8 text"))
+    if _is_text(column.type):
+        problems.append((_newlines(column), "a line cannot hold a newline"))
+    return _refuse_rows(table, problems)
+
+
+def _refuse_bad_csv(table: pa.Table) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """A CSV file's rows without those that CSV cannot hold: a value with a newline (the
+    record would span lines, and line readers see two) or bytes that are no UTF-8 text."""
+    problems = []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if _is_binary(column.type):
+            column, invalid = _as_text(column)
+            if invalid is not None:
+                problems.append((invalid, f"{name!r}: a CSV value must be UTF-8 text"))
+        if _is_text(column.type):
+            problems.append((_newlines(column), f"{name!r}: a CSV value cannot hold a newline"))
+    return _refuse_rows(table, problems)
+
+
+def _utf8_only(
+    texts: list[str], bad: list[dict[str, Any]], tuples: list[Any] | None = None
+) -> list[str]:
+    """``texts`` without those that have no UTF-8 (a lone surrogate, as ``json.loads`` of
+    ``"\\ud800"`` or ``surrogateescape`` decoding give); their tuples (``tuples``, the
+    texts themselves by default) go to ``bad``."""
+    try:
+        pa.array(texts, pa.string())
+        return texts
+    except UnicodeError:
+        pass
+    kept = []
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+            kept.append(text)
+        except UnicodeError as exc:
+            bad.append(rejected_row(text if tuples is None else tuples[i], f"not UTF-8: {exc}"))
+    return kept
+
+
+def _null_violations(table: pa.Table, schema: pa.Schema) -> bool:
+    return any(not f.nullable and table.column(f.name).null_count for f in schema)
+
+
+def _rows(
+    rows: list[Any], schema: pa.Schema, schemaless: str | None
+) -> tuple[pa.Table | None, list[dict[str, Any]]]:
+    """Rows (Python objects) as a table, and the refused ones."""
+    bad: list[dict[str, Any]] = []
+    if schemaless == "lines":
+        lines = []
+        for value in rows:
+            if isinstance(value, Mapping) and len(value) == 1:
+                value = next(iter(value.values()))
+            if not isinstance(value, str):
+                bad.append(
+                    rejected_row(value, f"expected a str (a line), got {type(value).__name__}")
+                )
+            elif "\n" in value or "\r" in value:
+                bad.append(rejected_row(value, "a line cannot hold a newline"))
+            else:
+                lines.append(value)
+        lines = _utf8_only(lines, bad)
+        return pa.table([pa.array(lines, pa.string())], schema=schema), bad
+    if schemaless == "jsonl":
+        texts, written = [], []
+        for value in rows:
+            if not isinstance(value, Mapping):
+                bad.append(rejected_row(value, f"expected a mapping, got {type(value).__name__}"))
+                continue
+            try:
+                texts.append(json.dumps(dict(value), default=json_default, ensure_ascii=False))
+                written.append(value)
+            except (TypeError, ValueError) as exc:
+                bad.append(rejected_row(value, f"not JSON: {exc}"))
+        texts = _utf8_only(texts, bad, written)
+        return pa.table([pa.array(texts, pa.string())], schema=schema), bad
+    names = set(schema.names)
+    required = [f.name for f in schema if not f.nullable]
+    checks = [(f, c) for f in schema if (c := _value_check(f.type)) is not None]
+    refused: list[tuple[int, dict[str, Any]]] = []  # (position, error row): in input order
+    good: list[tuple[int, Any]] = []
+    for i, value in enumerate(rows):
+        if not isinstance(value, Mapping):
+            why = f"expected a mapping, got {type(value).__name__}"
+        elif extra := [k for k in value if k not in names]:
+            why = f"unknown field(s) {extra}; the schema has {schema.names}"
+        elif missing := [n for n in required if value.get(n) is None]:
+            why = f"required field(s) {missing} missing or null"
+        else:
+            good.append((i, value))
+            continue
+        refused.append((i, rejected_row(value, why)))
+    if checks and good:
+        altered = _altered_rows([v for _, v in good], checks)
+        if altered:
+            refused.extend(
+                (good[j][0], rejected_row(good[j][1], why)) for j, why in altered.items()
+            )
+            good = [g for j, g in enumerate(good) if j not in altered]
+    table = None
+    if good:
+        try:
+            table = pa.Table.from_pylist([v for _, v in good], schema=schema)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            kept = []
+            for i, value in good:  # find the rows that do not convert
+                try:
+                    pa.Table.from_pylist([value], schema=schema)
+                    kept.append(value)
+                except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                    why = f"does not fit the schema: {_first_line(exc)}"
+                    refused.append((i, rejected_row(value, why)))
+            table = pa.Table.from_pylist(kept, schema=schema) if kept else None
+    refused.sort(key=lambda x: x[0])
+    return table, bad + [r for _, r in refused]
+
+
+#: the largest finite float32 (a larger value would be stored as infinity)
+_FLOAT32_MAX = 3.4028234663852886e38
+
+#: a check of one (non-null) value of a column: why Arrow would store it altered, or None
+Check = Callable[[Any], "str | None"]
+
+
+def _altered(value: Mapping[str, Any], checks: list[tuple[str, Check]]) -> str | None:
+    """Why a row's value would be stored altered (Arrow converts some values it should
+    refuse: 2.7 into an integer column as 2), None if none would."""
+    for name, check in checks:
+        v = value.get(name)
+        if v is not None and (why := check(v)) is not None:
+            return f"{name}: {why}"
+    return None
+
+
+def _altered_rows(
+    rows: list[Mapping[str, Any]], checks: list[tuple[pa.Field, Check]]
+) -> dict[int, str]:
+    """Why rows (by position) would be stored altered: a column's values are checked one
+    by one only when a quick look at them all (:func:`_suspect`) finds one that may be."""
+    out: dict[int, str] = {}
+    for field, check in checks:
+        values = list(map(operator.methodcaller("get", field.name), rows))
+        if not _suspect(field.type, values):
+            continue
+        for j, v in enumerate(values):
+            if v is not None and j not in out and (why := check(v)) is not None:
+                out[j] = f"does not fit the schema: {field.name}: {why}"
+    return out
+
+
+def _suspect(kind: pa.DataType, values: list[Any]) -> bool:
+    """Whether a column's values may hold one that :func:`_value_check` refuses (False:
+    none does), without a Python step per value for the common types: the set of their
+    types for integers and dates, the float64 array for float32, the set of keys for a
+    struct of plain fields."""
+    if pa.types.is_integer(kind):
+        return any(issubclass(t, float | decimal.Decimal) for t in set(map(type, values)))
+    if pa.types.is_date(kind):
+        return any(issubclass(t, dt.datetime) for t in set(map(type, values)))
+    if pa.types.is_float32(kind):
+        try:
+            wide = pc.abs(pa.array(values, pa.float64()))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return True
+        return bool(pc.any(pc.greater(wide, _FLOAT32_MAX)).as_py())
+    if pa.types.is_struct(kind) and all(
+        _value_check(kind.field(i).type) is None for i in range(kind.num_fields)
+    ):
+        known = {kind.field(i).name for i in range(kind.num_fields)}
+        try:
+            return not set(itertools.chain.from_iterable(filter(None, values))) <= known
+        except TypeError:
+            return True
+    return True
+
+
+def _value_check(kind: pa.DataType) -> Check | None:
+    """The check of a column's values that Arrow would alter when converting them (None
+    for a type without such values): a fraction into an integer, a float32 overflowing to
+    infinity, a datetime with a time of day into a date, an unknown struct field (dropped),
+    in nested values too."""
+    if pa.types.is_integer(kind):
+
+        def integer(v: Any) -> str | None:
+            if isinstance(v, float | decimal.Decimal) and not isinstance(v, bool):
+                try:
+                    whole = v == int(v)
+                except (ValueError, OverflowError, ArithmeticError):
+                    whole = False
+                if not whole:
+                    return f"{v!r} is not an integer ({kind})"
+            return None
+
+        return integer
+    if pa.types.is_float32(kind):
+
+        def float32(v: Any) -> str | None:
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                try:
+                    if abs(v) > _FLOAT32_MAX:
+                        struct.pack("<f", v)  # rounds to the largest float32, or raises
+                except OverflowError:
+                    return f"{v!r} is out of the range of float (it would become infinity)"
+            return None
+
+        return float32
+    if pa.types.is_date(kind):
+
+        def date(v: Any) -> str | None:
+            if isinstance(v, dt.datetime) and (v.tzinfo is not None or v.time() != dt.time()):
+                return f"{v!r} is not a date (it has a time of day or a time zone)"
+            return None
+
+        return date
+    if pa.types.is_struct(kind):
+        field_names = [kind.field(i).name for i in range(kind.num_fields)]
+        known = set(field_names)
+        inner = [
+            (kind.field(i).name, c)
+            for i in range(kind.num_fields)
+            if (c := _value_check(kind.field(i).type)) is not None
+        ]
+
+        def struct_(v: Any) -> str | None:
+            if isinstance(v, Mapping):
+                if extra := [k for k in v if k not in known]:
+                    return f"unknown struct field(s) {extra}; the struct has {field_names}"
+                return _altered(v, inner)
+            return None
+
+        return struct_
+    if pa.types.is_map(kind):
+        key_check, item_check = _value_check(kind.key_type), _value_check(kind.item_type)
+        if key_check is None and item_check is None:
+            return None
+
+        def map_(v: Any) -> str | None:
+            pairs = (
+                v.items() if isinstance(v, Mapping) else v if isinstance(v, list | tuple) else ()
+            )
+            for pair in pairs:
+                if not isinstance(pair, tuple | list) or len(pair) != 2:
+                    continue
+                for x, c in zip(pair, (key_check, item_check), strict=True):
+                    if x is not None and c is not None and (why := c(x)) is not None:
+                        return f"map entry: {why}"
+            return None
+
+        return map_
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        element = _value_check(kind.value_type)
+        if element is None:
+            return None
+
+        def list_(v: Any) -> str | None:
+            if isinstance(v, list | tuple):
+                for x in v:
+                    if x is not None and (why := element(x)) is not None:
+                        return f"element: {why}"
+            return None
+
+        return list_
+    return None
+
+
+def _cast_batch(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
+    """A batch's table cast to ``schema`` without per-row work, or None when the rows must
+    be converted one by one (as Python rows are): an unknown or a missing column, a column
+    whose cast could alter values (:func:`_casts_exactly`), a value the cast refuses
+    (out of range, a fraction into an integer), a float32 overflow, or a null in a required
+    column."""
+    if table.schema.equals(schema):
+        return None if _null_violations(table, schema) else table
+    if set(table.column_names) != set(schema.names):
+        return None
+    for field in schema:
+        if not _casts_exactly(table.schema.field(field.name).type, field.type):
+            return None
+    try:
+        cast = table.select(schema.names).cast(schema)
+    except (pa.ArrowException, ValueError, KeyError):
+        return None
+    for field in schema:
+        source = table.column(field.name)
+        if pa.types.is_float32(field.type) and not pa.types.is_float32(source.type):
+            # a float64 beyond float32's range is cast to infinity
+            overflow = pc.and_(pc.is_inf(cast.column(field.name)), pc.invert(pc.is_inf(source)))
+            if pc.any(overflow).as_py():
+                return None
+    return None if _null_violations(cast, schema) else cast
+
+
+def _casts_exactly(source: pa.DataType, target: pa.DataType, top: bool = True) -> bool:
+    """Whether Arrow's (safe) cast from ``source`` to ``target`` keeps every value or
+    fails, and converts what the row path converts: numbers to numbers (integer overflow
+    and fractions fail; a float64 to float32 overflow is checked after the cast, at the
+    top level only), text and binary to each other, timestamps to timestamps, dates to
+    dates, integers and decimals to decimals, and nested types field by field (a struct
+    with an unknown field: no, the cast would drop it). Not: timestamps to dates (the
+    time of day is dropped), floats to decimals (rounded), booleans to and from numbers,
+    numbers to and from text (the row path refuses them)."""
+    if source.equals(target) or pa.types.is_null(source):
+        return True
+    if pa.types.is_dictionary(source):
+        return _casts_exactly(source.value_type, target, top)
+    t = pa.types
+    if t.is_integer(source) and (t.is_integer(target) or t.is_decimal(target)):
+        return True
+    if (t.is_integer(source) or t.is_floating(source)) and t.is_floating(target):
+        return top or not (t.is_float32(target) and t.is_float64(source))
+    if t.is_floating(source) and t.is_integer(target):
+        return True
+    if t.is_decimal(source) and t.is_decimal(target):
+        return True
+    text = (t.is_string, t.is_large_string, t.is_binary, t.is_large_binary)
+    if any(f(source) for f in text) and any(f(target) for f in text):
+        return True
+    if t.is_timestamp(source) and t.is_timestamp(target):
+        return True
+    if t.is_date(source) and t.is_date(target):
+        return True
+    lists = (t.is_list, t.is_large_list)
+    if any(f(source) for f in lists) and any(f(target) for f in lists):
+        return _casts_exactly(source.value_type, target.value_type, False)
+    if t.is_map(source) and t.is_map(target):
+        return _casts_exactly(source.key_type, target.key_type, False) and _casts_exactly(
+            source.item_type, target.item_type, False
+        )
+    if t.is_struct(source) and t.is_struct(target):
+        fields = {target.field(i).name: target.field(i).type for i in range(target.num_fields)}
+        for i in range(source.num_fields):
+            field = source.field(i)
+            if field.name not in fields:
+                return False
+            if not _casts_exactly(field.type, fields[field.name], False):
+                return False
+        return True
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

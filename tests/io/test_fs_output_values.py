@@ -1,0 +1,264 @@
+"""The values a file output writes: Hive partition directories named as Spark names them
+(one directory, one file per name), schemas the settings refuse because no file could hold
+them, and values that go to the error port rather than being written altered (a fraction
+into an integer, a float32 overflow, a time of day into a date, an unknown struct field,
+CSV text with a newline or bytes that are no text)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from malhar.io.fs import (
+    CsvFileOutput,
+    FileOutputConfigError,
+    FileOutputOperator,
+    LinesFileOutput,
+    ParquetFileOutput,
+)
+from malhar.io.fs import conform as conform_module
+from malhar.io.fs.conform import conform
+from malhar.io.fs.settings import parse_schema
+from tests.io.fs_support import Place, place_fixture  # noqa: F401
+from tests.io.test_fs_output import DDL, out_harness, rows, visible
+
+pytestmark = pytest.mark.integration
+
+
+def _by_folder(place: Place, column: str = "w") -> dict[str, list[Any]]:
+    """The values of ``column`` in each visible file, by the file's folder."""
+    out: dict[str, list[Any]] = {}
+    for f in visible(place):
+        table = pq.read_table(pa.BufferReader(place.read(f)))
+        out.setdefault(f.split("/")[1], []).extend(table.column(column).to_pylist())
+    return out
+
+
+def _partitioned(place: Place, ddl: str, values: list[Any]) -> dict[str, list[Any]]:
+    h = out_harness(ParquetFileOutput(place.url("h"), schema=ddl, partition_by="k", roll_windows=1))
+    h.run_window([("input", {"k": v, "w": i}) for i, v in enumerate(values)], window=0)
+    h.committed(0)
+    assert h.sink("error").tuples == []
+    return _by_folder(place)
+
+
+# -- Hive partition directories --------------------------------------------------------------------
+def test_rows_whose_values_name_one_folder_share_one_file(place: Place) -> None:
+    # a null, "" and the text "__HIVE_DEFAULT_PARTITION__" named one folder and one file:
+    # the second publication found it there and was skipped (rows lost); "" named `k=`,
+    # which Spark refuses to read (it writes "" as the default partition too)
+    got = _partitioned(place, "k string, w int", ["", None, "__HIVE_DEFAULT_PARTITION__", "a"])
+    assert got == {"k=__HIVE_DEFAULT_PARTITION__": [0, 1, 2], "k=a": [3]}
+    files = [f for f in visible(place) if "__HIVE_DEFAULT_PARTITION__" in f]
+    assert len(files) == 1
+
+
+def test_zero_and_negative_zero_rows_are_written_once(place: Place) -> None:
+    # 0.0 == -0.0: each folder's filter selected both rows, so each row was written twice
+    values = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.0]
+    got = _partitioned(place, "k double, w int", values)
+    assert got == {
+        "k=-0.0": [1],
+        "k=-Infinity": [3],
+        "k=0.0": [0],
+        "k=1.0": [5],
+        "k=Infinity": [2],
+        "k=NaN": [4],
+    }
+
+
+@pytest.mark.parametrize(
+    ("ddl", "values", "folders"),
+    [
+        # as Spark writes them (with spark.sql.session.timeZone UTC)
+        ("k boolean", [True, False], ["k=false", "k=true"]),
+        (
+            "k timestamp",
+            [
+                dt.datetime(2026, 1, 1, 12),
+                dt.datetime(2026, 1, 1, 12, 0, 0, 500000),
+                dt.datetime(2026, 1, 1, 7, tzinfo=dt.timezone(dt.timedelta(hours=-5))),
+            ],
+            ["k=2026-01-01 12%3A00%3A00", "k=2026-01-01 12%3A00%3A00.5"],
+        ),
+        (
+            "k timestamp_ntz",
+            [dt.datetime(2026, 1, 1, 0, 0, 0, 10)],
+            ["k=2026-01-01 00%3A00%3A00.00001"],
+        ),
+        # unchanged: the names of existing outputs
+        ("k bigint", [7, -3], ["k=-3", "k=7"]),
+        ("k date", [dt.date(2026, 11, 23)], ["k=2026-11-23"]),
+        ("k double", [1.5, 1e20], ["k=1.5", "k=1e+20"]),
+        ("k string", ["a/b:c", "x y"], ["k=a%2Fb%3Ac", "k=x y"]),
+        ("k decimal(5,2)", [decimal.Decimal("1.50")], ["k=1.50"]),
+    ],
+)
+def test_folder_names_of_each_type(tmp_path: Path, ddl: str, values: list[Any], folders) -> None:
+    place = Place(str(tmp_path / "data"), "local")
+    got = _partitioned(place, f"{ddl}, w int", values)
+    assert sorted(got) == folders
+    assert sorted(w for ws in got.values() for w in ws) == list(range(len(values)))
+
+
+def test_hive_values_read_back_by_spark(tmp_path: Path, spark) -> None:
+    cases = [
+        ("k boolean", [True, False, None], "string", ["None", "false", "true"]),
+        ("k double", [float("nan"), float("inf"), 1.5], "double", ["1.5", "inf", "nan"]),
+        ("k string", ["", None, "a"], "string", ["None", "None", "a"]),
+        ("k timestamp", [dt.datetime(2026, 1, 1, 12)], "timestamp", ["2026-01-01 12:00:00"]),
+    ]
+    for i, (ddl, values, kind, back) in enumerate(cases):
+        place = Place(str(tmp_path / f"d{i}"), "local")
+        _partitioned(place, f"{ddl}, w int", values)
+        df = spark.read.parquet(place.url("h"))
+        assert dict(df.dtypes)["k"] == kind, ddl
+        assert sorted(str(r.k) for r in df.collect()) == back, ddl
+
+
+# -- schemas no file can hold ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("props", "why"),
+    [
+        ({"format": "csv", "schema": "id int, tags array<string>"}, "'tags' of type list"),
+        ({"format": "csv", "schema": "id int, s struct<x:int>"}, "'s' of type struct"),
+        ({"format": "csv", "schema": "id int, m map<string,int>"}, "'m' of type map"),
+        ({"format": "lines", "schema": "tags array<string>"}, "'tags' of type list"),
+        ({"schema": "k array<int>, w string", "partition_by": "k"}, "'k' is of type list"),
+        ({"schema": "k struct<x:int>, w string", "partition_by": "k"}, "'k' is of type struct"),
+        ({"schema": "k map<string,int>, w string", "partition_by": "k"}, "'k' is of type map"),
+        ({"schema": "k binary, w string", "partition_by": "k"}, "'k' is of type binary"),
+    ],
+)
+def test_schemas_no_file_can_hold_are_refused(tmp_path: Path, props, why) -> None:
+    # accepted before: every window was staged, then its publication failed on every restart
+    h = out_harness(FileOutputOperator(str(tmp_path), **props))
+    with pytest.raises(FileOutputConfigError, match=why):
+        h.setup()
+
+
+@pytest.mark.parametrize("prefix", ["_out", "-out", ".out"])
+def test_a_file_prefix_that_hides_the_files_is_refused(tmp_path: Path, prefix: str) -> None:
+    # readers skip names starting with '_' or '.': every file written was invisible
+    h = out_harness(ParquetFileOutput(str(tmp_path), schema=DDL, file_prefix=prefix))
+    with pytest.raises(FileOutputConfigError, match=f"file_prefix {prefix!r} must start"):
+        h.setup()
+    ok = out_harness(ParquetFileOutput(str(tmp_path / "ok"), schema=DDL, file_prefix="out_2-x"))
+    ok.run_window(rows(1), window=0)
+
+
+# -- values written as they are, or refused -----------------------------------------------------------
+def test_csv_values_that_are_no_one_line_text_go_to_the_error_port(place: Place) -> None:
+    # a newline made a record of two lines (line readers see two); bytes that are no UTF-8
+    # failed the publication on every restart
+    h = out_harness(
+        CsvFileOutput(place.url("c"), schema="id int, note string, b binary", roll_windows=1)
+    )
+    batch = pa.RecordBatch.from_pylist(
+        [{"id": 5, "note": "five", "b": b"5"}, {"id": 6, "note": "six\r", "b": b"6"}],
+        schema=parse_schema("id int, note string, b binary"),
+    )
+    h.run_window(
+        [
+            ("input", {"id": 1, "note": "one", "b": b"1"}),
+            ("input", {"id": 2, "note": "two\nlines", "b": b"2"}),
+            ("input", {"id": 3, "note": "three", "b": b"\xff\xfe"}),
+            ("input", {"id": 4, "note": None, "b": b"line\n"}),
+            ("input", batch),
+        ],
+        window=0,
+    )
+    errors = {e["id"]: e["error"] for e in h.sink("error").tuples}
+    assert errors == {
+        2: "'note': a CSV value cannot hold a newline",
+        3: "'b': a CSV value must be UTF-8 text",
+        4: "'b': a CSV value cannot hold a newline",
+        6: "'note': a CSV value cannot hold a newline",
+    }
+    h.committed(0)
+    (name,) = [f for f in visible(place) if f.startswith("c/")]
+    assert place.read(name) == b'"id","note","b"\n1,"one","1"\n5,"five","5"\n'
+
+
+def test_values_arrow_would_alter_go_to_the_error_port(place: Place) -> None:
+    ddl = "i bigint, f float, d date, s struct<x:int>, l array<struct<x:int>>"
+    h = out_harness(ParquetFileOutput(place.url("p"), schema=ddl, roll_windows=1))
+    good = {"i": 1.0, "f": 0.5, "d": dt.datetime(2026, 1, 1), "s": {"x": 1}, "l": [{"x": 2}]}
+    bad = [
+        ({"i": 2.7}, "i: 2.7 is not an integer"),
+        ({"i": decimal.Decimal("2.5")}, "i: Decimal('2.5') is not an integer"),
+        ({"f": 1e300}, "f: 1e+300 is out of the range of float"),
+        ({"d": dt.datetime(2026, 1, 1, 23, 59)}, "d: datetime.datetime(2026, 1, 1, 23, 59) is"),
+        ({"s": {"x": 1, "y": 2}}, "s: unknown struct field(s) ['y']"),
+        ({"l": [{"x": 1}, {"x": 2, "z": 3}]}, "l: element: unknown struct field(s) ['z']"),
+    ]
+    h.run_window([("input", good)] + [("input", {**good, **b}) for b, _ in bad], window=0)
+    h.committed(0)
+    errors = [e["error"] for e in h.sink("error").tuples]
+    assert len(errors) == len(bad)
+    for error, (_, why) in zip(errors, bad, strict=True):
+        assert error.startswith(f"does not fit the schema: {why}")
+    assert place.parquet_rows("p") == [
+        {"i": 1, "f": 0.5, "d": dt.date(2026, 1, 1), "s": {"x": 1}, "l": [{"x": 2}]}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ddl", "array", "why"),
+    [
+        ("a bigint", pa.array([1.5, 2.0]), "a: 1.5 is not an integer"),
+        ("a float", pa.array([1e300, 0.5]), "a: 1e+300 is out of the range of float"),
+        ("a date", pa.array([dt.datetime(2026, 1, 1, 12), dt.datetime(2026, 1, 2)]), "a: dat"),
+        (
+            "a struct<x:int>",
+            pa.array([{"x": 1, "y": 2}, {"x": 2, "y": None}]),
+            "a: unknown struct field(s) ['y']",
+        ),
+        ("a decimal(5,0)", pa.array([1.5, 2.0]), "int or Decimal object expected"),
+        ("a bigint", pa.array([True, False]), "Expected integer, got bool"),
+    ],
+)
+def test_batches_are_refused_as_their_rows_are(ddl: str, array: pa.Array, why: str) -> None:
+    # the batch cast stored 1.5 as 1 (via the row path), 1e300 as inf, dropped a time of
+    # day or a struct field, rounded into a decimal, made booleans numbers
+    batch = pa.RecordBatch.from_arrays([array], ["a"])
+    table, bad = conform([batch], parse_schema(ddl), "parquet")
+    rows_table, rows_bad = conform([batch.to_pylist()], parse_schema(ddl), "parquet")
+    assert [b["error"] for b in bad] == [b["error"] for b in rows_bad]
+    assert table.equals(rows_table)
+    assert why in bad[0]["error"] and len(bad) + table.num_rows == 2
+
+
+def test_batches_of_the_schema_s_types_take_no_per_row_work(monkeypatch) -> None:
+    def refuse(*a: Any, **k: Any) -> None:
+        raise AssertionError("rows converted one by one")
+
+    monkeypatch.setattr(conform_module, "_rows", refuse)
+    schema = parse_schema("i bigint, f float, d date, s struct<x:int>, t string")
+    batch = pa.RecordBatch.from_pylist(
+        [{"i": 1, "f": 0.5, "d": dt.date(2026, 1, 1), "s": {"x": 1}, "t": "a"}], schema=schema
+    )
+    table, bad = conform([batch], schema, "parquet")
+    assert bad == [] and table.num_rows == 1
+    # a wider batch whose values fit: cast without per-row work too
+    wide = pa.RecordBatch.from_arrays(
+        [pa.array([1], pa.int32()), pa.array([0.5]), pa.array([dt.date(2026, 1, 1)])],
+        ["i", "f", "d"],
+    )
+    table, bad = conform([wide], parse_schema("i bigint, f float, d date"), "parquet")
+    assert bad == [] and table.to_pylist() == [{"i": 1, "f": 0.5, "d": dt.date(2026, 1, 1)}]
+
+
+def test_lines_bytes_that_are_no_text_go_to_the_error_port(tmp_path: Path) -> None:
+    t = out_harness(LinesFileOutput(str(tmp_path / "t"), schema="b binary", roll_windows=1))
+    t.run_window([("input", {"b": b"one"}), ("input", {"b": b"\xff"})], window=0)
+    t.committed(0)
+    assert [e["error"] for e in t.sink("error").tuples] == ["a line must be UTF-8 text"]
+    (written,) = [p for p in (tmp_path / "t").iterdir() if p.is_file()]
+    assert written.read_bytes() == b"one\n"
