@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import re
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -111,8 +112,8 @@ class KeyValueOperator(AlgoOperator):
         then processed row by row, each row without the field going to the error port)."""
         try:
             return column(batch, self.key), column(batch, self.value)
-        except KeyError:
-            for row in rows_of(batch):
+        except KeyError:  # a named field is missing: rows as dicts, as the tuples were
+            for row in rows_of(batch, self.value if self.key is None else self.key):
                 self.process(row)
             return None
 
@@ -186,7 +187,8 @@ def rekey_nan(mapping: dict[Any, Any]) -> None:
 
 def key_bytes(value: Any) -> bytes:
     """Bytes that identify a key the same way in every process (never Python's ``hash``);
-    equal numbers give equal bytes whatever their type (``1 == 1.0 == True`` as dict keys)."""
+    equal numbers give equal bytes whatever their type (``1 == 1.0 == True ==
+    Decimal("1.00")`` as dict keys)."""
     if isinstance(value, bool | int):
         return b"n%d" % int(value)
     if isinstance(value, float):
@@ -198,10 +200,50 @@ def key_bytes(value: Any) -> bytes:
     if isinstance(value, bytes):
         return b"b" + value
     if isinstance(value, tuple | list):
-        return b"t(" + b",".join(key_bytes(v) for v in value) + b")"
+        return b"t(" + b",".join(_item_bytes(v) for v in value) + b")"
     if isinstance(value, dict):
-        return b"d{" + b",".join(key_bytes((k, v)) for k, v in sorted_items(value)) + b"}"
+        return b"d{" + b",".join(_item_bytes((k, v)) for k, v in sorted_items(value)) + b"}"
+    if isinstance(value, decimal.Decimal):
+        return _decimal_bytes(value)
     return b"r" + repr(value).encode()
+
+
+#: what separates the items of a tuple or dict in key_bytes: escaped in a string item, so
+#: that ("x,n1",) and ("x", 1) differ (a key without them keeps its bytes)
+_DELIMITERS = re.compile(rb"[\\,(){}]")
+
+
+def _item_bytes(value: Any) -> bytes:
+    """key_bytes of an item of a tuple, list or dict."""
+    if isinstance(value, str):
+        return b"s" + _DELIMITERS.sub(rb"\\\g<0>", value.encode())
+    if isinstance(value, bytes):
+        return b"b" + _DELIMITERS.sub(rb"\\\g<0>", value)
+    return key_bytes(value)
+
+
+#: exact Decimal arithmetic (the default context rounds to 28 digits)
+_EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
+
+
+def _decimal_bytes(value: decimal.Decimal) -> bytes:
+    """A Decimal as the int or float it equals (Python's ``==``), else by its normalized
+    repr: 1.0 and 1.00 (a batch's column scale) are one key."""
+    if value.is_infinite():
+        return key_bytes(float(value))
+    if value.is_finite():
+        if value.adjusted() < _INT_DIGITS:
+            if value == value.to_integral_value(context=_EXACT):
+                return b"n%d" % int(value)
+            as_float = float(value)
+            if as_float == value:
+                return key_bytes(as_float)
+        value = value.normalize(_EXACT)
+    return b"r" + repr(value).encode()
+
+
+#: a Decimal integer with more digits keeps its repr (no huge int from one data value)
+_INT_DIGITS = 4000
 
 
 def stable_hash(value: Any) -> int:
@@ -443,6 +485,14 @@ def check_fields(name: str, value: Any) -> str | None:
     """``check=`` of list-of-field-names properties."""
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         return f"{name}: expected a list of field names, got {value!r}"
+    return None
+
+
+def one_character(value: str) -> str | None:
+    """``check=`` of a CSV delimiter or quote: pyarrow takes one ASCII character (it failed
+    on each tuple, or with an obscure message, on anything else)."""
+    if len(value) != 1 or not value.isascii() or value in "\r\n":
+        return f"expected one ASCII character other than a line break, got {value!r}"
     return None
 
 

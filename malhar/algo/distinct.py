@@ -112,8 +112,9 @@ class Distinct(AlgoOperator):
                 rows = values.select(batch.schema.names).to_pylist()
             else:
                 rows = pc.unique(column(batch, self.field)).to_pylist()
-        except (KeyError, pa.ArrowNotImplementedError):  # a field missing, a list column
-            for row in rows_of(batch):
+        except (KeyError, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            # a field missing, a list column: the rows as the tuples they were
+            for row in rows_of(batch, self.field):
                 self.process(row)
             return
         for v in rows:
@@ -450,7 +451,7 @@ class Sampler(TypedOutputs, AlgoOperator):
             try:
                 col = column(batch, self.field)
             except KeyError:
-                for row in rows_of(batch):
+                for row in rows_of(batch, self.field):
                     self.process(row)
                 return
             encoded = pc.dictionary_encode(col)

@@ -30,7 +30,10 @@ Nulls follow SQL: an arithmetic operation, comparison or function (but ``is_null
 ``coalesce``, ``min``/``max``, which skip nulls) with a None operand gives None; ``and``
 and ``or`` are three-valued (``None and False`` is False); a None condition of
 ``x if c else y`` or ``if_else`` gives None. ``/`` is true division; ``/``, ``//`` and
-``%`` by zero give None. ``int(x)`` truncates toward zero. A filter passes a tuple only when
+``%`` by zero give None. ``int(x)`` truncates toward zero. An integer power must stay
+within 64 bits and a repeated string (``s * n``) within 1,000,000 characters: a tuple that
+exceeds either goes to the error port, a constant that does is refused at setup. Decimal
+and binary fields are evaluated row by row (Arrow would make a decimal a float). A filter passes a tuple only when
 its condition is True.
 
 Example:
@@ -65,6 +68,10 @@ __all__ = ["Expression", "ExpressionError", "compile_expression"]
 
 MAX_LENGTH = 10_000
 MAX_DEPTH = 60
+#: an integer power must stay within 64 bits and a repeated string within this length:
+#: ``9 ** 9 ** 9`` or ``'a' * 10 ** 12`` would take the worker's time or memory
+INT_RANGE = (-(2**63), 2**63 - 1)
+MAX_REPEAT = 1_000_000
 
 FUNCTIONS = [
     "abs",
@@ -96,6 +103,10 @@ class EvalError(MalharError, ValueError):
     """A row the expression cannot evaluate (a missing field, a type mismatch)."""
 
 
+class TooLarge(ValueError):
+    """A result beyond :data:`INT_RANGE` or :data:`MAX_REPEAT` (of a row, or of constants)."""
+
+
 Row = dict[str, Any]
 
 
@@ -125,6 +136,16 @@ class Expression:
         missing_fields = self.fields - set(batch.schema.names)
         if missing_fields:
             raise EvalError(f"no field {sorted(missing_fields)[0]!r}")
+        for name in self.fields:
+            kind = batch.schema.field(name).type
+            if (
+                pa.types.is_decimal(kind)
+                or pa.types.is_binary(kind)
+                or pa.types.is_large_binary(kind)
+            ):
+                # Arrow's kernels make a decimal a float64 (and a binary column text):
+                # the caller evaluates row by row, exactly as for single tuples
+                raise EvalError(f"field {name!r} ({kind}) is evaluated row by row")
         value = self._batch(batch)
         if isinstance(value, pa.ChunkedArray):
             value = value.combine_chunks()
@@ -181,9 +202,24 @@ def _mod(a: Any, b: Any) -> Any:
 
 
 def _pow(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int) and b < 0:
-        raise ValueError("an integer to a negative integer power")
+    if isinstance(a, int) and isinstance(b, int):
+        if b < 0:
+            raise ValueError("an integer to a negative integer power")
+        if b >= 64 and abs(a) > 1:  # certainly beyond 64 bits: not computed
+            raise TooLarge(f"{a} ** {b} is beyond 64-bit integers")
+        value = a**b
+        if not INT_RANGE[0] <= value <= INT_RANGE[1]:
+            raise TooLarge(f"{a} ** {b} is beyond 64-bit integers")
+        return value
     return a**b
+
+
+def _mul(a: Any, b: Any) -> Any:
+    if isinstance(a, str | bytes) or isinstance(b, str | bytes):
+        text, n = (a, b) if isinstance(a, str | bytes) else (b, a)
+        if isinstance(n, int) and len(text) * n > MAX_REPEAT:
+            raise TooLarge(f"a repeated string longer than {MAX_REPEAT} characters")
+    return a * b
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -230,7 +266,7 @@ def _str_only(fn: Callable[..., Any]) -> Callable[..., Any]:
 _PY_BIN = {
     ast.Add: _null_safe(_add),
     ast.Sub: _null_safe(lambda a, b: a - b),
-    ast.Mult: _null_safe(lambda a, b: a * b),
+    ast.Mult: _null_safe(_mul),
     ast.Div: _null_safe(_truediv),
     ast.FloorDiv: _null_safe(_floordiv),
     ast.Mod: _null_safe(_mod),
@@ -316,6 +352,7 @@ class _Compiler:
     def __init__(self, text: str, where: str) -> None:
         self.text, self.where = text, where
         self.fields: set[str] = set()
+        self.field_uses = 0  # a subtree that adds none is a constant
 
     def fail(self, what: str) -> ExpressionError:
         return ExpressionError(
@@ -340,6 +377,7 @@ class _Compiler:
 
     def _field(self, name: str) -> tuple[Callable, Callable]:
         self.fields.add(name)
+        self.field_uses += 1
         return (lambda row: row[name]), (lambda batch: batch.column(name))
 
     def n_Name(self, n: ast.Name, d: int) -> tuple[Callable, Callable]:
@@ -357,9 +395,23 @@ class _Compiler:
         op = type(n.op)
         if op not in _PY_BIN:
             raise self.fail(f"the operator {type(n.op).__name__}")
+        uses = self.field_uses
         (lr, lb), (rr, rb) = self.node(n.left, d), self.node(n.right, d)
         py, ar = _PY_BIN[op], _ARROW_BIN[op]
+        if op in (ast.Pow, ast.Mult) and self.field_uses == uses:
+            self._check_constant(py, lr, rr, n)
         return (lambda row: py(lr(row), rr(row))), (lambda b: _const(ar, py, lb(b), rb(b)))
+
+    def _check_constant(self, py: Callable, left: Callable, right: Callable, n: ast.AST) -> None:
+        """Refuse constants whose value is too large (every tuple would fail on it)."""
+        try:
+            py(left({}), right({}))
+        except TooLarge as exc:
+            raise ExpressionError(
+                f"{self.where}: {ast.unparse(n)!r} is too large ({exc}) in {self.text!r}"
+            ) from None
+        except (TypeError, ValueError, ArithmeticError, EvalError):
+            pass  # reported per tuple, as before
 
     def n_UnaryOp(self, n: ast.UnaryOp, d: int) -> tuple[Callable, Callable]:
         r, b = self.node(n.operand, d)

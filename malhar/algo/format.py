@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from malhar.algo._base import AlgoOperator
+from malhar.algo._base import AlgoOperator, one_character
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 
@@ -71,8 +71,10 @@ class _Formatter(AlgoOperator):
 class CsvFormatter(_Formatter):
     """Writes each row as one delimited line, no header (Malhar's ``CsvFormatter``).
 
-    Strings are quoted when they need it; null is an empty field. Rows and batches are
-    written by ``pyarrow.csv``, so both give the same text.
+    Strings are quoted when they need it; null is an empty field, an empty string ``""``
+    (CsvParser reads them back so). A value holding a line break (a newline or a carriage
+    return) goes to ``error``. Rows and batches are written by ``pyarrow.csv``, so both
+    give the same text.
 
     Example:
         >>> from malhar.algo import CsvFormatter
@@ -83,7 +85,9 @@ class CsvFormatter(_Formatter):
         (['1,"a,b"'], "no field 'name'")
     """
 
-    delimiter = Property(str, default=",", doc="the field separator")
+    delimiter = Property(
+        str, default=",", check=one_character, doc="the field separator (one character)"
+    )
 
     def __init__(self, fields: list[str] | None = None, delimiter: str = ",") -> None:
         self.configure(fields=fields, delimiter=delimiter)
@@ -97,7 +101,10 @@ class CsvFormatter(_Formatter):
                 include_header=False, delimiter=self.delimiter, quoting_style="needed"
             ),
         )
-        lines = sink.getvalue().decode().split("\n")
+        text = sink.getvalue().decode()
+        if "\r" in text:  # (the writer ends lines with \n): CsvParser refuses it, as \n
+            raise ValueError("a value holds a line break")
+        lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         if len(lines) != batch.num_rows:

@@ -40,6 +40,7 @@ from malhar.util.int_sums import may_wrap
 from malhar.util.nan_order import highest, lowest, nan_mask
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_FLOAT_INTS = 2**53  # a float64 holds every int up to it
 GLOBAL = ()  # the accumulator key of a global (unkeyed) aggregate
 
 __all__ = [
@@ -60,6 +61,32 @@ __all__ = [
 
 def is_number(v: Any) -> bool:
     return isinstance(v, int | float | decimal.Decimal) and not isinstance(v, bool)
+
+
+#: adds Decimals exactly: the default context keeps 28 digits and rounds a larger sum
+#: silently (a decimal128 column holds 38, and Python Decimals any number)
+_EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
+_DECIMAL = decimal.Decimal
+
+
+def _exact_add(a: Any, b: Any) -> Any:
+    """``a + b``, exact when either is a Decimal (a float with a Decimal raises TypeError)."""
+    if a.__class__ is _DECIMAL or b.__class__ is _DECIMAL:
+        return _EXACT.add(a, b)
+    return a + b
+
+
+def _decimal_may_overflow(values: Any) -> bool:
+    """Whether Arrow's sum of a decimal column could overflow its precision (Arrow then
+    wraps silently): its largest magnitude times its length reaches 10**(precision - scale)."""
+    if not pa.types.is_decimal(values.type) or len(values) == 0:
+        return False
+    bounds = pc.min_max(values).as_py()
+    if bounds["min"] is None:
+        return False
+    largest = max(abs(bounds["min"]), abs(bounds["max"]))
+    limit = 10 ** (values.type.precision - values.type.scale)
+    return _EXACT.multiply(largest, len(values)) >= limit
 
 
 # -- aggregations: partial accumulators that merge ---------------------------------------------
@@ -114,7 +141,7 @@ class SumAgg(Agg):
         return v
 
     def merge(self, a: Any, b: Any) -> Any:
-        return a + b
+        return _exact_add(a, b)
 
     def row(self, acc: Any) -> dict[str, Any]:
         return {"sum": acc}
@@ -170,7 +197,7 @@ class AverageAgg(Agg):
         return (v, 1)
 
     def merge(self, a: Any, b: Any) -> Any:
-        return (a[0] + b[0], a[1] + b[1])
+        return (_exact_add(a[0], b[0]), a[1] + b[1])
 
     def row(self, acc: Any) -> dict[str, Any]:
         return {"average": acc[0] / acc[1], "sum": acc[0], "count": acc[1]}
@@ -401,7 +428,8 @@ class _Aggregate(AlgoOperator):
             k = None if k is None else k.filter(keep)
             if len(v) == 0:
                 return
-        if "sum" in self._agg.fields and may_wrap(v):  # Arrow's int64 sum would wrap
+        if "sum" in self._agg.fields and (may_wrap(v) or _decimal_may_overflow(v)):
+            # Arrow's int64 (or decimal) sum would wrap: Python's ints and Decimals do not
             for row in rows_of(batch, self.value):
                 self.process(row)
             return
@@ -566,10 +594,10 @@ class RatioUnifier(Unifier):
         self._acc: dict[Any, list] = {}
 
     def process(self, row: dict[str, Any]) -> None:
-        k = row[self.key_name] if self.key_name else GLOBAL
+        k = one_nan(row[self.key_name]) if self.key_name else GLOBAL
         a = self._acc.setdefault(k, [0, 0])
-        a[0] += row["numerator"]
-        a[1] += row["denominator"]
+        a[0] = _exact_add(a[0], row["numerator"])
+        a[1] = _exact_add(a[1], row["denominator"])
 
     def end_window(self) -> None:
         for k, (n, d) in self._acc.items():
@@ -580,10 +608,20 @@ def _ratio_row(ratio: str, key_name: str | None, k: Any, n: Any, d: Any, mult: f
     if d == 0:
         value = None
     elif ratio == "margin":
-        value = (1 - n / d) * mult
+        value = (1 - _divide(n, d)) * mult
     else:
-        value = n / d * mult
+        value = _divide(n, d) * mult
     return _out_row(key_name, k, {"numerator": n, "denominator": d, ratio: value})
+
+
+def _divide(n: Any, d: Any) -> float:
+    """``n / d`` as a float (what it is for ints and floats), also when a sum is a Decimal
+    (Decimal times the float ``mult`` raises TypeError) or one side a Decimal and the
+    other a float."""
+    try:
+        return float(n / d)
+    except TypeError:
+        return float(n) / float(d)
 
 
 class _Ratio(AlgoOperator):
@@ -621,6 +659,7 @@ class _Ratio(AlgoOperator):
 
     def setup(self, context: Any) -> None:
         self._get_key, self._get_value = getter(self.key), getter(self.value)
+        rekey_nan(self.sums)  # restored: its NaN key is a copy
 
     def _add(self, t: Any, side: int) -> None:
         try:
@@ -632,7 +671,11 @@ class _Ratio(AlgoOperator):
         if not is_number(v):
             self._error(t, f"value {v!r} is not a number")
             return
-        self.sums.setdefault(k, [0, 0])[side] += v
+        sums = self.sums.setdefault(one_nan(k), [0, 0])
+        try:
+            sums[side] = _exact_add(sums[side], v)
+        except TypeError:  # a Decimal after floats, or the other way round
+            self._error(t, _unmixable(v))
 
     def _add_batch(self, batch: pa.RecordBatch, side: int) -> None:
         if batch.num_rows == 0:
@@ -654,7 +697,15 @@ class _Ratio(AlgoOperator):
             return
         table = pa.table({"v": v} if k is None else {"k": k, "v": v})
         for key, s in _partials(AGGREGATIONS["sum"], table):
-            self.sums.setdefault(key, [0, 0])[side] += s
+            sums = self.sums.setdefault(one_nan(key), [0, 0])
+            try:
+                sums[side] = _exact_add(sums[side], s)
+            except TypeError:  # floats after Decimals: refused row by row, as per tuple
+                rows = rows_of(batch, self.value)
+                keys = [GLOBAL] * len(rows) if k is None else k.to_pylist()
+                for row, x in zip(rows, keys, strict=True):
+                    if one_nan(x) is one_nan(key) or x == key:
+                        self._add(row, side)
 
     def process_numerator(self, t: Any) -> None:
         self._add(t, 0)
@@ -745,12 +796,17 @@ class _Keyed(AlgoOperator):
         ports = [p for p in ("data", "base") if isinstance(getattr(type(self), p, None), InputPort)]
         return Partitioning("keyed", {p: FieldCodec(self.key) for p in ports})
 
+    #: the keyed State fields (their NaN key is made one again after a restore)
+    KEYED_STATE: ClassVar[tuple[str, ...]] = ()
+
     def setup(self, context: Any) -> None:
         self._get_key, self._get_value = getter(self.key), getter(self.value)
+        for name in self.KEYED_STATE:
+            rekey_nan(getattr(self, name))  # restored: its NaN key is a copy
 
     def _read(self, t: Any) -> tuple[Any, Any] | None:
         try:
-            k = GLOBAL if self.key is None else self._get_key(t)
+            k = GLOBAL if self.key is None else one_nan(self._get_key(t))
             v = self._get_value(t)
         except (KeyError, IndexError, TypeError) as exc:
             self._error(t, missing(exc.args[0] if exc.args else self.value))
@@ -782,7 +838,7 @@ class _Keyed(AlgoOperator):
             for row in rows_of(batch, self.value):
                 each(row)
             return None
-        keys = [GLOBAL] * len(v) if k is None else k.to_pylist()
+        keys = [GLOBAL] * len(v) if k is None else [one_nan(x) for x in k.to_pylist()]
         return keys, v.to_numpy(zero_copy_only=False)
 
 
@@ -814,6 +870,7 @@ class Change(_Keyed):
     bases = State(dict, keyed=True)
     #: key -> base value received in the open application window (in force at its end)
     pending = State(dict, keyed=True)
+    KEYED_STATE = ("bases", "pending")
 
     def __init__(self, key: FieldSpec = None, value: FieldSpec = None, **props: Any) -> None:
         self.configure(key=key, value=value, **props)
@@ -839,7 +896,11 @@ class Change(_Keyed):
         if b is None:
             self._no_base += 1
             return
-        diff = v - b
+        try:
+            diff = v - b
+        except TypeError:  # a Decimal and a float
+            self._error(t, _unmixable(v))
+            return
         self.change.emit(
             self._row(
                 k, {"value": v, "base": b, "change": diff, "percent": diff / b * 100 if b else None}
@@ -851,12 +912,18 @@ class Change(_Keyed):
         if got is None:
             return
         keys, values = got
-        for k, v in zip(keys, values.tolist(), strict=True):
+        rows = None
+        for i, (k, v) in enumerate(zip(keys, values.tolist(), strict=True)):
             b = self.bases.get(k)
             if b is None:
                 self._no_base += 1
                 continue
-            diff = v - b
+            try:
+                diff = v - b
+            except TypeError:  # a float after a Decimal base, as per tuple
+                rows = rows_of(batch, self.value) if rows is None else rows
+                self._error(rows[i], _unmixable(v))
+                continue
             self.change.emit(
                 self._row(
                     k,
@@ -905,29 +972,39 @@ class ChangeAlert(_Keyed):
 
     #: key -> the last value seen
     last = State(dict, keyed=True)
+    KEYED_STATE = ("last",)
 
     def __init__(self, key: FieldSpec = None, value: FieldSpec = None, **props: Any) -> None:
         self.configure(key=key, value=value, **props)
 
-    def _step(self, k: Any, v: Any) -> None:
+    def _step(self, t: Any, k: Any, v: Any) -> None:
         p = self.last.get(k)
-        self.last[k] = v
         if not p:
+            self.last[k] = v
             return
-        pct = abs((v - p) / p * 100)
+        try:
+            pct = abs((v - p) / p * 100)
+        except TypeError:  # a Decimal and a float: refused, the previous value stays
+            self._error(t, _unmixable(v))
+            return
+        self.last[k] = v
         if pct > self.threshold:
             self.alert.emit(self._row(k, {"value": v, "previous": p, "percent": pct}))
 
     def process(self, t: Any) -> None:
         kv = self._read(t)
         if kv is not None:
-            self._step(*kv)
+            self._step(t, *kv)
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         got = self._batch_rows(batch, self.process)
         if got is None:
             return
         keys, values = got
+        if not self._floats_exact(values, keys):
+            for row in rows_of(batch, self.value):
+                self.process(row)
+            return
         if self.key is None:
             self._alerts_in_order(GLOBAL, values)
             return
@@ -945,6 +1022,21 @@ class ChangeAlert(_Keyed):
         alerts.sort(key=lambda a: a[0])  # arrival order
         for _, k, fields in alerts:
             self.alert.emit(self._row(k, fields))
+
+    def _floats_exact(self, values: np.ndarray, keys: list[Any]) -> bool:
+        """Whether the float64 arithmetic of the columnar path gives what the per-tuple
+        path gives: not for ints beyond 2**53 nor a previous value that is a Decimal (a
+        float with it is refused) or such an int."""
+        if values.dtype.kind in "iu" and len(values) and np.abs(values).max() > _FLOAT_INTS:
+            return False
+        last = self.last
+        for k in set(keys) if last else ():
+            p = last.get(k)
+            if p is not None and not (
+                p.__class__ is float or (p.__class__ is int and abs(p) <= _FLOAT_INTS)
+            ):
+                return False
+        return True
 
     def _alerts_in_order(self, k: Any, values: np.ndarray) -> None:
         for _, key, fields in self._group_alerts(k, values, np.arange(len(values))):

@@ -29,6 +29,7 @@ from malhar.algo._base import (
     TypedOutputs,
     arrow_schema_of,
     emit_table,
+    one_character,
 )
 from malhar.errors import ConfigError
 from malhar.ports import InputPort, OutputPort
@@ -75,8 +76,8 @@ class _Parser(TypedOutputs, AlgoOperator):
         if self.field is not None and isinstance(t, dict):
             if self.field not in t:
                 return f"no field {self.field!r} (the record's text) in a tuple with fields {sorted(t)}"
-            return f"field {self.field!r}: expected text, got {type(t[self.field]).__name__}"
-        return f"expected text, got {type(t).__name__}"
+            return f"field {self.field!r}: {_not_text(t[self.field])}"
+        return _not_text(t)
 
     def _record(self, t: Any) -> str | None:
         if self.field is not None and isinstance(t, dict):
@@ -107,23 +108,29 @@ class _Parser(TypedOutputs, AlgoOperator):
             return
         else:
             col = batch.column(0)
+        # record by record, with the tuples the per-tuple path sees (the whole row when the
+        # record is a field of it): bad ones go to the error port as they were
+        tuples = batch.to_pylist if self.field is not None else col.to_pylist
         if col.null_count or not (
             pa.types.is_string(col.type)
             or pa.types.is_binary(col.type)
             or pa.types.is_large_string(col.type)
         ):
-            for value in col.to_pylist():
+            for value in tuples():
                 self.process(value)
             return
-        records = (
-            col.cast(pa.string()).to_pylist() if pa.types.is_binary(col.type) else col.to_pylist()
-        )
         try:
+            records = (
+                col.cast(pa.string()).to_pylist()
+                if pa.types.is_binary(col.type)
+                else col.to_pylist()
+            )
             parsed = self.parse_many(records)
             if parsed.num_rows != len(records):
                 raise ValueError("record count changed")
         except (pa.ArrowException, ValueError, TypeError, KeyError, UnicodeDecodeError):
-            for value in batch.to_pylist() if self.field else col.to_pylist():
+            # (bytes that are not UTF-8 do not cast to a string column)
+            for value in tuples():
                 self.process(value)
             return
         self._parsed += parsed.num_rows
@@ -141,6 +148,12 @@ def _text(record: Any) -> str | None:
     if isinstance(record, dict) and len(record) == 1:
         return _text(next(iter(record.values())))
     return None
+
+
+def _not_text(value: Any) -> str:
+    if isinstance(value, bytes | bytearray):
+        return "the record's bytes are not valid UTF-8"
+    return f"expected text, got {type(value).__name__}"
 
 
 def _reason(exc: BaseException) -> str:
@@ -182,9 +195,9 @@ def cast_strings(columns: dict[str, pa.Array], schema: pa.Schema) -> pa.RecordBa
 class CsvParser(_Parser):
     """Parses delimited text records into typed rows (Malhar's ``CsvParser``).
 
-    The fields of ``schema`` are the record's columns in order. A record with another
-    number of fields, or a value that does not convert to its column's type, goes to
-    ``error``.
+    The fields of ``schema`` are the record's columns in order; an empty field is null
+    (a quoted empty field ``""`` is an empty string). A record with another number of
+    fields, or a value that does not convert to its column's type, goes to ``error``.
 
     Example:
         >>> from malhar.algo import CsvParser
@@ -197,8 +210,10 @@ class CsvParser(_Parser):
         ['x,jam,1', '2,oat']
     """
 
-    delimiter = Property(str, default=",", doc="the field separator (one character)")
-    quote = Property(str, default='"', doc="the quote character")
+    delimiter = Property(
+        str, default=",", check=one_character, doc="the field separator (one character)"
+    )
+    quote = Property(str, default='"', check=one_character, doc="the quote character")
 
     def __init__(
         self,
@@ -216,8 +231,13 @@ class CsvParser(_Parser):
         self._parse = pacsv.ParseOptions(
             delimiter=self.delimiter, quote_char=self.quote, ignore_empty_lines=False
         )
+        # an empty field is null, a quoted one ("") the empty string: what CsvFormatter
+        # writes for each (other null spellings, such as NA, stay text)
         self._convert = pacsv.ConvertOptions(
-            column_types={f.name: pa.string() for f in self._schema}, strings_can_be_null=False
+            column_types={f.name: pa.string() for f in self._schema},
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
         )
 
     def parse_many(self, records: list[str]) -> pa.RecordBatch:
@@ -305,8 +325,11 @@ class JsonParser(_Parser):
                 self.out.emit(value)
                 return
             # pyarrow's JSON reader, as for a batch: it parses timestamps and decimals from
-            # strings, which converting the loaded dict did not (they went to ``error``)
-            row = self._read([json.dumps(value)])
+            # strings, which converting the loaded dict did not (they went to ``error``).
+            # The record's own text, not json.dumps of what json.loads made of it (a
+            # decimal through a float lost its digits); on one line: a valid JSON text
+            # holds line breaks only as whitespace
+            row = self._read([text.replace("\r", " ").replace("\n", " ")])
         except (pa.ArrowException, ValueError, TypeError) as exc:
             self._error(record, _reason(exc))
             return

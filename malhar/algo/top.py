@@ -25,7 +25,9 @@ from malhar.algo._base import (
     getter,
     key_bytes,
     missing,
+    one_nan,
     order_key,
+    rekey_nan,
     rows_of,
 )
 from malhar.operator import Unifier
@@ -103,7 +105,7 @@ class TopNUnifier(Unifier):
         else:
             item = base
         value = getter(self.order_by)(item)
-        group = _GLOBAL if self.key is None else getter(self.key)(item)
+        group = _GLOBAL if self.key is None else one_nan(getter(self.key)(item))
         self._groups.setdefault(group, []).append(((order_key(value), TieBreak(base)), base))
 
     def end_window(self) -> None:
@@ -182,6 +184,7 @@ class TopN(AlgoOperator):
 
     def setup(self, context: Any) -> None:
         self._rank = _Ranking(self.order_by, self.key, self.BOTTOM)
+        rekey_nan(self.held)  # restored: its NaN key is a copy
 
     def begin_window(self, window_id: int) -> None:
         if self.window is None:
@@ -203,7 +206,7 @@ class TopN(AlgoOperator):
         rank = self._rank
         try:
             value = rank.get_order(t)
-            group = _GLOBAL if self.key is None else rank.get_key(t)
+            group = _GLOBAL if self.key is None else one_nan(rank.get_key(t))
         except (KeyError, IndexError, TypeError) as exc:
             self._error(t, missing(exc.args[0] if exc.args else self.order_by))
             return
@@ -219,7 +222,7 @@ class TopN(AlgoOperator):
         if not isinstance(self.order_by, str) or (
             self.key is not None and not isinstance(self.key, str)
         ):
-            for row in rows_of(batch):
+            for row in rows_of(batch, self.order_by):
                 self.process(row)
             return
         try:
@@ -227,7 +230,7 @@ class TopN(AlgoOperator):
             if self.key is not None:
                 column(batch, self.key)
         except KeyError:
-            for row in rows_of(batch):
+            for row in rows_of(batch, self.order_by):
                 self.process(row)
             return
         odd = pc.is_null(value) if value.null_count else None
@@ -246,12 +249,13 @@ class TopN(AlgoOperator):
         order_by, key, add = self.order_by, self.key, self._add
         try:
             rows = _preselect(batch, order_by, key, self.n, self.BOTTOM, self.UNIQUE)
-        except pa.ArrowNotImplementedError:  # a column Arrow cannot group (lists): per row
-            for row in rows_of(batch):
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            # a column Arrow cannot group or sort (lists): per row
+            for row in rows_of(batch, self.order_by):
                 self.process(row)
             return
         for row in rows:
-            group = _GLOBAL if key is None else row[key]
+            group = _GLOBAL if key is None else one_nan(row[key])
             add(group, (order_key(row[order_by]), TieBreak(row)), row)
 
     def _above_thresholds(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -471,7 +475,7 @@ class MostFrequentKey(AlgoOperator):
         try:
             col = column(batch, self.key)
         except KeyError:
-            for row in rows_of(batch):
+            for row in rows_of(batch, self.key):
                 self.process(row)
             return
         if self.key is None and batch.num_columns > 1:
@@ -583,7 +587,7 @@ class MergeSort(AlgoOperator):
         self.held.append(((order_key(v), TieBreak(t)), t))
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
-        for row in rows_of(batch):
+        for row in rows_of(batch, self.order_by):  # dict rows when a field is named
             self.process(row)
 
     def end_window(self) -> None:

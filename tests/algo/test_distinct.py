@@ -121,3 +121,12 @@ def test_filter_values_finds_negative_zero_in_a_batch_as_in_tuples() -> None:
         h.run_window(inputs)
         got.append([str(r["v"]) for r in h.sink("filter").tuples])
     assert got == [["-0.0", "0.0"]] * 3
+
+
+def test_a_one_column_list_batch_is_distinct_as_its_tuples() -> None:
+    # the fallback read the one column without its field: bare values, each an error
+    rows = [{"tags": ["a"]}, {"tags": ["a"]}, {"tags": ["b"]}]
+    for inputs in deliveries("data", rows):
+        h = OperatorHarness(Distinct(field="tags"))
+        h.run_window(inputs)
+        assert (h.sink("distinct").tuples, h.sink("error").tuples) == ([["a"], ["b"]], [])

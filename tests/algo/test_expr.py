@@ -136,3 +136,49 @@ def test_expressions_pickle_by_text() -> None:
 
     e = pickle.loads(pickle.dumps(compile_expression("a * 2")))
     assert e.row({"a": 4}) == 8 and e.fields == {"a"}
+
+
+@pytest.mark.parametrize("text", ["x < 9 ** 9 ** 9", "2 ** 64 > a", "s == 'ab' * 10 ** 9"])
+def test_constants_too_large_to_compute_are_refused_at_setup(text: str) -> None:
+    # 9 ** 9 ** 9 took the worker for hours on its first tuple
+    with pytest.raises(ExpressionError, match="too large"):
+        compile_expression(text)
+
+
+def test_rows_whose_power_or_repetition_is_too_large_go_to_the_error_port() -> None:
+    from malhar.algo import FilterOperator
+    from malhar.testing.harness import OperatorHarness, deliveries
+
+    rows = [{"a": 9, "b": 100, "c": 10**7, "s": "ab"}, {"a": 2, "b": 3, "c": 3, "s": "ab"}]
+    for text in ("a ** b > 0", "length(s * c) > 0"):
+        for inputs in deliveries("input", rows):
+            h = OperatorHarness(FilterOperator(text))
+            h.run_window(inputs)
+            assert h.sink("truePort").tuples == [rows[1]]
+            (error,) = h.sink("error").tuples
+            assert error["tuple"] == rows[0] and text in error["reason"]
+    assert compile_expression("a ** 63").row({"a": -2}) == -(2**63)
+
+
+def test_decimal_and_binary_fields_are_evaluated_as_in_python() -> None:
+    import decimal
+
+    from malhar.algo import FilterOperator, TransformOperator
+    from malhar.testing.harness import OperatorHarness, deliveries
+
+    d = decimal.Decimal
+    rows = [{"p": d("12345678901234567.89")}]
+    schema = pa.schema([("p", pa.decimal128(20, 2))])
+    for inputs in deliveries("input", rows, schema):
+        h = OperatorHarness(TransformOperator({"half": "p / 2", "big": "p > 12345678901234567"}))
+        h.run_window(inputs)
+        assert h.sink("output").tuples == [{"half": d("6172839450617283.945"), "big": True}]
+    rows = [{"price": d("95.00")}, {"price": d("80.00")}]
+    schema = pa.schema([("price", pa.decimal128(10, 2))])
+    for inputs in deliveries("input", rows, schema):
+        h = OperatorHarness(FilterOperator("price * 1.1 > 100"))
+        h.run_window(inputs)
+        assert [len(h.sink(p).tuples) for p in ("truePort", "falsePort", "error")] == [0, 0, 2]
+    e = compile_expression("b == b")
+    with pytest.raises(EvalError, match="row by row"):
+        e.batch(pa.RecordBatch.from_pydict({"b": pa.array([b"x"], pa.binary())}))

@@ -261,3 +261,90 @@ def test_cumulative_nan_keys_stay_one_group_across_a_restore() -> None:
     again.run_window([("data", {"k": nan, "v": 2})])
     last = again.sink("sum").per_window[max(again.sink("sum").per_window)]
     assert [(str(r["k"]), r["sum"]) for r in last] == [("nan", 3)]
+
+
+def _three_ways(make, port, rows, out, schema=None, inputs_before=()):
+    """The output and error tuples of ``rows`` delivered as tuples, a batch, two batches."""
+    got = []
+    for inputs in deliveries(port, rows, schema):
+        h = OperatorHarness(make())
+        h.run_window(list(inputs_before) + inputs)
+        errors = [e["tuple"] for e in h.sink("error").tuples]
+        got.append((h.sink(out).tuples, errors))
+    assert got[0] == got[1] == got[2], got
+    return got[0]
+
+
+def test_decimal_sums_are_exact_and_never_wrap() -> None:
+    d = decimal.Decimal
+    schema = pa.schema([("v", pa.decimal128(38, 2))])
+    # beyond the default context's 28 digits: rounded per tuple before
+    rows = [{"v": d("123456789012345678901234567890.12")}, {"v": d("0.01")}]
+    assert _three_ways(lambda: Sum(value="v"), "data", rows, "sum", schema)[0] == [
+        {"sum": d("123456789012345678901234567890.13")}
+    ]
+    # beyond decimal128(38, 2): Arrow's sum wrapped to a negative number
+    rows = [{"v": d("9" * 36 + ".99")}] * 20
+    out, errors = _three_ways(lambda: Sum(value="v"), "data", rows, "sum", schema)
+    assert out == [{"sum": d("19999999999999999999999999999999999999.80")}] and errors == []
+    out, _ = _three_ways(lambda: Average(value="v"), "data", rows, "average", schema)
+    assert out[0]["sum"] == d("19999999999999999999999999999999999999.80")
+
+
+@pytest.mark.parametrize("cls,port", [(Quotient, "quotient"), (Margin, "margin")])
+def test_decimal_ratios_are_floats_and_a_float_after_decimals_is_refused(cls, port) -> None:
+    d = decimal.Decimal
+    h = OperatorHarness(cls())
+    h.run_window([("numerator", d("1")), ("numerator", 2.5), ("denominator", d("4"))])
+    (row,) = h.sink(port).tuples
+    assert row["numerator"] == d("1") and row[port] == (0.25 if cls is Quotient else 0.75)
+    (error,) = h.sink("error").tuples
+    assert error["tuple"] == 2.5 and "Decimal and float do not mix" in error["reason"]
+    h = OperatorHarness(cls())
+    h.run_window([("numerator", d("1")), ("denominator", 4.0)])
+    assert h.sink(port).tuples[0][port] == (0.25 if cls is Quotient else 0.75)
+
+
+def test_change_and_change_alert_refuse_a_float_after_a_decimal() -> None:
+    d = decimal.Decimal
+    base = [("base", {"v": d("10")})]
+    for make in (lambda: Change(value="v"),):
+        h = OperatorHarness(make())
+        h.run_window(base)
+        for inputs in deliveries("data", [{"v": 12.5}, {"v": 7.5}]):
+            h.sink("error").clear()
+            h.run_window(inputs)
+            assert [e["tuple"] for e in h.sink("error").tuples] == [{"v": 12.5}, {"v": 7.5}]
+    out, errors = _three_ways(
+        lambda: ChangeAlert(value="v", threshold=1),
+        "data",
+        [{"v": 12.5}, {"v": 20.0}],
+        "alert",
+        inputs_before=[("data", {"v": d("10")}), ("data", {"v": d("11")})],
+    )
+    assert errors == [{"v": 12.5}, {"v": 20.0}] and len(out) == 1  # 10 -> 11
+
+
+def test_nan_keys_are_one_key_in_ratios_and_changes() -> None:
+    nan = float("nan")
+    rows = [{"k": nan, "v": 1}, {"k": float("nan"), "v": 3}]
+    for inputs in deliveries("numerator", rows):
+        h = OperatorHarness(Quotient(key="k", value="v"))
+        h.run_window([*inputs, ("denominator", {"k": float("nan"), "v": 4})])
+        assert [(r["numerator"], r["quotient"]) for r in h.sink("quotient").tuples] == [(4, 1.0)]
+    rows = [{"k": nan, "v": 100}, {"k": float("nan"), "v": 200}]
+    out, _ = _three_ways(
+        lambda: ChangeAlert(key="k", value="v", threshold=10), "data", rows, "alert"
+    )
+    assert [(r["value"], r["previous"]) for r in out] == [(200, 100)]
+    h = OperatorHarness(Change(key="k", value="v"))
+    h.run_window([("base", {"k": nan, "v": 10})])
+    again = OperatorHarness.restored(Change(key="k", value="v"), h.checkpoint())
+    again.run_window([("data", {"k": float("nan"), "v": 12})])
+    assert [r["change"] for r in again.sink("change").tuples] == [2]
+
+
+def test_change_alert_batches_of_ints_beyond_2_53_alert_as_their_tuples() -> None:
+    rows = [{"v": 2**53}, {"v": 2**53 + 1}]
+    out, _ = _three_ways(lambda: ChangeAlert(value="v", threshold=0), "data", rows, "alert")
+    assert [(r["value"], r["previous"]) for r in out] == [(2**53 + 1, 2**53)]

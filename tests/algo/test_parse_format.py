@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import decimal
+
 import pyarrow as pa
 import pytest
 
@@ -50,7 +52,7 @@ def test_csv_parser_needs_a_schema_and_reads_bytes() -> None:
     h.run_window([("input", b"7|true"), ("input", b"\xff|x"), ("input", 12)])
     assert h.sink("out").tuples == [{"a": 7, "b": True}]
     assert [e["reason"] for e in h.sink("error").tuples] == [
-        "expected text, got bytes",
+        "the record's bytes are not valid UTF-8",
         "expected text, got int",
     ]
 
@@ -159,3 +161,59 @@ def test_an_empty_csv_record_goes_to_the_error_port() -> None:
         assert [e["reason"] for e in h.sink("error").tuples] == [
             "an empty record (the schema has 3 fields)"
         ]
+
+
+def test_a_batch_of_bytes_that_are_not_utf8_goes_to_the_error_port_as_its_tuples() -> None:
+    # the cast of the binary column raised out of process_batch
+    col = pa.array([b"ok", b"\xff\xfe"], pa.binary())
+    for inputs in (
+        [("input", b"ok"), ("input", b"\xff\xfe")],
+        [("input", pa.RecordBatch.from_pydict({"value": col}))],
+    ):
+        h = OperatorHarness(CsvParser(schema="a string"))
+        h.run_window(inputs)
+        assert h.sink("out").tuples == [{"a": "ok"}]
+        assert [(e["tuple"], e["reason"]) for e in h.sink("error").tuples] == [
+            (b"\xff\xfe", "the record's bytes are not valid UTF-8")
+        ]
+
+
+def test_a_record_in_a_field_reaches_the_error_port_with_its_tuple_from_a_batch() -> None:
+    rows = [{"key": "k1", "value": "1,a"}, {"key": "k2", "value": None}]
+    for inputs in deliveries("input", rows):
+        h = OperatorHarness(CsvParser(schema="n int, s string", field="value"))
+        h.run_window(inputs)
+        assert h.sink("out").tuples == [{"n": 1, "s": "a"}]
+        assert [e["tuple"] for e in h.sink("error").tuples] == [rows[1]]
+
+
+def test_json_decimals_keep_their_digits_per_tuple_as_in_a_batch() -> None:
+    h = _both(
+        lambda: JsonParser(schema="p decimal(20,2)"),
+        ['{"p": 12345678901234567.89}', '{\n  "p": 1.5\n}'],
+    )
+    assert h.sink("out").tuples == [
+        {"p": decimal.Decimal("12345678901234567.89")},
+        {"p": decimal.Decimal("1.50")},
+    ]
+
+
+@pytest.mark.parametrize(
+    "make,prop", [(CsvParser, "delimiter"), (CsvParser, "quote"), (CsvFormatter, "delimiter")]
+)
+@pytest.mark.parametrize("value", [";;", "", "\u00a7", "\n"])
+def test_csv_delimiter_and_quote_are_one_ascii_character(make, prop, value) -> None:
+    with pytest.raises(ConfigError, match=f"{make.__name__}.{prop}: expected one ASCII"):
+        make(**{prop: value})
+
+
+def test_csv_nulls_empty_strings_and_line_breaks_survive_a_round_trip() -> None:
+    rows = [{"a": None, "b": 1}, {"a": "", "b": 2}, {"a": "x\ry", "b": 3}, {"a": "NA", "b": 4}]
+    for inputs in deliveries("input", rows):
+        f = OperatorHarness(CsvFormatter())
+        f.run_window(inputs)
+        assert [e["tuple"] for e in f.sink("error").tuples] == [rows[2]]
+        p = OperatorHarness(CsvParser(schema="a string, b bigint"))
+        p.run_window([("input", line) for line in f.sink("out").tuples])
+        assert p.sink("out").tuples == [rows[0], rows[1], rows[3]]
+        assert p.sink("error").tuples == []

@@ -142,3 +142,40 @@ def test_nan_ranks_above_every_number_from_tuples_and_batches() -> None:
                 h.run_window(inputs)
                 got.add(str([r["v"] for r in h.sink("top").tuples]))
         assert got == {want}, cls.__name__
+
+
+def _outputs(make, rows, port):
+    got = []
+    for inputs in deliveries("data", rows):
+        h = OperatorHarness(make())
+        h.run_window(inputs)
+        got.append((h.sink(port).tuples, h.sink("error").tuples))
+    return got
+
+
+def test_one_column_batches_are_sorted_as_their_tuples() -> None:
+    # a one-column batch read without its field gave bare values: every row an error
+    got = _outputs(lambda: MergeSort(order_by="t"), [{"t": 3}, {"t": 1}, {"t": 2}], "sort")
+    assert got == [([{"t": 1}, {"t": 2}, {"t": 3}], [])] * 3
+
+
+def test_list_columns_rank_in_a_batch_as_in_tuples() -> None:
+    rows = [{"v": [1], "id": 1}, {"v": [2], "id": 2}]
+    got = _outputs(lambda: TopN(n=1, order_by="v"), rows, "top")
+    assert got == [([{"v": [2], "id": 2, "rank": 1}], [])] * 3
+    got = _outputs(lambda: TopN(n=1, order_by="v"), [{"v": [1]}, {"v": [2]}], "top")
+    assert got == [([{"v": [2], "rank": 1}], [])] * 3
+
+
+def test_nan_keys_are_one_group() -> None:
+    rows = [{"k": float("nan"), "v": v} for v in (1, 3, 2)]
+    got = _outputs(lambda: TopN(n=1, order_by="v", key="k"), rows, "top")
+    assert [[(r["v"], r["rank"]) for r in out] for out, _ in got] == [[(3, 1)]] * 3
+    h = OperatorHarness(TopN(n=1, order_by="v", key="k"))
+    h.setup().begin_window(1)  # restored inside the window: the held NaN group is a copy
+    h.put("data", rows[0])
+    again = OperatorHarness.restored(TopN(n=1, order_by="v", key="k"), h.checkpoint())
+    again.setup().begin_window(1)
+    again.put("data", rows[1])
+    again.end_window()
+    assert [r["v"] for r in again.sink("top").tuples] == [3]
