@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,11 +53,13 @@ def test_a_file_that_could_not_be_read_is_not_deleted_or_moved(
     assert any("is not " in r.message and "could not be read" in r.message for r in caplog.records)
 
 
-def test_a_split_another_partition_could_not_read_keeps_the_file(tmp_path: Path) -> None:
+def _two_blocks_two_partitions(tmp_path: Path) -> tuple[Path, int, list[Any]]:
+    """A 160-byte file (2 blocks of 100) and its two partitions' harnesses (post_action
+    delete); ``first``: the coordinator, which reads block 0."""
     (tmp_path / "in").mkdir()
     f = tmp_path / "in" / "a.txt"
-    f.write_text("".join(f"a{i:02d}\n" for i in range(40)))  # 160 bytes: 2 blocks of 100
-    first = split_owner(str(f), 0, 2)  # the coordinator, which reads block 0
+    f.write_text("".join(f"a{i:02d}\n" for i in range(40)))
+    first = split_owner(str(f), 0, 2)
     props = {"block_size": 100, "scan_interval_ms": 0, "post_action": "delete"}
     hs = [
         harness(
@@ -67,6 +70,11 @@ def test_a_split_another_partition_could_not_read_keeps_the_file(tmp_path: Path)
         )
         for p in range(2)
     ]
+    return f, first, hs
+
+
+def test_a_split_another_partition_could_not_read_keeps_the_file(tmp_path: Path) -> None:
+    f, first, hs = _two_blocks_two_partitions(tmp_path)
     other = hs[1 - first]
 
     def refuse_block(split, size, budget):  # block 1 cannot be read (this partition only:
@@ -307,20 +315,7 @@ def test_a_file_that_changed_after_it_was_cut_is_not_deleted(tmp_path: Path) -> 
 
 
 def test_a_repartitioning_keeps_a_file_from_its_post_action(tmp_path: Path) -> None:
-    (tmp_path / "in").mkdir()
-    f = tmp_path / "in" / "a.txt"
-    f.write_text("".join(f"a{i:02d}\n" for i in range(40)))  # 2 blocks of 100
-    first = split_owner(str(f), 0, 2)
-    props = {"block_size": 100, "scan_interval_ms": 0, "post_action": "delete"}
-    hs = [
-        harness(
-            LinesFileInput(str(tmp_path / "in"), **props),
-            str(tmp_path / "ck"),
-            partition=p,
-            partitions=2,
-        )
-        for p in range(2)
-    ]
+    f, first, hs = _two_blocks_two_partitions(tmp_path)
 
     def refuse_block(split, size, budget):
         _refuse(str(f))
