@@ -103,7 +103,7 @@ class EvalError(MalharError, ValueError):
     """A row the expression cannot evaluate (a missing field, a type mismatch)."""
 
 
-class TooLarge(ValueError):
+class TooLarge(MalharError, ValueError):
     """A result beyond :data:`INT_RANGE` or :data:`MAX_REPEAT` (of a row, or of constants)."""
 
 

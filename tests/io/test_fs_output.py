@@ -349,23 +349,16 @@ def test_a_whole_window_published_by_value_after_a_restart_is_finished_as_it_beg
 
     h = out_harness(op())
     h.run_window(rows(2) + rows(1, 2, day="2026-11-24"), window=0)
-    store: FileStore = h.operator._store
-    real = store.fs.rename
-    store.fs.rename = _raise_once(real, 2)  # 1: finalized.json, 2: the piece into place
-    with pytest.raises(RuntimeError, match="killed"):
-        h.committed(0)
-    store.fs.rename = real
-    by_day = op(partition_by="day")
-    original = by_day.create_store
-
-    def dies_after_one_value(context: Any) -> FileStore:
-        created = original(context)
-        created.fs.rename = _raise_once(created.fs.rename, 3)  # intent, a day, the other day
-        return created
-
-    by_day.create_store = dies_after_one_value  # type: ignore[method-assign]
-    with pytest.raises(Exception, match="killed"):
-        out_harness(by_day).setup()
+    fs = h.operator._store.fs  # the process's filesystem object: patched, then restored
+    try:
+        fs.rename = _raise_once(fs.rename, 2)  # 1: finalized.json, 2: the piece into place
+        with pytest.raises(RuntimeError, match="killed"):
+            h.committed(0)
+        fs.rename = _raise_once(type(fs).rename.__get__(fs), 3)  # intent, a day, the other
+        with pytest.raises(Exception, match="killed"):
+            out_harness(op(partition_by="day")).setup()
+    finally:
+        del fs.rename
     assert len(visible(place)) == 1
     out_harness(op()).setup()
     assert sorted(r["count"] for r in place.parquet_rows("h")) == [0, 1, 2]
