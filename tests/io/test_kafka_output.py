@@ -311,6 +311,46 @@ def test_zombie_writer_is_fenced_and_finds_its_window_committed(kafka_client: An
     )
 
 
+class _LearnsFencingFirst(KafkaOutputStore):
+    """Before its window's records, sends one probe record and waits for its report: a
+    fenced producer learns of the fencing then, so ``produce`` itself fails (``_FATAL``)."""
+
+    probed = False
+
+    def write(self, txn: Any, rows: pa.Table) -> list[dict[str, Any]]:
+        if not self.probed:
+            self.probed = True
+            txn.producer.produce(self.settings.topic, b"probe", b"probe")
+            with pytest.raises(KafkaException, match="fenced"):
+                txn.producer.flush(30)  # in a real run the fencing arrives in the background
+        return super().write(txn, rows)
+
+
+def test_a_zombie_failing_at_produce_time_is_replaced_too(kafka_client: Any) -> None:
+    topic = kafka_client.topic("zombie-produce")
+    app = kafka_unique("zombie-produce")
+    settings = KafkaOutputSettings().configure(
+        bootstrap_servers=kafka_client.bootstrap, topic=topic, key_column="k"
+    )
+    zombie_store = _LearnsFencingFirst(settings, WindowKey(app, "out", 0))
+    zombie_store.probed = True  # its first window goes as usual
+    zombie = WindowCommitter(zombie_store, retry=RetryPolicy(4, 0.05, 0.1))
+    zombie.open()
+    assert zombie.commit_window(2, _rows(1, "early")).written == 1
+    live = WindowCommitter(_store(kafka_client, topic, app), retry=RetryPolicy(4, 0.05, 0.1))
+    assert live.open() == 2
+    assert live.commit_window(3, _rows(5, "live")).written == 5
+    zombie_store.probed = False
+    result = zombie.commit_window(3, _rows(5, "zombie"))
+    assert result.skipped and result.attempts == 2
+    zombie.close()
+    live.close()
+    records = read_topic(kafka_client.bootstrap, topic)
+    assert sorted(r.key for r in records) == sorted(
+        [b"early0"] + [f"live{i}".encode() for i in range(5)]
+    )
+
+
 class _LosesCommitReply(KafkaOutputStore):
     """Commits for real, then reports a timeout (the reply was lost), once."""
 

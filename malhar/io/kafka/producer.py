@@ -76,12 +76,12 @@ from malhar.io.kafka.errors import KafkaOutputConfigError
 from malhar.io.kafka.output_settings import KafkaOutputSettings
 from malhar.io.kafka.producer_errors import (
     DENIED_CODES,
-    FENCED_CODES,
     RECORD_CODES,
     SETTING_CODES,  # noqa: F401 (importable from here, as before the move)
     RecordsRefused,
     describe_error,
     is_transient,
+    needs_new_producer,
     output_failure,
 )
 from malhar.io.kafka.serializers import get_serializer
@@ -514,7 +514,7 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
                     self._partial = (txn.window, found)
             return
         err = kafka_error(error) if error is not None else None
-        if err is not None and (err.fatal() or err.code() in FENCED_CODES):
+        if needs_new_producer(err):
             self._drop_producer()
             return
         try:

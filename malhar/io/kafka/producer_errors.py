@@ -31,6 +31,7 @@ __all__ = [
     "describe_error",
     "is_transient",
     "kafka_error",
+    "needs_new_producer",
     "output_failure",
 ]
 
@@ -61,6 +62,15 @@ class RecordsRefused(KafkaConnectorError, ConnectionError):
     :class:`~malhar.io.base.output.OutputError`, which the retry loop passes through)."""
 
 
+def needs_new_producer(err: KafkaError | None) -> bool:
+    """True when the producer cannot go on: fenced by a newer epoch, or failed fatally. A
+    fatal failure may come back flagged (``fatal()``) or, from ``produce`` on a producer
+    already failed, only as the code ``_FATAL`` with the flag unset."""
+    return err is not None and (
+        bool(err.fatal()) or err.code() in FENCED_CODES or err.code() == KafkaError._FATAL
+    )
+
+
 def describe_error(exc: BaseException) -> str:
     """``NAME: text`` of a Kafka error, ``Type: message`` of any other exception."""
     err = kafka_error(exc)
@@ -80,14 +90,14 @@ def is_transient(error: BaseException) -> bool:
     code = err.code()
     if code in DENIED_CODES or code in SETTING_CODES or code in UNKNOWN_CODES:
         return False
-    if code in FENCED_CODES:
-        return True  # a new producer fences the other writer, then reads the mark again
+    if needs_new_producer(err):
+        # a new producer (new epoch) fences the other writer, then reads the mark again
+        return True
     return (
         bool(err.retriable())
         or bool(err.txn_requires_abort())
         or code in TRANSIENT_CODES
         or code == KafkaError._MSG_TIMED_OUT
-        or bool(err.fatal())  # a new producer (new epoch) starts over
     )
 
 
