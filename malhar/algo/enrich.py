@@ -30,6 +30,7 @@ from malhar.algo._base import AlgoOperator, SchemaProperty, TypedOutputs, emit_t
 from malhar.errors import ConfigError
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Configurable, Property
+from malhar.util.arrow_types import is_binary, is_text
 
 __all__ = ["Enricher", "FileLookup", "JdbcLookup"]
 
@@ -404,8 +405,8 @@ def _kind(t: pa.DataType) -> str:
     for name, test in (
         ("int", pa.types.is_integer),
         ("float", pa.types.is_floating),
-        ("text", lambda x: pa.types.is_string(x) or pa.types.is_large_string(x)),
-        ("bytes", lambda x: pa.types.is_binary(x) or pa.types.is_large_binary(x)),
+        ("text", is_text),
+        ("bytes", is_binary),
     ):
         if test(t):
             return name

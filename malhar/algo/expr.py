@@ -63,6 +63,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from malhar.errors import ConfigError, MalharError
+from malhar.util.arrow_types import is_binary, is_text
 
 __all__ = ["Expression", "ExpressionError", "compile_expression"]
 
@@ -138,11 +139,7 @@ class Expression:
             raise EvalError(f"no field {sorted(missing_fields)[0]!r}")
         for name in self.fields:
             kind = batch.schema.field(name).type
-            if (
-                pa.types.is_decimal(kind)
-                or pa.types.is_binary(kind)
-                or pa.types.is_large_binary(kind)
-            ):
+            if pa.types.is_decimal(kind) or is_binary(kind):
                 # Arrow's kernels make a decimal a float64 (and a binary column text):
                 # the caller evaluates row by row, exactly as for single tuples
                 raise EvalError(f"field {name!r} ({kind}) is evaluated row by row")
@@ -292,7 +289,7 @@ _ARROW_CMP = {
 
 def _is_str(v: Any) -> bool:
     if isinstance(v, pa.Array | pa.ChunkedArray):
-        return pa.types.is_string(v.type) or pa.types.is_large_string(v.type)
+        return is_text(v.type)
     return isinstance(v, str)
 
 

@@ -34,6 +34,7 @@ from malhar.algo._base import (
 from malhar.errors import ConfigError
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
+from malhar.util.arrow_types import is_binary, is_text
 
 __all__ = ["CsvParser", "FixedWidthParser", "JsonParser", "RegexParser"]
 
@@ -111,20 +112,12 @@ class _Parser(TypedOutputs, AlgoOperator):
         # record by record, with the tuples the per-tuple path sees (the whole row when the
         # record is a field of it): bad ones go to the error port as they were
         tuples = batch.to_pylist if self.field is not None else col.to_pylist
-        if col.null_count or not (
-            pa.types.is_string(col.type)
-            or pa.types.is_binary(col.type)
-            or pa.types.is_large_string(col.type)
-        ):
+        if col.null_count or not (is_text(col.type) or is_binary(col.type)):
             for value in tuples():
                 self.process(value)
             return
         try:
-            records = (
-                col.cast(pa.string()).to_pylist()
-                if pa.types.is_binary(col.type)
-                else col.to_pylist()
-            )
+            records = col.cast(pa.string()).to_pylist() if is_binary(col.type) else col.to_pylist()
             parsed = self.parse_many(records)
             if parsed.num_rows != len(records):
                 raise ValueError("record count changed")

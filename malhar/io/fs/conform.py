@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from malhar.io.base.output import rejected_row
 from malhar.io.fs.encoders import json_default
+from malhar.util.arrow_types import is_binary, is_text
 
 __all__ = ["JSON_COLUMN", "LINE_SCHEMA", "conform"]
 
@@ -73,14 +74,6 @@ def conform(
         table, refused = _refuse_bad_csv(table)
         bad.extend(refused)
     return table, bad
-
-
-def _is_text(kind: pa.DataType) -> bool:
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
-
-
-def _is_binary(kind: pa.DataType) -> bool:
-    return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
 
 
 def _newlines(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -132,11 +125,11 @@ def _refuse_bad_lines(table: pa.Table) -> tuple[pa.Table, list[dict[str, Any]]]:
     that are no UTF-8 text."""
     column = table.column(0)
     problems = [(pc.is_null(column), "a line cannot be null")]
-    if _is_binary(column.type):
+    if is_binary(column.type):
         column, invalid = _as_text(column)
         if invalid is not None:
             problems.append((invalid, "a line must be UTF-8 text"))
-    if _is_text(column.type):
+    if is_text(column.type):
         problems.append((_newlines(column), "a line cannot hold a newline"))
     return _refuse_rows(table, problems)
 
@@ -146,11 +139,11 @@ def _refuse_bad_csv(table: pa.Table) -> tuple[pa.Table, list[dict[str, Any]]]:
     record would span lines, and line readers see two) or bytes that are no UTF-8 text."""
     problems = []
     for name, column in zip(table.column_names, table.columns, strict=True):
-        if _is_binary(column.type):
+        if is_binary(column.type):
             column, invalid = _as_text(column)
             if invalid is not None:
                 problems.append((invalid, f"{name!r}: a CSV value must be UTF-8 text"))
-        if _is_text(column.type):
+        if is_text(column.type):
             problems.append((_newlines(column), f"{name!r}: a CSV value cannot hold a newline"))
     return _refuse_rows(table, problems)
 
@@ -451,8 +444,7 @@ def _casts_exactly(source: pa.DataType, target: pa.DataType, top: bool = True) -
         return True
     if t.is_decimal(source) and t.is_decimal(target):
         return True
-    text = (t.is_string, t.is_large_string, t.is_binary, t.is_large_binary)
-    if any(f(source) for f in text) and any(f(target) for f in text):
+    if (is_text(source) or is_binary(source)) and (is_text(target) or is_binary(target)):
         return True
     if t.is_timestamp(source) and t.is_timestamp(target):
         return True

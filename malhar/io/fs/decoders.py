@@ -26,6 +26,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 
 from malhar.io.fs.errors import FileConfigError, FileReadError
+from malhar.util.arrow_types import is_text
 
 __all__ = [
     "ERROR_DDL",
@@ -454,11 +455,7 @@ def _last_row_holds_newline(table: pa.Table) -> bool:
     """Whether a text value of the table's last row holds a newline (an unterminated quote
     on the last line takes the newline that ends it)."""
     row = table.slice(table.num_rows - 1)
-    return any(
-        (pa.types.is_string(c.type) or pa.types.is_large_string(c.type))
-        and pc.any(pc.match_substring(c, "\n")).as_py()
-        for c in row.columns
-    )
+    return any(is_text(c.type) and pc.any(pc.match_substring(c, "\n")).as_py() for c in row.columns)
 
 
 #: Arrow types pyarrow's JSON reader does not parse from strings: read as text, then cast

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from malhar.util.arrow_types import is_text
 from malhar.util.fs import FileSystem
 
 __all__ = ["create_encoded", "encode_table", "file_extension", "json_default", "write_parquet"]
@@ -38,7 +39,7 @@ def json_default(value: Any) -> Any:
 
 def _lines_bytes(table: pa.Table) -> bytes:
     column = table.column(0)
-    if not pa.types.is_string(column.type) and not pa.types.is_large_string(column.type):
+    if not is_text(column.type):
         column = pc.cast(column, pa.string())
     values = column.to_pylist()
     return ("\n".join("" if v is None else v for v in values) + "\n").encode("utf-8")

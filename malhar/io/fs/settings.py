@@ -27,6 +27,7 @@ from malhar.io.fs.paths import is_hidden, location, split_glob
 from malhar.properties import Configurable, Property
 from malhar.redaction import redact_url
 from malhar.schema import SchemaError, arrow_schema, to_struct_type
+from malhar.util.arrow_types import is_binary
 
 __all__ = [
     "FORMATS",
@@ -49,12 +50,7 @@ def _nested(kind: pa.DataType) -> bool:
 
 
 def _binary(kind: pa.DataType) -> bool:
-    return (
-        pa.types.is_binary(kind)
-        or pa.types.is_large_binary(kind)
-        or pa.types.is_fixed_size_binary(kind)
-        or pa.types.is_binary_view(kind)
-    )
+    return is_binary(kind) or pa.types.is_fixed_size_binary(kind) or pa.types.is_binary_view(kind)
 
 
 def parse_schema(ddl: str | None, who: str = "schema") -> pa.Schema | None:

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 
 from malhar.io.jdbc.config import split_table
 from malhar.io.jdbc.errors import JdbcConfigError
+from malhar.util.arrow_types import is_text
 
 __all__ = [
     "PollQuery",
@@ -203,7 +204,7 @@ def start_key(value: Any, key_type: pa.DataType | None, where: str) -> Any:
             return moment
         if pa.types.is_date(key_type):
             return dt.date.fromisoformat(str(value).strip())
-        if pa.types.is_string(key_type) or pa.types.is_large_string(key_type):
+        if is_text(key_type):
             return str(value)
     except (ValueError, TypeError, ArithmeticError) as exc:
         raise JdbcConfigError(

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from malhar.io.base.output import rejected_row
+from malhar.util.arrow_types import is_text
 
 _CONVERSION_ERRORS = (
     pa.ArrowInvalid,
@@ -268,8 +269,7 @@ def _csv_native(t: pa.DataType) -> bool:
         pa.types.is_integer(t)
         or pa.types.is_floating(t)
         or pa.types.is_boolean(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
+        or is_text(t)
         or pa.types.is_decimal(t)
         or pa.types.is_date(t)
         or pa.types.is_timestamp(t)

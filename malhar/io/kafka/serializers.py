@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from malhar.io.kafka.errors import KafkaOutputConfigError
+from malhar.util.arrow_types import is_binary, is_text
 
 __all__ = [
     "BytesSerializer",
@@ -94,11 +95,10 @@ class BytesSerializer(Serializer):
 
     def serialize(self, data: pa.Table) -> Encoded:
         column = _one_column(data, self.name)
-        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        if is_text(column.type):
             column = pc.cast(column, pa.binary())
         if not (
-            pa.types.is_binary(column.type)
-            or pa.types.is_large_binary(column.type)
+            is_binary(column.type)
             or pa.types.is_fixed_size_binary(column.type)
             or pa.types.is_null(column.type)
         ):

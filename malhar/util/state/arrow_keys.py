@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from malhar.util.arrow_types import is_binary, is_text
 from malhar.util.state.codecs import AutoKeyCodec, BytesCodec, IntCodec, StrCodec
 
 _SIGN = np.uint64(1 << 63)
@@ -37,10 +38,10 @@ def encode_keys(codec: Any, array: pa.Array | pa.ChunkedArray) -> list[bytes] | 
     auto = isinstance(codec, AutoKeyCodec)
     if pa.types.is_integer(t) and (auto or isinstance(codec, IntCodec)):
         return _ints(array, tagged=auto)
-    text = pa.types.is_string(t) or pa.types.is_large_string(t)
+    text = is_text(t)
     if text and (auto or isinstance(codec, StrCodec)):
         return _escaped(array, _TAG_STR if auto else b"")
-    raw = pa.types.is_binary(t) or pa.types.is_large_binary(t)
+    raw = is_binary(t)
     if raw and (auto or isinstance(codec, BytesCodec)):
         return _escaped(array, _TAG_BYTES if auto else b"")
     return None
