@@ -311,88 +311,115 @@ def _value_check(kind: pa.DataType) -> Check | None:
     for a type without such values): a fraction into an integer, a float32 overflowing to
     infinity, a datetime with a time of day into a date, an unknown struct field (dropped),
     in nested values too."""
-    if pa.types.is_integer(kind):
-
-        def integer(v: Any) -> str | None:
-            if isinstance(v, float | decimal.Decimal) and not isinstance(v, bool):
-                try:
-                    whole = v == int(v)
-                except (ValueError, OverflowError, ArithmeticError):
-                    whole = False
-                if not whole:
-                    return f"{v!r} is not an integer ({kind})"
-            return None
-
-        return integer
-    if pa.types.is_float32(kind):
-
-        def float32(v: Any) -> str | None:
-            if isinstance(v, int | float) and not isinstance(v, bool):
-                try:
-                    if abs(v) > _FLOAT32_MAX:
-                        struct.pack("<f", v)  # rounds to the largest float32, or raises
-                except OverflowError:
-                    return f"{v!r} is out of the range of float (it would become infinity)"
-            return None
-
-        return float32
-    if pa.types.is_date(kind):
-
-        def date(v: Any) -> str | None:
-            if isinstance(v, dt.datetime) and (v.tzinfo is not None or v.time() != dt.time()):
-                return f"{v!r} is not a date (it has a time of day or a time zone)"
-            return None
-
-        return date
-    if pa.types.is_struct(kind):
-        field_names = [kind.field(i).name for i in range(kind.num_fields)]
-        known = set(field_names)
-        inner = [
-            (kind.field(i).name, c)
-            for i in range(kind.num_fields)
-            if (c := _value_check(kind.field(i).type)) is not None
-        ]
-
-        def struct_(v: Any) -> str | None:
-            if isinstance(v, Mapping):
-                if extra := [k for k in v if k not in known]:
-                    return f"unknown struct field(s) {extra}; the struct has {field_names}"
-                return _altered(v, inner)
-            return None
-
-        return struct_
-    if pa.types.is_map(kind):
-        key_check, item_check = _value_check(kind.key_type), _value_check(kind.item_type)
-        if key_check is None and item_check is None:
-            return None
-
-        def map_(v: Any) -> str | None:
-            pairs = (
-                v.items() if isinstance(v, Mapping) else v if isinstance(v, list | tuple) else ()
-            )
-            for pair in pairs:
-                if not isinstance(pair, tuple | list) or len(pair) != 2:
-                    continue
-                for x, c in zip(pair, (key_check, item_check), strict=True):
-                    if x is not None and c is not None and (why := c(x)) is not None:
-                        return f"map entry: {why}"
-            return None
-
-        return map_
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        element = _value_check(kind.value_type)
-        if element is None:
-            return None
-
-        def list_(v: Any) -> str | None:
-            if isinstance(v, list | tuple):
-                for x in v:
-                    if x is not None and (why := element(x)) is not None:
-                        return f"element: {why}"
-            return None
-
-        return list_
+    for applies, make in _CHECKS:
+        if applies(kind):
+            return make(kind)
     return None
+
+
+def _integer_check(kind: pa.DataType) -> Check:
+    def integer(v: Any) -> str | None:
+        if isinstance(v, float | decimal.Decimal) and not isinstance(v, bool):
+            try:
+                whole = v == int(v)
+            except (ValueError, OverflowError, ArithmeticError):
+                whole = False
+            if not whole:
+                return f"{v!r} is not an integer ({kind})"
+        return None
+
+    return integer
+
+
+def _float32_check(kind: pa.DataType) -> Check:
+    def float32(v: Any) -> str | None:
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            try:
+                if abs(v) > _FLOAT32_MAX:
+                    struct.pack("<f", v)  # rounds to the largest float32, or raises
+            except OverflowError:
+                return f"{v!r} is out of the range of float (it would become infinity)"
+        return None
+
+    return float32
+
+
+def _date_check(kind: pa.DataType) -> Check:
+    def date(v: Any) -> str | None:
+        if isinstance(v, dt.datetime) and (v.tzinfo is not None or v.time() != dt.time()):
+            return f"{v!r} is not a date (it has a time of day or a time zone)"
+        return None
+
+    return date
+
+
+def _struct_check(kind: pa.DataType) -> Check:
+    field_names = [kind.field(i).name for i in range(kind.num_fields)]
+    known = set(field_names)
+    inner = [
+        (kind.field(i).name, c)
+        for i in range(kind.num_fields)
+        if (c := _value_check(kind.field(i).type)) is not None
+    ]
+
+    def struct_(v: Any) -> str | None:
+        if isinstance(v, Mapping):
+            if extra := [k for k in v if k not in known]:
+                return f"unknown struct field(s) {extra}; the struct has {field_names}"
+            return _altered(v, inner)
+        return None
+
+    return struct_
+
+
+def _map_check(kind: pa.DataType) -> Check | None:
+    key_check, item_check = _value_check(kind.key_type), _value_check(kind.item_type)
+    if key_check is None and item_check is None:
+        return None
+
+    def map_(v: Any) -> str | None:
+        pairs = v.items() if isinstance(v, Mapping) else v if isinstance(v, list | tuple) else ()
+        for pair in pairs:
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                continue
+            for x, c in zip(pair, (key_check, item_check), strict=True):
+                if x is not None and c is not None and (why := c(x)) is not None:
+                    return f"map entry: {why}"
+        return None
+
+    return map_
+
+
+def _list_check(kind: pa.DataType) -> Check | None:
+    element = _value_check(kind.value_type)
+    if element is None:
+        return None
+
+    def list_(v: Any) -> str | None:
+        if isinstance(v, list | tuple):
+            for x in v:
+                if x is not None and (why := element(x)) is not None:
+                    return f"element: {why}"
+        return None
+
+    return list_
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    return (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    )
+
+
+#: (the types a check is for, the function that makes it for one such type)
+_CHECKS: tuple[tuple[Callable[[pa.DataType], bool], Callable[[pa.DataType], Check | None]], ...] = (
+    (pa.types.is_integer, _integer_check),
+    (pa.types.is_float32, _float32_check),
+    (pa.types.is_date, _date_check),
+    (pa.types.is_struct, _struct_check),
+    (pa.types.is_map, _map_check),
+    (_is_list, _list_check),
+)
 
 
 def _cast_batch(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
