@@ -22,16 +22,29 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["MASK", "Scrubber", "is_secret_key", "redact", "redact_config", "redact_url"]
+__all__ = [
+    "MASK",
+    "Scrubber",
+    "is_secret_key",
+    "redact",
+    "redact_config",
+    "redact_url",
+    "url_password",
+]
 
 _SECRET_KEY = re.compile(
     r"(pass(word|wd|phrase)?|secret|token|credential|private|jaas|key\.pem|api[_.-]?key"
     r"|oauthbearer\.config|user\.info|auth\.info)",
     re.I,
 )
-_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s:/@]*:)[^\s@/]+@")
+#: ``scheme://user:password@``. The password runs to the last ``@`` of the URL: SQLAlchemy
+#: takes ``/ ? # : [ ]`` into a password unencoded (``urlsplit`` would read them as the path or
+#: fail), and an unencoded ``@`` in a password must not leave its tail in the host. So an
+#: ``@`` in the path or query of a URL with a port and no user masks too much, never too
+#: little. ``scheme//`` (a forgotten colon) is masked the same way.
+_URL_PASSWORD = r"(?P<head>\b[a-zA-Z][\w+.-]*:?//[^\s:/@]*:)(?P<password>\S*)@"
+_URL = re.compile(_URL_PASSWORD)
 MASK = "***"
 
 
@@ -41,13 +54,16 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """``scheme://user:***@host/...``: the URL with its password masked."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{netloc}"))
+    """``scheme://user:***@host/...``: the URL with its password masked (any text: a URL
+    that does not parse is masked the same way)."""
+    return _URL.sub(rf"\g<head>{MASK}@", url)
+
+
+def url_password(url: str) -> str | None:
+    """The password of ``scheme://user:password@...`` (None without one), read as
+    :func:`redact_url` masks it."""
+    found = _URL.search(url)
+    return found.group("password") if found is not None else None
 
 
 def redact(value: Any, key: str | None = None) -> Any:
@@ -59,7 +75,7 @@ def redact(value: Any, key: str | None = None) -> Any:
         return {k: redact(v, str(k)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return type(value)(redact(v) for v in value)
-    if isinstance(value, str) and "://" in value:
+    if isinstance(value, str) and "//" in value:
         return redact_url(value)
     return value
 
@@ -82,10 +98,8 @@ def secret_values(value: Any, key: str | None = None, *, secret: bool = False) -
     elif isinstance(value, str) and value:
         if secret:
             found.add(value)
-        elif "://" in value:
-            password = urlsplit(value).password
-            if password:
-                found.add(password)
+        elif "//" in value and (password := url_password(value)):
+            found.add(password)
     return found
 
 
@@ -113,4 +127,4 @@ class Scrubber:
             text = text.replace(repr(secret), repr(MASK))
             if len(secret) >= 4:  # masking "a" everywhere would shred the text
                 text = text.replace(secret, MASK)
-        return _URL_PASSWORD.sub(rf"\1{MASK}@", text)
+        return redact_url(text)

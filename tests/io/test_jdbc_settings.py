@@ -83,3 +83,24 @@ def test_a_libpq_url_uses_psycopg2() -> None:
     s = JdbcSettings().configure(url="postgresql://app@db/shop", table="t", password="pw")
     url = s.sqlalchemy_url()
     assert (url.drivername, url.password) == ("postgresql+psycopg2", "pw")
+
+
+@pytest.mark.parametrize(
+    "password", ["pa/ss", "pa#ss", "pa?ss", "[pa]ss", "p@ss:w/rd"], ids=lambda p: repr(p)
+)
+def test_passwords_with_url_characters_never_shown(password: str) -> None:
+    # SQLAlchemy takes these characters into a password unencoded; urlsplit does not
+    url = f"postgresql://app:{password}@127.0.0.1:1/shop"
+    s = JdbcSettings().configure(url=url, table="t")
+    if "@" not in password:  # one with "@" must be %-encoded to connect (but is masked too)
+        assert s.sqlalchemy_url().password == password
+    shown = [s.redacted_url, repr(s), s.target, repr(JdbcOutputOperator(url, table="t"))]
+    assert all(password not in text for text in shown), shown
+    assert s.redacted_url == "postgresql://app:***@127.0.0.1:1/shop"
+
+
+def test_a_url_missing_its_colon_is_masked_in_errors() -> None:
+    s = JdbcSettings().configure(url="postgresql//app:S3CRET-typo@db/shop", table="t")
+    with pytest.raises(JdbcConfigError) as err:
+        s.check()
+    assert "S3CRET-typo" not in str(err.value) + repr(s)
