@@ -61,6 +61,7 @@ from malhar.io.jdbc.errors import (
     JdbcError,
     db_message,
     is_transient,
+    sqlstate,
 )
 from malhar.io.jdbc.poll_reader import (
     Cursor,
@@ -71,6 +72,7 @@ from malhar.io.jdbc.poll_reader import (
     encode_key,
     json_text,
     params,
+    pg_key_guard,
     rows_to_batch,
     start_key,
 )
@@ -137,10 +139,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         self._conn: Any = None
         self._raw = False
         self._retrying("connecting", self._connect)
-        self._query = PollQuery(self, self._engine.dialect, raw=self._raw)
-        self._names, self._types, self._key_index = self._retrying(
-            "checking the source", self._inspect
-        )
+        self._setup_query()
         self._typed = self._port_schema()
         plan = self._retrying("planning the key ranges", lambda: self._plan(context))
         p, n = context.partition, context.partitions
@@ -153,9 +152,10 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         self._ready_at = float(plan["created"]) + self.commit_lag_ms / 1000
         self._observed: deque[tuple[float, Any]] = deque()
         self._last_poll = -1e18
-        self._cursor: Cursor | None = None
+        self._cursor: RangeReader | None = None
         self._late = 0
         self._null_keys = 0
+        self._bad_keys = 0
         self._nulls_at = -1e18
         if self._poller:  # one partition reports them
             self._report_null_keys()
@@ -191,18 +191,13 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             if upper is _NOTHING:
                 self._finished = True
                 return 0
-            low = self._window_low
             self._upper = upper
-            self._cursor = self._retrying(
-                "reading",
-                lambda: self._open_cursor(low, upper),
-            )
+            self._cursor = RangeReader(self, self._window_low, upper, "reading")
         wanted = min(limit, self.fetch_size)
-        rows = self._cursor.fetch(wanted)
-        if len(rows) < wanted:
+        rows = self._cursor.fetch(wanted)  # ends at a key boundary
+        if self._cursor.exhausted:
             self._finish_query(caught_up=True)
-        elif len(rows) >= limit:  # the window is full: end it at a key boundary
-            rows = list(rows) + self._ties(rows[-1][self._key_index])
+        elif len(rows) >= limit:  # the window is full (at a key boundary: ties included)
             self._finish_query(caught_up=False)
         if not rows:
             return 0
@@ -222,16 +217,17 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         if expected == 0:
             return 0
         low, high = record["low"], record["high"]
-        cursor = self._retrying("replaying", lambda: self._open_cursor(low, high))
+        reader = RangeReader(self, low, high, "replaying")
         n = 0
         try:
-            for chunk in cursor.rows(self.fetch_size):
+            while not reader.exhausted:
+                chunk = reader.fetch(self.fetch_size)
                 n += len(chunk)
                 if n > expected:
                     break
                 self._emit(chunk)
         finally:
-            cursor.close()
+            reader.close()
             self._end_read()
         if n != expected:
             raise ReplayError(
@@ -280,6 +276,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         out = {"late_rows": float(late)} if late else {}
         if getattr(self, "_null_keys", 0):
             out["null_key_rows"] = float(self._null_keys)
+        if getattr(self, "_bad_keys", 0):
+            out["non_finite_key_rows"] = float(self._bad_keys)
         return out
 
     def _report_null_keys(self) -> None:
@@ -302,6 +300,27 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
                 self.key_column,
             )
         self._null_keys = found
+        bad_sql = self._query.bad_keys_sql()
+        if bad_sql is None:
+            return
+        try:
+            bad = int(self._scalar(bad_sql, {}) or 0)
+        except Exception as exc:  # monitoring only
+            log.info("%s: counting rows with a NaN or infinite key failed: %s", self.label, exc)
+            return
+        if bad and bad != self._bad_keys:
+            log.warning(
+                "%s: %d row(s) of %s have a NaN or infinite %s and are not read (such a key "
+                "has no usable place in key order: a NaN position matched nothing after it, "
+                "an infinite timestamp came back as a finite one and was read again every "
+                "window): fix the key, filter them out with where=, or add a CHECK "
+                "constraint",
+                self.label,
+                bad,
+                self.source,
+                self.key_column,
+            )
+        self._bad_keys = bad
 
     # -- reading ---------------------------------------------------------------------------------
     def _upper_bound(self) -> Any:
@@ -340,20 +359,6 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         self._close_cursor()
         if caught_up and not self._poller and self._upper is self._high:
             self._done = True  # the backfill range is read to its end
-
-    def _ties(self, key: Any) -> list[Any]:
-        """The rows after a full window that share its last key (read in the same window)."""
-        assert self._cursor is not None
-        out = []
-        i = self._key_index
-        while True:
-            chunk = self._cursor.fetch(min(self.fetch_size, 1_000))
-            for row in chunk:
-                if row[i] != key:
-                    return out
-                out.append(row)
-            if not chunk:
-                return out
 
     def _emit(self, rows: list[Any]) -> None:
         batch, errors = rows_to_batch(rows, self._names, self._types, self._key_index)
@@ -426,6 +431,30 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         return int(self._scalar(sql, args) or 0)
 
     # -- setup -----------------------------------------------------------------------------------
+    def _setup_query(self) -> None:
+        """The statements, the source's columns and types, and the key's cast and guard."""
+        self._query = PollQuery(self, self._engine.dialect, raw=self._raw)
+        self._names, self._types, self._key_index = self._retrying(
+            "checking the source", self._inspect
+        )
+        sql_type, guard = self._retrying("checking the key's type", self._key_sql_type)
+        self._query.set_key_type(sql_type, guard)
+
+    def _key_sql_type(self) -> tuple[str | None, str | None]:
+        """PostgreSQL: the key column's type by name (from its type OID in the result, never
+        from user text) and the guard of its special values (see pg_key_guard)."""
+        oid = getattr(self, "_key_type_code", None)
+        dialect = self._engine.dialect
+        if dialect.name != "postgresql" or not isinstance(oid, int) or isinstance(oid, bool):
+            return None, None
+        # typmod -1, not NULL: "bpchar", not "character" (char(1): a cast truncated the key)
+        name = self._scalar(
+            f"SELECT format_type(CAST({self._query._param('oid')} AS oid), -1)", {"oid": oid}
+        )
+        if not name or name == "-" or name.startswith("???"):
+            return None, None
+        return str(name), pg_key_guard(oid, getattr(dialect, "server_version_info", None))
+
     def _connect(self) -> None:
         self._drop_connection()
         try:
@@ -479,6 +508,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
                 f"{self.label}: key_column {self.key_column!r} is not a column of "
                 f"{self.source} (its columns: {names})"
             )
+        self._key_type_code = description[names.index(self.key_column)][1]
         overrides = dict(self.column_types or {})
         unknown = [c for c in overrides if c not in names]
         if unknown:
@@ -627,6 +657,74 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
 
 
 _NOTHING: Any = object()
+
+#: what a driver raises for a value it cannot convert to Python (not a database error)
+_CONVERSION = (ValueError, OverflowError, TypeError, ArithmeticError)
+
+
+class RangeReader:
+    """The rows of ``(low, high]`` (encoded keys) in key order, through a server-side cursor
+    of ``op``, handed out at key boundaries: the rows sharing the last key fetched are held
+    back until a larger key (or the end) shows they are all there. So every row with a key
+    up to the last one handed out has been handed out, and after a transient failure (the
+    connection lost mid-read) the cursor is reopened at ``key > that key`` under the retry
+    policy: the same rows as without the failure, none twice, none lost."""
+
+    def __init__(self, op: JdbcPollInputOperator, low: Any, high: Any, what: str) -> None:
+        self.op, self.high, self.what = op, high, what
+        self.boundary = low  # every row of the range with a key <= boundary was handed out
+        self.cursor: Cursor | None = None
+        self.pending: list[Any] = []
+        self.exhausted = False
+
+    def fetch(self, n: int) -> list[Any]:
+        """At least one row unless the range is exhausted (then maybe none)."""
+        if self.exhausted:
+            return []
+        return self.op._retrying(self.what, lambda: self._fetch(n))
+
+    def _fetch(self, n: int) -> list[Any]:
+        op, i = self.op, self.op._key_index
+        if self.cursor is None:
+            self.pending = []
+            self.cursor = op._open_cursor(self.boundary, self.high)
+        rows, self.pending = self.pending, []
+        try:
+            while True:
+                chunk = self.cursor.fetch(n)
+                rows += chunk
+                if len(chunk) < n:
+                    self.exhausted = True
+                    self.close()
+                    break
+                last = rows[-1][i]
+                cut = len(rows) - 1
+                while cut > 0 and rows[cut - 1][i] == last:
+                    cut -= 1
+                if cut > 0:
+                    rows, self.pending = rows[:cut], rows[cut:]
+                    break
+        except Exception as exc:
+            self.close()
+            op._end_read(broken=True)
+            if isinstance(exc, _CONVERSION) and not sqlstate(exc):
+                raise JdbcError(
+                    f"{op.label}: a row of {op.source} with {op.key_column} in "
+                    f"({_show(self.boundary)}, {'∞' if self.high is None else _show(self.high)}] "
+                    "has a value the database driver cannot convert to Python "
+                    f"({type(exc).__name__}: {exc}; a date beyond the year 9999, say): "
+                    "cast that column in query= (e.g. CAST(col AS text) AS col) or leave it "
+                    "out with columns="
+                ) from exc
+            raise
+        if rows:
+            self.boundary = encode_key(rows[-1][i])
+        return rows
+
+    def close(self) -> None:
+        cursor, self.cursor = self.cursor, None
+        if cursor is not None:
+            cursor.close()
 
 
 def _show(key: Any) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
@@ -259,7 +260,20 @@ def _column(values: list[Any], typ: pa.DataType | None) -> tuple[pa.Array | None
                 return pa.array(_fix_memoryviews(values), typ), None
             except _CONVERSION_ERRORS:
                 pass
+        if pa.types.is_list(typ) and pa.types.is_string(typ.value_type):
+            # uuid[] and the like: elements arrive as uuid.UUID (a nested list, from a
+            # multi-dimensional array, stays one and fails below)
+            try:
+                return pa.array([_str_elements(v) for v in values], typ), None
+            except _CONVERSION_ERRORS:
+                pass
         return None, exc
+
+
+def _str_elements(value: Any) -> Any:
+    if not isinstance(value, list):
+        return value
+    return [e if e is None or isinstance(e, str | list | tuple) else str(e) for e in value]
 
 
 def rows_to_batch(
@@ -321,37 +335,77 @@ class PollQuery:
     def __init__(self, settings: Any, dialect: sa.Dialect, raw: bool = False) -> None:
         self.settings = settings
         self.dialect = dialect
+        self.pyformat = raw
         prep = dialect.identifier_preparer
-        self.q = prep.quote
+        self.q = lambda name: self._sql_text(prep.quote(name))
         if settings.table:
             schema, name = split_table(settings.table)
-            self.source = (f"{prep.quote_schema(schema)}." if schema else "") + prep.quote(name)
+            self.source = self._sql_text(
+                (f"{prep.quote_schema(schema)}." if schema else "") + prep.quote(name)
+            )
         else:
-            self.source = f"({settings.query}) AS malhar_q"
+            self.source = f"({self._sql_text(settings.query)}) AS malhar_q"
         cols = settings.column_names
         self.select_list = ", ".join(self.q(c) for c in cols) if cols else "*"
         self.key = self.q(settings.key_column)
-        self.pyformat = raw
+        self.user_where = self._sql_text(settings.where) if settings.where else None
+        #: the key column's SQL type the bounds are cast to (None: no cast)
+        self.key_type: str | None = None
+        #: a condition that leaves out keys with no usable place in key order (NaN, infinity)
+        self.key_guard: str | None = None
+
+    def _sql_text(self, text: str) -> str:
+        """SQL text of the user or the catalog, as the statement carries it: psycopg2's
+        ``%(name)s`` parameters make every other ``%`` a format character (``LIKE 'paid%'``
+        failed with "dict is not a sequence"), so it is doubled there."""
+        return text.replace("%", "%%") if self.pyformat else text
+
+    def set_key_type(self, sql_type: str | None, guard: str | None) -> None:
+        """Cast the key bounds to ``sql_type`` (the key column's type as the database names
+        it: a position read back through Python, a ``real`` 0.2 as the float8
+        0.20000000298..., compared below the row it came from, which was read again every
+        window), and add ``guard`` (a condition on the key, ``{key}`` in it) to every read."""
+        if sql_type is not None and not _TYPE_NAME.fullmatch(sql_type):
+            raise JdbcConfigError(f"not a type name the key bounds can be cast to: {sql_type!r}")
+        self.key_type = sql_type
+        self.key_guard = None if guard is None else guard.format(key=self.key)
 
     def _param(self, name: str) -> str:
         return f"%({name})s" if self.pyformat else f":{name}"
+
+    def _bound(self, name: str) -> str:
+        param = self._param(name)
+        return f"CAST({param} AS {self.key_type})" if self.key_type else param
 
     def where(self, low: bool, high: bool) -> str:
         # a NULL key has no place in key order: without this a read with no lower bound
         # ended on it (NULLs sort last) and the next one read everything again
         parts = [f"{self.key} IS NOT NULL"]
+        if self.key_guard:
+            parts.append(self.key_guard)
         if low:
-            parts.append(f"{self.key} > {self._param('low')}")
+            parts.append(f"{self.key} > {self._bound('low')}")
         if high:
-            parts.append(f"{self.key} <= {self._param('high')}")
-        if self.settings.where:
-            parts.append(f"({self.settings.where})")
+            parts.append(f"{self.key} <= {self._bound('high')}")
+        if self.user_where:
+            parts.append(f"({self.user_where})")
         return " WHERE " + " AND ".join(parts)
 
     def null_keys_sql(self) -> str:
         """How many rows (of ``where``) have a NULL key: they are never read."""
-        extra = f" AND ({self.settings.where})" if self.settings.where else ""
+        extra = f" AND ({self.user_where})" if self.user_where else ""
         return f"SELECT count(*) FROM {self.source} WHERE {self.key} IS NULL{extra}"
+
+    def bad_keys_sql(self) -> str | None:
+        """How many rows (of ``where``) have a key the guard leaves out (NaN, infinite; None:
+        no guard): they are never read."""
+        if not self.key_guard:
+            return None
+        extra = f" AND ({self.user_where})" if self.user_where else ""
+        return (
+            f"SELECT count(*) FROM {self.source} WHERE {self.key} IS NOT NULL "
+            f"AND NOT ({self.key_guard}){extra}"
+        )
 
     def range_sql(self, low: bool, high: bool) -> str:
         """Rows of ``(low, high]`` in key order."""
@@ -377,6 +431,31 @@ class PollQuery:
     def probe_sql(self) -> str:
         """No rows, every column: the result's description."""
         return f"SELECT {self.select_list} FROM {self.source} WHERE 1 = 0"
+
+
+#: a type name as PostgreSQL's format_type() gives it (quoted names, schema, array, modifier)
+_TYPE_NAME = re.compile(r'[A-Za-z0-9_ ."$\[\](),]+')
+
+#: key type OIDs whose special values have no usable place in key order -> the guard
+_FLOATS = frozenset({700, 701})
+_DATES = frozenset({1082, 1114, 1184})
+
+
+def pg_key_guard(oid: Any, server_version: tuple[int, ...] | None) -> str | None:
+    """The condition (``{key}`` in it) that leaves out the PostgreSQL key values a position
+    cannot hold: ``NaN`` (sorted above every number: once the position, ``key > NaN`` never
+    matched again and polling stopped for good), ``numeric`` ±Infinity (psycopg2 binds a
+    Decimal infinity as NaN) and infinite dates and timestamps (psycopg2 gives
+    ``datetime.max``, below ``'infinity'``: that row was read again every window)."""
+    if oid in _FLOATS:
+        return "{key} < 'NaN'"  # NaN is the largest float; infinities round-trip
+    if oid == NUMERIC:
+        if server_version is not None and server_version >= (14,):
+            return "{key} > '-Infinity' AND {key} < 'Infinity'"
+        return "{key} < 'NaN'"
+    if oid in _DATES:
+        return "{key} > '-infinity' AND {key} < 'infinity'"
+    return None
 
 
 def params(low: Any = None, high: Any = None, **more: Any) -> dict[str, Any]:

@@ -39,9 +39,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from malhar.io.jdbc.errors import JdbcError
-from malhar.io.jdbc.poll_operator import JdbcPollInputOperator
+from malhar.io.jdbc.poll_operator import JdbcPollInputOperator, RangeReader
 from malhar.io.jdbc.poll_reader import (
-    Cursor,
     decode_key,
     encode_key,
     params,
@@ -74,17 +73,13 @@ class _Core(JdbcPollInputOperator):
         self._label = label
         self._retry = self.retry_policy()
         from malhar.io.jdbc.connection import create_engine
-        from malhar.io.jdbc.poll_reader import PollQuery
 
         self._engine = create_engine(self)
         self._conn: Any = None
         self._raw = False
         self._cursor = None
         self._retrying("connecting", self._connect)
-        self._query = PollQuery(self, self._engine.dialect, raw=self._raw)
-        self._names, self._types, self._key_index = self._retrying(
-            "checking the source", self._inspect
-        )
+        self._setup_query()
         self._typed = None
 
     def nth_key(self, low: Any, high: Any, offset: int) -> Any:
@@ -100,9 +95,12 @@ class _Core(JdbcPollInputOperator):
         return self._retrying("reading the largest key", self._max_key)
 
     def batches(self, low: Any, high: Any) -> Iterator[pa.RecordBatch]:
-        cursor: Cursor = self._retrying("reading", lambda: self._open_cursor(low, high))
+        reader = RangeReader(self, low, high, "reading")  # reopened after a lost connection
         try:
-            for chunk in cursor.rows(self.fetch_size):
+            while not reader.exhausted:
+                chunk = reader.fetch(self.fetch_size)
+                if not chunk:
+                    break
                 batch, errors = rows_to_batch(chunk, self._names, self._types, self._key_index)
                 if errors:
                     e = errors[0]
@@ -113,7 +111,7 @@ class _Core(JdbcPollInputOperator):
                     )
                 yield batch
         finally:
-            cursor.close()
+            reader.close()
             self._end_read()
 
     def close(self) -> None:
