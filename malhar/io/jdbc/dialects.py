@@ -7,8 +7,9 @@ PostgreSQL through psycopg2 (the fast path):
   DROP``), then one ``INSERT INTO table AS t (cols) SELECT ... FROM staging
   ON CONFLICT (key) DO UPDATE SET c = EXCLUDED.c`` (upsert) or
   ``SET c = t.c + EXCLUDED.c`` (merge_add, the seed's ``MERGE``). Keys that
-  repeat inside a chunk are folded first (last row wins for upsert, values
-  summed for merge_add), as PostgreSQL refuses to update a row twice in one
+  repeat inside a chunk are folded first, in SQL from the staging table (last row
+  wins for upsert, values summed for merge_add, NULL when one is NULL; rows with a
+  NULL key are not folded), as PostgreSQL refuses to update a row twice in one
   statement;
 - a user statement: ``psycopg2.extras.execute_batch``.
 
@@ -37,6 +38,8 @@ from malhar.io.jdbc.errors import JdbcConfigError
 from malhar.io.jdbc.rows import to_csv
 
 SEQ = "__malhar_seq"
+#: ``Table.info`` key: False when the key's unique constraint is ``NULLS NOT DISTINCT``.
+NULL_KEYS_DISTINCT = "malhar_null_keys_distinct"
 
 
 class ChunkWriter:
@@ -90,12 +93,6 @@ def python_rows(target: sa.Table | None, chunk: pa.Table) -> list[dict[str, Any]
     return rows
 
 
-def _has_duplicate_keys(chunk: pa.Table, keys: Sequence[str]) -> bool:
-    if chunk.num_rows < 2:
-        return False
-    return chunk.group_by(list(keys)).aggregate([]).num_rows < chunk.num_rows
-
-
 # -- PostgreSQL (psycopg2) -------------------------------------------------------------------
 class _Postgres(ChunkWriter):
     def q(self, conn: sa.Connection, name: str) -> str:
@@ -119,45 +116,73 @@ class PostgresCopyInsert(_Postgres):
 
 
 class PostgresCopyMerge(_Postgres):
-    """``upsert`` / ``merge_add`` on PostgreSQL: COPY to a staging table, one INSERT ... ON CONFLICT."""
+    """``upsert`` / ``merge_add`` on PostgreSQL: COPY to a staging table, one INSERT ... ON CONFLICT.
+
+    Repeated keys are folded in SQL, from the staging table (whose columns have the target's
+    types), so that keys equal for the database are one key (``'a'`` and ``'a '`` in a
+    ``char(n)`` key, ``'1'`` and ``'01'`` in an integer key) and the result never depends on
+    ``batch_size``:
+
+    - ``upsert``: ``DISTINCT ON (key) ... ORDER BY key, seq DESC``: the last row wins;
+    - ``merge_add``: ``GROUP BY key``, each value ``SUM(c)``, or NULL when one of the
+      key's values is NULL (as ``t.c + NULL`` is NULL across batches);
+    - rows with a NULL in a (nullable, unique) key column are never folded: NULLs are
+      distinct for a unique constraint, so each such row is inserted as it is.
+    """
 
     def __init__(self, options: JdbcSettings, target: sa.Table | None) -> None:
         super().__init__(options, target)
-        self.stage = ""
+        self.stages: dict[tuple[str, ...], str] = {}
 
     def prepare(self, conn: sa.Connection, columns: Sequence[str]) -> None:
         digest = hashlib.sha1(
             f"{self.options.table}|{','.join(columns)}".encode(), usedforsecurity=False
         ).hexdigest()[:10]
-        self.stage = self.q(conn, f"__malhar_stage_{digest}")
+        stage = self.q(conn, f"__malhar_stage_{digest}")
+        self.stages[tuple(columns)] = stage
         cols = ", ".join(self.q(conn, c) for c in columns)
         conn.exec_driver_sql(
-            f"CREATE TEMPORARY TABLE IF NOT EXISTS {self.stage} ON COMMIT DROP AS "
+            f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} ON COMMIT DROP AS "
             f"SELECT {cols}, 0::bigint AS {self.q(conn, SEQ)} FROM {self.table_sql(conn)} "
             "WITH NO DATA"
         )
 
-    def merge_sql(self, conn: sa.Connection, columns: Sequence[str], folded: bool) -> str:
+    def _nullable_keys(self) -> list[str]:
+        if self.target is None:
+            return list(self.keys)
+        if not self.target.info.get(NULL_KEYS_DISTINCT, True):
+            return []  # NULLS NOT DISTINCT: NULL keys conflict, and are folded like others
+        return [k for k in self.keys if self.target.c[k].nullable]
+
+    def merge_sql(self, conn: sa.Connection, columns: Sequence[str], stage: str) -> str:
         q = lambda n: self.q(conn, n)  # noqa: E731
         keys = [q(k) for k in self.keys]
         values = [c for c in columns if c not in self.keys]
         cols = ", ".join(q(c) for c in columns)
+        nullable = [q(k) for k in self._nullable_keys()]
+        some_null = " OR ".join(f"{k} IS NULL" for k in nullable)
+        where = f"WHERE NOT ({some_null})" if nullable else ""
         # Rows go in in key order, so concurrent writers of overlapping keys (partitions of
         # one output, or the flagship's direct plan) lock them in the same order: they wait
         # for each other instead of deadlocking.
-        order = f"ORDER BY {', '.join(keys)}"
-        if not folded:
-            select = f"SELECT {cols} FROM {self.stage} {order}"
-        elif self.options.mode == "merge_add":
-            parts = [q(c) if c in self.keys else f"SUM({q(c)})" for c in columns]
+        if self.options.mode == "merge_add":
+            parts = [
+                q(c)
+                if c in self.keys
+                else f"CASE WHEN COUNT({q(c)}) = COUNT(*) THEN SUM({q(c)}) END"
+                for c in columns
+            ]
             select = (
-                f"SELECT {', '.join(parts)} FROM {self.stage} GROUP BY {', '.join(keys)} {order}"
+                f"SELECT {', '.join(parts)} FROM {stage} {where} GROUP BY {', '.join(keys)} "
+                f"ORDER BY {', '.join(keys)}"
             )
         else:  # upsert: the last row of each key wins
             select = (
-                f"SELECT DISTINCT ON ({', '.join(keys)}) {cols} FROM {self.stage} "
+                f"SELECT DISTINCT ON ({', '.join(keys)}) {cols} FROM {stage} {where} "
                 f"ORDER BY {', '.join(keys)}, {q(SEQ)} DESC"
             )
+        if nullable:  # NULL keys are distinct: such rows are inserted, never folded
+            select = f"({select}) UNION ALL (SELECT {cols} FROM {stage} WHERE {some_null})"
         if not values:
             action = "DO NOTHING"
         elif self.options.mode == "merge_add":
@@ -173,14 +198,14 @@ class PostgresCopyMerge(_Postgres):
 
     def write(self, conn: sa.Connection, chunk: pa.Table) -> None:
         columns = chunk.column_names
-        folded = _has_duplicate_keys(chunk, self.keys)
-        if folded:
+        stage = self.stages[tuple(columns)]
+        if self.options.mode == "upsert":  # the arrival order decides which row wins
             seq = pa.array(np.arange(chunk.num_rows, dtype=np.int64))
-            self.copy(conn, self.stage, [*columns, SEQ], chunk.append_column(SEQ, seq))
+            self.copy(conn, stage, [*columns, SEQ], chunk.append_column(SEQ, seq))
         else:
-            self.copy(conn, self.stage, columns, chunk)
-        conn.exec_driver_sql(self.merge_sql(conn, columns, folded))
-        conn.exec_driver_sql(f"TRUNCATE {self.stage}")
+            self.copy(conn, stage, columns, chunk)
+        conn.exec_driver_sql(self.merge_sql(conn, columns, stage))
+        conn.exec_driver_sql(f"TRUNCATE {stage}")
 
 
 class PostgresStatement(_Postgres):

@@ -6,6 +6,14 @@ batches are kept as they are (no per-row work). At the end of the window
 everything becomes one ``pyarrow.Table`` whose columns are the ones written
 (:func:`window_table`); a tuple that cannot be a row of the table is refused with
 the reason and never fails the window.
+
+A field missing from a row is *not written* (the column's DEFAULT for a new row, left
+as it is by an update), whatever the window's other rows have: a row's result never
+depends on its neighbours. Rows without every column of the table carry the fields they
+have in the hidden column :data:`FIELDS` (null for a row with every column), and the
+store writes each set of fields with its own column list (:func:`split_by_fields`).
+A window whose rows all have every column (Arrow batches of one schema, positional
+tuples, complete dicts) has no :data:`FIELDS` column and no extra work.
 """
 
 from __future__ import annotations
@@ -23,6 +31,10 @@ import pyarrow.csv as pa_csv
 
 from malhar.io.base.output import rejected_row
 from malhar.util.arrow_types import is_text
+
+#: The hidden column of the rows that lack some of the window's columns: the JSON list of
+#: the fields they have (sorted); null for a row with every column.
+FIELDS = "__malhar_fields"
 
 _CONVERSION_ERRORS = (
     pa.ArrowInvalid,
@@ -138,8 +150,11 @@ def window_table(
             tables.append(table)
     if not tables:
         return pa.table({c: pa.nulls(0) for c in columns}), bad
-    wanted = list(columns) or list(dict.fromkeys(n for t in tables for n in t.column_names))
-    aligned = [_select(t, wanted) for t in tables]
+    wanted = list(columns) or list(
+        dict.fromkeys(n for t in tables for n in t.column_names if n != FIELDS)
+    )
+    marked = any(FIELDS in t.column_names or len(t.column_names) < len(wanted) for t in tables)
+    aligned = [_select(_marked(t, wanted) if marked else t, wanted, marked) for t in tables]
     if len(aligned) == 1:
         return aligned[0], bad
     try:
@@ -208,6 +223,18 @@ class _Shape:
         order = self.columns or list(dict.fromkeys(k for _, m in kept for k in m))
         return self._build(kept, order, bad)
 
+    @staticmethod
+    def _fields(kept: list[tuple[Any, dict[str, Any]]], order: list[str]) -> pa.Array | None:
+        """The :data:`FIELDS` of dict rows lacking some of ``order``; None when none does."""
+        width = len(order)
+        if all(len(m) >= width and all(c in m for c in order) for _, m in kept):
+            return None
+        have = [
+            None if all(c in m for c in order) else _fields_of(c for c in order if c in m)
+            for _, m in kept
+        ]
+        return pa.array(have, pa.string())
+
     def _build(
         self, kept: list[tuple[Any, dict[str, Any]]], order: list[str], bad: list[dict[str, Any]]
     ) -> pa.Table | None:
@@ -218,6 +245,9 @@ class _Shape:
             for i, reason in why.items():
                 refused.setdefault(i, f"column {c!r}: {reason}")
         if not refused:
+            fields = self._fields(kept, order)
+            if fields is not None:
+                arrays[FIELDS] = fields
             return pa.table(arrays)
         for i, reason in sorted(refused.items()):
             bad.append(rejected_row(kept[i][0], f"cannot convert the value of {reason}"))
@@ -242,16 +272,89 @@ class _Shape:
             why = self._why_unknown(unknown) if unknown else f"missing field(s) {missing}"
             bad.extend(rejected_row(r, why) for r in table.to_pylist())
             return None
-        return _select(table, self.columns) if self.columns else table
+        if not self.columns:
+            return table
+        table = _marked(table, self.columns)
+        return _select(table, self.columns, FIELDS in table.column_names)
 
 
-def _select(table: pa.Table, wanted: list[str]) -> pa.Table:
-    if table.column_names == wanted:
+def _fields_of(fields: Any) -> str:
+    return json.dumps(sorted(fields))
+
+
+def _marked(table: pa.Table, wanted: list[str]) -> pa.Table:
+    """``table`` with a :data:`FIELDS` column when some of its rows lack some of ``wanted``."""
+    have = [c for c in table.column_names if c != FIELDS and c in wanted]
+    if len(have) == len(wanted):
+        return table
+    mine = _fields_of(have)
+    if FIELDS in table.column_names:  # its complete rows have the table's columns only
+        i = table.column_names.index(FIELDS)
+        return table.set_column(i, FIELDS, table.column(FIELDS).fill_null(mine))
+    return table.append_column(FIELDS, pa.array([mine] * table.num_rows, pa.string()))
+
+
+def _select(table: pa.Table, wanted: list[str], marked: bool = False) -> pa.Table:
+    """``table``'s columns ``wanted`` (nulls for the missing ones), then its
+    :data:`FIELDS` when ``marked`` (nulls when it has none)."""
+    names = [*wanted, FIELDS] if marked else wanted
+    if table.column_names == names:
         return table
     arrays = [
-        table.column(c) if c in table.column_names else pa.nulls(table.num_rows) for c in wanted
+        table.column(c)
+        if c in table.column_names
+        else pa.nulls(table.num_rows, pa.string() if c == FIELDS else pa.null())
+        for c in names
     ]
-    return pa.table(arrays, names=wanted)
+    return pa.table(arrays, names=names)
+
+
+def split_by_fields(rows: pa.Table, *, in_order: bool) -> list[pa.Table]:
+    """``rows`` as tables that each hold rows with the same fields, with only these
+    columns (and no :data:`FIELDS`).
+
+    Args:
+        rows: a window's rows (:func:`window_table`).
+        in_order: keep the arrival order across the parts (runs of consecutive rows with
+            the same fields, for ``upsert``, where the last row of a key wins); else one
+            part per set of fields, in order of first appearance (``insert``,
+            ``merge_add``: the order of the parts does not change the result).
+
+    Example:
+        >>> t = pa.table({"k": ["a", "b", "c"], "n": [1, None, 3],
+        ...               FIELDS: [None, '["k"]', None]})
+        >>> [p.to_pylist() for p in split_by_fields(t, in_order=False)]
+        [[{'k': 'a', 'n': 1}, {'k': 'c', 'n': 3}], [{'k': 'b'}]]
+        >>> [p.num_rows for p in split_by_fields(t, in_order=True)]
+        [1, 1, 1]
+    """
+    if FIELDS not in rows.column_names:
+        return [rows]
+    marks = rows.column(FIELDS).to_pylist()
+    body = rows.drop_columns([FIELDS])
+    names = body.column_names
+
+    def columns(mark: str | None) -> list[str]:
+        if mark is None:
+            return names
+        have = set(json.loads(mark))
+        return [c for c in names if c in have]
+
+    parts: list[pa.Table] = []
+    if in_order:
+        start = 0
+        for i in range(1, len(marks) + 1):
+            if i == len(marks) or marks[i] != marks[start]:
+                parts.append(body.slice(start, i - start).select(columns(marks[start])))
+                start = i
+        return parts
+    groups: dict[str | None, list[int]] = {}
+    for i, mark in enumerate(marks):
+        groups.setdefault(mark, []).append(i)
+    for mark, indices in groups.items():
+        part = body if len(indices) == len(marks) else body.take(pa.array(indices, pa.int64()))
+        parts.append(part.select(columns(mark)))
+    return parts
 
 
 def _as_text(table: pa.Table) -> pa.Table:

@@ -31,7 +31,12 @@ import sqlalchemy as sa
 from malhar.io.base.output import CommitMark, OutputError, TransactionalStore, WindowKey
 from malhar.io.jdbc import engine_cache
 from malhar.io.jdbc.config import JdbcSettings, split_table
-from malhar.io.jdbc.dialects import ChunkWriter, chunk_writer, compile_statement
+from malhar.io.jdbc.dialects import (
+    NULL_KEYS_DISTINCT,
+    ChunkWriter,
+    chunk_writer,
+    compile_statement,
+)
 from malhar.io.jdbc.errors import (
     JdbcConfigError,
     JdbcConnectionError,
@@ -42,6 +47,7 @@ from malhar.io.jdbc.errors import (
     is_transient,
 )
 from malhar.io.jdbc.meta_store import ErrorTable, MetaTable, StageTable
+from malhar.io.jdbc.rows import FIELDS, split_by_fields
 
 __all__ = ["JdbcStore", "TargetInfo"]
 
@@ -154,11 +160,14 @@ class JdbcStore(TransactionalStore[sa.Connection]):
                 raise JdbcConfigError(
                     f"{what} {unknown} not in table {s.table!r} (its columns: {sorted(known)})"
                 )
-        if s.keys and not _is_unique(conn, schema, name, set(s.keys)):
-            raise JdbcConfigError(
-                f"mode {s.mode!r} on key {list(s.keys)} needs a primary key or unique "
-                f"constraint on exactly these columns in table {s.table!r}"
-            )
+        if s.keys:
+            unique = _unique_on(conn, schema, name, set(s.keys))
+            if unique is None:
+                raise JdbcConfigError(
+                    f"mode {s.mode!r} on key {list(s.keys)} needs a primary key or unique "
+                    f"constraint on exactly these columns in table {s.table!r}"
+                )
+            table.info[NULL_KEYS_DISTINCT] = unique["nulls_distinct"]
         return table
 
     def close(self) -> None:
@@ -195,13 +204,23 @@ class JdbcStore(TransactionalStore[sa.Connection]):
         return mark
 
     def write(self, txn: sa.Connection, rows: pa.Table) -> list[dict[str, Any]]:
-        writer = chunk_writer(txn, self.settings, self.target)
-        writer.check_columns(rows.column_names)
-        writer.prepare(txn, rows.column_names)
+        """Write the window's rows in chunks of ``batch_size``; rows lacking some fields
+        are written with the columns they have, each set of fields on its own
+        (:func:`~malhar.io.jdbc.rows.split_by_fields`)."""
+        s = self.settings
+        if FIELDS in rows.column_names and s.statement:
+            parts = [rows.drop_columns([FIELDS])]  # the statement binds what it names
+        else:
+            parts = split_by_fields(rows, in_order=s.mode == "upsert")
+        writer = chunk_writer(txn, s, self.target)
+        for columns in dict.fromkeys(tuple(p.column_names) for p in parts):
+            writer.check_columns(columns)
+            writer.prepare(txn, columns)  # before any savepoint (a staging table)
         rejected: list[dict[str, Any]] = []
-        size = int(self.settings.batch_size)
-        for start in range(0, rows.num_rows, size):
-            self._isolate(txn, writer, rows.slice(start, size), rejected)
+        size = int(s.batch_size)
+        for part in parts:
+            for start in range(0, part.num_rows, size):
+                self._isolate(txn, writer, part.slice(start, size), rejected)
         return rejected
 
     def _isolate(
@@ -312,17 +331,30 @@ def timeout_hint(settings: JdbcSettings) -> str:
     )
 
 
-def _is_unique(conn: sa.Connection, schema: str | None, name: str, keys: set[str]) -> bool:
+def _unique_on(
+    conn: sa.Connection, schema: str | None, name: str, keys: set[str]
+) -> dict[str, bool] | None:
+    """None when no primary key, unique constraint or unique index is on exactly ``keys``;
+    else ``{"nulls_distinct": ...}``: False when one of them is ``NULLS NOT DISTINCT``
+    (PostgreSQL 15+), so that rows with NULL keys conflict and are folded like others."""
     insp = sa.inspect(conn)
-    candidates: list[set[str]] = []
+    candidates: list[tuple[set[str], dict[str, Any]]] = []
     try:
-        candidates.append(set(insp.get_pk_constraint(name, schema=schema)["constrained_columns"]))
+        candidates.append(
+            (set(insp.get_pk_constraint(name, schema=schema)["constrained_columns"]), {})
+        )
         candidates += [
-            set(u["column_names"]) for u in insp.get_unique_constraints(name, schema=schema)
+            (set(u["column_names"]), dict(u.get("dialect_options") or {}))
+            for u in insp.get_unique_constraints(name, schema=schema)
         ]
         candidates += [
-            set(i["column_names"]) for i in insp.get_indexes(name, schema=schema) if i.get("unique")
+            (set(i["column_names"]), dict(i.get("dialect_options") or {}))
+            for i in insp.get_indexes(name, schema=schema)
+            if i.get("unique")
         ]
     except NotImplementedError:
-        return True  # the dialect cannot tell: let the database decide
-    return keys in candidates
+        return {"nulls_distinct": True}  # the dialect cannot tell: let the database decide
+    found = [options for columns, options in candidates if columns == keys]
+    if not found:
+        return None
+    return {"nulls_distinct": not any(o.get("postgresql_nulls_not_distinct") for o in found)}
