@@ -185,6 +185,11 @@ def rekey_nan(mapping: dict[Any, Any]) -> None:
             return
 
 
+#: a lone surrogate ("\ud800") is encoded as managed state encodes it (the same bytes as
+#: strict UTF-8 for every other str), so such a key partitions instead of raising
+_SURROGATES = "surrogatepass"
+
+
 def key_bytes(value: Any) -> bytes:
     """Bytes that identify a key the same way in every process (never Python's ``hash``);
     equal numbers give equal bytes whatever their type (``1 == 1.0 == True ==
@@ -196,7 +201,7 @@ def key_bytes(value: Any) -> bytes:
             return b"n%d" % int(value)
         return b"f" + repr(value).encode()
     if isinstance(value, str):
-        return b"s" + value.encode()
+        return b"s" + value.encode("utf-8", _SURROGATES)
     if isinstance(value, bytes):
         return b"b" + value
     if isinstance(value, tuple | list):
@@ -205,7 +210,7 @@ def key_bytes(value: Any) -> bytes:
         return b"d{" + b",".join(_item_bytes((k, v)) for k, v in sorted_items(value)) + b"}"
     if isinstance(value, decimal.Decimal):
         return _decimal_bytes(value)
-    return b"r" + repr(value).encode()
+    return b"r" + repr(value).encode("utf-8", _SURROGATES)
 
 
 #: what separates the items of a tuple or dict in key_bytes: escaped in a string item, so
@@ -216,7 +221,7 @@ _DELIMITERS = re.compile(rb"[\\,(){}]")
 def _item_bytes(value: Any) -> bytes:
     """key_bytes of an item of a tuple, list or dict."""
     if isinstance(value, str):
-        return b"s" + _DELIMITERS.sub(rb"\\\g<0>", value.encode())
+        return b"s" + _DELIMITERS.sub(rb"\\\g<0>", value.encode("utf-8", _SURROGATES))
     if isinstance(value, bytes):
         return b"b" + _DELIMITERS.sub(rb"\\\g<0>", value)
     return key_bytes(value)

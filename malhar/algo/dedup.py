@@ -24,6 +24,7 @@ key columns go one key at a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -58,6 +59,9 @@ __all__ = ["BoundedDedup", "TimeBasedDedup"]
 #: TimeBasedDedup.keys_in_seen_to before the operator has looked at its restored state
 _UNDECIDED = "undecided"
 
+#: the label of a row whose key the state codec refuses (to the error port)
+_REFUSED = 3
+
 
 class _Dedup(TypedOutputs, AlgoOperator):
     PARTITIONING: ClassVar[str] = "keyed by `key`"
@@ -75,6 +79,28 @@ class _Dedup(TypedOutputs, AlgoOperator):
 
     def partitioning(self) -> Partitioning:
         return Partitioning("keyed", {"input": FieldCodec(self.key)})
+
+    #: 0 unique, 1 duplicate (2 expired): the subclass's decision for a key
+    _classify: Callable[..., int]
+
+    def _label(self, k: Any, *args: Any) -> int:
+        """:meth:`_classify` of the key, or :data:`_REFUSED` when the state codec refuses
+        it (the tuple goes to the error port: :meth:`_refuse`)."""
+        try:
+            return self._classify(k, *args)
+        except Exception as exc:  # a key the state codec cannot encode (a dict, a Decimal)
+            if type(exc).__name__ != "StateCodecError":
+                raise
+            return _REFUSED
+
+    def _refuse(self, t: Any, k: Any) -> None:
+        self._error(t, f"the key {k!r} cannot be stored: {STORABLE_KEYS}")
+
+    def _refuse_rows(self, batch: pa.RecordBatch, keys: pa.Array, labels: np.ndarray) -> None:
+        """The rows labelled :data:`_REFUSED` to the error port, as :meth:`process` sends
+        them: one bad key costs its row, not the batch."""
+        for i in np.flatnonzero(labels == _REFUSED).tolist():
+            self._refuse(batch.slice(i, 1).to_pylist()[0], keys[i].as_py())
 
     def _emit_split(
         self, batch: pa.RecordBatch, labels: list[int] | np.ndarray, ports: list[Any]
@@ -98,7 +124,14 @@ class TimeBasedDedup(_Dedup):
     twice), or any time in the same bucket.
 
     Keys are compared by value within one type: ``1``, ``1.0`` and ``True`` are three keys
-    (as in a typed column, which holds one type).
+    (as in a typed column, which holds one type). A key managed state cannot store (a
+    Decimal, a date, an integer past 64 bits) sends its tuple to ``error``, in a batch
+    too (the rest of the batch is decided); so does a time that is no epoch-ms int
+    (a uint64 past ``2**63 - 1``).
+
+    ``bucket_span`` is kept with the checkpoint: restarting with another span raises
+    StateError (the stored buckets are counted in the old one); change it with a new
+    checkpoint location.
 
     Int, str and bytes keys (str and bytes of up to 64 bytes) are kept as sorted runs per
     bucket (``docs/state.md`` §4a): an Arrow batch of them is decided and stored in NumPy.
@@ -196,15 +229,9 @@ class TimeBasedDedup(_Dedup):
         kt = self._read(t)
         if kt is None:
             return
-        try:
-            label = self._classify(*kt)
-        except Exception as exc:
-            if type(exc).__name__ != "StateCodecError":
-                raise
-            self._error(
-                t,
-                f"the key {kt[0]!r} cannot be stored: {STORABLE_KEYS}",
-            )
+        label = self._label(*kt)
+        if label == _REFUSED:
+            self._refuse(t, kt[0])
             return
         if label != 2:
             self._newest(kt[1])
@@ -229,6 +256,8 @@ class TimeBasedDedup(_Dedup):
             or pa.types.is_nested(keys.type)  # lists, structs: not storable, per tuple
             or times.null_count
             or not (pa.types.is_integer(times.type) or pa.types.is_timestamp(times.type))
+            # a uint64 time past 2**63 - 1 is no epoch-ms time: its row goes to error
+            or (times.type == pa.uint64() and pc.max(times).as_py() > I64_MAX)
         ):
             for row in batch.to_pylist():
                 self.process(row)
@@ -247,9 +276,10 @@ class TimeBasedDedup(_Dedup):
             labels[fit] = self._classify_sets(keys, sets, held, stamps[fit], fit)
             long = np.flatnonzero(rest)
             labels[long] = self._classify_rows(keys.take(long), stamps[long])
-        live = stamps[labels != 2]
+        live = stamps[labels < 2]
         if len(live):
             self._newest(int(live.max()))
+        self._refuse_rows(batch, keys, labels)
         self._emit_split(batch, labels, [self.unique, self.duplicate, self.expired])
 
     def _alive(self, stamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -266,9 +296,9 @@ class TimeBasedDedup(_Dedup):
         return labels, alive
 
     def _classify_rows(self, keys: pa.Array, stamps: np.ndarray) -> np.ndarray:
-        """:meth:`_classify` of each row, one key at a time (keys the key sets do not hold)."""
+        """:meth:`_label` of each row, one key at a time (keys the key sets do not hold)."""
         pairs = zip(keys.to_pylist(), stamps.tolist(), strict=True)
-        return np.array([self._classify(k, ts) for k, ts in pairs], np.int8)
+        return np.array([self._label(k, ts) for k, ts in pairs], np.int8)
 
     def _held_keys(
         self, keys: pa.Array
@@ -377,7 +407,8 @@ def _offsets_and_data(keys: pa.Array) -> tuple[np.ndarray, np.ndarray, bool] | N
 class BoundedDedup(_Dedup):
     """Drops repeated tuples by key, remembering the last ``max_keys`` distinct keys of each
     partition (Malhar's ``BoundedDedupOperator``): the oldest key is forgotten first, and
-    is unique again when it comes back.
+    is unique again when it comes back. A key managed state cannot store (a Decimal, a
+    date, an integer past 64 bits) sends its tuple to ``error``, in a batch too.
 
     Example:
         >>> import tempfile
@@ -433,15 +464,9 @@ class BoundedDedup(_Dedup):
         except (KeyError, IndexError, TypeError) as exc:
             self._error(t, missing(exc.args[0] if exc.args else self.key))
             return
-        try:
-            label = self._classify(k)
-        except Exception as exc:  # a key the state codec cannot encode (a dict, a list)
-            if type(exc).__name__ != "StateCodecError":
-                raise
-            self._error(
-                t,
-                f"the key {k!r} cannot be stored: {STORABLE_KEYS}",
-            )
+        label = self._label(k)
+        if label == _REFUSED:
+            self._refuse(t, k)
             return
         (self.unique, self.duplicate)[label].emit(t)
 
@@ -462,7 +487,8 @@ class BoundedDedup(_Dedup):
             return
         encoded = encode_keys(self._keys.key_codec, keys)
         if encoded is None:  # a key type without a vectorized encoding: one key at a time
-            labels = [self._classify(k) for k in keys.to_pylist()]
+            labels = np.array([self._label(k) for k in keys.to_pylist()], np.int8)
+            self._refuse_rows(batch, keys, labels)
         else:
             labels = self._classify_batch(keys, encoded)
         self._emit_split(batch, labels, [self.unique, self.duplicate])

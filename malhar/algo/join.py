@@ -48,25 +48,47 @@ def _ragged() -> Any:
 
 
 def _storable(k: Any) -> bool:
-    """A key managed state's ordered key codec takes (AUTO_KEY)."""
-    if isinstance(k, tuple):
+    """A key managed state's ordered key codec takes (AUTO_KEY): by exact type, as the
+    codec checks (a subclass, such as a NumPy scalar or an IntEnum, is refused)."""
+    t = type(k)
+    if t is tuple:
         return all(_storable(x) for x in k)
-    if isinstance(k, int) and not isinstance(k, bool):
+    if t is int:
         return -(2**63) <= k < 2**63  # the codec's integers are 64-bit
-    return k is None or isinstance(k, bool | float | str | bytes)
+    return k is None or t is bool or t is float or t is str or t is bytes
+
+
+def _unstorable(k: Any, verb: str) -> str:
+    """The error-port reason for a key :func:`_storable` refuses."""
+    reason = f"the key {k!r} cannot be {verb}: {STORABLE_KEYS}"
+    if type(k) not in (tuple, int, float, str, bytes) and isinstance(
+        k, tuple | int | float | str | bytes
+    ):
+        # a NumPy scalar, an IntEnum, a str subclass: managed state keys have exact types
+        reason += f" (a {type(k).__name__} is not: convert it to the built-in type)"
+    return reason
+
+
+class FieldClash(ValueError):
+    """The joined row would have two fields of one name (see :func:`merge_rows`)."""
 
 
 def merge_rows(left: dict | None, right: dict | None, left_key: str, right_key: str) -> dict:
     """The joined row: the left fields, then the right ones; a right field whose name the
     left row has is prefixed ``right_`` (the right key is dropped when both keys share
-    a name)."""
+    a name). Raises :class:`FieldClash` when a right field's name (prefixed or not) is
+    already in the row: a left field named ``right_x`` and a right field ``x`` both in
+    the left row, say, as the batch join refuses them."""
     out = dict(left or {})
     for f, v in (right or {}).items():
         if f == right_key and right_key == left_key:
             if f not in out:
                 out[f] = v
             continue
-        out[f"right_{f}" if f in out else f] = v
+        name = f"right_{f}" if f in out else f
+        if name in out:
+            raise FieldClash(f"the joined field {name!r} clashes")
+        out[name] = v
     return out
 
 
@@ -105,11 +127,14 @@ class StreamJoin(_Join):
     Output ``output``: merged dict rows (left fields, then right ones; a clashing right
     field is renamed ``right_<name>``), emitted when the second tuple of a pair arrives.
     For ``left``/``right``/``outer`` joins, a tuple of an outer side that found no partner
-    is emitted alone when it expires.
+    is emitted alone when it expires. A pair whose row would have one field twice (the
+    left tuple has ``x`` and ``right_x``, the right one ``x``) is not joined: the second
+    tuple goes to ``error`` with the field's name, and both count as matched.
 
     Keys match as managed state stores them: by value within one type, so ``1``, ``1.0``
     and ``True`` are three keys (a typed column holds one type; normalize untyped keys
-    first when they mix).
+    first when they mix). Keys are of Python's own types: a NumPy scalar, an IntEnum or
+    another subclass sends its tuple to ``error``.
 
     Example:
         >>> import tempfile
@@ -183,10 +208,7 @@ class StreamJoin(_Join):
             self._error(t, str(exc))
             return
         if not _storable(k):
-            self._error(
-                t,
-                f"the key {k!r} cannot be stored: {STORABLE_KEYS}",
-            )
+            self._error(t, _unstorable(k, "stored"))
             return
         other = self._sides[1 - side]
         matched = False
@@ -200,7 +222,11 @@ class StreamJoin(_Join):
                     continue
                 matched = True
                 pair = (t, entry[0]) if side == 0 else (entry[0], t)
-                self._out.append(merge_rows(pair[0], pair[1], self.left_key, self._rkey))
+                try:
+                    self._out.append(merge_rows(pair[0], pair[1], self.left_key, self._rkey))
+                except FieldClash as exc:
+                    # the pair is joined to the error port (both count as matched)
+                    self._clash(t, entry[0], side, exc)
                 if not entry[1]:
                     entry[1], changed = True, True
             if changed:
@@ -209,6 +235,11 @@ class StreamJoin(_Join):
         entries = mine.get(k, self.epoch) or []
         entries.append([t, matched, ts])
         mine.put(k, self.epoch, entries)
+
+    def _clash(self, t: Any, other: Any, side: int, exc: FieldClash) -> None:
+        """The pair of ``t`` and ``other`` cannot be one row: ``t`` to the error port."""
+        partner = ("right", "left")[side]
+        self._error(t, f"{exc} with the {partner} tuple {other!r}: rename a field")
 
     def _flush(self) -> None:
         # emitted at once: nothing of an application window waits in runtime attributes,
@@ -258,11 +289,14 @@ class LookupJoin(_Join):
     Table updates of an (application) window take effect at its end, so a stream tuple
     sees the table as of the previous window whatever the arrival order (deterministic on
     replay); within a window the last update of a key wins. ``join_type`` ``inner`` drops stream tuples
-    without a row, ``left`` emits them alone.
+    without a row, ``left`` emits them alone. A stream tuple whose joined row would have
+    one field twice (it has ``x`` and ``right_x``, the table row ``x``) goes to ``error``
+    with the field's name, one tuple at a time or in a batch.
 
     Keys match as managed state stores them: by value within one type, so ``1``, ``1.0``
-    and ``True`` are three keys (a typed column holds one type; normalize untyped keys
-    first when they mix).
+    and ``True`` are three keys, in one window's updates too (a typed column holds one
+    type; normalize untyped keys first when they mix). Keys are of Python's own types: a
+    NumPy scalar, an IntEnum or another subclass sends its tuple to ``error``.
 
     Example:
         >>> import tempfile
@@ -283,7 +317,9 @@ class LookupJoin(_Join):
 
     join_type = Property(str, default="inner", one_of=("inner", "left"), doc="inner or left")
 
-    #: key -> table row received in the open application window (in force at its end)
+    #: the state codec's bytes of a key -> (key, its table row received in the open
+    #: application window), in force at its end: keys as the table tells them apart
+    #: (1, 1.0 and True are three; a dict would make them one)
     updates = State(dict)
 
     def __init__(
@@ -304,8 +340,8 @@ class LookupJoin(_Join):
         try:
             k = self._get(t, self._rkey)
             if not _storable(k):
-                raise TypeError(f"the key {k!r} cannot be stored: {STORABLE_KEYS}")
-            self.updates[k] = t
+                raise TypeError(_unstorable(k, "stored"))
+            self.updates[self._table.key_codec.encode(k)] = (k, t)
         except KeyError as exc:
             self._error(t, missing(exc.args[0]))
         except TypeError as exc:
@@ -321,19 +357,22 @@ class LookupJoin(_Join):
             self._error(t, str(exc))
             return
         if not _storable(k):
-            self._error(
-                t,
-                f"the key {k!r} cannot be looked up: {STORABLE_KEYS}",
-            )
+            self._error(t, _unstorable(k, "looked up"))
             return
         row = self._joined(t, k)
         if row is not None:
             self._emit_rows([row])
 
     def _joined(self, t: Any, k: Any) -> dict | None:
+        """The row of ``t`` and its key's table row (None: none, or it went to the error
+        port)."""
         row = self._table.get(k)
         if row is not None:
-            return merge_rows(t, row, self.left_key, self._rkey)
+            try:
+                return merge_rows(t, row, self.left_key, self._rkey)
+            except FieldClash as exc:
+                self._error(t, f"{exc} with the table row {row!r}: rename a field")
+                return None
         if self.join_type == "left":
             return merge_rows(t, None, self.left_key, self._rkey)
         return None
@@ -416,5 +455,7 @@ class LookupJoin(_Join):
 
     def end_window(self) -> None:
         for k, row in self.updates.items():
+            if type(row) is tuple:  # (key, row); a checkpoint from before: key -> row
+                k, row = row
             self._table[k] = row
         self.updates = {}

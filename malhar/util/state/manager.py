@@ -269,6 +269,8 @@ class ManagedState:
                 f"{self.where}: time buckets {name!r} exist with span {s.bucket_span}, "
                 f"not {bucket_span}"
             )
+        if self._window is not None:
+            s.check_restored()  # the checkpoint's span
         return s
 
     def int_sets(self, name: str, bucket_span: int) -> Any:
@@ -315,6 +317,8 @@ class ManagedState:
                 f"{self.where}: key sets {name!r} exist with span {s.bucket_span}, "
                 f"not {bucket_span}"
             )
+        if self._window is not None:
+            s.check_restored()  # the checkpoint's span
         return s
 
     # -- filesystem and local store -----------------------------------------------------------
@@ -397,6 +401,15 @@ class ManagedState:
         self._head = head
         self._window = window
         self.epoch += 1
+        for s in self._structs.values():
+            check = getattr(s, "check_restored", None)
+            if check is not None:
+                check()  # time buckets: the checkpoint's bucket span is theirs
+
+    @property
+    def has_changes(self) -> bool:
+        """Whether the next checkpoint writes anything (changes since the last one)."""
+        return bool(self._overlay or self._ranges or self._pending)
 
     def checkpoint(self, window: int) -> None:
         """Make durable what changed since the last checkpoint, as the state after ``window``.

@@ -12,19 +12,30 @@ refused (``put`` returns False) and reads of them return None, as Malhar's
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from malhar.util.state.codecs import INT, Codec, KeyCodec
-from malhar.util.state.keys import TIME
+from malhar.util.state.errors import StateError
+from malhar.util.state.keys import KIND_NAMES, TIME
 from malhar.util.state.structure import Structure
 
 _MIN = -(1 << 63)
+_Q = struct.Struct("<q")
+#: the metadata with the bucket span: kind u8 | horizon i64 | bucket_span i64 (a
+#: checkpoint from before the span was kept has the first two only)
+_WITH_SPAN = 1 + 2 * _Q.size
 
 
 class Bucketed(Structure):
     """What the time-bucketed structures share: entries ``bucket | rest`` under the prefix, and
-    the expiry horizon (the first live bucket) as the metadata."""
+    the expiry horizon (the first live bucket) and the bucket span as the metadata.
+
+    The entries and the horizon are bucket numbers, which mean something only with the span
+    they were counted in: a restore with another ``bucket_span`` raises StateError (a
+    checkpoint from before the span was kept is taken as it is, and gets the span with the
+    next checkpoint that writes anything)."""
 
     META_DEFAULT = _MIN  # the horizon: buckets below it are expired
 
@@ -40,6 +51,49 @@ class Bucketed(Structure):
             raise ValueError(f"bucket_span must be a positive int, got {bucket_span!r}")
         super().__init__(state, name, key_codec, value_codec)
         self.bucket_span = bucket_span
+        self._span_kept = False  # whether the checkpointed metadata has the span
+
+    # -- the metadata: the horizon, and the span checked and kept beside it -------------------
+    @property
+    def _meta(self) -> int:
+        st = self._state
+        if self._meta_epoch == st.epoch:
+            return self._meta_value
+        value = Structure._meta.fget(self)  # type: ignore[attr-defined]
+        raw = st.get_raw(self._meta_key)
+        self._span_kept = raw is not None and len(raw) >= _WITH_SPAN
+        if self._span_kept:
+            span = _Q.unpack_from(raw, 1 + _Q.size)[0]
+            if span != self.bucket_span:
+                raise StateError(
+                    f"{st.where}: {KIND_NAMES[self.KIND]} {self.name!r} was checkpointed with "
+                    f"bucket_span {span}, not {self.bucket_span}: its buckets and expiry "
+                    f"horizon are counted in the old span, so the new one would misplace every "
+                    f"key (expire new tuples, miss duplicates). Set the bucket span back to "
+                    f"{span}, or start the operator from a new checkpoint location to change it"
+                )
+        return value
+
+    @_meta.setter
+    def _meta(self, value: int) -> None:
+        Structure._meta.fset(self, value)  # type: ignore[attr-defined]
+
+    def _flush_meta(self) -> None:
+        # the span joins the metadata with the first checkpoint that writes anything (the
+        # structure's entries among it, if any): a checkpoint without changes stays empty
+        st = self._state
+        if self._meta_epoch != st.epoch:
+            return
+        if self._meta_dirty or (not self._span_kept and st.has_changes):
+            meta = self.KIND + _Q.pack(self._meta_value) + _Q.pack(self.bucket_span)
+            st.put_raw(self._meta_key, meta)
+            self._meta_dirty = False
+            self._span_kept = True
+
+    def check_restored(self) -> None:
+        """Read the restored metadata now: a checkpoint of another span raises StateError
+        here, when the operator sets up, rather than with the first tuple."""
+        _ = self._meta
 
     def bucket_of(self, time: int) -> int:
         return int(time // self.bucket_span)
