@@ -9,6 +9,18 @@ The owner of a partition depends only on its topic's rank, its number and ``n``,
 how many partitions the topics have: when a topic gains partitions at runtime, the new ones
 are dealt on and no existing partition changes its reader (whose checkpointed position it
 is). Every process computes the same mapping.
+
+The owner does depend on the topic's rank among the configured topics: a restart whose
+``topics`` adds (or removes) a topic that sorts before existing ones moves their partitions
+to readers with no position for them. Such a restore is refused
+(:func:`moved_positions`, checked by the input's ``open``) with what changed and how to
+proceed, rather than made to work with an owner independent of the other topics (a stable
+hash of topic and partition): that other owner would differ from this one for the existing
+checkpoints of every multi-reader input, so they would have to be refused or migrated
+anyway, and a refusal is one check of the positions a reader restored, exact (it refuses
+precisely when a saved position would be lost and a partition read again from its earliest
+offset), and needs no extra state. Adding a topic whose name sorts after the configured
+ones moves nothing and is accepted (its partitions are read from their earliest offset).
 """
 
 from __future__ import annotations
@@ -28,12 +40,27 @@ def assign(
 
 
 def mapping(
-    partitions: Iterable[TopicPartitionKey], count: int
+    partitions: Iterable[TopicPartitionKey], count: int, topics: Iterable[str] | None = None
 ) -> dict[int, list[TopicPartitionKey]]:
-    """Operator partition -> its Kafka partitions, for all ``count`` operator partitions."""
+    """Operator partition -> its Kafka partitions, for all ``count`` operator partitions.
+
+    ``topics``: the configured topics, whose sorted order gives the ranks (default: the
+    topics of ``partitions``)."""
     ordered = sorted(set(partitions))
-    rank = {t: k for k, t in enumerate(sorted({t for t, _ in ordered}))}
+    names = {t for t, _ in ordered} if topics is None else {*topics, *(t for t, _ in ordered)}
+    rank = {t: k for k, t in enumerate(sorted(names))}
     out: dict[int, list[TopicPartitionKey]] = {i: [] for i in range(count)}
     for topic, part in ordered:
         out[(rank[topic] + part) % count].append((topic, part))
     return out
+
+
+def moved_positions(
+    positions: Iterable[TopicPartitionKey], mine: Iterable[TopicPartitionKey], topics: Iterable[str]
+) -> list[TopicPartitionKey]:
+    """The partitions of the configured ``topics`` that a restored reader holds a position for
+    but no longer owns (``mine``): the assignment changed under its checkpoint, so another
+    reader would read them again from their earliest offset. Positions of topics no longer
+    configured are not counted (a topic removed from ``topics`` is simply no longer read)."""
+    configured, owned = set(topics), set(mine)
+    return sorted(tp for tp in positions if tp[0] in configured and tp not in owned)

@@ -14,6 +14,7 @@ downstream. A fixed bound makes the outcome the same in a replay as in the first
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, ClassVar
 
@@ -93,9 +94,31 @@ def json_depth(value: bytes) -> int:
     return deepest
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"number {text} is out of the range of a double")
+    return number
+
+
+#: RFC 8259 JSON: no NaN/Infinity constants; numbers that overflow a double are errors too
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_DECODER_EXP = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+#: an exponent: the only way a JSON number can overflow a double (1e999)
+_EXPONENT = re.compile(rb"[0-9][eE]")
+
+
 def parse_json(value: bytes) -> tuple[Any, str | None]:
     """``(document, None)``, or ``(None, reason)`` for a value that is not valid JSON, not
-    UTF-8, or nested deeper than :data:`MAX_JSON_DEPTH`."""
+    UTF-8, or nested deeper than :data:`MAX_JSON_DEPTH`.
+
+    The bytes are decoded as UTF-8, strictly (``json.loads`` on bytes would also take
+    UTF-16/32 and lone surrogates); ``NaN``, ``Infinity`` and numbers beyond a double's
+    range (``1e999``) are errors, not ``nan``/``inf``: they are not JSON (RFC 8259)."""
     # cheap bound first (two C scans): only a value with that many brackets can be too deep
     if value.count(b"[") + value.count(b"{") > MAX_JSON_DEPTH:
         depth = json_depth(value)
@@ -105,9 +128,12 @@ def parse_json(value: bytes) -> tuple[Any, str | None]:
                 "a JSON value may have"
             )
     try:
-        return json.loads(value), None
+        text = value.decode("utf-8")
     except UnicodeDecodeError as exc:
         return None, f"value is not valid UTF-8 JSON: {exc}"
+    decoder = _DECODER_EXP if _EXPONENT.search(value) else _DECODER
+    try:
+        return decoder.decode(text), None
     except ValueError as exc:
         return None, f"value is not valid JSON: {exc}"
     except RecursionError:  # not reached with the bound above; never fail the window on it

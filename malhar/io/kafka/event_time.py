@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from malhar.util.epoch_millis import event_millis
 
-__all__ = ["PartitionWatermarks", "batch_highs", "row_highs", "to_event_millis"]
+__all__ = ["PartitionWatermarks", "batch_highs", "row_highs", "row_times", "to_event_millis"]
 
 TP = tuple[str, int]
 
@@ -90,6 +90,39 @@ def row_highs(
         if ms > highs.get(tp, ms - 1):
             highs[tp] = ms
     return highs
+
+
+#: what an extractor raises for a record whose event time is not there or not a time
+_BAD_TIME = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError)
+
+
+def row_times(
+    rows: Iterable[dict[str, Any]], extract: Callable[[Any], Any]
+) -> tuple[dict[TP, int], dict[int, str]]:
+    """``(highs, bad)``: the largest event time per Kafka partition of dict tuples, and the
+    rows (index -> reason) whose event time could not be read or is not a time (a string, a
+    JSON value that is not an object ...). The input sends those to its error port and
+    leaves them out of the output and the watermark; a function of the records only, so a
+    replay decides the same. A row whose event time is ``None`` (a missing field) has none:
+    it is emitted and says nothing about the watermark."""
+    highs: dict[TP, int] = {}
+    bad: dict[int, str] = {}
+    for i, row in enumerate(rows):
+        try:
+            value = extract(row)
+            if value is None:
+                continue
+            ms = event_millis(value)
+        except _BAD_TIME as exc:
+            bad[i] = (
+                f"no event time: {exc} (event_time must give epoch milliseconds, a datetime "
+                "or a date)"
+            )
+            continue
+        tp = (row["topic"], row["partition"])
+        if ms > highs.get(tp, ms - 1):
+            highs[tp] = ms
+    return highs, bad
 
 
 class PartitionWatermarks:

@@ -2,9 +2,10 @@
 
 A :class:`~malhar.io.base.ReplayableInput`: per window and operator partition the record
 saved in the window data manager is the offset range read from each Kafka partition,
-``{"ranges": [[topic, partition, start, end (exclusive), records], ...]}``; a replayed
-window reads exactly those ranges again; ``committed`` commits the offsets to the consumer
-group. The position (next offset per partition) is checkpointed state.
+``{"ranges": [[topic, partition, start, end (exclusive), records], ...]}`` (with
+``event_time``, also ``"watermark"``: the one the window sent, sent again by its replay); a
+replayed window reads exactly those ranges again; ``committed`` commits the offsets to the
+consumer group. The position (next offset per partition) is checkpointed state.
 
 Classes (one per value format, since a port's schema belongs to the class):
 
@@ -13,7 +14,9 @@ Classes (one per value format, since a port's schema belongs to the class):
 - :class:`KafkaJsonInputOperator`: an untyped port emitting dicts whose ``value`` is the
   parsed JSON document
 
-Records that cannot be decoded go to the ``error`` port (counted per window). The settings
+Records that cannot be decoded go to the ``error`` port (counted per window), and so do,
+with ``event_time``, records whose event time is not a time (a string, a JSON value that is
+not an object): left out of the output and the watermark, on a replay too. The settings
 are :class:`~malhar.io.kafka.settings.KafkaSettings` (shared with the Spark data source)
 plus the window limits below.
 
@@ -31,15 +34,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
+import pyarrow as pa
 
 from malhar.control import DeliveryType
 from malhar.io.base.dealing import DealtPositions
 from malhar.io.base.input import ReplayableInput, WindowRecord
-from malhar.io.kafka.assignment import assign
+from malhar.io.kafka.assignment import assign, moved_positions
 from malhar.io.kafka.client import TP, KafkaClient, format_tps
 from malhar.io.kafka.deserializers import Deserializer, get_deserializer
 from malhar.io.kafka.errors import KafkaConfigError, ReplayError
-from malhar.io.kafka.event_time import PartitionWatermarks, batch_highs, row_highs
+from malhar.io.kafka.event_time import PartitionWatermarks, batch_highs, row_times
 from malhar.io.kafka.readers import deal, readers_for
 from malhar.io.kafka.records import (
     ERROR_DDL,
@@ -63,8 +67,9 @@ log = logging.getLogger("malhar.io.kafka")
 #: seconds one consume() call waits once a window has its first records
 _NEXT_WAIT = 0.01
 
-#: the window record: {"ranges": [[topic, partition, start, end (exclusive), records], ...]}
-Ranges = dict[str, list[list[Any]]]
+#: the window record: {"ranges": [[topic, partition, start, end (exclusive), records], ...]},
+#: plus "watermark" (int or None) with event_time
+Ranges = dict[str, Any]
 
 
 def _check_event_time(value: Any) -> str | None:
@@ -74,17 +79,40 @@ def _check_event_time(value: Any) -> str | None:
 
 
 def _path(spec: str) -> Any:
-    """``"value.ts"`` reads ``row["value"]["ts"]`` (JSON records); ``"timestamp"`` a column."""
+    """``"value.ts"`` reads ``row["value"]["ts"]`` (JSON records); ``"timestamp"`` a column.
+
+    A missing field or a null on the way gives None (no event time); a JSON value that is
+    not an object where the path needs one raises TypeError (the record goes to the error
+    port, :func:`~malhar.io.kafka.event_time.row_times`)."""
     names = spec.split(".")
     if len(names) == 1:
         return lambda row: row[spec]
 
     def get(row: Any) -> Any:
+        walked = []
         for name in names:
-            row = None if row is None else row.get(name)
+            if row is None:
+                return None
+            if not isinstance(row, dict):
+                raise TypeError(
+                    f"event_time={spec!r}: {'.'.join(walked)} is {type(row).__name__} "
+                    f"{_short(row)}, not a JSON object with a field {name!r}"
+                )
+            row = row.get(name)
+            walked.append(name)
         return row
 
     return get
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _time_type(kind: Any) -> bool:
+    """Whether a record column can hold an event time: a timestamp or epoch milliseconds."""
+    return pa.types.is_timestamp(kind) or pa.types.is_integer(kind)
 
 
 def _ranges(record: Ranges) -> dict[TP, tuple[int, int, int]]:
@@ -183,6 +211,8 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
     _partitions = State(default=None)
     #: per Kafka partition: the largest event time emitted (event_time watermarks)
     _event_marks = State(PartitionWatermarks)
+    #: the configured topics the checkpoint was written with (None: an older checkpoint)
+    _topics = State(default=None)
 
     def __init__(
         self,
@@ -212,9 +242,13 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
         group = self.group_id or f"malhar-{context.application}-{context.name}"
         self._client: KafkaClient = self.make_client(group, self.label)
         self._index = context.partition
-        self._tps: list[TP] = assign(
-            self._topic_partitions(), context.partition, context.partitions
-        )
+        every = self._topic_partitions()
+        self._tps: list[TP] = assign(every, context.partition, context.partitions)
+        if restored:
+            self._check_assignment(context.partitions)
+        else:
+            self.check_start_offsets(every, self.label)
+        self._topics = self.topic_list()
         topics = {t for t, _ in self._tps}
         #: the only topic this partition reads (its records need no topic() call), else None
         self._topic: str | None = topics.pop() if len(topics) == 1 else None
@@ -227,6 +261,34 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
             self.label,
             format_tps(self._tps),
             self._client.describe(),
+        )
+
+    def _check_assignment(self, readers: int) -> None:
+        """Refuse a checkpoint whose positions this reader no longer owns (see
+        :mod:`malhar.io.kafka.assignment`): the owner of a Kafka partition depends on its
+        topic's rank among the configured topics, so a topic added to (or removed from)
+        ``topics`` that sorts before others moves their partitions to readers with no position
+        for them, which would read them again from their earliest offset."""
+        now = self.topic_list()
+        moved = moved_positions(self._next, self._tps, now)
+        if not moved:
+            return
+        before = self._topics
+        changed = (
+            f"the topics were {sorted(before)}, now {sorted(now)}"
+            if before is not None and sorted(before) != sorted(now)
+            else f"the topics are {sorted(now)}"
+        )
+        raise KafkaConfigError(
+            f"{self.label}: its checkpoint holds the positions of {format_tps(moved)}, which "
+            f"another of the {readers} readers reads now ({changed}; Kafka partition p of "
+            "the k-th topic in sorted order goes to reader (k + p) % readers): restored, that "
+            "reader would read them again from their earliest offset. Keep the configured "
+            "topics; a topic may be added when its name sorts after them (it moves nothing), "
+            "or read by another Kafka input operator; or start this operator on a new "
+            "checkpoint with initial_offset='APPLICATION_OR_EARLIEST' to resume from the "
+            "offsets committed to its consumer group (the last windows before the stop, "
+            "not committed yet, are read again)"
         )
 
     def _adopt(self, missing: list[TP], restored: bool) -> None:
@@ -308,28 +370,66 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
         return deal(inputs, count)
 
     def _event_time_extractor(self) -> Any:
+        """The event time of a record; an ``event_time`` column that cannot hold one (not a
+        column, not a timestamp or an integer, a JSON field without ``value.``) is refused
+        here, at setup, rather than failing every window."""
         spec = self.event_time
         if spec is None or callable(spec):
             return spec
-        if self._schema is not None and spec not in self._schema.names:
+        json_value = self._schema is None  # the JSON operator: dicts, value untyped
+        schema = self._schema if self._schema is not None else record_schema("binary")
+        names = schema.names
+        head = spec.split(".", 1)[0]
+        fix = (
+            "use 'timestamp' for the Kafka record timestamp, 'value.<field>' for a field of "
+            "the JSON value, or a callable giving epoch ms or a datetime"
+            if json_value
+            else "use 'timestamp' for the Kafka record timestamp, a callable giving epoch ms "
+            "or a datetime, or KafkaJsonInputOperator with 'value.<field>' for a JSON field"
+        )
+        where = f"{self.label}: event_time={spec!r}"
+        if json_value and "." in spec and head == "value":
+            return _path(spec)
+        if spec not in names:
+            hint = f" (a field of the JSON value is 'value.{spec}')" if json_value else ""
             raise KafkaConfigError(
-                f"{self.label}: event_time={spec!r} is not a column of its records "
-                f"({', '.join(self._schema.names)}); use 'timestamp' for the Kafka record "
-                "timestamp, or KafkaJsonInputOperator with 'value.<field>' for a JSON field"
+                f"{where} is not a column of its records ({', '.join(names)}){hint}; {fix}"
+            )
+        kind = schema.field(spec).type
+        if not (json_value and spec == "value") and not _time_type(kind):
+            raise KafkaConfigError(
+                f"{where}: the column is {kind}, and an event time must be a timestamp or "
+                f"epoch milliseconds (an integer); {fix}"
             )
         return _path(spec)
 
     def end_window(self) -> None:
-        super().end_window()
         if self._event_time is None:
+            super().end_window()
             return
-        mark = self._event_marks.watermark(
-            self._tps, self.max_out_of_orderness_ms, self.window_id, self.watermark_idle_windows
-        )
+        record = self._replay_record
+        if record is not None and "watermark" in record:
+            mark = self._replayed_watermark(record["watermark"])
+        else:
+            mark = self._event_marks.watermark(
+                self._tps, self.max_out_of_orderness_ms, self.window_id, self.watermark_idle_windows
+            )
+        self._window_mark = mark  # saved with a new window's record (window_record)
+        super().end_window()
         if mark is not None:
             from malhar.window.watermark import Watermark
 
             self.output.emit_control(Watermark(mark), DeliveryType.END_WINDOW)
+
+    def _replayed_watermark(self, mark: int | None) -> int | None:
+        """A replayed window sends the watermark its first run sent, saved in its record:
+        recomputed, it could differ (partitions added to the topic since hold it back)."""
+        marks = self._event_marks
+        if marks.since is None:
+            marks.since = self.window_id
+        if mark is not None:
+            marks.sent = mark if marks.sent is None else max(marks.sent, mark)
+        return mark
 
     def _observe_event_times(self, highs: Iterable[tuple[TP, int]]) -> None:
         marks, window = self._event_marks, self.window_id
@@ -363,7 +463,12 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
                 gc.enable()
 
     def window_record(self) -> Ranges:
-        return {"ranges": sorted([t, p, s, e, n] for (t, p), (s, e, n) in self._ranges.items())}
+        record: Ranges = {
+            "ranges": sorted([t, p, s, e, n] for (t, p), (s, e, n) in self._ranges.items())
+        }
+        if self._event_time is not None:  # what a replay of the window sends again
+            record["watermark"] = self._window_mark
+        return record
 
     def replay(self, record: Ranges) -> int:
         enabled = gc.isenabled()
@@ -551,8 +656,9 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
         if self._schema is None:
             rows = record_dicts(msgs, column, set(errors), cols=cols)
             if event_time is not None:
-                rows = list(rows)
-                self._observe_event_times(row_highs(rows, event_time, self.label).items())
+                bad = self._event_times(rows, event_time, msgs, errors)
+                if bad:
+                    rows = [row for i, row in enumerate(rows) if i not in bad]
             for row in rows:
                 self.output.emit(row)
             return
@@ -566,9 +672,29 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
         if isinstance(self.event_time, str):
             self._observe_event_times(batch_highs(batch, self.event_time, self._topic))
         elif event_time is not None:
-            highs = row_highs(batch.to_pylist(), event_time, self.label)
-            self._observe_event_times(highs.items())
+            bad = self._event_times(batch.to_pylist(), event_time, msgs, errors)
+            if bad:
+                mask = np.ones(batch.num_rows, dtype=bool)
+                mask[list(bad)] = False
+                batch = batch.filter(pa.array(mask, pa.bool_()))
+                if not batch.num_rows:
+                    return
         self.output.emit_batch(batch)
+
+    def _event_times(
+        self, rows: list[dict[str, Any]], extract: Any, msgs: list[Any], skipped: Mapping
+    ) -> set[int]:
+        """Observe the event times of ``rows`` (``msgs`` less the ``skipped`` ones); the rows
+        whose event time is not a time go to the error port, with their record's topic,
+        partition and offset, and are left out of the watermark; their indexes are returned
+        for the caller to leave them out of the output."""
+        highs, bad = row_times(rows, extract)
+        self._observe_event_times(highs.items())
+        if bad:
+            kept = [i for i in range(len(msgs)) if i not in skipped] if skipped else None
+            for i, reason in bad.items():
+                self.error.emit(error_row(msgs[kept[i] if kept is not None else i], reason))
+        return set(bad)
 
 
 class KafkaTextInputOperator(KafkaInputOperator):

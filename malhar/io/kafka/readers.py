@@ -39,7 +39,11 @@ def deal(readers: list[KafkaInputOperator], count: int) -> list[KafkaInputOperat
         positions.update(r._next)
         group.update(r._group_committed)
         released = max([released, r._released, *r._unreleased])
-    owners = mapping(positions, count)
+    # ranks among the configured topics, as the readers' open() assigns them; positions of
+    # topics no longer configured are not read any more (and would shift the ranks)
+    topics = readers[0].topic_list()
+    positions = {tp: o for tp, o in positions.items() if tp[0] in topics}
+    owners = mapping(positions, count, topics)
     out = []
     for index in range(count):
         reader = readers[0].clone()

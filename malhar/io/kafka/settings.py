@@ -118,6 +118,31 @@ class KafkaSettings(Configurable):
             label=label,
         )
 
+    def check_start_offsets(self, partitions: Iterable[TP], who: str) -> None:
+        """Refuse offsets given as JSON in :attr:`initial_offset` for a topic or partition
+        that is not among ``partitions`` (every Kafka partition of the configured topics): a
+        misspelled topic would otherwise be ignored and its partitions read from the
+        earliest offset."""
+        start = InitialOffset.parse_start(self.initial_offset)
+        if not isinstance(start, dict):
+            return
+        known = set(partitions)
+        unknown = sorted(tp for tp in start if tp not in known)
+        if not unknown:
+            return
+        topics = {t for t, _ in known}
+        counts = {t: sum(1 for k, _ in known if k == t) for t in sorted(topics)}
+        named = ", ".join(
+            f"{t}[{p}] ({'no such configured topic' if t not in topics else 'no such partition'})"
+            for t, p in unknown
+        )
+        configured = ", ".join(f"{t!r} (partitions 0-{n - 1})" for t, n in counts.items())
+        raise KafkaConfigError(
+            f"{who}: the initial offsets {self.initial_offset!r} name {named}; the configured "
+            f"topics are {configured}. Name only those partitions (the ones not named start "
+            "at their earliest offset), or add the topic to the topics"
+        )
+
     def start_offsets(
         self, client: KafkaClient, tps: Iterable[TP], *, group: bool = True
     ) -> dict[TP, int]:

@@ -144,7 +144,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             raise KafkaConfigError(
                 f"malhar_kafka: startingOffsets {start.value} needs the option 'groupId'"
             )
-        return encode_offsets(settings.start_offsets(self.client, self._partitions()))
+        every = self._partitions()
+        settings.check_start_offsets(every, f"{SOURCE_NAME}: option 'startingOffsets'")
+        return encode_offsets(settings.start_offsets(self.client, every))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.settings.max_records_per_batch
