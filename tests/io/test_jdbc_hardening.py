@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,30 +24,9 @@ from malhar import DAG, OperatorContext, run
 from malhar.io.jdbc import JdbcConfigError, JdbcOutputOperator, register
 from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import ListInput
+from tests.io.jdbc_support import new_table, run_sql, unique_name
 
 pytestmark = pytest.mark.integration
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-def _sql(pg: Any, sql: str, params: tuple = ()) -> list[tuple]:
-    conn = pg.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            rows = cur.fetchall() if cur.description else []
-        conn.commit()
-        return rows
-    finally:
-        conn.close()
-
-
-def _table(pg: Any, prefix: str, columns: str) -> str:
-    name = _name(prefix)
-    _sql(pg, f"CREATE TABLE {name} ({columns})")
-    return name
 
 
 def _harness(op: JdbcOutputOperator, app: str) -> OperatorHarness:
@@ -64,9 +42,9 @@ def test_a_meta_row_belongs_to_its_table(postgres_service) -> None:
     """Before: the re-pointed writer opened the other table's meta row, committed window 2
     into table b, and the first writer's window 2 was then skipped silently (lost)."""
     pg = postgres_service
-    a = _table(pg, "ta", "k text NOT NULL, n bigint NOT NULL")
-    b = _table(pg, "tb", "k text NOT NULL, n bigint NOT NULL")
-    app = _name("shared")
+    a = new_table(pg, "ta", "k text NOT NULL, n bigint NOT NULL")
+    b = new_table(pg, "tb", "k text NOT NULL, n bigint NOT NULL")
+    app = unique_name("shared")
     first = _harness(JdbcOutputOperator(pg.sqlalchemy_url, table=a), app)
     _window(first, 0, [{"k": "a0", "n": 0}])
     _window(first, 1, [{"k": "a1", "n": 1}])
@@ -75,39 +53,39 @@ def test_a_meta_row_belongs_to_its_table(postgres_service) -> None:
     other = _harness(JdbcOutputOperator(pg.sqlalchemy_url, table=b), app)
     with pytest.raises(JdbcConfigError, match=rf"belongs to 'public\.{a}'.* writes 'public\.{b}'"):
         _window(other, 2, [{"k": "b2", "n": 2}])
-    assert _sql(pg, f"SELECT count(*) FROM {b}") == [(0,)]
+    assert run_sql(pg, f"SELECT count(*) FROM {b}") == [(0,)]
 
     _window(first, 2, [{"k": "a2", "n": 2}])  # the owner's windows still land
-    assert sorted(_sql(pg, f"SELECT k FROM {a}")) == [("a0",), ("a1",), ("a2",)]
-    assert _sql(pg, "SELECT window_id, target_id FROM malhar_meta WHERE app_id = %s", (app,)) == [
-        (2, f"public.{a}")
-    ]
+    assert sorted(run_sql(pg, f"SELECT k FROM {a}")) == [("a0",), ("a1",), ("a2",)]
+    assert run_sql(
+        pg, "SELECT window_id, target_id FROM malhar_meta WHERE app_id = %s", (app,)
+    ) == [(2, f"public.{a}")]
 
 
 def test_an_older_meta_table_is_migrated_and_its_rows_keep_working(postgres_service) -> None:
     """Before: the meta table had no target column (nothing to check a row's table against)."""
     pg = postgres_service
-    table = _table(pg, "mig", "k text NOT NULL, n bigint NOT NULL")
-    meta = _name("old_meta")
-    _sql(  # the meta table as the previous version created it, with a committed window
+    table = new_table(pg, "mig", "k text NOT NULL, n bigint NOT NULL")
+    meta = unique_name("old_meta")
+    run_sql(  # the meta table as the previous version created it, with a committed window
         pg,
         f"CREATE TABLE {meta} (app_id VARCHAR(255) NOT NULL, operator_id VARCHAR(255) NOT NULL,"
         " partition_id INTEGER NOT NULL, window_id BIGINT NOT NULL, updated_at TIMESTAMP WITH "
         "TIME ZONE NOT NULL DEFAULT CURRENT_TIMESTAMP, "
         "PRIMARY KEY (app_id, operator_id, partition_id))",
     )
-    app = _name("legacy")
-    _sql(pg, f"INSERT INTO {meta} (app_id, operator_id, partition_id, window_id) VALUES "
+    app = unique_name("legacy")
+    run_sql(pg, f"INSERT INTO {meta} (app_id, operator_id, partition_id, window_id) VALUES "
          "(%s, 'out', 0, 5)", (app,))  # fmt: skip
 
     h = _harness(JdbcOutputOperator(pg.sqlalchemy_url, table=table, meta_table=meta), app)
     _window(h, 5, [{"k": "replayed", "n": 5}])  # already committed before the upgrade
     _window(h, 6, [{"k": "new", "n": 6}])
-    assert _sql(pg, f"SELECT k FROM {table}") == [("new",)]
-    columns = {r[0] for r in _sql(pg, "SELECT column_name FROM information_schema.columns "
+    assert run_sql(pg, f"SELECT k FROM {table}") == [("new",)]
+    columns = {r[0] for r in run_sql(pg, "SELECT column_name FROM information_schema.columns "
                                       "WHERE table_name = %s", (meta,))}  # fmt: skip
     assert {"target_id", "run_id", "window_digest"} <= columns
-    assert _sql(pg, f"SELECT window_id, target_id FROM {meta}") == [(6, f"public.{table}")]
+    assert run_sql(pg, f"SELECT window_id, target_id FROM {meta}") == [(6, f"public.{table}")]
 
 
 def test_an_unnamed_application_gets_a_name_of_its_own(
@@ -115,7 +93,7 @@ def test_an_unnamed_application_gets_a_name_of_its_own(
 ) -> None:
     """Before: every application launched without a name wrote meta rows as "app"."""
     pg = postgres_service
-    table = _table(pg, "unnamed", "k text NOT NULL")
+    table = new_table(pg, "unnamed", "k text NOT NULL")
     meta = f"{table}_meta"
     with pytest.raises(ValueError, match="no name of its own"):
         _harness(JdbcOutputOperator(pg.sqlalchemy_url, table=table), "app").setup()
@@ -133,10 +111,10 @@ def test_an_unnamed_application_gets_a_name_of_its_own(
         launch(str(tmp_path / "one"))
         launch(str(tmp_path / "two"))
     assert sum("the application has no name" in r.getMessage() for r in caplog.records) == 2
-    apps = [r[0] for r in _sql(pg, f"SELECT app_id FROM {meta} ORDER BY app_id")]
+    apps = [r[0] for r in run_sql(pg, f"SELECT app_id FROM {meta} ORDER BY app_id")]
     # two checkpoints, two names: neither skips the other's windows as "app" did
     assert len(set(apps)) == 2 and all(a.startswith("app-") for a in apps), apps
-    assert _sql(pg, f"SELECT count(*) FROM {table}") == [(2,)]
+    assert run_sql(pg, f"SELECT count(*) FROM {table}") == [(2,)]
 
 
 # -- 4. poison pills -------------------------------------------------------------------------
@@ -149,8 +127,8 @@ def test_badly_shaped_tuples_go_to_the_error_port(postgres_service) -> None:
     """Before: a tuple of the wrong width (or a window mixing dicts and tuples, or an unknown
     column) raised JdbcConfigError for the whole window, at every replay: stuck forever."""
     pg = postgres_service
-    table = _table(pg, "shape", "k text PRIMARY KEY, n bigint NOT NULL, doc jsonb")
-    app = _name("shape")
+    table = new_table(pg, "shape", "k text PRIMARY KEY, n bigint NOT NULL, doc jsonb")
+    app = unique_name("shape")
     op = JdbcOutputOperator(pg.sqlalchemy_url, table=table, mode="upsert", key_columns=["k"])
     h = _harness(op, app)
     deep: Any = []
@@ -171,7 +149,7 @@ def test_badly_shaped_tuples_go_to_the_error_port(postgres_service) -> None:
         pa.RecordBatch.from_pylist([{"k": "j", "n": 8}]),
     ]
     _window(h, 0, window)
-    assert sorted(_sql(pg, f"SELECT k, n FROM {table}")) == [("a", 1), ("b", 2), ("j", 8)]
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {table}")) == [("a", 1), ("b", 2), ("j", 8)]
     errors = h.sink("error").per_window[0]
     reasons = {(e.get("k") or str(e.get("value"))): e["error"] for e in errors}
     assert len(errors) == 9
@@ -184,7 +162,7 @@ def test_badly_shaped_tuples_go_to_the_error_port(postgres_service) -> None:
     assert reasons["g"] == "expected a dict, a tuple or a record, got str"
     assert 'null value in column "n"' in reasons["h"]
     assert reasons["i"].startswith("unknown column(s) ['size']")
-    assert _sql(pg, "SELECT window_id FROM malhar_meta WHERE app_id = %s", (app,)) == [(0,)]
+    assert run_sql(pg, "SELECT window_id FROM malhar_meta WHERE app_id = %s", (app,)) == [(0,)]
 
 
 # -- 5. rejected rows kept with their window ----------------------------------------------------
@@ -192,9 +170,9 @@ def test_a_replayed_window_reemits_its_rejected_rows(postgres_service) -> None:
     """Before: a replayed (skipped) window emitted no error tuples (and there was no
     error_table on the operator)."""
     pg = postgres_service
-    table = _table(pg, "rerr", "k varchar(3) NOT NULL, n bigint NOT NULL")
-    errors = _name("rerr_errors")
-    app = _name("rerr")
+    table = new_table(pg, "rerr", "k varchar(3) NOT NULL, n bigint NOT NULL")
+    errors = unique_name("rerr_errors")
+    app = unique_name("rerr")
 
     def op() -> JdbcOutputOperator:
         return JdbcOutputOperator(pg.sqlalchemy_url, table=table, error_table=errors)
@@ -208,7 +186,7 @@ def test_a_replayed_window_reemits_its_rejected_rows(postgres_service) -> None:
         "1 value(s) for the 2 columns [",
         "value too long for type charac",
     ]
-    assert _sql(pg, f"SELECT window_id, row_json FROM {errors} ORDER BY row_index") == [
+    assert run_sql(pg, f"SELECT window_id, row_json FROM {errors} ORDER BY row_index") == [
         (1, '{"value": ["x"]}'),
         (1, '{"k": "toolong", "n": 2}'),
     ]
@@ -217,7 +195,7 @@ def test_a_replayed_window_reemits_its_rejected_rows(postgres_service) -> None:
     replay = _harness(op(), app)
     _window(replay, 1, rows)
     assert replay.sink("error").per_window[1] == emitted
-    assert sorted(_sql(pg, f"SELECT k FROM {table}")) == [("ok",), ("ok2",), ("w0",)]
+    assert sorted(run_sql(pg, f"SELECT k FROM {table}")) == [("ok",), ("ok2",), ("w0",)]
 
 
 # -- 7. bounded waits ------------------------------------------------------------------------
@@ -239,8 +217,8 @@ def test_a_writer_behind_a_held_meta_row_lock_times_out_and_retries(
     """Before: the window's SELECT ... FOR UPDATE waited for as long as the lock was held
     (there was no lock_timeout), and nothing was reported."""
     pg = postgres_service
-    table = _table(pg, "lock", "k text NOT NULL")
-    app = _name("lock")
+    table = new_table(pg, "lock", "k text NOT NULL")
+    app = unique_name("lock")
     op = Watch(pg.sqlalchemy_url, table=table, lock_timeout=0.5, retry_backoff=0.1)
     h = _harness(op, app)
     _window(h, 0, [{"k": "w0"}])
@@ -270,7 +248,7 @@ def test_a_writer_behind_a_held_meta_row_lock_times_out_and_retries(
     assert not worker.is_alive() and not failure, failure
     assert "lock timeout" in str(op.errors[0])
     assert "timed out waiting (lock_timeout=0.5s" in caplog.text
-    assert sorted(_sql(pg, f"SELECT k FROM {table}")) == [("w0",), ("w1",)]
+    assert sorted(run_sql(pg, f"SELECT k FROM {table}")) == [("w0",), ("w1",)]
 
 
 # -- 12. unknown sink options ----------------------------------------------------------------
@@ -283,7 +261,7 @@ def test_unknown_sink_options_fail_with_did_you_mean(spark, postgres_service, tm
         query = (
             df.writeStream.format("malhar_jdbc")
             .option("url", pg.sqlalchemy_url)
-            .option("name", _name("typo"))
+            .option("name", unique_name("typo"))
             .option("tabel", "events")
             .option("checkpointLocation", str(tmp_path / "ck"))
             .start()
@@ -375,8 +353,8 @@ def test_spark_sink_rerun_with_rows_in_other_partitions(spark, postgres_service,
     """Before: the sink keyed by partitionId() skipped the re-run's rows in partition 0 (never
     written: lost) and wrote partition 1's (some already written: duplicated)."""
     pg = postgres_service
-    table = _table(pg, "shift", "id bigint NOT NULL, batch bigint NOT NULL")
-    name = _name("shift")
+    table = new_table(pg, "shift", "id bigint NOT NULL, batch bigint NOT NULL")
+    name = unique_name("shift")
     checkpoint = tmp_path / "checkpoint"
     spark.dataSource.register(ShiftingSource)
     register(spark)
@@ -412,7 +390,9 @@ def test_spark_sink_rerun_with_rows_in_other_partitions(spark, postgres_service,
             query.stop()
 
     def ids(batch: int) -> Counter:
-        return Counter(i for (i,) in _sql(pg, f"SELECT id FROM {table} WHERE batch = %s", (batch,)))
+        return Counter(
+            i for (i,) in run_sql(pg, f"SELECT id FROM {table} WHERE batch = %s", (batch,))
+        )
 
     # batches 0 and 1 commit; batch 2 commits in partition 0 only, then the query fails
     failed = run_query(3, "even", fail_batch=2)
@@ -428,8 +408,10 @@ def test_spark_sink_rerun_with_rows_in_other_partitions(spark, postgres_service,
     # applied by the driver's commit; later batches run as usual
     assert run_query(5, "even") is None
     expected = Counter((b * 100 + i, b) for b in range(5) for i in range(6))
-    assert Counter(_sql(pg, f"SELECT id, batch FROM {table}")) == expected
-    assert _sql(pg, "SELECT count(*) FROM malhar_meta_stage WHERE app_id = %s", (name,)) == [(0,)]
+    assert Counter(run_sql(pg, f"SELECT id, batch FROM {table}")) == expected
+    assert run_sql(pg, "SELECT count(*) FROM malhar_meta_stage WHERE app_id = %s", (name,)) == [
+        (0,)
+    ]
 
 
 def test_spark_sink_exactly_once_needs_no_fingerprint_when_disabled(
@@ -437,8 +419,8 @@ def test_spark_sink_exactly_once_needs_no_fingerprint_when_disabled(
 ) -> None:
     """verify_reruns=false: no fingerprints, the behaviour of a plain partition-keyed sink."""
     pg = postgres_service
-    table = _table(pg, "nover", "id bigint NOT NULL, batch bigint NOT NULL")
-    name = _name("nover")
+    table = new_table(pg, "nover", "id bigint NOT NULL, batch bigint NOT NULL")
+    name = unique_name("nover")
     spark.dataSource.register(ShiftingSource)
     register(spark)
     df = (
@@ -461,10 +443,10 @@ def test_spark_sink_exactly_once_needs_no_fingerprint_when_disabled(
         query.processAllAvailable()
     finally:
         query.stop()
-    assert Counter(i for (i,) in _sql(pg, f"SELECT id FROM {table}")) == Counter(
+    assert Counter(i for (i,) in run_sql(pg, f"SELECT id FROM {table}")) == Counter(
         b * 100 + i for b in range(2) for i in range(4)
     )
-    assert set(_sql(pg, "SELECT window_digest FROM malhar_meta WHERE app_id = %s", (name,))) == {
+    assert set(run_sql(pg, "SELECT window_digest FROM malhar_meta WHERE app_id = %s", (name,))) == {
         (None,)
     }
 
@@ -475,8 +457,8 @@ def test_spark_sink_without_error_table_fails_a_batch_with_a_rejected_row(
     """A sink has no error port: without error_table, a row the database refuses fails the
     batch (and the batch writes nothing), naming the reason."""
     pg = postgres_service
-    table = _table(pg, "norej", "id bigint NOT NULL CHECK (id < 103), batch bigint NOT NULL")
-    name = _name("norej")
+    table = new_table(pg, "norej", "id bigint NOT NULL CHECK (id < 103), batch bigint NOT NULL")
+    name = unique_name("norej")
     spark.dataSource.register(ShiftingSource)
     register(spark)
     df = (
@@ -501,5 +483,5 @@ def test_spark_sink_without_error_table_fails_a_batch_with_a_rejected_row(
         query.stop()
     assert "violates check constraint" in str(err.value)
     # batch 0 committed; of batch 1, partition 0 (100, 102) may have committed, never 103
-    ids = {i for (i,) in _sql(pg, f"SELECT id FROM {table}")}
+    ids = {i for (i,) in run_sql(pg, f"SELECT id FROM {table}")}
     assert {0, 1, 2, 3} <= ids and 103 not in ids and 101 not in ids

@@ -31,35 +31,14 @@ from malhar.io.jdbc import (
 from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import ListInput
 from tests.engine.ops import Numbers, window_items
+from tests.io.jdbc_support import new_table, run_sql, unique_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _name(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-def _sql(pg: Any, sql: str, params: tuple = ()) -> list[tuple]:
-    conn = pg.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            rows = cur.fetchall() if cur.description else []
-        conn.commit()
-        return rows
-    finally:
-        conn.close()
-
-
-def _table(pg: Any, prefix: str, columns: str) -> str:
-    name = _name(prefix)
-    _sql(pg, f"CREATE TABLE {name} ({columns})")
-    return name
-
-
 def _meta(pg: Any, app: str) -> dict[tuple[str, int], int]:
-    rows = _sql(
+    rows = run_sql(
         pg,
         "SELECT operator_id, partition_id, window_id FROM malhar_meta WHERE app_id = %s",
         (app,),
@@ -119,15 +98,15 @@ def test_generic_path_modes_and_rejected_rows_on_sqlite(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_modes_through_the_engine_with_two_partitions(spark, postgres_service, tmp_path) -> None:
     pg = postgres_service
-    ins = _table(pg, "ins", "k varchar(5) NOT NULL, n bigint NOT NULL")
-    ups = _table(pg, "ups", "k varchar(5) PRIMARY KEY, n bigint NOT NULL")
-    mrg = _table(pg, "mrg", "k varchar(5) PRIMARY KEY, n bigint NOT NULL")
+    ins = new_table(pg, "ins", "k varchar(5) NOT NULL, n bigint NOT NULL")
+    ups = new_table(pg, "ups", "k varchar(5) PRIMARY KEY, n bigint NOT NULL")
+    mrg = new_table(pg, "mrg", "k varchar(5) PRIMARY KEY, n bigint NOT NULL")
     windows = [
         [{"k": "a", "n": 1}, {"k": "b", "n": 2}, {"k": "a", "n": 3}, {"k": "bad", "n": None}],
         [{"k": "b", "n": 10}, {"k": "c", "n": 20}, {"k": "toolong", "n": 1}, {"k": "a", "n": 4}],
         [{"k": "c", "n": 100}, {"k": "a", "n": 5}, {"k": "d", "n": 7}, {"k": "b", "n": 6}],
     ]
-    app = _name("modes")
+    app = unique_name("modes")
     dag = DAG(app)
     src = dag.add_operator("src", ListInput(windows))
     url = pg.sqlalchemy_url
@@ -144,14 +123,16 @@ def test_modes_through_the_engine_with_two_partitions(spark, postgres_service, t
     result = run(dag, windows=3, spark=spark, checkpoint=str(tmp_path), window_ms=100)
 
     good = [r for w in windows for r in w if r["n"] is not None and len(r["k"]) <= 5]
-    assert Counter(_sql(pg, f"SELECT k, n FROM {ins}")) == Counter((r["k"], r["n"]) for r in good)
-    assert sorted(_sql(pg, f"SELECT k, n FROM {ups}")) == [
+    assert Counter(run_sql(pg, f"SELECT k, n FROM {ins}")) == Counter(
+        (r["k"], r["n"]) for r in good
+    )
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {ups}")) == [
         ("a", 5),
         ("b", 6),
         ("c", 100),
         ("d", 7),
     ]
-    assert sorted(_sql(pg, f"SELECT k, n FROM {mrg}")) == [
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {mrg}")) == [
         ("a", 13),
         ("b", 18),
         ("c", 120),
@@ -175,8 +156,8 @@ def test_modes_through_the_engine_with_two_partitions(spark, postgres_service, t
 @pytest.mark.integration
 def test_a_replayed_committed_window_is_skipped(postgres_service) -> None:
     pg = postgres_service
-    table = _table(pg, "replay", "k text NOT NULL, n bigint NOT NULL")
-    app = _name("replay")
+    table = new_table(pg, "replay", "k text NOT NULL, n bigint NOT NULL")
+    app = unique_name("replay")
     rows = {w: [{"k": f"w{w}r{i}", "n": w * 10 + i} for i in range(3)] for w in range(4)}
 
     def op() -> JdbcOutputOperator:
@@ -187,25 +168,25 @@ def test_a_replayed_committed_window_is_skipped(postgres_service) -> None:
         _window(first, w, rows[w])
     # a second instance opened now (it will believe window 3 is still to come)
     stale = _harness(op(), app).setup()
-    before = sorted(_sql(pg, f"SELECT k, n FROM {table}"))
+    before = sorted(run_sql(pg, f"SELECT k, n FROM {table}"))
     assert len(before) == 9
 
     # the restored instance replays window 2 (already committed): skipped entirely
     restored = _harness(op(), app)
     _window(restored, 2, rows[2])
-    assert sorted(_sql(pg, f"SELECT k, n FROM {table}")) == before
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {table}")) == before
     assert _meta(pg, app) == {("out", 0): 2}
 
     # window 3 applies
     _window(restored, 3, rows[3])
-    after = sorted(_sql(pg, f"SELECT k, n FROM {table}"))
+    after = sorted(run_sql(pg, f"SELECT k, n FROM {table}"))
     assert after == sorted([*before, *((r["k"], r["n"]) for r in rows[3])])
     assert _meta(pg, app) == {("out", 0): 3}
 
     # the stale instance replays window 3: its cache says "not yet", the locked meta row
     # inside the transaction says "committed": nothing is written twice
     _window(stale, 3, rows[3])
-    assert sorted(_sql(pg, f"SELECT k, n FROM {table}")) == after
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {table}")) == after
     assert _meta(pg, app) == {("out", 0): 3}
 
     # window ids going backwards (a new checkpoint under the same name) fail loudly ...
@@ -215,7 +196,7 @@ def test_a_replayed_committed_window_is_skipped(postgres_service) -> None:
     lenient = op()
     lenient.skip_older_windows = True
     _window(_harness(lenient, app), 1, rows[1])
-    assert sorted(_sql(pg, f"SELECT k, n FROM {table}")) == after
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {table}")) == after
 
 
 # -- rows the database rejects ----------------------------------------------------------------
@@ -223,8 +204,8 @@ def test_a_replayed_committed_window_is_skipped(postgres_service) -> None:
 @pytest.mark.parametrize("mode", ["insert", "merge_add"])
 def test_rejected_rows_go_to_the_error_port(postgres_service, mode: str) -> None:
     pg = postgres_service
-    table = _table(pg, "rej", "k varchar(4) PRIMARY KEY, n bigint NOT NULL CHECK (n >= 0)")
-    app = _name("rejected")
+    table = new_table(pg, "rej", "k varchar(4) PRIMARY KEY, n bigint NOT NULL CHECK (n >= 0)")
+    app = unique_name("rejected")
     keys = None if mode == "insert" else ["k"]
     op = JdbcOutputOperator(pg.sqlalchemy_url, table=table, mode=mode, key_columns=keys)
     op.batch_size = 4
@@ -238,7 +219,9 @@ def test_rejected_rows_go_to_the_error_port(postgres_service, mode: str) -> None
     h.put("input", batch)  # a typed stream's Arrow batch in the same window
     h.end_window()
 
-    assert sorted(_sql(pg, f"SELECT k, n FROM {table}")) == sorted((r["k"], r["n"]) for r in good)
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {table}")) == sorted(
+        (r["k"], r["n"]) for r in good
+    )
     assert _meta(pg, app) == {("out", 0): 0}
     errors = {e["k"]: e for e in h.sink("error").tuples}
     assert set(errors) == {"nul", "toolong", "neg"}
@@ -251,15 +234,15 @@ def test_rejected_rows_go_to_the_error_port(postgres_service, mode: str) -> None
 @pytest.mark.integration
 def test_user_statement(postgres_service) -> None:
     pg = postgres_service
-    table = _table(pg, "stmt", "k text PRIMARY KEY, total bigint NOT NULL")
+    table = new_table(pg, "stmt", "k text PRIMARY KEY, total bigint NOT NULL")
     statement = (
         f"INSERT INTO {table} (k, total) VALUES (:word, :n * 2) "
         f"ON CONFLICT (k) DO UPDATE SET total = {table}.total + EXCLUDED.total"
     )
     op = JdbcOutputOperator(pg.sqlalchemy_url, statement=statement, columns=["word", "n"])
-    h = _harness(op, _name("stmt"))
+    h = _harness(op, unique_name("stmt"))
     _window(h, 0, [("x", 1), ("y", 2), ("x", 3), ("z", None)])
-    assert sorted(_sql(pg, f"SELECT k, total FROM {table}")) == [("x", 8), ("y", 4)]
+    assert sorted(run_sql(pg, f"SELECT k, total FROM {table}")) == [("x", 8), ("y", 4)]
     assert [(e["word"], "not-null" in e["error"]) for e in h.sink("error").tuples] == [("z", True)]
 
 
@@ -268,21 +251,21 @@ def test_password_reference_stays_out_of_state(postgres_service, monkeypatch) ->
     from pyspark import cloudpickle
 
     pg = postgres_service
-    table = _table(pg, "ref", "k text NOT NULL, n bigint NOT NULL")
+    table = new_table(pg, "ref", "k text NOT NULL, n bigint NOT NULL")
     bare = pg.sqlalchemy_url.replace(f":{pg.password}@", "@", 1)
     assert pg.password not in bare
     monkeypatch.setenv("MALHAR_TEST_PG_PASSWORD", pg.password)
     op = JdbcOutputOperator(bare, table=table, password="${env:MALHAR_TEST_PG_PASSWORD}")
-    h = _harness(op, _name("ref"))
+    h = _harness(op, unique_name("ref"))
     _window(h, 0, [{"k": "a", "n": 1}])
-    assert _sql(pg, f"SELECT k, n FROM {table}") == [("a", 1)]
+    assert run_sql(pg, f"SELECT k, n FROM {table}") == [("a", 1)]
     # what the engine pickles into the plan and the state snapshots holds no password
     assert pg.password.encode() not in cloudpickle.dumps(op)
 
     monkeypatch.delenv("MALHAR_TEST_PG_PASSWORD")
     with pytest.raises(JdbcConfigError, match=r"MALHAR_TEST_PG_PASSWORD.*is not set"):
         again = JdbcOutputOperator(bare, table=table, password="${env:MALHAR_TEST_PG_PASSWORD}")
-        _window(_harness(again, _name("ref")), 0, [{"k": "b", "n": 2}])
+        _window(_harness(again, unique_name("ref")), 0, [{"k": "b", "n": 2}])
 
 
 @pytest.mark.integration
@@ -292,7 +275,7 @@ def test_partitions_racing_to_create_the_meta_table(postgres_service) -> None:
     from malhar.io.jdbc.meta_store import MetaTable
 
     pg = postgres_service
-    meta = _name("meta")
+    meta = unique_name("meta")
     engine = create_engine(JdbcSettings().configure(url=pg.sqlalchemy_url, table="unused"))
     start = threading.Barrier(4)
     failures: list[BaseException] = []
@@ -313,19 +296,19 @@ def test_partitions_racing_to_create_the_meta_table(postgres_service) -> None:
         t.join(60)
     engine.dispose()
     assert failures == []
-    assert sorted(_sql(pg, f"SELECT partition_id, window_id FROM {meta}")) == [(0, -1), (1, -1)]
+    assert sorted(run_sql(pg, f"SELECT partition_id, window_id FROM {meta}")) == [(0, -1), (1, -1)]
 
 
 # -- clear errors ------------------------------------------------------------------------------
 @pytest.mark.integration
 def test_missing_table_and_wrong_credentials_are_clear(postgres_service) -> None:
     pg = postgres_service
-    missing = _name("nope")
+    missing = unique_name("nope")
     with pytest.raises(JdbcConfigError, match=f"table '{missing}' does not exist") as err:
         _harness(JdbcOutputOperator(pg.sqlalchemy_url, table=missing), "x").setup()
     assert pg.password not in str(err.value)
 
-    table = _table(pg, "creds", "k text")
+    table = new_table(pg, "creds", "k text")
     wrong = "Wr0ng-Secret-" + uuid.uuid4().hex[:6]
     url = pg.sqlalchemy_url.replace(f":{pg.password}@", f":{wrong}@")
     with pytest.raises(JdbcConnectionError, match="password authentication failed") as err:
@@ -363,8 +346,8 @@ class RetryWatch(JdbcOutputOperator):
 @pytest.mark.integration
 def test_database_stopped_inside_a_window_is_retried(postgres_service) -> None:
     pg = postgres_service
-    table = _table(pg, "outage", "k text NOT NULL, n bigint NOT NULL")
-    app = _name("outage")
+    table = new_table(pg, "outage", "k text NOT NULL, n bigint NOT NULL")
+    app = unique_name("outage")
     op = RetryWatch(pg.sqlalchemy_url, table=table, retry_backoff=0.2, max_backoff=1.0)
     h = _harness(op, app)
     w0 = [{"k": f"a{i}", "n": i} for i in range(5)]
@@ -390,7 +373,7 @@ def test_database_stopped_inside_a_window_is_retried(postgres_service) -> None:
         pg.start_server()
     worker.join(120)
     assert not worker.is_alive() and not failure, failure
-    assert Counter(_sql(pg, f"SELECT k, n FROM {table}")) == Counter(
+    assert Counter(run_sql(pg, f"SELECT k, n FROM {table}")) == Counter(
         (r["k"], r["n"]) for r in w0 + w1
     )
     assert _meta(pg, app) == {("out", 0): 1}
@@ -399,9 +382,9 @@ def test_database_stopped_inside_a_window_is_retried(postgres_service) -> None:
 @pytest.mark.integration
 def test_database_restarted_mid_run_through_the_engine(spark, postgres_service, tmp_path) -> None:
     pg = postgres_service
-    table = _table(pg, "restart", "k text NOT NULL, v bigint NOT NULL")
+    table = new_table(pg, "restart", "k text NOT NULL, v bigint NOT NULL")
     marker = tmp_path / "retried"
-    app = _name("restart")
+    app = unique_name("restart")
     dag = DAG(app)
     src = dag.add_operator("src", Numbers(per_window=10))
     out = RetryWatch(
@@ -432,7 +415,7 @@ def test_database_restarted_mid_run_through_the_engine(spark, postgres_service, 
         running.stop()
     last = running.last_window
     expected = Counter(item for w in range(last + 1) for item in window_items(w, 10))
-    assert Counter(_sql(pg, f"SELECT k, v FROM {table}")) == expected
+    assert Counter(run_sql(pg, f"SELECT k, v FROM {table}")) == expected
     assert _meta(pg, app) == {("out", 0): last, ("out", 1): last}
 
 
@@ -461,8 +444,8 @@ print("COMMITTED", flush=True)
 @pytest.mark.integration
 def test_writer_killed_before_commit_leaves_nothing(postgres_service) -> None:
     pg = postgres_service
-    table = _table(pg, "killed", "k text NOT NULL, n bigint NOT NULL")
-    app = _name("killed")
+    table = new_table(pg, "killed", "k text NOT NULL, n bigint NOT NULL")
+    app = unique_name("killed")
     env = {
         **os.environ,
         "JDBC_URL": pg.sqlalchemy_url,
@@ -483,7 +466,7 @@ def test_writer_killed_before_commit_leaves_nothing(postgres_service) -> None:
         line = proc.stdout.readline()
         assert line.strip() == "READY", line or proc.stderr.read()
         # the writer's transaction holds the rows (a row-exclusive lock on the table) ...
-        locks = _sql(
+        locks = run_sql(
             pg,
             "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
             "WHERE c.relname = %s AND l.mode = 'RowExclusiveLock' AND l.granted",
@@ -491,7 +474,7 @@ def test_writer_killed_before_commit_leaves_nothing(postgres_service) -> None:
         )
         assert locks == [(1,)]
         # ... but a concurrent reader sees none of them, and the window is not committed
-        assert _sql(pg, f"SELECT count(*) FROM {table}") == [(0,)]
+        assert run_sql(pg, f"SELECT count(*) FROM {table}") == [(0,)]
         assert _meta(pg, app) == {("out", 0): -1}
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -499,13 +482,13 @@ def test_writer_killed_before_commit_leaves_nothing(postgres_service) -> None:
         proc.stdout.close()
         proc.stderr.close()
         proc.stdin.close()
-    assert _sql(pg, f"SELECT count(*) FROM {table}") == [(0,)]
+    assert run_sql(pg, f"SELECT count(*) FROM {table}") == [(0,)]
     assert _meta(pg, app) == {("out", 0): -1}
 
     # the window is replayed by a new instance: all of it, once
     h = _harness(JdbcOutputOperator(pg.sqlalchemy_url, table=table), app)
     _window(h, 0, [{"k": f"r{i}", "n": i} for i in range(5000)])
-    assert _sql(pg, f"SELECT count(*), count(DISTINCT k), sum(n) FROM {table}") == [
+    assert run_sql(pg, f"SELECT count(*), count(DISTINCT k), sum(n) FROM {table}") == [
         (5000, 5000, sum(range(5000)))
     ]
     assert _meta(pg, app) == {("out", 0): 0}
@@ -560,9 +543,9 @@ class CountingSource(DataSource):
 @pytest.mark.integration
 def test_spark_sink_is_exactly_once_across_a_rerun_batch(spark, postgres_service, tmp_path):
     pg = postgres_service
-    table = _table(pg, "sink", "id bigint NOT NULL CHECK (id >= 0), batch bigint NOT NULL")
-    errors = _name("sink_errors")
-    name = _name("query")
+    table = new_table(pg, "sink", "id bigint NOT NULL CHECK (id >= 0), batch bigint NOT NULL")
+    errors = unique_name("sink_errors")
+    name = unique_name("query")
     checkpoint = tmp_path / "checkpoint"
     spark.dataSource.register(CountingSource)
     register(spark)
@@ -595,15 +578,15 @@ def test_spark_sink_is_exactly_once_across_a_rerun_batch(spark, postgres_service
         return Counter((b * 100 + i, b) for b in range(batches) for i in range(6))
 
     assert run_query(3) == [0, 1, 2]
-    assert Counter(_sql(pg, f"SELECT id, batch FROM {table}")) == expected(3)
+    assert Counter(run_sql(pg, f"SELECT id, batch FROM {table}")) == expected(3)
 
     # forget that batch 2 committed: Spark re-runs it, with the same batchId and rows
     for f in (checkpoint / "commits").glob("*2*"):
         f.unlink()
     assert run_query(5) == [2, 3, 4]
-    assert Counter(_sql(pg, f"SELECT id, batch FROM {table}")) == expected(5)
+    assert Counter(run_sql(pg, f"SELECT id, batch FROM {table}")) == expected(5)
     assert _meta(pg, name) == {("sink", 0): 4, ("sink", 1): 4}
-    rejected = _sql(pg, f"SELECT window_id, partition_id, row_json, error FROM {errors}")
+    rejected = run_sql(pg, f"SELECT window_id, partition_id, row_json, error FROM {errors}")
     assert len(rejected) == 1
     window, partition, row, message = rejected[0]
     assert (window, partition) == (1, 0)
@@ -617,8 +600,8 @@ def test_a_literal_password_reaches_the_executors_but_not_the_plan(
     from malhar.engine.spark_io import encode_plan
 
     pg = postgres_service
-    table = _table(pg, "shipped", "k text NOT NULL, v bigint NOT NULL")
-    dag = DAG(_name("shipped"))
+    table = new_table(pg, "shipped", "k text NOT NULL, v bigint NOT NULL")
+    dag = DAG(unique_name("shipped"))
     src = dag.add_operator("src", Numbers(per_window=10))
     out = dag.add_operator(
         "out", JdbcOutputOperator(pg.sqlalchemy_url, table=table, columns=["k", "v"])
@@ -626,7 +609,7 @@ def test_a_literal_password_reaches_the_executors_but_not_the_plan(
     dag.add_stream("items", src.output, out.input)
     app = run(dag, windows=2, spark=spark, checkpoint=str(tmp_path / "ck"), window_ms=100)
     # the rows arrived: the executors read the password from their environment ...
-    assert len(_sql(pg, f"SELECT k, v FROM {table}")) == 20
+    assert len(run_sql(pg, f"SELECT k, v FROM {table}")) == 20
     # ... and the plan Spark shipped holds a reference, never the password
     assert pg.password.encode() not in __import__("base64").b64decode(encode_plan(app.plan))
     assert app.plan.dag.operators["out"].operator.url.startswith("${env:MALHAR_SECRET_")

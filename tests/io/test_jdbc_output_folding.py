@@ -6,7 +6,6 @@ Each test failed on the code before these fixes (see the docstrings).
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -15,34 +14,13 @@ import pytest
 from malhar import OperatorContext
 from malhar.io.jdbc import JdbcOutputOperator
 from malhar.testing.harness import OperatorHarness
+from tests.io.jdbc_support import new_table, run_sql, unique_name
 
 pytestmark = pytest.mark.integration
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-def _sql(pg: Any, sql: str, params: tuple = ()) -> list[tuple]:
-    conn = pg.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            rows = cur.fetchall() if cur.description else []
-        conn.commit()
-        return rows
-    finally:
-        conn.close()
-
-
-def _table(pg: Any, prefix: str, columns: str) -> str:
-    name = _name(prefix)
-    _sql(pg, f"CREATE TABLE {name} ({columns})")
-    return name
-
-
 def _harness(op: JdbcOutputOperator) -> OperatorHarness:
-    return OperatorHarness(op, OperatorContext(name="out", application=_name("fold")))
+    return OperatorHarness(op, OperatorContext(name="out", application=unique_name("fold")))
 
 
 def _window(h: OperatorHarness, window: int, rows: list[Any]) -> None:
@@ -59,7 +37,7 @@ def test_merge_add_null_does_not_depend_on_batch_size(postgres_service, batch_si
     """Before: batch_size=10 folded the key with SUM() (NULL skipped) and stored 3;
     batch_size=1 applied t.n + EXCLUDED.n (NULL wins) and stored NULL."""
     pg = postgres_service
-    table = _table(pg, "mnull", "k text PRIMARY KEY, n int")
+    table = new_table(pg, "mnull", "k text PRIMARY KEY, n int")
     op = JdbcOutputOperator(
         pg.sqlalchemy_url, table=table, mode="merge_add", key_columns=["k"], batch_size=batch_size
     )
@@ -75,9 +53,9 @@ def test_merge_add_null_does_not_depend_on_batch_size(postgres_service, batch_si
             {"k": "b", "n": 2},
         ],
     )
-    assert sorted(_sql(pg, f"SELECT k, n FROM {table}")) == [("a", None), ("b", 3)]
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {table}")) == [("a", None), ("b", 3)]
     _window(h, 1, [{"k": "b", "n": 4}, {"k": "b", "n": 5}])
-    assert sorted(_sql(pg, f"SELECT k, n FROM {table}")) == [("a", None), ("b", 12)]
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {table}")) == [("a", None), ("b", 12)]
     assert _errors(h) == []
 
 
@@ -88,21 +66,21 @@ def test_keys_equal_in_the_database_but_not_in_arrow(postgres_service, mode: str
     and the window failed with "ON CONFLICT DO UPDATE command cannot affect row a second
     time" (21000), on every replay."""
     pg = postgres_service
-    chars = _table(pg, "kchar", "k char(5) PRIMARY KEY, n int")
-    ints = _table(pg, "kint", "k int PRIMARY KEY, n int")
+    chars = new_table(pg, "kchar", "k char(5) PRIMARY KEY, n int")
+    ints = new_table(pg, "kint", "k int PRIMARY KEY, n int")
     url = pg.sqlalchemy_url
     hc = _harness(JdbcOutputOperator(url, table=chars, mode=mode, key_columns=["k"]))
     hi = _harness(JdbcOutputOperator(url, table=ints, mode=mode, key_columns=["k"]))
     _window(hc, 0, [{"k": "a", "n": 1}, {"k": "a ", "n": 2}, {"k": "b", "n": 5}])
     _window(hi, 0, [{"k": "1", "n": 1}, {"k": "01", "n": 2}, {"k": "2", "n": 5}])
     first = 2 if mode == "upsert" else 3  # the last row wins / the values add up
-    assert sorted(_sql(pg, f"SELECT rtrim(k), n FROM {chars}")) == [("a", first), ("b", 5)]
-    assert sorted(_sql(pg, f"SELECT k, n FROM {ints}")) == [(1, first), (2, 5)]
+    assert sorted(run_sql(pg, f"SELECT rtrim(k), n FROM {chars}")) == [("a", first), ("b", 5)]
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {ints}")) == [(1, first), (2, 5)]
     _window(hc, 1, [{"k": "a  ", "n": 10}, {"k": "a", "n": 20}])
     _window(hi, 1, [{"k": "001", "n": 10}, {"k": "1", "n": 20}])
     second = 20 if mode == "upsert" else first + 30
-    assert sorted(_sql(pg, f"SELECT rtrim(k), n FROM {chars}")) == [("a", second), ("b", 5)]
-    assert sorted(_sql(pg, f"SELECT k, n FROM {ints}")) == [(1, second), (2, 5)]
+    assert sorted(run_sql(pg, f"SELECT rtrim(k), n FROM {chars}")) == [("a", second), ("b", 5)]
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {ints}")) == [(1, second), (2, 5)]
     assert _errors(hc) == _errors(hi) == []
 
 
@@ -111,7 +89,7 @@ def test_keys_equal_in_the_database_but_not_in_arrow(postgres_service, mode: str
 def test_rows_with_a_null_key_are_all_inserted(postgres_service, mode: str) -> None:
     """Before: the fold treated NULL keys as one key: only (None, 2) was stored."""
     pg = postgres_service
-    table = _table(pg, "knull", "k text UNIQUE, n int")
+    table = new_table(pg, "knull", "k text UNIQUE, n int")
     op = JdbcOutputOperator(pg.sqlalchemy_url, table=table, mode=mode, key_columns=["k"])
     h = _harness(op)
     _window(
@@ -120,10 +98,10 @@ def test_rows_with_a_null_key_are_all_inserted(postgres_service, mode: str) -> N
     a = 2 if mode == "upsert" else 3
     expected = [("a", a), (None, 1), (None, 2)]
     key = lambda r: (r[0] is None, r)  # noqa: E731
-    assert sorted(_sql(pg, f"SELECT k, n FROM {table}"), key=key) == expected
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {table}"), key=key) == expected
     # and as an Arrow batch, in a second window
     _window(h, 1, [pa.RecordBatch.from_pylist([{"k": None, "n": 3}, {"k": None, "n": 3}])])
-    assert sorted(_sql(pg, f"SELECT k, n FROM {table}"), key=key) == [
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {table}"), key=key) == [
         *expected,
         (None, 3),
         (None, 3),
@@ -139,7 +117,7 @@ def test_a_missing_field_takes_the_default_whatever_the_neighbours(
     """Before: alone, {"id": 1} took the DEFAULT 'new'; next to a row with "status" it got
     NULL and was rejected by NOT NULL."""
     pg = postgres_service
-    table = _table(pg, "dflt", "id int PRIMARY KEY, status text NOT NULL DEFAULT 'new'")
+    table = new_table(pg, "dflt", "id int PRIMARY KEY, status text NOT NULL DEFAULT 'new'")
     keys = None if mode == "insert" else ["id"]
     op = JdbcOutputOperator(pg.sqlalchemy_url, table=table, mode=mode, key_columns=keys)
     h = _harness(op)
@@ -151,7 +129,7 @@ def test_a_missing_field_takes_the_default_whatever_the_neighbours(
     h.put("input", pa.RecordBatch.from_pylist([{"id": 5}]))
     h.end_window()
     assert _errors(h) == []
-    assert sorted(_sql(pg, f"SELECT id, status FROM {table}")) == [
+    assert sorted(run_sql(pg, f"SELECT id, status FROM {table}")) == [
         (1, "new"),
         (2, "new"),
         (3, "done"),
@@ -164,12 +142,12 @@ def test_upsert_updates_only_the_fields_a_row_has(postgres_service) -> None:
     """Before: the row without "note" got note=NULL because its neighbour had one, and
     overwrote 'keep me'."""
     pg = postgres_service
-    table = _table(pg, "ufields", "k text PRIMARY KEY, n int, note text")
-    _sql(pg, f"INSERT INTO {table} VALUES ('a', 5, 'keep me'), ('c', 1, 'c note')")
+    table = new_table(pg, "ufields", "k text PRIMARY KEY, n int, note text")
+    run_sql(pg, f"INSERT INTO {table} VALUES ('a', 5, 'keep me'), ('c', 1, 'c note')")
     op = JdbcOutputOperator(pg.sqlalchemy_url, table=table, mode="upsert", key_columns=["k"])
     h = _harness(op)
     _window(h, 0, [{"k": "a", "n": 6}, {"k": "b", "n": 1, "note": "y"}])
-    assert sorted(_sql(pg, f"SELECT k, n, note FROM {table}")) == [
+    assert sorted(run_sql(pg, f"SELECT k, n, note FROM {table}")) == [
         ("a", 6, "keep me"),
         ("b", 1, "y"),
         ("c", 1, "c note"),
@@ -185,7 +163,7 @@ def test_upsert_updates_only_the_fields_a_row_has(postgres_service) -> None:
             {"k": "a", "note": None},
         ],
     )
-    assert sorted(_sql(pg, f"SELECT k, n, note FROM {table}")) == [
+    assert sorted(run_sql(pg, f"SELECT k, n, note FROM {table}")) == [
         ("a", 6, None),
         ("b", 1, "y"),
         ("c", 4, "new c"),
@@ -196,14 +174,14 @@ def test_upsert_updates_only_the_fields_a_row_has(postgres_service) -> None:
 def test_merge_add_adds_only_the_fields_a_row_has(postgres_service) -> None:
     """Before: {"k": "a", "x": 1} next to a row with "y" added NULL to y (y became NULL)."""
     pg = postgres_service
-    table = _table(pg, "mfields", "k text PRIMARY KEY, x int DEFAULT 0, y int DEFAULT 0")
-    _sql(pg, f"INSERT INTO {table} VALUES ('a', 10, 10)")
+    table = new_table(pg, "mfields", "k text PRIMARY KEY, x int DEFAULT 0, y int DEFAULT 0")
+    run_sql(pg, f"INSERT INTO {table} VALUES ('a', 10, 10)")
     op = JdbcOutputOperator(
         pg.sqlalchemy_url, table=table, mode="merge_add", key_columns=["k"], batch_size=2
     )
     h = _harness(op)
     _window(h, 0, [{"k": "a", "x": 1}, {"k": "b", "y": 2}, {"k": "a", "y": 3}, {"k": "a", "x": 4}])
-    assert sorted(_sql(pg, f"SELECT k, x, y FROM {table}")) == [("a", 15, 13), ("b", 0, 2)]
+    assert sorted(run_sql(pg, f"SELECT k, x, y FROM {table}")) == [("a", 15, 13), ("b", 0, 2)]
     assert _errors(h) == []
 
 
@@ -211,11 +189,11 @@ def test_a_rejected_row_keeps_only_its_own_fields(postgres_service) -> None:
     """A row the database rejects is reported with the fields it had (not NULLs for its
     neighbours' fields)."""
     pg = postgres_service
-    table = _table(pg, "rfields", "id int PRIMARY KEY, status text NOT NULL DEFAULT 'new'")
+    table = new_table(pg, "rfields", "id int PRIMARY KEY, status text NOT NULL DEFAULT 'new'")
     op = JdbcOutputOperator(pg.sqlalchemy_url, table=table)
     h = _harness(op)
     _window(h, 0, [{"id": 1}, {"id": 2, "status": None}, {"id": 3, "status": "x"}])
-    assert sorted(_sql(pg, f"SELECT id, status FROM {table}")) == [(1, "new"), (3, "x")]
+    assert sorted(run_sql(pg, f"SELECT id, status FROM {table}")) == [(1, "new"), (3, "x")]
     errors = h.sink("error").tuples
     assert [(e["id"], e["status"]) for e in errors] == [(2, None)]
     assert 'null value in column "status"' in errors[0]["error"]
@@ -225,13 +203,13 @@ def test_null_keys_of_a_nulls_not_distinct_constraint_are_folded(postgres_servic
     """With ``UNIQUE NULLS NOT DISTINCT`` (PostgreSQL 15+) NULL keys conflict: they are folded
     like any key (not inserted twice, which would fail the statement)."""
     pg = postgres_service
-    if _sql(pg, "SHOW server_version_num")[0][0] < "150000":
+    if run_sql(pg, "SHOW server_version_num")[0][0] < "150000":
         pytest.skip("NULLS NOT DISTINCT needs PostgreSQL 15")
-    table = _table(pg, "knnd", "k text UNIQUE NULLS NOT DISTINCT, n int")
+    table = new_table(pg, "knnd", "k text UNIQUE NULLS NOT DISTINCT, n int")
     op = JdbcOutputOperator(pg.sqlalchemy_url, table=table, mode="merge_add", key_columns=["k"])
     h = _harness(op)
     _window(h, 0, [{"k": None, "n": 1}, {"k": "a", "n": 1}, {"k": None, "n": 2}])
     _window(h, 1, [{"k": None, "n": 4}])
     key = lambda r: (r[0] is None, r)  # noqa: E731
-    assert sorted(_sql(pg, f"SELECT k, n FROM {table}"), key=key) == [("a", 1), (None, 7)]
+    assert sorted(run_sql(pg, f"SELECT k, n FROM {table}"), key=key) == [("a", 1), (None, 7)]
     assert _errors(h) == []

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pickle
 import time
-import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -18,36 +17,21 @@ from malhar.io.base.input import ReplayError
 from malhar.io.jdbc import JdbcConfigError, JdbcPollInputOperator, JdbcPollSettings
 from malhar.ports import OutputPort
 from tests.io.conftest import kafka_harness, kafka_run_window, kafka_unique
+from tests.io.jdbc_support import run_sql, unique_name
 
 SECRET = "p0ll-s3cret"
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-def _sql(pg: Any, sql: str, params: tuple = ()) -> list[tuple]:
-    conn = pg.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            rows = cur.fetchall() if cur.description else []
-        conn.commit()
-        return rows
-    finally:
-        conn.close()
-
-
 def _orders(pg: Any, n: int) -> str:
-    table = _name("orders")
-    _sql(pg, f"CREATE TABLE {table} (id bigserial PRIMARY KEY, item text, qty int)")
+    table = unique_name("orders")
+    run_sql(pg, f"CREATE TABLE {table} (id bigserial PRIMARY KEY, item text, qty int)")
     _insert(pg, table, n)
     return table
 
 
 def _insert(pg: Any, table: str, n: int, start: int = 0) -> None:
     if n:
-        _sql(
+        run_sql(
             pg,
             f"INSERT INTO {table} (item, qty) SELECT 'i' || g, g FROM generate_series(%s, %s) g",
             (start, start + n - 1),
@@ -136,7 +120,7 @@ def test_key_range_partitions_poll_new_rows_and_replay_exactly(
     h.teardown()
 
     # a deleted row in a window's range: the replay cannot be exact and says so
-    _sql(pg, f"DELETE FROM {table} WHERE id = %s", (later[2][0][0]["id"],))
+    run_sql(pg, f"DELETE FROM {table} WHERE id = %s", (later[2][0][0]["id"],))
     h = _harness(pickle.loads(snapshots[2]), tmp_path, 2, 3)
     with pytest.raises(ReplayError, match="rows were deleted, or committed into the range"):
         kafka_run_window(h, 1)
@@ -154,9 +138,9 @@ def test_rows_with_a_null_key_are_reported_not_read_again_or_lost_silently(
     # (NULLs sort last): every later window read the whole table again; with more, the
     # ranges left the NULL rows out without a word
     pg = postgres_service
-    table = _name("nullable")
-    _sql(pg, f"CREATE TABLE {table} (id bigint, item text)")
-    _sql(pg, f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b'), (NULL, 'n'), (3, 'c')")
+    table = unique_name("nullable")
+    run_sql(pg, f"CREATE TABLE {table} (id bigint, item text)")
+    run_sql(pg, f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b'), (NULL, 'n'), (3, 'c')")
     ops = [
         JdbcPollInputOperator(pg.sqlalchemy_url, table=table, key_column="id", poll_interval_ms=0)
         for _ in range(partitions)
@@ -182,9 +166,9 @@ def test_start_after_as_text_takes_the_key_columns_type(
     # between 'int' and 'str'"), and a naive ISO time against a timestamptz key failed
     # ("can't compare offset-naive and offset-aware datetimes")
     pg = postgres_service
-    table = _name("stamped")
-    _sql(pg, f"CREATE TABLE {table} (id bigint, ts timestamptz)")
-    _sql(
+    table = unique_name("stamped")
+    run_sql(pg, f"CREATE TABLE {table} (id bigint, ts timestamptz)")
+    run_sql(
         pg,
         f"INSERT INTO {table} SELECT g, timestamptz '2024-03-01 00:00:00+00' + g * interval "
         "'1 hour' FROM generate_series(1, 4) g",
@@ -283,13 +267,13 @@ class TypedPoll(JdbcPollInputOperator):
 @pytest.mark.integration
 def test_types_to_arrow_error_rows_and_a_typed_port(postgres_service: Any, tmp_path: Path) -> None:
     pg = postgres_service
-    table = _name("types")
-    _sql(
+    table = unique_name("types")
+    run_sql(
         pg,
         f"CREATE TABLE {table} (id bigint PRIMARY KEY, amount numeric(12,4), at timestamptz, "
         "doc jsonb, tags text[], note text)",
     )
-    _sql(
+    run_sql(
         pg,
         f"INSERT INTO {table} VALUES (1, 12.5, '2026-01-02 03:04:05+02', '{{\"a\": [1]}}', "
         "ARRAY['x','y'], 'one'), (2, NULL, NULL, NULL, NULL, NULL), "
@@ -330,7 +314,7 @@ def test_missing_table_or_column_fails_at_launch_with_the_name(
     postgres_service: Any, tmp_path: Path
 ) -> None:
     pg = postgres_service
-    missing = _name("nope")
+    missing = unique_name("nope")
     h = _harness(JdbcPollInputOperator(pg.sqlalchemy_url, table=missing, key_column="id"), tmp_path)
     with pytest.raises(JdbcConfigError, match=missing):
         h.setup()

@@ -14,24 +14,9 @@ import pytest
 
 from malhar.io.jdbc import JdbcError, JdbcPollInputOperator
 from tests.io.conftest import kafka_harness, kafka_run_window
+from tests.io.jdbc_support import run_sql, unique_name
 
 pytestmark = pytest.mark.integration
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-def _sql(pg: Any, sql: str, params: tuple = ()) -> list[tuple]:
-    conn = pg.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params or None)  # no params: a % is just a %
-            rows = cur.fetchall() if cur.description else []
-        conn.commit()
-        return rows
-    finally:
-        conn.close()
 
 
 def _harness(op: Any, checkpoint: Path) -> Any:
@@ -55,9 +40,9 @@ def test_a_real_key_is_read_once_and_replayed_exactly(
     # the position 0.2 (real) came back as the float8 0.20000000298..., bound as float8 it
     # compared below the real 0.2: row 2 was read again in every window
     pg = postgres_service
-    table = _name("realkey")
-    _sql(pg, f"CREATE TABLE {table} (id int, k real)")
-    _sql(pg, f"INSERT INTO {table} VALUES (1, 0.1), (2, 0.2)")
+    table = unique_name("realkey")
+    run_sql(pg, f"CREATE TABLE {table} (id int, k real)")
+    run_sql(pg, f"INSERT INTO {table} VALUES (1, 0.1), (2, 0.2)")
     op = _op(pg, table, "k")
     h = _harness(op, tmp_path)
     h.setup()
@@ -72,9 +57,9 @@ def test_a_real_key_is_read_once_and_replayed_exactly(
 def test_a_char_key_cast_keeps_its_length(postgres_service: Any, tmp_path: Path) -> None:
     # the bounds are cast to the key's type: char(3) must not become char(1) ("character")
     pg = postgres_service
-    table = _name("charkey")
-    _sql(pg, f"CREATE TABLE {table} (id int, k char(3))")
-    _sql(pg, f"INSERT INTO {table} VALUES (1, 'aab'), (2, 'aac')")
+    table = unique_name("charkey")
+    run_sql(pg, f"CREATE TABLE {table} (id int, k char(3))")
+    run_sql(pg, f"INSERT INTO {table} VALUES (1, 'aab'), (2, 'aac')")
     h = _harness(_op(pg, table, "k", max_records_per_window=1), tmp_path)
     h.setup()
     assert _windows(h, range(3)) == [[1], [2], []]
@@ -87,15 +72,15 @@ def test_infinite_timestamp_keys_are_left_out_and_reported_not_read_every_window
     # psycopg2 gives 'infinity' as datetime.max, which is below 'infinity': the row was
     # read again every window
     pg = postgres_service
-    table = _name("infts")
-    _sql(pg, f"CREATE TABLE {table} (id int, ts timestamp)")
-    _sql(pg, f"INSERT INTO {table} VALUES (1, '2024-01-01'), (2, 'infinity'), (0, '-infinity')")
+    table = unique_name("infts")
+    run_sql(pg, f"CREATE TABLE {table} (id int, ts timestamp)")
+    run_sql(pg, f"INSERT INTO {table} VALUES (1, '2024-01-01'), (2, 'infinity'), (0, '-infinity')")
     op = _op(pg, table, "ts")
     h = _harness(op, tmp_path)
     with caplog.at_level("WARNING", logger="malhar.io.jdbc.poll"):
         h.setup()
     assert _windows(h, range(3)) == [[1], [], []]
-    _sql(pg, f"INSERT INTO {table} VALUES (3, '2024-02-01')")
+    run_sql(pg, f"INSERT INTO {table} VALUES (3, '2024-02-01')")
     assert _windows(h, range(3, 5)) == [[3], []]
     h.teardown()
     warned = [r.getMessage() for r in caplog.records if "infinite" in r.getMessage()]
@@ -111,15 +96,15 @@ def test_a_nan_key_does_not_stop_polling(
     # NaN sorts above every number: once it was the position, key > NaN matched nothing
     # again and the input stopped reading new rows without a word
     pg = postgres_service
-    table = _name("nankey")
-    _sql(pg, f"CREATE TABLE {table} (id int, k {sql_type})")
-    _sql(pg, f"INSERT INTO {table} VALUES (1, 1), (2, 2), (9, 'NaN')")
+    table = unique_name("nankey")
+    run_sql(pg, f"CREATE TABLE {table} (id int, k {sql_type})")
+    run_sql(pg, f"INSERT INTO {table} VALUES (1, 1), (2, 2), (9, 'NaN')")
     op = _op(pg, table, "k")
     h = _harness(op, tmp_path)
     with caplog.at_level("WARNING", logger="malhar.io.jdbc.poll"):
         h.setup()
     assert _windows(h, range(2)) == [[1, 2], []]
-    _sql(pg, f"INSERT INTO {table} VALUES (3, 3)")
+    run_sql(pg, f"INSERT INTO {table} VALUES (3, 3)")
     assert _windows(h, range(2, 4)) == [[3], []]
     h.teardown()
     assert any("have a NaN or infinite k" in r.getMessage() for r in caplog.records)
@@ -131,9 +116,9 @@ def test_percent_in_where_and_query(postgres_service: Any, tmp_path: Path) -> No
     from malhar.io.jdbc.poll_source import JdbcPollSourceSettings, JdbcPollStreamReader
 
     pg = postgres_service
-    table = _name("pct")
-    _sql(pg, f"CREATE TABLE {table} (id int, item text)")
-    _sql(pg, f"INSERT INTO {table} VALUES (1, 'paid-1'), (2, 'open'), (3, 'paid 100%')")
+    table = unique_name("pct")
+    run_sql(pg, f"CREATE TABLE {table} (id int, item text)")
+    run_sql(pg, f"INSERT INTO {table} VALUES (1, 'paid-1'), (2, 'open'), (3, 'paid 100%')")
     sources = [
         {"table": table, "where": "item LIKE 'paid%'"},
         {"query": f"SELECT * FROM {table} WHERE item LIKE 'paid%' AND item <> '%'"},
@@ -160,10 +145,10 @@ def test_percent_in_where_and_query(postgres_service: Any, tmp_path: Path) -> No
 # -- D: uuid[] ----------------------------------------------------------------------------------
 def test_uuid_arrays_are_lists_of_text(postgres_service: Any, tmp_path: Path) -> None:
     pg = postgres_service
-    table = _name("uuids")
+    table = unique_name("uuids")
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
-    _sql(pg, f"CREATE TABLE {table} (id int, u uuid[], m uuid[][])")
-    _sql(
+    run_sql(pg, f"CREATE TABLE {table} (id int, u uuid[], m uuid[][])")
+    run_sql(
         pg,
         f"INSERT INTO {table} VALUES (1, ARRAY[%s, NULL]::uuid[], NULL), (2, '{{}}', NULL), "
         "(3, NULL, ARRAY[[%s::uuid]])",
@@ -183,10 +168,12 @@ def test_a_connection_lost_mid_window_is_retried_with_the_same_rows(
     postgres_service: Any, tmp_path: Path
 ) -> None:
     pg = postgres_service
-    table = _name("killed")
-    _sql(pg, f"CREATE TABLE {table} (id int, k int)")
+    table = unique_name("killed")
+    run_sql(pg, f"CREATE TABLE {table} (id int, k int)")
     keys = [1, 1, 1, 2, 3, 3, 4, 5, 5, 5, 6, 7]  # ties across fetch boundaries
-    _sql(pg, f"INSERT INTO {table} SELECT g, (%s::int[])[g] FROM generate_series(1, 12) g", (keys,))
+    run_sql(
+        pg, f"INSERT INTO {table} SELECT g, (%s::int[])[g] FROM generate_series(1, 12) g", (keys,)
+    )
 
     def run(kill: bool, checkpoint: Path) -> list[list[int]]:
         op = _op(pg, table, "k", fetch_size=2, max_records_per_window=7, retry_backoff=0.05)
@@ -198,7 +185,7 @@ def test_a_connection_lost_mid_window_is_retried_with_the_same_rows(
             h.emit_tuples()
             if kill and w == 0:
                 pid = op._conn.get_backend_pid()
-                _sql(pg, "SELECT pg_terminate_backend(%s)", (pid,))
+                run_sql(pg, "SELECT pg_terminate_backend(%s)", (pid,))
                 time.sleep(0.2)
             while True:
                 before = h.operator.output.count
@@ -220,9 +207,11 @@ def test_a_value_the_driver_cannot_convert_fails_clearly(
     postgres_service: Any, tmp_path: Path
 ) -> None:
     pg = postgres_service
-    table = _name("bigdate")
-    _sql(pg, f"CREATE TABLE {table} (id int, d date)")
-    _sql(pg, f"INSERT INTO {table} VALUES (1, '2024-01-01'), (2, '2024-01-02'), (3, '10000-01-01')")
+    table = unique_name("bigdate")
+    run_sql(pg, f"CREATE TABLE {table} (id int, d date)")
+    run_sql(
+        pg, f"INSERT INTO {table} VALUES (1, '2024-01-01'), (2, '2024-01-02'), (3, '10000-01-01')"
+    )
     h = _harness(_op(pg, table, "id", fetch_size=1), tmp_path)
     h.setup()
     with pytest.raises(JdbcError) as info:
