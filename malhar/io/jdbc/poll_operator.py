@@ -281,46 +281,54 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         return out
 
     def _report_null_keys(self) -> None:
-        """Warn (and keep the metric ``null_key_rows``) when rows have a NULL key: they have
-        no place in key order, so no window reads them."""
+        """Warn (and keep the metrics ``null_key_rows`` / ``non_finite_key_rows``) when rows
+        have a NULL key, or a NaN or infinite one: they have no place in key order, so no
+        window reads them."""
         self._nulls_at = time.monotonic()
-        try:
-            found = int(self._scalar(self._query.null_keys_sql(), {}) or 0)
-        except Exception as exc:  # monitoring only: never fail a window on it
-            log.info("%s: counting rows with a NULL key failed: %s", self.label, exc)
+        found = self._count_unread(
+            self._query.null_keys_sql(),
+            self._null_keys,
+            "a NULL",
+            "a NULL has no place in key order): fill the key, filter them out with where=, "
+            "or make the column NOT NULL",
+        )
+        if found is None:
             return
-        if found and found != self._null_keys:
-            log.warning(
-                "%s: %d row(s) of %s have a NULL %s and are not read (a NULL has no place "
-                "in key order): fill the key, filter them out with where=, or make the "
-                "column NOT NULL",
-                self.label,
-                found,
-                self.source,
-                self.key_column,
-            )
         self._null_keys = found
         bad_sql = self._query.bad_keys_sql()
         if bad_sql is None:
             return
+        bad = self._count_unread(
+            bad_sql,
+            self._bad_keys,
+            "a NaN or infinite",
+            "such a key has no usable place in key order: a NaN position matched nothing "
+            "after it, an infinite timestamp came back as a finite one and was read again "
+            "every window): fix the key, filter them out with where=, or add a CHECK "
+            "constraint",
+        )
+        if bad is not None:
+            self._bad_keys = bad
+
+    def _count_unread(self, sql: str, known: int, what: str, why: str) -> int | None:
+        """How many rows ``sql`` counts (None if counting failed: monitoring only, never a
+        window's failure); a warning when that count is new."""
         try:
-            bad = int(self._scalar(bad_sql, {}) or 0)
-        except Exception as exc:  # monitoring only
-            log.info("%s: counting rows with a NaN or infinite key failed: %s", self.label, exc)
-            return
-        if bad and bad != self._bad_keys:
+            found = int(self._scalar(sql, {}) or 0)
+        except Exception as exc:
+            log.info("%s: counting rows with %s key failed: %s", self.label, what, exc)
+            return None
+        if found and found != known:
             log.warning(
-                "%s: %d row(s) of %s have a NaN or infinite %s and are not read (such a key "
-                "has no usable place in key order: a NaN position matched nothing after it, "
-                "an infinite timestamp came back as a finite one and was read again every "
-                "window): fix the key, filter them out with where=, or add a CHECK "
-                "constraint",
+                "%s: %d row(s) of %s have %s %s and are not read (%s",
                 self.label,
-                bad,
+                found,
                 self.source,
+                what,
                 self.key_column,
+                why,
             )
-        self._bad_keys = bad
+        return found
 
     # -- reading ---------------------------------------------------------------------------------
     def _upper_bound(self) -> Any:
