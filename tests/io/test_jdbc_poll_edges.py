@@ -203,20 +203,48 @@ def test_a_connection_lost_mid_window_is_retried_with_the_same_rows(
 
 
 # -- E: a value the driver cannot convert -------------------------------------------------------
-def test_a_value_the_driver_cannot_convert_fails_clearly(
+def test_a_value_the_driver_cannot_convert_goes_to_the_error_port(
+    postgres_service: Any, tmp_path: Path
+) -> None:
+    # psycopg2 raised for the whole fetch: the window failed, and every replay of it
+    pg = postgres_service
+    table = unique_name("bigdate")
+    run_sql(pg, f"CREATE TABLE {table} (id int, d date, ds date[], t timestamp)")
+    run_sql(
+        pg,
+        f"INSERT INTO {table} VALUES (1, '2024-01-01', NULL, NULL), "
+        "(2, '2024-01-02', '{2024-01-01}', '2024-01-01 10:00'), (3, '10000-01-01', NULL, NULL), "
+        "(4, '2024-01-04', '{2024-01-01,0044-03-15 BC}', NULL), "
+        "(5, '2024-01-05', NULL, '0001-01-01 00:00 BC'), (6, '2024-01-06', NULL, NULL)",
+    )
+    op = _op(pg, table, "id", fetch_size=2)
+    h = _harness(op, tmp_path)
+    h.setup()
+    before = pickle.dumps(op)
+    assert _windows(h, range(2)) == [[1, 2, 6], []]
+    errors = {e["key"]: e["error"] for e in h.sink("error").tuples}
+    h.teardown()
+    assert sorted(errors) == ["3", "4", "5"], errors
+    assert "'d'" in errors["3"] and "10000-01-01" in errors["3"], errors["3"]
+    assert "'ds'" in errors["4"] and "BC" in errors["4"], errors["4"]
+    assert "'t'" in errors["5"] and "BC" in errors["5"], errors["5"]
+    again = _harness(pickle.loads(before), tmp_path)  # the replay: the same rows and errors
+    assert _windows(again, range(1)) == [[1, 2, 6]]
+    assert {e["key"]: e["error"] for e in again.sink("error").tuples} == errors
+    again.teardown()
+
+
+def test_a_key_the_driver_cannot_convert_fails_clearly(
     postgres_service: Any, tmp_path: Path
 ) -> None:
     pg = postgres_service
-    table = unique_name("bigdate")
+    table = unique_name("bigkey")
     run_sql(pg, f"CREATE TABLE {table} (id int, d date)")
-    run_sql(
-        pg, f"INSERT INTO {table} VALUES (1, '2024-01-01'), (2, '2024-01-02'), (3, '10000-01-01')"
-    )
-    h = _harness(_op(pg, table, "id", fetch_size=1), tmp_path)
+    run_sql(pg, f"INSERT INTO {table} VALUES (1, '2024-01-01'), (2, '10000-01-01')")
+    h = _harness(_op(pg, table, "d"), tmp_path)
     h.setup()
     with pytest.raises(JdbcError) as info:
         kafka_run_window(h, 0)
     h.teardown()
     text = str(info.value)
-    assert table in text and "id in (1, ∞]" in text and "year 10000" in text, text
-    assert "CAST(col AS text)" in text, text
+    assert table in text and "d = '10000-01-01'" in text and "where=" in text, text

@@ -66,11 +66,13 @@ from malhar.io.jdbc.errors import (
 from malhar.io.jdbc.poll_reader import (
     Cursor,
     PollQuery,
+    Unconvertible,
     arrow_type_of,
     arrow_type_of_sqlalchemy,
     decode_key,
     encode_key,
     json_text,
+    lenient_time_casts,
     params,
     pg_key_guard,
     rows_to_batch,
@@ -476,6 +478,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         if uses_psycopg2(conn):
             raw = conn.connection.driver_connection
             json_text(raw)
+            lenient_time_casts(raw)  # an unconvertible date: an error row, not a failed fetch
             self._sa_conn, self._conn, self._raw = conn, raw, True
         else:
             self._sa_conn, self._conn, self._raw = conn, conn, False
@@ -726,7 +729,17 @@ class RangeReader:
                 ) from exc
             raise
         if rows:
-            self.boundary = encode_key(rows[-1][i])
+            last = rows[-1][i]
+            if isinstance(last, Unconvertible):
+                self.close()
+                op._end_read()
+                raise JdbcError(
+                    f"{op.label}: a row of {op.source} has the key {op.key_column} = "
+                    f"{last.text!r}, which the database driver cannot convert to Python "
+                    f"({last.reason}): a position cannot hold it. Leave such rows out with "
+                    "where= (e.g. a range of years), or key on another column"
+                )
+            self.boundary = encode_key(last)
         return rows
 
     def close(self) -> None:

@@ -297,6 +297,13 @@ def rows_to_batch(
                     continue
                 one, why = _column([v], typ)
                 if one is None:
+                    odd = _unconvertible(v)
+                    if odd is not None:
+                        bad[i] = (
+                            f"column {name!r}: the driver cannot convert {odd.text!r} to "
+                            f"Python ({odd.reason})"
+                        )
+                        continue
                     shown = repr(v)
                     shown = shown if len(shown) <= 80 else shown[:77] + "..."
                     bad[i] = f"column {name!r}: cannot convert {shown} to {typ}: {why}"
@@ -532,6 +539,58 @@ def json_text(conn: Any) -> None:
 
 def _identity(text: str) -> str:
     return text
+
+
+class Unconvertible:
+    """A value psycopg2 could not convert to Python (a ``date`` after the year 9999 or
+    before year 1, an ``interval`` beyond ``timedelta``): its text and why. Its row goes to
+    the error port (:func:`rows_to_batch`) instead of failing the whole fetch."""
+
+    __slots__ = ("reason", "text")
+
+    def __init__(self, text: str, reason: str) -> None:
+        self.text, self.reason = text, reason
+
+    def __repr__(self) -> str:
+        return f"Unconvertible({self.text!r})"
+
+
+#: psycopg2's casters of the date and time types (and their arrays), by name
+_TIME_CASTERS = ("PYDATE", "PYTIME", "PYDATETIME", "PYDATETIMETZ", "PYINTERVAL")
+
+
+def lenient_time_casts(conn: Any) -> None:
+    """Make psycopg2 on ``conn`` give an :class:`Unconvertible` for a date or time value
+    Python cannot hold, rather than raising for the whole fetch (which failed the window,
+    and every replay of it)."""
+    import psycopg2.extensions as ext
+
+    for name in _TIME_CASTERS:
+        base = getattr(ext, name)
+
+        def cast(value: str | None, cur: Any, base: Any = base) -> Any:
+            if value is None:
+                return None
+            try:
+                return base(value, cur)
+            except (ValueError, OverflowError) as exc:
+                return Unconvertible(value, f"{type(exc).__name__}: {exc}")
+
+        lenient = ext.new_type(base.values, f"MALHAR_{name}", cast)
+        ext.register_type(lenient, conn)
+        array = getattr(ext, f"{name}ARRAY")
+        ext.register_type(ext.new_array_type(array.values, f"MALHAR_{name}ARRAY", lenient), conn)
+
+
+def _unconvertible(value: Any) -> Unconvertible | None:
+    """The first :class:`Unconvertible` in ``value`` (itself, or an element of a list)."""
+    if isinstance(value, Unconvertible):
+        return value
+    if isinstance(value, list | tuple):
+        for v in value:
+            if (found := _unconvertible(v)) is not None:
+                return found
+    return None
 
 
 def key_sort_value(value: Any) -> Any:
