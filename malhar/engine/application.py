@@ -49,7 +49,12 @@ class RunningApplication:
         self._start_query = start_query
         self._first = -1  # the first window of this application object
         self._repartitioning = threading.Event()
+        #: held by a repartitioning from its orderly stop to its restart, and by ``stop()``
         self._repartition_lock = threading.Lock()
+        #: ``stop()``/``abort()`` was called: no repartitioning starts the query again.
+        #: Set under ``_control``, which a repartitioning holds to check it and restart.
+        self._stopping = False
+        self._control = threading.Lock()
         self.repartitions: list[Generation] = []  #: generations this object moved to
 
     def start(self) -> None:
@@ -81,7 +86,7 @@ class RunningApplication:
     @property
     def active(self) -> bool:
         """The application runs: its query is active, or a repartitioning is restarting it."""
-        return self._repartitioning.is_set() or self.query.isActive
+        return (self._repartitioning.is_set() and not self._stopping) or self.query.isActive
 
     def error_counts(self, window: int) -> dict[str, int]:
         """Tuples emitted on each error port ("operator.port") in ``window``.
@@ -216,8 +221,14 @@ class RunningApplication:
             TimeoutError: the last window did not complete within ``timeout`` seconds;
                 the query was then stopped at once (as :meth:`abort`), and the next
                 start replays the unfinished window.
+
+        A repartitioning under way (e.g. one a stats listener asked for) ends first and
+        does not start the query again; a later one is refused.
         """
-        self._stop(timeout, align=1)
+        with self._control:
+            self._stopping = True
+        with self._repartition_lock:  # after a repartitioning under way, never during it
+            self._stop(timeout, align=1)
 
     def _stop(self, timeout: float, *, align: int) -> None:
         """``stop()`` whose last window is the first one ending an application window of
@@ -259,12 +270,31 @@ class RunningApplication:
 
         check_requests(self.dag, requests, self.plan)  # a typo must not stop the application
         with self._repartition_lock:
+            if self._stopping:
+                raise RuntimeError(
+                    f"application {self.dag.name!r} was stopped: it is not repartitioned"
+                )
             self._repartitioning.set()
             try:
                 stats = self._recent_stats()
-                # the last window ends every application window: none is cut short
-                self._stop(timeout, align=application_window_lcm(self.dag))
-                more = self._windows is None or self.last_window + 1 - self._first < self._windows
+                try:
+                    # the last window ends every application window: none is cut short
+                    self._stop(timeout, align=application_window_lcm(self.dag))
+                except TimeoutError as exc:
+                    # the query was stopped at once (as abort()): nothing changed, so the
+                    # application goes on with the partitions it had, replaying the window
+                    # that did not finish
+                    self._restart()
+                    raise TimeoutError(
+                        f"repartitioning application {self.dag.name!r}: its orderly stop did "
+                        f"not complete within {timeout:g}s; it goes on with the partitions "
+                        "it had"
+                    ) from exc
+                if self._stopping:  # stop() or abort() came meanwhile: leave it stopped
+                    raise RuntimeError(
+                        f"application {self.dag.name!r} was stopped during its repartitioning: "
+                        "it is not repartitioned"
+                    )
                 before = generations.load(self.checkpoint).generation
                 try:
                     generation = repartition(
@@ -278,15 +308,22 @@ class RunningApplication:
                     current = generations.load(self.checkpoint)
                     if current.generation > before:
                         self.repartitions.append(current)
-                    if more:
-                        self.start()
+                    self._restart()
                     raise
                 self.repartitions.append(generation)
-                if more:
-                    self.start()
+                self._restart()
                 return generation
             finally:
                 self._repartitioning.clear()
+
+    def _restart(self) -> None:
+        """Start the query again after a repartitioning's stop, unless the run has done its
+        windows or ``stop()``/``abort()`` was called (checked under ``_control``, which they
+        take to set ``_stopping``: one of the two sees the other)."""
+        with self._control:
+            more = self._windows is None or self.last_window + 1 - self._first < self._windows
+            if more and not self._stopping:
+                self.start()
 
     def _recent_stats(self) -> dict[str, OperatorStats]:
         if self._progress is None:
@@ -308,32 +345,41 @@ class RunningApplication:
         self, operator: str, listener: StatsListener, response: Response
     ) -> None:
         """A stats listener asked to repartition: do it in the background, once at a time."""
-        if not response.repartition_required or self._repartitioning.is_set():
-            return
+        with self._control:
+            if not response.repartition_required or self._stopping:
+                return
+            if self._repartitioning.is_set():
+                return
+            self._repartitioning.set()  # before the thread: no second request slips in
         log.info(
             "malhar: %s asks to repartition %r: %s",
             type(listener).__name__,
             operator,
             response.reason or "no reason given",
         )
-        self._repartitioning.set()  # before the thread: no second request slips in
 
         def run() -> None:
             try:
                 self.repartition({operator: None})
             except Exception:
-                log.exception("malhar: repartitioning %r failed", operator)
+                if self._stopping:
+                    log.info("malhar: not repartitioning %r: the application stopped", operator)
+                else:
+                    log.exception("malhar: repartitioning %r failed", operator)
                 self._repartitioning.clear()
 
         threading.Thread(target=run, name="malhar-repartition", daemon=True).start()
 
     def abort(self) -> None:
         """Stop the query now, without the orderly last window (operators are not torn
-        down; the next start replays the unfinished window)."""
+        down; the next start replays the unfinished window). A repartitioning under way
+        does not start the query again."""
         try:
-            self.query.stop()
+            with self._control:  # a repartitioning's restart is either before this or never
+                self._stopping = True
+                self.query.stop()
         finally:
-            self._finish()
+            self._finish()  # not under _control: it joins the stats thread, which takes it
 
 
 def application_window_lcm(dag: DAG) -> int:

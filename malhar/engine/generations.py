@@ -18,6 +18,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from malhar.errors import StateError
 from malhar.partitioning import PartitionKeys, routing_table
 
 if TYPE_CHECKING:
@@ -162,5 +163,18 @@ def apply(plan: Plan, generation: Generation) -> None:
     plan.state_root = state_root(plan.checkpoint, generation.generation)
     plan.managed_roots = dict(generation.managed_roots)
     for name, part in generation.operators.items():
-        if name in plan.group_of:
-            plan.groups[plan.group_of[name]].routing = part.routing()
+        if name not in plan.group_of:
+            continue
+        group = plan.groups[plan.group_of[name]]
+        routing = part.routing()
+        lead = group.operators[0]
+        if lead != name and (
+            lead not in generation.operators or generation.operators[lead].routing() != routing
+        ):
+            # build_plan(own_routing=...) keeps such an operator out of the upstream group:
+            # its table would route (and so misplace the state of) the group's first operator
+            raise StateError(
+                f"operator {name!r} has partition keys of its own but runs fused behind "
+                f"{lead!r}: its routing table would move {lead!r}'s keyed state"
+            )
+        group.routing = routing

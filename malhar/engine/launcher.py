@@ -34,6 +34,7 @@ from malhar.engine.spark_io import (
     MalharSource,
     encode_plan,
     integrity_options,
+    shutdown_flag_path,
 )
 from malhar.engine.task import run_window
 from malhar.stats import Response, StatsListener
@@ -211,7 +212,7 @@ def start_query(
     """Plan ``dag`` at its checkpoint's partitioning generation and start its query."""
     generation = generations.load(checkpoint)  # a dynamic repartitioning may have run
     dag = generations.partitioned_dag(dag, generation)
-    plan = build_plan(dag)
+    plan = build_plan(dag, own_routing=generation.operators)
     generations.apply(plan, generation)
     plan.id = uuid.uuid4().hex
     shipped, literal = ship_secrets(_for_executors(dag), spark.sparkContext.environment)
@@ -224,6 +225,7 @@ def start_query(
         )
     fs, claims = claims_root(checkpoint)  # an earlier launch's slot claims
     fs.delete(claims, recursive=True)
+    clear_shutdown_flag(checkpoint)
     df = build_dataframe(spark, plan, windows)
     period = int(dag.attr(A.STREAMING_WINDOW_MS))
     name = f"malhar-{dag.name}-{uuid.uuid4().hex[:6]}"
@@ -248,6 +250,23 @@ def start_query(
         spark.streams.removeListener(progress)
         raise
     return Started(plan, query, progress, stats.start())
+
+
+def clear_shutdown_flag(checkpoint: str) -> None:
+    """Delete a shutdown flag before a query starts: it was left by a driver that died
+    inside ``stop()`` (which deletes it in a ``finally``), and would end the new run at its
+    first window and leave its query active. No ``stop()`` of this driver is under way: a
+    query starts from ``launch`` (a new application; two live ones on one checkpoint are
+    not supported) or from a repartitioning's restart, and ``stop()`` holds the same
+    repartition lock from before it writes its flag until it has deleted it."""
+    from malhar.util.fs import filesystem_for
+
+    fs, flag = filesystem_for(shutdown_flag_path(checkpoint))
+    if fs.delete(flag):
+        log.warning(
+            "malhar: removed a shutdown flag left by a driver that stopped inside stop() (%s)",
+            flag,
+        )
 
 
 def run(dag: DAG, windows: int, **kwargs: Any) -> RunningApplication:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,8 +144,16 @@ def _cascade_depth(dag: DAG, up: str, up_parts: int, unifiers: dict[str, Unifier
     return len(cascade_fans(up_parts, int(dag.operators[up].attr(A.UNIFIER_LIMIT))))
 
 
-def build_plan(dag: DAG) -> Plan:
-    """Fuse, level and route a validated DAG."""
+def build_plan(dag: DAG, own_routing: Collection[str] = ()) -> Plan:
+    """Fuse, level and route a validated DAG.
+
+    ``own_routing``: operators whose partitions have partition keys of their own (a
+    repartitioning generation, ``malhar.engine.generations``). Such an operator is fused
+    behind its upstream only through ``PARALLEL_PARTITION`` (it then follows that
+    partitioning): fused because counts happen to be equal, its routing table would
+    become the upstream group's and move the upstream's keyed state, and it could not
+    be repartitioned again.
+    """
     dag.validate()
     order = dag.topological_order()
     unifiers = unifiers_of(dag)
@@ -177,7 +186,7 @@ def build_plan(dag: DAG) -> Plan:
                         dag, s.source.operator, sink, partitions[s.source.operator], parts, unifiers
                     )
                     for s, sink in in_streams
-                ):
+                ) and (name not in own_routing or len(parallel) == len(in_streams)):
                     fuse_into = g
         if fuse_into is not None:
             fuse_into.operators.append(name)

@@ -26,9 +26,10 @@ files are garbage); after it, the new one.
 
 from __future__ import annotations
 
+import copy
 import logging
 import pickle
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,7 @@ from malhar.partitioning import (
     routing_table,
     spread,
 )
-from malhar.state import restore_window_snapshot, state_fields, window_snapshot
+from malhar.state import State, restore_window_snapshot, state_fields, window_snapshot
 from malhar.stats import OperatorStats
 
 log = logging.getLogger("malhar")
@@ -65,7 +66,7 @@ def planned(dag: DAG, checkpoint: str, generation: generations.Generation) -> Pl
     """The plan of ``dag`` at ``generation`` (partition counts, routing, state roots)."""
     shaped = generations.partitioned_dag(dag, generation)
     shaped.set_attribute(A.CHECKPOINT, checkpoint)
-    plan = build_plan(shaped)
+    plan = build_plan(shaped, own_routing=generation.operators)
     generations.apply(plan, generation)
     return plan
 
@@ -157,7 +158,8 @@ def _redistribute(
                         "(give the input a STREAM_CODEC that routes by the same key)"
                     )
                 pool.update(v)
-            targets = [type(values[0])() if values else spec.initial() for _ in new]
+            # the field's own initial value (a defaultdict keeps its default factory)
+            targets = [_empty_like(spec, values) for _ in new]
             if pool:
                 if codec is None:
                     raise StateError(
@@ -167,8 +169,11 @@ def _redistribute(
                 keys = list(pool)
                 mask, lookup = table
                 owners = np.asarray(lookup)[np.asarray(codec.hash_keys(keys, typed)) & mask]
+                moved: list[dict[Any, Any]] = [{} for _ in new]
                 for key, owner in zip(keys, owners.tolist(), strict=True):
-                    targets[owner][key] = pool[key]
+                    moved[owner][key] = pool[key]
+                for target, entries in zip(targets, moved, strict=True):
+                    target.update(entries)
             for p, target in zip(new, targets, strict=True):
                 p.operator.__dict__[fname] = target
             continue
@@ -185,6 +190,22 @@ def _redistribute(
                 )
             if values:
                 p.operator.__dict__[fname] = pickle.loads(next(iter(distinct)))
+
+
+def _empty_like(spec: State, values: list[Any]) -> Any:
+    """A new mapping for a keyed field of a new partition: its factory's value (a
+    ``defaultdict`` keeps its default factory), else an emptied copy of an old value (a
+    ``State(default=None, keyed=True)`` set to a mapping later), else a dict."""
+    if spec.factory is not None:
+        initial = spec.initial()
+        if isinstance(initial, MutableMapping):
+            return initial
+    for value in values:
+        if isinstance(value, MutableMapping):
+            empty = copy.copy(value)
+            empty.clear()
+            return empty
+    return {}
 
 
 def _followers(dag: DAG, chain: list[str], name: str) -> list[str]:
@@ -379,18 +400,43 @@ def _repartition_one(
             p.keys = keys
     table = routing_table([p.keys for p in new])  # type: ignore[misc]
     codec, typed = _codec_of(old_plan, name)
+    unchanged = len(new) == len(existing) and all(
+        n.operator is e.operator and n.keys == e.keys for n, e in zip(new, existing, strict=True)
+    )
     for member in _followers(dag, group.operators, name):  # it and what follows it
+        if not unchanged and not (is_input and member == name):
+            _refuse_custom_state(member, name, group.partitions, snapshots)
         if member == name:
             olds, news = [p.operator for p in existing], new
         else:
             template = dag.operators[member].operator
             olds = [_restored(template, snapshots.get(member, p)) for p in range(group.partitions)]
-            news = [Partition(template.clone(), p.keys) for p in new]
+            news = (
+                [Partition(o, p.keys) for o, p in zip(olds, new, strict=True)]
+                if unchanged  # its partitions stay as they were, custom snapshot() included
+                else [Partition(template.clone(), p.keys) for p in new]
+            )
         if not (is_input and member == name):  # an input's partitioner placed its positions
             _redistribute(member, olds, news, codec, typed, table)
         changed[member] = news
         new_gen.operators[member] = generations.OperatorPartitioning.of([p.keys for p in new])
     return partitioner
+
+
+def _refuse_custom_state(member: str, name: str, partitions: int, snapshots: _Snapshots) -> None:
+    """A custom ``snapshot()``/``restore()`` pair holds state the engine cannot split or
+    pool: refuse rather than drop it (new partitions are clones without it)."""
+    held = [p for p in range(partitions) if snapshots.get(member, p).get("custom") is not None]
+    if held:
+        moving = "" if member == name else f" (it follows {name!r}'s partitions)"
+        raise StateError(
+            f"operator {member!r}{moving}: its snapshot() holds state (in {len(held)} of "
+            f"its {partitions} partitions) that a repartitioning would lose: "
+            "the engine moves only State fields. Move that state into State fields "
+            "(State(..., keyed=True) for a mapping by stream key), or give the operator a "
+            "partitioner that returns its existing partitions unchanged; the application "
+            "goes on with the partitions it had"
+        )
 
 
 def _restored(template: Any, snapshot: dict[str, Any]) -> Any:
