@@ -25,6 +25,7 @@ from malhar.io.jdbc import JdbcConfigError, JdbcOutputOperator, register
 from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import ListInput
 from tests.io.jdbc_support import new_table, run_sql, unique_name
+from tests.io.test_spark_sources_edges import jdbc_url_reference
 
 pytestmark = pytest.mark.integration
 
@@ -252,15 +253,18 @@ def test_a_writer_behind_a_held_meta_row_lock_times_out_and_retries(
 
 
 # -- 12. unknown sink options ----------------------------------------------------------------
-def test_unknown_sink_options_fail_with_did_you_mean(spark, postgres_service, tmp_path) -> None:
+def test_unknown_sink_options_fail_with_did_you_mean(
+    spark, postgres_service, tmp_path, monkeypatch
+) -> None:
     """Before: unknown options were ignored ("tabel" failed later as a missing table)."""
     pg = postgres_service
+    url = jdbc_url_reference(spark, pg, monkeypatch)
     register(spark)
     df = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
     with pytest.raises(Exception, match=r"no option 'tabel'; did you mean 'table'\?") as err:
         query = (
             df.writeStream.format("malhar_jdbc")
-            .option("url", pg.sqlalchemy_url)
+            .option("url", url)
             .option("name", unique_name("typo"))
             .option("tabel", "events")
             .option("checkpointLocation", str(tmp_path / "ck"))
@@ -349,10 +353,13 @@ class ShiftingSource(DataSource):
         return _ShiftingReader(dict(self.options))
 
 
-def test_spark_sink_rerun_with_rows_in_other_partitions(spark, postgres_service, tmp_path):
+def test_spark_sink_rerun_with_rows_in_other_partitions(
+    spark, postgres_service, tmp_path, monkeypatch
+):
     """Before: the sink keyed by partitionId() skipped the re-run's rows in partition 0 (never
     written: lost) and wrote partition 1's (some already written: duplicated)."""
     pg = postgres_service
+    url = jdbc_url_reference(spark, pg, monkeypatch)
     table = new_table(pg, "shift", "id bigint NOT NULL, batch bigint NOT NULL")
     name = unique_name("shift")
     checkpoint = tmp_path / "checkpoint"
@@ -372,7 +379,7 @@ def test_spark_sink_rerun_with_rows_in_other_partitions(spark, postgres_service,
         )
         query = (
             df.writeStream.format("malhar_jdbc")
-            .option("url", pg.sqlalchemy_url)
+            .option("url", url)
             .option("name", name)
             .option("table", table)
             .option("checkpointLocation", str(checkpoint))
@@ -415,10 +422,11 @@ def test_spark_sink_rerun_with_rows_in_other_partitions(spark, postgres_service,
 
 
 def test_spark_sink_exactly_once_needs_no_fingerprint_when_disabled(
-    spark, postgres_service, tmp_path: Path
+    spark, postgres_service, tmp_path: Path, monkeypatch
 ) -> None:
     """verify_reruns=false: no fingerprints, the behaviour of a plain partition-keyed sink."""
     pg = postgres_service
+    url = jdbc_url_reference(spark, pg, monkeypatch)
     table = new_table(pg, "nover", "id bigint NOT NULL, batch bigint NOT NULL")
     name = unique_name("nover")
     spark.dataSource.register(ShiftingSource)
@@ -432,7 +440,7 @@ def test_spark_sink_exactly_once_needs_no_fingerprint_when_disabled(
     )
     query = (
         df.writeStream.format("malhar_jdbc")
-        .option("url", pg.sqlalchemy_url)
+        .option("url", url)
         .option("name", name)
         .option("table", table)
         .option("verify_reruns", "false")
@@ -452,11 +460,12 @@ def test_spark_sink_exactly_once_needs_no_fingerprint_when_disabled(
 
 
 def test_spark_sink_without_error_table_fails_a_batch_with_a_rejected_row(
-    spark, postgres_service, tmp_path: Path
+    spark, postgres_service, tmp_path: Path, monkeypatch
 ) -> None:
     """A sink has no error port: without error_table, a row the database refuses fails the
     batch (and the batch writes nothing), naming the reason."""
     pg = postgres_service
+    url = jdbc_url_reference(spark, pg, monkeypatch)
     table = new_table(pg, "norej", "id bigint NOT NULL CHECK (id < 103), batch bigint NOT NULL")
     name = unique_name("norej")
     spark.dataSource.register(ShiftingSource)
@@ -470,7 +479,7 @@ def test_spark_sink_without_error_table_fails_a_batch_with_a_rejected_row(
     )
     query = (
         df.writeStream.format("malhar_jdbc")
-        .option("url", pg.sqlalchemy_url)
+        .option("url", url)
         .option("name", name)
         .option("table", table)
         .option("checkpointLocation", str(tmp_path / "ck"))

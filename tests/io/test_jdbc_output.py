@@ -32,6 +32,7 @@ from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import ListInput
 from tests.engine.ops import Numbers, window_items
 from tests.io.jdbc_support import new_table, run_sql, unique_name
+from tests.io.test_spark_sources_edges import jdbc_url_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -541,8 +542,11 @@ class CountingSource(DataSource):
 
 
 @pytest.mark.integration
-def test_spark_sink_is_exactly_once_across_a_rerun_batch(spark, postgres_service, tmp_path):
+def test_spark_sink_is_exactly_once_across_a_rerun_batch(
+    spark, postgres_service, tmp_path, monkeypatch
+):
     pg = postgres_service
+    url = jdbc_url_reference(spark, pg, monkeypatch)
     table = new_table(pg, "sink", "id bigint NOT NULL CHECK (id >= 0), batch bigint NOT NULL")
     errors = unique_name("sink_errors")
     name = unique_name("query")
@@ -559,7 +563,7 @@ def test_spark_sink_is_exactly_once_across_a_rerun_batch(spark, postgres_service
         )
         query = (
             df.writeStream.format("malhar_jdbc")
-            .option("url", pg.sqlalchemy_url)
+            .option("url", url)
             .option("name", name)
             .option("table", table)
             .option("error_table", errors)

@@ -18,6 +18,7 @@ from malhar.io.jdbc import JdbcConfigError, JdbcPollInputOperator, JdbcPollSetti
 from malhar.ports import OutputPort
 from tests.io.conftest import kafka_harness, kafka_run_window, kafka_unique
 from tests.io.jdbc_support import run_sql, unique_name
+from tests.io.test_spark_sources_edges import jdbc_url_reference
 
 SECRET = "p0ll-s3cret"
 
@@ -337,13 +338,14 @@ def test_missing_table_or_column_fails_at_launch_with_the_name(
 @pytest.mark.integration
 @pytest.mark.slow
 def test_spark_source_key_range_batches_replayed_exactly_into_kafka(
-    spark: Any, postgres_service: Any, kafka_client: Any, tmp_path: Path
+    spark: Any, postgres_service: Any, kafka_client: Any, tmp_path: Path, monkeypatch: Any
 ) -> None:
     from malhar.io.jdbc import JdbcPollSource
     from malhar.io.kafka import KafkaSource
     from tests.io.test_kafka_output import read_topic
 
     pg, bs = postgres_service, kafka_client.bootstrap
+    url = jdbc_url_reference(spark, pg, monkeypatch)
     table = _orders(pg, 50)
     topic = kafka_client.topic("poll-src", partitions=2)
     spark.dataSource.register(JdbcPollSource)
@@ -354,7 +356,7 @@ def test_spark_source_key_range_batches_replayed_exactly_into_kafka(
     def start() -> Any:
         df = (
             spark.readStream.format("malhar_jdbc_poll")
-            .option("url", pg.sqlalchemy_url)
+            .option("url", url)
             .option("table", table)
             .option("key_column", "id")
             .option("max_rows_per_batch", 20)

@@ -112,7 +112,9 @@ def test_a_nan_key_does_not_stop_polling(
 
 
 # -- A: % in user SQL ---------------------------------------------------------------------------
-def test_percent_in_where_and_query(postgres_service: Any, tmp_path: Path) -> None:
+def test_percent_in_where_and_query(
+    postgres_service: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
     from malhar.io.jdbc.poll_source import JdbcPollSourceSettings, JdbcPollStreamReader
 
     pg = postgres_service
@@ -132,7 +134,9 @@ def test_percent_in_where_and_query(postgres_service: Any, tmp_path: Path) -> No
         h.teardown()
         # the Spark source reads through the same statements
         settings = JdbcPollSourceSettings()
-        settings.from_options({"url": pg.sqlalchemy_url, "key_column": "id", **source})
+        # (a reference: the data source refuses a literal password)
+        monkeypatch.setenv("MALHAR_TEST_PG_URL", pg.sqlalchemy_url)
+        settings.from_options({"url": "${env:MALHAR_TEST_PG_URL}", "key_column": "id", **source})
         reader = JdbcPollStreamReader(settings)
         start = reader.initialOffset()
         end = reader.latestOffset(start, None)

@@ -31,12 +31,14 @@ def test_the_operator_properties_are_the_settings() -> None:
         JdbcOutputOperator(URL, table="words", batchsize=5)
 
 
-def test_spark_options_are_parsed_from_text() -> None:
+def test_spark_options_are_parsed_from_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MALHAR_TEST_PG_PASSWORD", "S3cret-pw")
     s = (
         JdbcSinkSettings()
         .from_options(
             {
-                "url": URL,
+                "url": "postgresql+psycopg2://app@db:5432/shop",
+                "password": "${env:MALHAR_TEST_PG_PASSWORD}",  # the sink refuses a literal one
                 "name": "q",
                 "Table": "words",
                 "mode": "upsert",

@@ -38,6 +38,7 @@ from tests.drivers import start_driver
 SETTINGS_ENV = "JDBC_SINK_CRASH"
 PAUSE_ENV = "JDBC_SINK_PAUSE"  # before_commit | after_commit
 MARKER_ENV = "JDBC_SINK_MARKER"
+URL_ENV = "JDBC_SINK_URL"  # the database URL, by reference (${env:JDBC_SINK_URL})
 JOURNAL_ENV = "JDBC_SINK_JOURNAL"  # batches the driver completed from staged partitions
 RUN_TIMEOUT = 300.0
 
@@ -202,7 +203,7 @@ class SinkDriver:
         self.runs += 1
         self.marker = self.workdir / f"paused-{self.runs}"
         settings = {
-            "url": self.pg.sqlalchemy_url,
+            "url": "${env:" + URL_ENV + "}",  # the sink refuses a literal password
             "table": self.table,
             "name": self.name,
             "batches": self.batches,
@@ -214,6 +215,7 @@ class SinkDriver:
             log=self.log_path,
             env={
                 SETTINGS_ENV: json.dumps(settings),
+                URL_ENV: self.pg.sqlalchemy_url,
                 MARKER_ENV: str(self.marker),
                 JOURNAL_ENV: str(self.journal),
                 PAUSE_ENV: pause or None,

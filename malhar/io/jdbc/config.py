@@ -16,7 +16,7 @@ from malhar.io.base.output import TransactionalSettings
 from malhar.io.base.spark_sink import TransactionalSinkSettings
 from malhar.io.jdbc.errors import JdbcConfigError
 from malhar.properties import Configurable, Property
-from malhar.redaction import redact_url
+from malhar.redaction import redact_url, url_password
 
 #: how rows are applied to the table
 MODES = ("insert", "upsert", "merge_add")
@@ -90,6 +90,27 @@ class JdbcConnectionSettings(Configurable):
             except Exception as exc:
                 return [f"url {self.redacted_url!r} is not a SQLAlchemy URL: {exc}"]
         return []
+
+    def literal_password_problems(self) -> list[str]:
+        """A Spark data source's settings travel pickled in what Spark ships to every task:
+        a literal password there (option ``password``, or in ``url``) would travel in clear.
+        Such a password must be a reference ``${env:NAME}`` / ``${file:/path}``, read where
+        the connection is made (the operators need not: the engine ships their secrets
+        as references itself)."""
+        literal = []
+        if self.password not in (None, "") and not secrets.is_reference(self.password):
+            literal.append("option 'password'")
+        if self.url and not secrets.is_reference(self.url) and url_password(self.url):
+            literal.append("the password in option 'url'")
+        if not literal:
+            return []
+        return [
+            f"{' and '.join(literal)} must be a secret reference, not the password itself "
+            "(it would travel in clear in what Spark ships to every task): give the URL "
+            "without its password and option 'password' as '${env:NAME}' or "
+            "'${file:/path}', or the whole URL as such a reference; it is read where the "
+            "connection is made (the executors' environment or filesystem)"
+        ]
 
     def sqlalchemy_url(self) -> Any:
         """The ``sqlalchemy.URL`` to connect to (with the password, if given separately); a
@@ -198,3 +219,8 @@ class JdbcSinkSettings(JdbcSettings, TransactionalSinkSettings):
         Traceback (most recent call last):
         malhar.io.jdbc.errors.JdbcConfigError: JdbcSinkSettings has no option 'tabel'; did you mean 'table'? ...
     """
+
+    def settings_problems(self) -> list[str]:
+        """:meth:`JdbcSettings.settings_problems`, and no literal password
+        (:meth:`~JdbcConnectionSettings.literal_password_problems`)."""
+        return super().settings_problems() + self.literal_password_problems()

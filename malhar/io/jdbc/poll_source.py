@@ -22,7 +22,10 @@ a runnable one).
 
 Options: the properties of :class:`~malhar.io.jdbc.JdbcPollSettings` (names
 case-insensitive, unknown ones fail with "did you mean"), plus ``max_rows_per_batch`` and
-``num_partitions``. A row with a value that cannot be converted fails the batch, naming its
+``num_partitions``. The password must be a reference, ``${env:NAME}`` / ``${file:/path}``
+(option ``password``, or the whole ``url``), read where the connection is made: a literal
+one (in ``password`` or in the URL) is refused, as it would travel in clear in the reader
+Spark ships to every task. A row with a value that cannot be converted fails the batch, naming its
 key (a source has no error port; ``column_types`` or a ``query`` that casts fixes it).
 """
 
@@ -62,6 +65,11 @@ class JdbcPollSourceSettings(JdbcPollSettings):
         int, default=None, min=1, doc="rows per micro-batch at most (default: all available)"
     )
     num_partitions = Property(int, default=1, min=1, doc="tasks (key ranges) per micro-batch")
+
+    def poll_problems(self) -> list[str]:
+        """:meth:`JdbcPollSettings.poll_problems`, and no literal password: the reader
+        travels pickled to every task (:meth:`literal_password_problems`)."""
+        return super().poll_problems() + self.literal_password_problems()
 
 
 class _Core(JdbcPollInputOperator):

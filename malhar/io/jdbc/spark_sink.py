@@ -17,7 +17,10 @@ than the committed one (a new checkpoint under an old name) fails the query with
 
 Options: the properties of :class:`~malhar.io.jdbc.config.JdbcSinkSettings` (names
 are case-insensitive; an unknown name fails with "did you mean"). Without
-``error_table`` a rejected row fails the batch.
+``error_table`` a rejected row fails the batch. The password must be a reference,
+``${env:NAME}`` / ``${file:/path}`` (option ``password``, or the whole ``url``), read where
+the connection is made: a literal one (in ``password`` or in the URL) is refused, as it
+would travel in clear in the writer Spark ships to every task.
 """
 
 from __future__ import annotations

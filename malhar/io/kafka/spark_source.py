@@ -39,12 +39,17 @@ declaration each, shared with the input operators.
                           as ``${env:NAME}`` / ``${file:/path}`` references; never logged
 ``retryAttempts``, ``retryBackoffMs``, ``requestTimeoutMs``: bounded retries
 ``fetchBatch``            records per ``consume()`` call (default 10000)
+``kafka.auto.offset.reset`` ``error`` (default): a partition whose log no longer holds the
+                          query's next offset (topic re-created, retention) fails the query
+                          with a :class:`~malhar.io.kafka.errors.DataLossError`;
+                          ``earliest`` / ``latest``: go on from its first offset / its end
 ========================  =====================================================================
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -57,11 +62,17 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from malhar.io.kafka.client import TP, KafkaClient
 from malhar.io.kafka.config import InitialOffset
 from malhar.io.kafka.deserializers import TextDeserializer, parse_json
-from malhar.io.kafka.errors import KafkaConfigError
+from malhar.io.kafka.errors import DataLossError, KafkaConfigError
 from malhar.io.kafka.records import MessageColumns, build_batch, record_ddl, record_schema
 from malhar.io.kafka.settings import KafkaSourceSettings
 
 SOURCE_NAME = "malhar_kafka"
+
+log = logging.getLogger("malhar.io.kafka")
+
+#: librdkafka's ``auto.offset.reset`` values that go on from the earliest / latest offset
+RESET_EARLIEST = frozenset({"smallest", "earliest", "beginning"})
+RESET_LATEST = frozenset({"largest", "latest", "end"})
 
 
 def encode_offsets(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
@@ -161,13 +172,70 @@ class KafkaStreamReader(DataSourceStreamReader):
         # a partition added to a topic starts at its earliest offset, read from the next batch on
         added = self.client.start_offsets(new, earliest=True, use_group=False) if new else {}
         known = [tp for tp in tps if tp in current]
-        high = {tp: h for tp, (_, h) in self.client.watermarks(known).items()}
+        marks = self.client.watermarks(known)
+        # a position outside the log: fail, or (auto.offset.reset) move past the gap
+        moved = self._out_of_range({tp: current[tp] for tp in known}, marks)
+        high = {tp: h for tp, (_, h) in marks.items()}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = allocate({tp: current[tp] for tp in known}, high, max_rows)
+        end = allocate({tp: current[tp] for tp in known if tp not in moved}, high, max_rows)
+        end.update(moved)
         end.update(added)
         for tp, off in current.items():  # a partition that vanished keeps its offset
             end.setdefault(tp, off)
         return encode_offsets(end)
+
+    def _out_of_range(
+        self, start: Mapping[TP, int], marks: Mapping[TP, tuple[int, int]]
+    ) -> dict[TP, int]:
+        """The partitions whose next offset is outside their log (``low <= start <= high``
+        fails): records were lost (deleted by retention, a topic deleted and re-created, a
+        truncated log). Like the input operators (and Spark's Kafka source with
+        ``failOnDataLoss``), this is a :class:`DataLossError` unless the librdkafka setting
+        ``auto.offset.reset`` (option ``kafka.auto.offset.reset``) says where to go on:
+        ``earliest`` / ``latest`` move the partition to its low / high watermark (the
+        returned end offsets; that micro-batch reads nothing of it: a range below the
+        log's start finds nothing, the task's consumer resetting the same way)."""
+        lost = {
+            tp: (start[tp], low, high)
+            for tp, (low, high) in marks.items()
+            if tp in start and 0 <= low <= high and not low <= start[tp] <= high
+        }
+        if not lost:
+            return {}
+        policy = str(self.client.config.get("auto.offset.reset", "error")).lower()
+        to = "low" if policy in RESET_EARLIEST else "high" if policy in RESET_LATEST else None
+        if to is None:
+            (t, p), (at, low, high) = sorted(lost.items())[0]
+            raise DataLossError(
+                f"{SOURCE_NAME}: topic {t!r} partition {p}: the query's next offset is {at} "
+                f"but the partition's log now holds offsets {low} to {high} (exclusive): "
+                + (
+                    f"its log ends before {at} (the topic was deleted and re-created, or "
+                    "the log was truncated)"
+                    if high < at
+                    else f"records {at} to {low - 1} were deleted (retention, DeleteRecords)"
+                )
+                + f"{_others(lost)}. Records were lost and the query cannot go on exactly. "
+                "To go on: restart the query with a new checkpoint location (and "
+                "startingOffsets), or set the option kafka.auto.offset.reset to 'earliest' "
+                "(go on from the partition's first offset) or 'latest' (from its end), "
+                "accepting the loss"
+            )
+        moved = {tp: (low if to == "low" else high) for tp, (_, low, high) in lost.items()}
+        for (t, p), (at, low, high) in sorted(lost.items()):
+            log.warning(
+                "%s: topic %r partition %d: next offset %d is outside the log [%d, %d): "
+                "records lost; going on from offset %d (auto.offset.reset=%s)",
+                SOURCE_NAME,
+                t,
+                p,
+                at,
+                low,
+                high,
+                moved[(t, p)],
+                policy,
+            )
+        return moved
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         first, last = decode_offsets(start), decode_offsets(end)
@@ -204,6 +272,15 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _others(lost: Mapping[TP, tuple[int, int, int]]) -> str:
+    if len(lost) < 2:
+        return ""
+    rest = sorted(lost.items())[1:]
+    return "; also " + ", ".join(
+        f"{t}[{p}] (offset {at}, log [{lo}, {hi}))" for (t, p), (at, lo, hi) in rest
+    )
 
 
 def _to_batch(
