@@ -1,5 +1,6 @@
 """Shared pieces of the JDBC connector tests (``tests/io/test_jdbc_*.py``): unique names,
-one statement on the real PostgreSQL fixture, a fresh table."""
+one statement on the real PostgreSQL fixture, a fresh table, the database URL as a secret
+reference for the Spark data sources."""
 
 from __future__ import annotations
 
@@ -31,3 +32,16 @@ def new_table(pg: Any, prefix: str, columns: str) -> str:
     name = unique_name(prefix)
     run_sql(pg, f"CREATE TABLE {name} ({columns})")
     return name
+
+
+#: the environment variable :func:`jdbc_url_reference` names
+URL_ENV = "MALHAR_TEST_PG_URL"
+
+
+def jdbc_url_reference(spark: Any, pg: Any, monkeypatch: Any) -> str:
+    """``${env:...}`` naming the test database's URL (with its password), set in the
+    environment of the driver and of Spark's Python workers (``SparkContext.environment``:
+    the JVM started before the test set it); the JDBC data sources refuse a literal one."""
+    monkeypatch.setenv(URL_ENV, pg.sqlalchemy_url)
+    monkeypatch.setitem(spark.sparkContext.environment, URL_ENV, pg.sqlalchemy_url)
+    return "${env:" + URL_ENV + "}"

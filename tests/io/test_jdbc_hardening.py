@@ -24,8 +24,7 @@ from malhar import DAG, OperatorContext, run
 from malhar.io.jdbc import JdbcConfigError, JdbcOutputOperator, register
 from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import ListInput
-from tests.io.jdbc_support import new_table, run_sql, unique_name
-from tests.io.test_spark_sources_edges import jdbc_url_reference
+from tests.io.jdbc_support import jdbc_url_reference, new_table, run_sql, unique_name
 
 pytestmark = pytest.mark.integration
 

@@ -31,8 +31,7 @@ from malhar.io.jdbc import (
 from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import ListInput
 from tests.engine.ops import Numbers, window_items
-from tests.io.jdbc_support import new_table, run_sql, unique_name
-from tests.io.test_spark_sources_edges import jdbc_url_reference
+from tests.io.jdbc_support import jdbc_url_reference, new_table, run_sql, unique_name
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,7 @@ from malhar.io.base.input import ReplayError
 from malhar.io.jdbc import JdbcConfigError, JdbcPollInputOperator, JdbcPollSettings
 from malhar.ports import OutputPort
 from tests.io.conftest import kafka_harness, kafka_run_window, kafka_unique
-from tests.io.jdbc_support import run_sql, unique_name
-from tests.io.test_spark_sources_edges import jdbc_url_reference
+from tests.io.jdbc_support import jdbc_url_reference, run_sql, unique_name
 
 SECRET = "p0ll-s3cret"
 

@@ -124,16 +124,6 @@ def test_records_deleted_under_the_query_fail_it(
 
 # -- JDBC: passwords by reference only -----------------------------------------------------------
 PW_ENV = "MALHAR_TEST_EDGES_PG_PASSWORD"
-URL_ENV = "MALHAR_TEST_PG_URL"
-
-
-def jdbc_url_reference(spark: Any, pg: Any, monkeypatch: Any) -> str:
-    """``${env:...}`` naming the test database's URL (with its password), set in the
-    environment of the driver and of Spark's Python workers (``SparkContext.environment``:
-    the JVM started before the test set it); the JDBC data sources refuse a literal one."""
-    monkeypatch.setenv(URL_ENV, pg.sqlalchemy_url)
-    monkeypatch.setitem(spark.sparkContext.environment, URL_ENV, pg.sqlalchemy_url)
-    return "${env:" + URL_ENV + "}"
 
 
 @pytest.fixture
