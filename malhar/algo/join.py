@@ -31,7 +31,7 @@ from malhar.algo._base import (
     getter,
     missing,
 )
-from malhar.errors import ConfigError
+from malhar.errors import ConfigError, MalharError
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
@@ -69,7 +69,7 @@ def _unstorable(k: Any, verb: str) -> str:
     return reason
 
 
-class FieldClash(ValueError):
+class FieldClash(MalharError, ValueError):
     """The joined row would have two fields of one name (see :func:`merge_rows`)."""
 
 
