@@ -94,6 +94,10 @@ def _site_xml(props: dict[str, str]) -> str:
     return f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>\n'
 
 
+#: starts tried when a daemon lost a race for one of the ports chosen for it
+_PORT_RACE_ATTEMPTS = 3
+
+
 class HdfsService(Service):
     """A real single-node HDFS for tests, samples and benchmarks.
 
@@ -160,18 +164,20 @@ class HdfsService(Service):
         jars = jar_dir("hadoop")
         chosen = [role for role, port in self.ports.items() if port is None]
         deadline = time.monotonic() + timeout
-        try:
-            self._start_once(jars, deadline)
-        except ServiceError:
-            if not chosen or not self._lost_port_race():
-                raise
+        for attempt in range(1, _PORT_RACE_ATTEMPTS + 1):
+            try:
+                self._start_once(jars, deadline)
+                return self
+            except ServiceError:
+                if attempt == _PORT_RACE_ATTEMPTS or not chosen or not self._lost_port_race():
+                    raise
             # Another process took one of the free ports between our choice and the
-            # daemon's bind: choose again, once.
+            # daemon's bind (on a busy machine an outgoing connection's local port can be
+            # one of them, even on the second choice): choose again.
             if self.home is not None:
                 shutil.rmtree(self.home, ignore_errors=True)
             for role in chosen:
                 self.ports[role] = None
-            self._start_once(jars, deadline)
         return self
 
     def _start_once(self, jars: Path, deadline: float) -> None:
