@@ -28,6 +28,7 @@ from malhar.partitioning import Partition, spread
 from malhar.state import window_snapshot
 from malhar.stats import Response
 from malhar.testing.operators import Collector, ListInput
+from malhar.testing.services.process import wait_until
 from tests.engine.ops import KeyedRunningCount, RatedKeys
 
 
@@ -183,9 +184,7 @@ def test_stop_during_a_repartitioning_is_not_undone_by_its_restart(
     assert h.entered.wait(10)  # the query is stopped, the state is moving
     stopped: list[Any] = []
     stopper = _thread(getattr(h.app, how), stopped)
-    deadline = time.monotonic() + 10
-    while not h.app._stopping and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: h.app._stopping, timeout=10, what="stop() under way")
     h.release.set()
     rep.join(10)
     stopper.join(10)
@@ -207,13 +206,10 @@ def test_stop_during_a_repartitionings_orderly_stop_skips_it(
     h.queries[0].gate = gate = threading.Event()
     out: list[Any] = []
     rep = _thread(lambda: h.app.repartition({"c": 2}), out)
-    deadline = time.monotonic() + 10
-    while not h.app._repartitioning.is_set() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(h.app._repartitioning.is_set, timeout=10, what="the repartitioning under way")
     stopped: list[Any] = []
     stopper = _thread(h.app.stop, stopped)
-    while not h.app._stopping and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: h.app._stopping, timeout=10, what="stop() under way")
     gate.set()  # the repartitioning's last window completes
     rep.join(10)
     stopper.join(10)

@@ -5,7 +5,6 @@ columns, a connection lost in the middle of a window, a value the driver cannot 
 from __future__ import annotations
 
 import pickle
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from malhar.io.jdbc import JdbcError, JdbcPollInputOperator
+from malhar.testing.services.process import wait_until
 from tests.io.conftest import kafka_harness, kafka_run_window
 from tests.io.jdbc_support import run_sql, unique_name
 
@@ -190,7 +190,13 @@ def test_a_connection_lost_mid_window_is_retried_with_the_same_rows(
             if kill and w == 0:
                 pid = op._conn.get_backend_pid()
                 run_sql(pg, "SELECT pg_terminate_backend(%s)", (pid,))
-                time.sleep(0.2)
+                wait_until(
+                    lambda pid=pid: (
+                        not run_sql(pg, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
+                    ),
+                    timeout=10,
+                    what=f"backend {pid} gone",
+                )
             while True:
                 before = h.operator.output.count
                 h.emit_tuples()
