@@ -22,7 +22,9 @@ Measured on the flagship (4 readers x 50k lines, 2 cores): rebuilt readers spent
 A claim is a file ``<checkpoint>/malhar/claims/<launch>/<window>/<slot>`` written atomically
 without overwrite (the file system's compare-and-swap), holding the Spark partition that
 claimed it: every slot is claimed once per window, and a retried attempt of a partition
-runs the slots its failed attempt claimed before it claims more. With speculative
+runs the slots its failed attempt claimed before it claims more. So does a partition
+Spark runs again in a resubmitted stage (an executor lost with its shuffle output), though
+Spark numbers its attempts from 0 again: it meets its own claim. With speculative
 execution two attempts of one partition may run at once, each claiming on its own, and
 Spark keeps either one's output: there level 0 claims nothing and task ``s`` runs slot
 ``s``, as Spark placed it.
@@ -88,24 +90,39 @@ def claim_slots(
     folder = fs.join(root, launch, str(window))
     mine = str(task).encode()
     share = -(-slots // max(1, min(tasks, slots)))
-    held: list[int] = []
-    if attempt > 0 and fs.exists(folder):
-        for entry in fs.list(folder):
-            if entry.name.isdigit() and fs.read_all(fs.join(folder, entry.name)) == mine:
-                held.append(int(entry.name))
+    held = _claimed_by(fs, folder, mine) if attempt > 0 else []
+    rerun = attempt > 0
     for slot in dict.fromkeys([*warm, *_after(task, slots)]):
         if len(held) >= share:
             break
         if not 0 <= slot < slots or slot in held:
             continue
+        path = fs.join(folder, str(slot))
         try:
-            fs.write_atomic(fs.join(folder, str(slot)), mine, overwrite=False)
+            fs.write_atomic(path, mine, overwrite=False)
         except StorageExistsError:
+            # Spark numbers the attempts of a resubmitted stage (a lost executor's shuffle
+            # output) from 0 again: a first attempt that meets its own claim is a re-run
+            # and runs every slot its partition claimed, as a retry does.
+            if not rerun and fs.read_all(path) == mine:
+                rerun = True
+                held = sorted({*held, *_claimed_by(fs, folder, mine)})
             continue
         held.append(slot)
         if slot == 0:
             _purge(fs, fs.join(root, launch), window)
     return sorted(held)
+
+
+def _claimed_by(fs: FileSystem, folder: str, mine: bytes) -> list[int]:
+    """The slots of ``folder`` (one window's claims) that partition ``mine`` claimed."""
+    if not fs.exists(folder):
+        return []
+    return [
+        int(entry.name)
+        for entry in fs.list(folder)
+        if entry.name.isdigit() and fs.read_all(fs.join(folder, entry.name)) == mine
+    ]
 
 
 def _after(task: int, slots: int) -> Iterator[int]:

@@ -193,6 +193,78 @@ class FailOnce(Operator):
             raise RuntimeError(f"injected failure in window {self._w}")
 
 
+def executor_jvm() -> int:
+    """The pid of the executor JVM this Python worker serves (its nearest ancestor running
+    ``CoarseGrainedExecutorBackend``); 0 when there is none (local mode)."""
+    pid = os.getppid()
+    while pid > 1:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"CoarseGrainedExecutorBackend" in cmdline:
+            return pid
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return 0
+
+
+class ExecutorTrace(Operator):
+    """Forwards tuples; each window it runs, records the executor JVM that ran it in
+    ``<checkpoint>/trace/<window>-<partition>-<random>``: a window run twice leaves two."""
+
+    input = InputPort()
+    output = OutputPort()
+
+    def setup(self, context: OperatorContext) -> None:
+        self._folder = Path(context.checkpoint) / "trace"
+        self._folder.mkdir(parents=True, exist_ok=True)
+        self._p = context.partition
+
+    def begin_window(self, window_id: int) -> None:
+        self._w = window_id
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value)
+
+    def end_window(self) -> None:
+        name = f"{self._w}-{self._p}-{os.urandom(4).hex()}"
+        (self._folder / name).write_text(str(executor_jvm()))
+
+
+class KillsItsExecutor(Operator):
+    """Forwards tuples; once, in the first window from ``from_window`` whose level-0 output
+    (traced by ExecutorTrace) partly lives on its own executor, SIGKILLs that executor's JVM:
+    Spark loses that shuffle output and must run those level-0 tasks again."""
+
+    input = InputPort()
+    output = OutputPort()
+
+    from_window = Property(int, not_null=True)
+
+    def __init__(self, from_window: int) -> None:
+        self.from_window = from_window
+
+    def setup(self, context: OperatorContext) -> None:
+        self._root = Path(context.checkpoint)
+
+    def begin_window(self, window_id: int) -> None:
+        self._w = window_id
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value)
+
+    def end_window(self) -> None:
+        marker = self._root / "killed-executor"
+        jvm = executor_jvm()
+        if self._w < self.from_window or marker.exists() or not jvm:
+            return
+        ran_here = [
+            p.name for p in (self._root / "trace").glob(f"{self._w}-*") if p.read_text() == str(jvm)
+        ]
+        if not ran_here:
+            return
+        marker.write_text(json.dumps({"window": self._w, "jvm": jvm, "level0": ran_here}))
+        os.kill(jvm, 9)
+        os._exit(1)  # with its JVM: whatever this task reports, the executor is lost
+
+
 # -- control tuples ---------------------------------------------------------------------------
 class ControlSource(InputOperator):
     """Emits one data tuple and two control tuples per window (IMMEDIATE, then END_WINDOW)."""

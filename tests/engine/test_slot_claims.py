@@ -27,7 +27,18 @@ def test_warm_slots_first_then_own_index_and_the_next_free_ones(tmp_path: Path) 
     assert claim_slots(ck, "L", 0, 5, 0, 2, warm=[4, 1]) == [0, 1, 4]  # a share of 3
     assert claim_slots(ck, "L", 0, 5, 1, 2, warm=[1, 0]) == [2, 3]  # what is left
     assert claim_slots(ck, "L", 0, 5, 1, 2, attempt=1) == [2, 3]  # a retry: its own again
-    assert claim_slots(ck, "L", 0, 5, 1, 2) == []  # a second first attempt: nothing left
+    assert claim_slots(ck, "L", 0, 5, 1, 2, attempt=2) == [2, 3]
+
+
+def test_a_resubmitted_stage_runs_the_slots_its_partition_claimed(tmp_path: Path) -> None:
+    """Spark numbers the attempts of a resubmitted stage (an executor lost with its shuffle
+    output) from 0 again: the re-run of a partition meets its own claims and runs them."""
+    ck = str(tmp_path)
+    first = {t: claim_slots(ck, "L", 4, 5, t, 2, warm=w) for t, w in ((0, [4, 1]), (1, []))}
+    assert first == {0: [0, 1, 4], 1: [2, 3]}
+    assert claim_slots(ck, "L", 4, 5, 1, 2) == [2, 3]
+    assert claim_slots(ck, "L", 4, 5, 1, 2, warm=[0, 1]) == [2, 3]  # on the other worker
+    assert claim_slots(ck, "L", 4, 5, 0, 2, warm=[3]) == [0, 1, 4]
 
 
 @settings(max_examples=80, deadline=None)
@@ -42,9 +53,12 @@ def test_every_slot_runs_once_per_window(slots: int, tasks: int, data: st.DataOb
         ran = {t: claim_slots(ck, "L", 7, slots, t, tasks, warm=warm[t]) for t in order}
         assert sorted(s for got in ran.values() for s in got) == list(range(slots))
         assert all(len(got) <= -(-slots // tasks) for got in ran.values())
-        # a retried attempt of any task runs the slots its first attempt claimed
+        # a retried attempt of any task runs the slots its first attempt claimed, and so does
+        # a re-run in a resubmitted stage (attempt numbers from 0 again) that claimed any
         for t in order:
             assert claim_slots(ck, "L", 7, slots, t, tasks, attempt=1, warm=[0]) == ran[t]
+            if ran[t]:
+                assert claim_slots(ck, "L", 7, slots, t, tasks, warm=warm[t]) == ran[t]
 
 
 def test_claims_of_other_launches_and_earlier_windows(tmp_path: Path) -> None:
