@@ -61,12 +61,10 @@ from malhar.io.jdbc.errors import (
     JdbcError,
     db_message,
     is_transient,
-    sqlstate,
 )
 from malhar.io.jdbc.poll_reader import (
     Cursor,
     PollQuery,
-    Unconvertible,
     arrow_type_of,
     arrow_type_of_sqlalchemy,
     decode_key,
@@ -76,9 +74,11 @@ from malhar.io.jdbc.poll_reader import (
     params,
     pg_key_guard,
     rows_to_batch,
+    show_key,
     start_key,
 )
-from malhar.io.jdbc.poll_settings import JdbcPollSettings
+from malhar.io.jdbc.poll_settings import JdbcPollSettings, describe_source, source_changes
+from malhar.io.jdbc.range_reader import RangeReader
 from malhar.operator import OperatorContext
 from malhar.ports import OutputPort, ports_of
 from malhar.schema import arrow_schema, to_struct_type
@@ -119,6 +119,9 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     _done = State(default=False)
     #: the partition count of the plan (a changed count is refused)
     _partitions = State(default=None)
+    #: what the position is a key of (source_identity(); None: a checkpoint written before
+    #: it was recorded); another source is refused
+    _source = State(default=None)
 
     def __init__(self, url: str | None = None, **properties: Any) -> None:
         if url is not None:
@@ -128,6 +131,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     # -- ReplayableInput -----------------------------------------------------------------------
     def open(self, context: OperatorContext) -> None:
         self.check_poll()
+        self._check_source(self._source, "its checkpoint")
+        self._source = self.source_identity()
         if self._partitions is not None and self._partitions != context.partitions:
             raise JdbcConfigError(
                 f"{self.label}: the checkpoint was written with {self._partitions} partitions, "
@@ -169,6 +174,27 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             self._low,
             "∞" if self._high is None else self._high,
             f", then polls every {self.poll_interval_ms} ms" if self._poller else "",
+        )
+
+    def _check_source(self, recorded: Any, where: str) -> None:
+        """Refuse key positions recorded for another source: continued in this one they
+        would skip rows (or read them again), silently."""
+        now = self.source_identity()
+        changed = source_changes(recorded, now)
+        if not changed:
+            return
+        at = (
+            f" (this partition had read {self.key_column} up to {show_key(self._position)})"
+            if self._position is not None
+            else ""
+        )
+        raise JdbcConfigError(
+            f"{self.label}: {where} was written for {describe_source(recorded)}, but the "
+            f"operator now reads {describe_source(now)} (changed: {', '.join(changed)}){at}: "
+            "its key positions mean nothing there, and continuing from them would skip or "
+            "misread rows. Restore the settings the checkpoint was written with, or start "
+            "this operator on a new checkpoint directory (start_after leaves out the keys "
+            "already read)"
         )
 
     def close(self) -> None:
@@ -234,7 +260,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         if n != expected:
             raise ReplayError(
                 f"{self.label}: window {self.window_id} read {expected} rows with "
-                f"{self.key_column} in ({_show(low)}, {_show(high)}] of {self.source}, which "
+                f"{self.key_column} in ({show_key(low)}, {show_key(high)}] of {self.source}, which "
                 f"now has {n} there: rows were deleted, or committed into the range after it "
                 "was read (raise commit_lag_ms); cannot replay exactly"
             )
@@ -267,8 +293,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
                     self.label,
                     late,
                     self.key_column,
-                    _show(record["low"]),
-                    _show(record["high"]),
+                    show_key(record["low"]),
+                    show_key(record["high"]),
                     window,
                     self.commit_lag_ms,
                 )
@@ -590,6 +616,9 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             except StorageExistsError:  # another partition made it first: use that one
                 fs.delete(tmp)
         plan = json.loads(fs.read_all(path))
+        # a partition with no state yet (a crash before its first snapshot) replays its
+        # recorded windows: the plan is then what knows the source
+        self._check_source(plan.get("source"), f"the checkpoint's key-range plan ({path})")
         if plan["partitions"] != context.partitions or plan["key_column"] != self.key_column:
             raise JdbcConfigError(
                 f"{self.label}: the checkpoint's key-range plan ({path}) is for "
@@ -629,6 +658,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         return {
             "partitions": n,
             "key_column": self.key_column,
+            "source": self.source_identity(),
             "start": start,
             "bounds": bounds,
             "empty": empty,
@@ -668,85 +698,3 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
 
 
 _NOTHING: Any = object()
-
-#: what a driver raises for a value it cannot convert to Python (not a database error)
-_CONVERSION = (ValueError, OverflowError, TypeError, ArithmeticError)
-
-
-class RangeReader:
-    """The rows of ``(low, high]`` (encoded keys) in key order, through a server-side cursor
-    of ``op``, handed out at key boundaries: the rows sharing the last key fetched are held
-    back until a larger key (or the end) shows they are all there. So every row with a key
-    up to the last one handed out has been handed out, and after a transient failure (the
-    connection lost mid-read) the cursor is reopened at ``key > that key`` under the retry
-    policy: the same rows as without the failure, none twice, none lost."""
-
-    def __init__(self, op: JdbcPollInputOperator, low: Any, high: Any, what: str) -> None:
-        self.op, self.high, self.what = op, high, what
-        self.boundary = low  # every row of the range with a key <= boundary was handed out
-        self.cursor: Cursor | None = None
-        self.pending: list[Any] = []
-        self.exhausted = False
-
-    def fetch(self, n: int) -> list[Any]:
-        """At least one row unless the range is exhausted (then maybe none)."""
-        if self.exhausted:
-            return []
-        return self.op._retrying(self.what, lambda: self._fetch(n))
-
-    def _fetch(self, n: int) -> list[Any]:
-        op, i = self.op, self.op._key_index
-        if self.cursor is None:
-            self.pending = []
-            self.cursor = op._open_cursor(self.boundary, self.high)
-        rows, self.pending = self.pending, []
-        try:
-            while True:
-                chunk = self.cursor.fetch(n)
-                rows += chunk
-                if len(chunk) < n:
-                    self.exhausted = True
-                    self.close()
-                    break
-                last = rows[-1][i]
-                cut = len(rows) - 1
-                while cut > 0 and rows[cut - 1][i] == last:
-                    cut -= 1
-                if cut > 0:
-                    rows, self.pending = rows[:cut], rows[cut:]
-                    break
-        except Exception as exc:
-            self.close()
-            op._end_read(broken=True)
-            if isinstance(exc, _CONVERSION) and not sqlstate(exc):
-                raise JdbcError(
-                    f"{op.label}: a row of {op.source} with {op.key_column} in "
-                    f"({_show(self.boundary)}, {'∞' if self.high is None else _show(self.high)}] "
-                    "has a value the database driver cannot convert to Python "
-                    f"({type(exc).__name__}: {exc}; a date beyond the year 9999, say): "
-                    "cast that column in query= (e.g. CAST(col AS text) AS col) or leave it "
-                    "out with columns="
-                ) from exc
-            raise
-        if rows:
-            last = rows[-1][i]
-            if isinstance(last, Unconvertible):
-                self.close()
-                op._end_read()
-                raise JdbcError(
-                    f"{op.label}: a row of {op.source} has the key {op.key_column} = "
-                    f"{last.text!r}, which the database driver cannot convert to Python "
-                    f"({last.reason}): a position cannot hold it. Leave such rows out with "
-                    "where= (e.g. a range of years), or key on another column"
-                )
-            self.boundary = encode_key(last)
-        return rows
-
-    def close(self) -> None:
-        cursor, self.cursor = self.cursor, None
-        if cursor is not None:
-            cursor.close()
-
-
-def _show(key: Any) -> str:
-    return "-∞" if key is None else str(decode_key(key))

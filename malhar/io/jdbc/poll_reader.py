@@ -593,6 +593,11 @@ def _unconvertible(value: Any) -> Unconvertible | None:
     return None
 
 
+def show_key(key: Any) -> str:
+    """An encoded key as messages show it (None: the start of the key order)."""
+    return "-∞" if key is None else str(decode_key(key))
+
+
 def key_sort_value(value: Any) -> Any:
     """``value`` in a form that compares with other keys of its column."""
     return decode_key(value) if isinstance(value, dict) else value

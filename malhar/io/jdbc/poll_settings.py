@@ -12,9 +12,14 @@ from malhar.io.jdbc.errors import JdbcConfigError
 from malhar.properties import Property, PropertyError, properties_of
 from malhar.redaction import Scrubber
 
-__all__ = ["JdbcPollSettings"]
+__all__ = ["SOURCE_FIELDS", "JdbcPollSettings", "describe_source", "source_changes"]
 
 _NAMES = (list, tuple, str)
+
+#: the settings a key position is meaningful under, recorded with it: a position restored
+#: under others would skip or misread rows. Never the URL (it holds credentials, and a
+#: database may move to another host).
+SOURCE_FIELDS = ("table", "query", "key_column", "where")
 
 
 def _check_types(value: Any) -> str | None:
@@ -118,6 +123,15 @@ class JdbcPollSettings(JdbcConnectionSettings):
         what = f"table {self.table!r}" if self.table else "the query"
         return f"{what} at {self.redacted_url}"
 
+    def source_identity(self) -> dict[str, str | None]:
+        """What is read, as recorded in checkpoints and offsets (:data:`SOURCE_FIELDS`;
+        SQL text with its outer whitespace stripped, which changes nothing it selects)."""
+        out: dict[str, str | None] = {}
+        for name in SOURCE_FIELDS:
+            value = getattr(self, name)
+            out[name] = value.strip() if isinstance(value, str) else value
+        return out
+
     def retry_policy(self) -> RetryPolicy:
         """The retry settings."""
         return RetryPolicy(
@@ -154,3 +168,25 @@ class JdbcPollSettings(JdbcConnectionSettings):
         except PropertyError as exc:
             raise JdbcConfigError(str(exc)) from None
         return self.check_poll()
+
+
+def source_changes(recorded: Any, now: dict[str, str | None]) -> list[str]:
+    """The settings of :data:`SOURCE_FIELDS` whose value ``now`` differs from a recorded
+    :meth:`JdbcPollSettings.source_identity` (none: the same source, or nothing recorded, as
+    in checkpoints written before the record existed)."""
+    if not isinstance(recorded, dict):
+        return []
+    return [name for name in SOURCE_FIELDS if recorded.get(name) != now.get(name)]
+
+
+def describe_source(identity: dict[str, Any]) -> str:
+    """A :meth:`JdbcPollSettings.source_identity` for messages."""
+    text = (
+        f"table {identity.get('table')!r}"
+        if identity.get("table")
+        else f"the query {identity.get('query')!r}"
+    )
+    text += f" by key {identity.get('key_column')!r}"
+    if identity.get("where"):
+        text += f" where {identity['where']!r}"
+    return text

@@ -1,13 +1,16 @@
 """``spark.readStream.format("malhar_jdbc_poll")``: the JDBC poll input as a PySpark data
 source, on the operator's reading core (the same SQL, server-side cursors and types).
 
-Offsets are the largest key read, ``{"key": <encoded key or null>}``. Spark writes a
-micro-batch's ``(start, end]`` to its offset log before reading it and re-runs an unfinished
-batch with the same offsets after a restart, and :meth:`JdbcPollStreamReader.read` returns
-exactly the rows with ``start < key <= end``: a replayed micro-batch has the same rows
-(unless rows were deleted from, or committed late into, its range: the ``commit_lag_ms``
-rule of docs/connectors/jdbc-poll.md applies here too). A batch's range is split into
-``num_partitions`` key ranges of about equal row counts, read by as many tasks.
+Offsets are the largest key read, with what it is a key of, ``{"key": <encoded key or
+null>, "source": <JdbcPollSettings.source_identity()>}`` (table, query, key column,
+where): an offset of another source is refused, one without the record (an older
+checkpoint) accepted. Spark writes a micro-batch's ``(start, end]`` to its offset log
+before reading it and re-runs an unfinished batch with the same offsets after a restart,
+and :meth:`JdbcPollStreamReader.read` returns exactly the rows with ``start < key <= end``:
+a replayed micro-batch has the same rows (unless rows were deleted from, or committed late
+into, its range: the ``commit_lag_ms`` rule of docs/connectors/jdbc-poll.md applies here
+too). A batch's range is split into ``num_partitions`` key ranges of about equal row
+counts, read by as many tasks.
 
 Not run: the example needs a SparkSession and a database (docs/connectors/jdbc-poll.md has
 a runnable one).
@@ -41,8 +44,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from malhar.io.jdbc.errors import JdbcError
-from malhar.io.jdbc.poll_operator import JdbcPollInputOperator, RangeReader
+from malhar.io.jdbc.errors import JdbcConfigError, JdbcError
+from malhar.io.jdbc.poll_operator import JdbcPollInputOperator
 from malhar.io.jdbc.poll_reader import (
     decode_key,
     encode_key,
@@ -50,7 +53,8 @@ from malhar.io.jdbc.poll_reader import (
     rows_to_batch,
     start_key,
 )
-from malhar.io.jdbc.poll_settings import JdbcPollSettings
+from malhar.io.jdbc.poll_settings import JdbcPollSettings, describe_source, source_changes
+from malhar.io.jdbc.range_reader import RangeReader
 from malhar.properties import Property, properties_of
 
 __all__ = ["SOURCE_NAME", "JdbcPollSource", "JdbcPollSourceSettings", "JdbcPollStreamReader"]
@@ -163,13 +167,31 @@ class JdbcPollStreamReader(DataSourceStreamReader):
             self._core = _Core(self.settings, f"{SOURCE_NAME} driver")
         return self._core
 
+    def _offset(self, key: Any) -> dict:
+        return {"key": key, "source": self.settings.source_identity()}
+
+    def _check_offset(self, offset: dict) -> None:
+        """Refuse an offset (from the query's checkpoint) that is a key of another source."""
+        recorded = offset.get("source")
+        now = self.settings.source_identity()
+        changed = source_changes(recorded, now)
+        if changed:
+            raise JdbcConfigError(
+                f"{SOURCE_NAME}: the query's checkpoint holds the offset {offset.get('key')!r} "
+                f"of {describe_source(recorded)}, but the options now name "
+                f"{describe_source(now)} (changed: {', '.join(changed)}): continuing from that "
+                "key position would skip or misread rows. Restore the options the checkpoint "
+                "was written with, or start the query with a new checkpointLocation "
+                "(start_after leaves out the keys already read)"
+            )
+
     def initialOffset(self) -> dict:
         start = self.settings.start_after
         if start is None:
-            return {"key": None}
+            return self._offset(None)
         core = self.core
         key_type = core._types[core._key_index]
-        return {"key": encode_key(start_key(start, key_type, f"{SOURCE_NAME} source"))}
+        return self._offset(encode_key(start_key(start, key_type, f"{SOURCE_NAME} source")))
 
     def _safe_max(self) -> Any:
         """The largest key the batch may read: with ``commit_lag_ms``, the largest key
@@ -188,18 +210,22 @@ class JdbcPollStreamReader(DataSourceStreamReader):
         return safe
 
     def latestOffset(self, start: dict, limit: Any) -> dict:  # type: ignore[override]
+        self._check_offset(start)
         low = start["key"]
         high = self._safe_max()
         if not _after(high, low):
-            return {"key": low}
+            return self._offset(low)
         cap = self.settings.max_rows_per_batch
         if cap:
             nth = self.core.nth_key(low, None, cap - 1)
             if nth is not None and _after(high, nth):
                 high = nth
-        return {"key": high}
+        return self._offset(high)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        # a batch Spark runs again after a restart comes here, not through latestOffset
+        self._check_offset(start)
+        self._check_offset(end)
         low, high = start["key"], end["key"]
         if not _after(high, low):
             return []
