@@ -11,6 +11,13 @@ windows stops counting (Flink's ``withIdleness``) until it sends again.
 Everything here is a function of the records emitted and the window ids, both the same when
 a window is replayed, so a replayed window sends the same watermark.
 
+A reader that reads no Kafka partition (more readers than partitions) sends no watermark,
+and warns at ``open``: the windowed operator downstream lets it go after its
+``idle_timeout_windows`` (silence is the only idleness it knows), and the reader holds the
+watermark again once it gains a partition. A watermark that leaves the minimum alone
+(``MAX_TIMESTAMP``) would not do: the windowed operator keeps each sender's largest
+watermark, so that reader could never hold the watermark back again (docs/window.md §6).
+
 Example:
     >>> marks = PartitionWatermarks()
     >>> marks.observe(("t", 0), 1_000, window=0)
@@ -23,21 +30,43 @@ Example:
     >>> marks.observe(("t", 0), 2_000, window=6)
     >>> marks.watermark([("t", 0), ("t", 1)], bound=100, window=6, idle_windows=3)  # 1 idle
     1900
+
+The input operator's side of it is :class:`EventTimeInput`, a mixin of
+:class:`~malhar.io.kafka.input_operator.KafkaInputOperator`: the ``event_time`` setting read
+at setup (:func:`check_event_time`, :func:`extractor`), the event time of every record it
+emits (records whose event time is not a time go to the error port), and the watermark a
+window sends (saved with the window's record, sent again by its replay).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from malhar.control import DeliveryType
+from malhar.io.kafka.errors import KafkaConfigError
+from malhar.io.kafka.records import error_row, record_schema
 from malhar.util.epoch_millis import event_millis
 
-__all__ = ["PartitionWatermarks", "batch_highs", "row_highs", "row_times", "to_event_millis"]
+__all__ = [
+    "EventTimeInput",
+    "PartitionWatermarks",
+    "batch_highs",
+    "check_event_time",
+    "extractor",
+    "row_highs",
+    "row_times",
+    "to_event_millis",
+]
 
 TP = tuple[str, int]
+
+log = logging.getLogger("malhar.io.kafka")
 
 
 def to_event_millis(value: Any, where: str) -> int | None:
@@ -175,3 +204,213 @@ class PartitionWatermarks:
             return None
         self.sent = mark
         return mark
+
+
+# -- the event_time setting ----------------------------------------------------------------------
+def check_event_time(value: Any) -> str | None:
+    """The ``event_time`` property's check: a column name, a callable or None."""
+    if value is None or isinstance(value, str) or callable(value):
+        return None
+    return "expected a column name ('timestamp': the Kafka record timestamp), a callable, or None"
+
+
+def extractor(spec: Any, schema: pa.Schema | None, label: str) -> Any:
+    """The event time of a record for the ``event_time`` setting ``spec`` (None: none; a
+    callable as is), for records of ``schema`` (None: the JSON operator's dicts, value
+    untyped). An ``event_time`` column that cannot hold one (not a column, not a timestamp
+    or an integer, a JSON field without ``value.``) is refused here, at setup, rather than
+    failing every window."""
+    if spec is None or callable(spec):
+        return spec
+    json_value = schema is None
+    if schema is None:
+        schema = record_schema("binary")
+    names = schema.names
+    head = spec.split(".", 1)[0]
+    fix = (
+        "use 'timestamp' for the Kafka record timestamp, 'value.<field>' for a field of "
+        "the JSON value, or a callable giving epoch ms or a datetime"
+        if json_value
+        else "use 'timestamp' for the Kafka record timestamp, a callable giving epoch ms "
+        "or a datetime, or KafkaJsonInputOperator with 'value.<field>' for a JSON field"
+    )
+    where = f"{label}: event_time={spec!r}"
+    if json_value and "." in spec and head == "value":
+        return _path(spec)
+    if spec not in names:
+        hint = f" (a field of the JSON value is 'value.{spec}')" if json_value else ""
+        raise KafkaConfigError(
+            f"{where} is not a column of its records ({', '.join(names)}){hint}; {fix}"
+        )
+    kind = schema.field(spec).type
+    if not (json_value and spec == "value") and not _time_type(kind):
+        raise KafkaConfigError(
+            f"{where}: the column is {kind}, and an event time must be a timestamp or "
+            f"epoch milliseconds (an integer); {fix}"
+        )
+    return _path(spec)
+
+
+def _path(spec: str) -> Any:
+    """``"value.ts"`` reads ``row["value"]["ts"]`` (JSON records); ``"timestamp"`` a column.
+
+    A missing field or a null on the way gives None (no event time); a JSON value that is
+    not an object where the path needs one raises TypeError (the record goes to the error
+    port, :func:`row_times`)."""
+    names = spec.split(".")
+    if len(names) == 1:
+        return lambda row: row[spec]
+
+    def get(row: Any) -> Any:
+        walked = []
+        for name in names:
+            if row is None:
+                return None
+            if not isinstance(row, dict):
+                raise TypeError(
+                    f"event_time={spec!r}: {'.'.join(walked)} is {type(row).__name__} "
+                    f"{_short(row)}, not a JSON object with a field {name!r}"
+                )
+            row = row.get(name)
+            walked.append(name)
+        return row
+
+    return get
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _time_type(kind: Any) -> bool:
+    """Whether a record column can hold an event time: a timestamp or epoch milliseconds."""
+    return pa.types.is_timestamp(kind) or pa.types.is_integer(kind)
+
+
+# -- the operator's side ---------------------------------------------------------------------------
+class EventTimeInput:
+    """The event-time part of a Kafka input (a mixin of
+    :class:`~malhar.io.kafka.input_operator.KafkaInputOperator`, which declares the settings
+    ``event_time``, ``max_out_of_orderness_ms``, ``watermark_idle_windows`` and the state
+    ``_event_marks``, a :class:`PartitionWatermarks`).
+
+    The operator calls :meth:`_event_time_extractor` in ``open`` (its result is
+    ``_event_time``, None without ``event_time``), :meth:`_timed_rows` /
+    :meth:`_timed_batch` on the records it emits, :meth:`_window_watermark` and
+    :meth:`_send_watermark` around ``end_window``, and :meth:`_record_watermark` in
+    ``window_record``.
+    """
+
+    # provided by the operator
+    event_time: Any
+    max_out_of_orderness_ms: int
+    watermark_idle_windows: int | None
+    _event_marks: PartitionWatermarks
+    _event_time: Any
+    _schema: pa.Schema | None
+    _topic: str | None
+    _tps: list[TP]
+    _replay_record: Any
+    label: str
+    window_id: int
+    output: Any
+    error: Any
+
+    def _event_time_extractor(self) -> Any:
+        """The event time of a record (:func:`extractor`), or None without ``event_time``."""
+        return extractor(self.event_time, self._schema, self.label)
+
+    def _warn_no_watermark(self, kafka_partitions: int) -> None:
+        """A reader with no Kafka partition sends no watermark (it cannot declare itself
+        idle, and a watermark that does not hold the minimum back could not be taken back
+        when the topic gains a partition for it: docs/window.md §6)."""
+        log.warning(
+            "%s reads none of the %d Kafka partitions (more readers than partitions): it "
+            "sends no watermark, so a windowed operator downstream holds its watermark back "
+            "until its idle_timeout_windows lets this reader go (it counts again once it "
+            "reads a partition added to the topics)",
+            self.label,
+            kafka_partitions,
+        )
+
+    # -- the watermark of a window ---------------------------------------------------------------
+    def _window_watermark(self) -> int | None:
+        """The watermark this window sends (None: none): a replayed window's is the one saved
+        in its record, a new window's is computed from its Kafka partitions' event times and
+        kept for :meth:`_record_watermark`."""
+        record = self._replay_record
+        if record is not None and "watermark" in record:
+            mark = self._replayed_watermark(record["watermark"])
+        else:
+            mark = self._event_marks.watermark(
+                self._tps, self.max_out_of_orderness_ms, self.window_id, self.watermark_idle_windows
+            )
+        self._window_mark = mark  # saved with a new window's record (window_record)
+        return mark
+
+    def _record_watermark(self, record: dict[str, Any]) -> None:
+        """Add the window's watermark to its record: what a replay of the window sends again."""
+        if self._event_time is not None:
+            record["watermark"] = self._window_mark
+
+    def _send_watermark(self, mark: int | None) -> None:
+        if mark is not None:
+            from malhar.window.watermark import Watermark
+
+            self.output.emit_control(Watermark(mark), DeliveryType.END_WINDOW)
+
+    def _replayed_watermark(self, mark: int | None) -> int | None:
+        """A replayed window sends the watermark its first run sent, saved in its record:
+        recomputed, it could differ (partitions added to the topic since hold it back)."""
+        marks = self._event_marks
+        if marks.since is None:
+            marks.since = self.window_id
+        if mark is not None:
+            marks.sent = mark if marks.sent is None else max(marks.sent, mark)
+        return mark
+
+    # -- the event times of the records emitted ------------------------------------------------
+    def _observe_event_times(self, highs: Iterable[tuple[TP, int]]) -> None:
+        marks, window = self._event_marks, self.window_id
+        for tp, high in highs:
+            marks.observe(tp, high, window)
+
+    def _timed_rows(
+        self, rows: list[dict[str, Any]], msgs: list[Any], skipped: Mapping
+    ) -> list[dict[str, Any]]:
+        """``rows`` (dict tuples of ``msgs`` less the ``skipped`` ones) whose event time could
+        be read, observed for the watermark; the others went to the error port."""
+        bad = self._event_times(rows, self._event_time, msgs, skipped)
+        return [row for i, row in enumerate(rows) if i not in bad] if bad else rows
+
+    def _timed_batch(
+        self, batch: pa.RecordBatch, msgs: list[Any], skipped: Mapping
+    ) -> pa.RecordBatch:
+        """``batch`` (the records of ``msgs`` less the ``skipped`` ones) less the records
+        whose event time could not be read (gone to the error port), observed for the
+        watermark: a column's event times vectorized, a callable's per record."""
+        if isinstance(self.event_time, str):
+            self._observe_event_times(batch_highs(batch, self.event_time, self._topic))
+            return batch
+        bad = self._event_times(batch.to_pylist(), self._event_time, msgs, skipped)
+        if not bad:
+            return batch
+        mask = np.ones(batch.num_rows, dtype=bool)
+        mask[list(bad)] = False
+        return batch.filter(pa.array(mask, pa.bool_()))
+
+    def _event_times(
+        self, rows: list[dict[str, Any]], extract: Any, msgs: list[Any], skipped: Mapping
+    ) -> set[int]:
+        """Observe the event times of ``rows`` (``msgs`` less the ``skipped`` ones); the rows
+        whose event time is not a time go to the error port, with their record's topic,
+        partition and offset, and are left out of the watermark; their indexes are returned
+        for the caller to leave them out of the output."""
+        highs, bad = row_times(rows, extract)
+        self._observe_event_times(highs.items())
+        if bad:
+            kept = [i for i in range(len(msgs)) if i not in skipped] if skipped else None
+            for i, reason in bad.items():
+                self.error.emit(error_row(msgs[kept[i] if kept is not None else i], reason))
+        return set(bad)

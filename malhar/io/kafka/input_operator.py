@@ -21,8 +21,10 @@ are :class:`~malhar.io.kafka.settings.KafkaSettings` (shared with the Spark data
 plus the window limits below.
 
 With ``event_time`` set, the output port also carries event-time watermarks, per Kafka
-partition with bounded out-of-orderness (:mod:`malhar.io.kafka.event_time`), for the
-windowed operators downstream (docs/window.md).
+partition with bounded out-of-orderness, for the windowed operators downstream
+(docs/window.md): :mod:`malhar.io.kafka.event_time` holds that part of the operator (the
+event time of every record, the records without one sent to the error port, the watermark
+of a window); this module holds its lifecycle (assignment, reading, replay, commits).
 """
 
 from __future__ import annotations
@@ -34,16 +36,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-import pyarrow as pa
 
-from malhar.control import DeliveryType
 from malhar.io.base.dealing import DealtPositions
 from malhar.io.base.input import ReplayableInput, WindowRecord
 from malhar.io.kafka.assignment import assign, moved_positions
 from malhar.io.kafka.client import TP, KafkaClient, format_tps
 from malhar.io.kafka.deserializers import Deserializer, get_deserializer
 from malhar.io.kafka.errors import KafkaConfigError, ReplayError
-from malhar.io.kafka.event_time import PartitionWatermarks, batch_highs, row_times
+from malhar.io.kafka.event_time import EventTimeInput, PartitionWatermarks, check_event_time
 from malhar.io.kafka.readers import deal, readers_for
 from malhar.io.kafka.records import (
     ERROR_DDL,
@@ -72,54 +72,11 @@ _NEXT_WAIT = 0.01
 Ranges = dict[str, Any]
 
 
-def _check_event_time(value: Any) -> str | None:
-    if value is None or isinstance(value, str) or callable(value):
-        return None
-    return "expected a column name ('timestamp': the Kafka record timestamp), a callable, or None"
-
-
-def _path(spec: str) -> Any:
-    """``"value.ts"`` reads ``row["value"]["ts"]`` (JSON records); ``"timestamp"`` a column.
-
-    A missing field or a null on the way gives None (no event time); a JSON value that is
-    not an object where the path needs one raises TypeError (the record goes to the error
-    port, :func:`~malhar.io.kafka.event_time.row_times`)."""
-    names = spec.split(".")
-    if len(names) == 1:
-        return lambda row: row[spec]
-
-    def get(row: Any) -> Any:
-        walked = []
-        for name in names:
-            if row is None:
-                return None
-            if not isinstance(row, dict):
-                raise TypeError(
-                    f"event_time={spec!r}: {'.'.join(walked)} is {type(row).__name__} "
-                    f"{_short(row)}, not a JSON object with a field {name!r}"
-                )
-            row = row.get(name)
-            walked.append(name)
-        return row
-
-    return get
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _time_type(kind: Any) -> bool:
-    """Whether a record column can hold an event time: a timestamp or epoch milliseconds."""
-    return pa.types.is_timestamp(kind) or pa.types.is_integer(kind)
-
-
 def _ranges(record: Ranges) -> dict[TP, tuple[int, int, int]]:
     return {(t, int(p)): (int(s), int(e), int(n)) for t, p, s, e, n in record["ranges"]}
 
 
-class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings):
+class KafkaInputOperator(DealtPositions, EventTimeInput, ReplayableInput[Ranges], KafkaSettings):
     """Reads Kafka topics with exactly-once replay (values as bytes).
 
     Example:
@@ -185,7 +142,7 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
     event_time = Property(
         object,
         default=None,
-        check=_check_event_time,
+        check=check_event_time,
         doc="emit event-time watermarks: the event time of a tuple, a column ('timestamp': the "
         "Kafka record timestamp; 'value.ts' a field of a JSON value) or a callable giving epoch "
         "ms or a datetime; None: no watermarks",
@@ -262,6 +219,8 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
             format_tps(self._tps),
             self._client.describe(),
         )
+        if self._event_time is not None and not self._tps:
+            self._warn_no_watermark(len(every))
 
     def _check_assignment(self, readers: int) -> None:
         """Refuse a checkpoint whose positions this reader no longer owns (see
@@ -369,72 +328,13 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
     def deal(self, inputs: list[Any], count: int) -> list[Any]:
         return deal(inputs, count)
 
-    def _event_time_extractor(self) -> Any:
-        """The event time of a record; an ``event_time`` column that cannot hold one (not a
-        column, not a timestamp or an integer, a JSON field without ``value.``) is refused
-        here, at setup, rather than failing every window."""
-        spec = self.event_time
-        if spec is None or callable(spec):
-            return spec
-        json_value = self._schema is None  # the JSON operator: dicts, value untyped
-        schema = self._schema if self._schema is not None else record_schema("binary")
-        names = schema.names
-        head = spec.split(".", 1)[0]
-        fix = (
-            "use 'timestamp' for the Kafka record timestamp, 'value.<field>' for a field of "
-            "the JSON value, or a callable giving epoch ms or a datetime"
-            if json_value
-            else "use 'timestamp' for the Kafka record timestamp, a callable giving epoch ms "
-            "or a datetime, or KafkaJsonInputOperator with 'value.<field>' for a JSON field"
-        )
-        where = f"{self.label}: event_time={spec!r}"
-        if json_value and "." in spec and head == "value":
-            return _path(spec)
-        if spec not in names:
-            hint = f" (a field of the JSON value is 'value.{spec}')" if json_value else ""
-            raise KafkaConfigError(
-                f"{where} is not a column of its records ({', '.join(names)}){hint}; {fix}"
-            )
-        kind = schema.field(spec).type
-        if not (json_value and spec == "value") and not _time_type(kind):
-            raise KafkaConfigError(
-                f"{where}: the column is {kind}, and an event time must be a timestamp or "
-                f"epoch milliseconds (an integer); {fix}"
-            )
-        return _path(spec)
-
     def end_window(self) -> None:
         if self._event_time is None:
             super().end_window()
             return
-        record = self._replay_record
-        if record is not None and "watermark" in record:
-            mark = self._replayed_watermark(record["watermark"])
-        else:
-            mark = self._event_marks.watermark(
-                self._tps, self.max_out_of_orderness_ms, self.window_id, self.watermark_idle_windows
-            )
-        self._window_mark = mark  # saved with a new window's record (window_record)
+        mark = self._window_watermark()  # before the record is saved: it holds the watermark
         super().end_window()
-        if mark is not None:
-            from malhar.window.watermark import Watermark
-
-            self.output.emit_control(Watermark(mark), DeliveryType.END_WINDOW)
-
-    def _replayed_watermark(self, mark: int | None) -> int | None:
-        """A replayed window sends the watermark its first run sent, saved in its record:
-        recomputed, it could differ (partitions added to the topic since hold it back)."""
-        marks = self._event_marks
-        if marks.since is None:
-            marks.since = self.window_id
-        if mark is not None:
-            marks.sent = mark if marks.sent is None else max(marks.sent, mark)
-        return mark
-
-    def _observe_event_times(self, highs: Iterable[tuple[TP, int]]) -> None:
-        marks, window = self._event_marks, self.window_id
-        for tp, high in highs:
-            marks.observe(tp, high, window)
+        self._send_watermark(mark)
 
     def close(self) -> None:
         client = getattr(self, "_client", None)
@@ -466,8 +366,7 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
         record: Ranges = {
             "ranges": sorted([t, p, s, e, n] for (t, p), (s, e, n) in self._ranges.items())
         }
-        if self._event_time is not None:  # what a replay of the window sends again
-            record["watermark"] = self._window_mark
+        self._record_watermark(record)  # with event_time: what a replay of the window sends
         return record
 
     def replay(self, record: Ranges) -> int:
@@ -652,13 +551,10 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
             errors.update(self._oversized(msgs, cols, self.max_message_bytes))
         for i, reason in errors.items():
             self.error.emit(error_row(msgs[i], reason))
-        event_time = self._event_time
         if self._schema is None:
             rows = record_dicts(msgs, column, set(errors), cols=cols)
-            if event_time is not None:
-                bad = self._event_times(rows, event_time, msgs, errors)
-                if bad:
-                    rows = [row for i, row in enumerate(rows) if i not in bad]
+            if self._event_time is not None:
+                rows = self._timed_rows(rows, msgs, errors)
             for row in rows:
                 self.output.emit(row)
             return
@@ -669,32 +565,11 @@ class KafkaInputOperator(DealtPositions, ReplayableInput[Ranges], KafkaSettings)
         batch = build_batch(msgs, column, self._schema, keep=keep, cols=cols)
         if not batch.num_rows:
             return
-        if isinstance(self.event_time, str):
-            self._observe_event_times(batch_highs(batch, self.event_time, self._topic))
-        elif event_time is not None:
-            bad = self._event_times(batch.to_pylist(), event_time, msgs, errors)
-            if bad:
-                mask = np.ones(batch.num_rows, dtype=bool)
-                mask[list(bad)] = False
-                batch = batch.filter(pa.array(mask, pa.bool_()))
-                if not batch.num_rows:
-                    return
+        if self._event_time is not None:
+            batch = self._timed_batch(batch, msgs, errors)
+            if not batch.num_rows:
+                return
         self.output.emit_batch(batch)
-
-    def _event_times(
-        self, rows: list[dict[str, Any]], extract: Any, msgs: list[Any], skipped: Mapping
-    ) -> set[int]:
-        """Observe the event times of ``rows`` (``msgs`` less the ``skipped`` ones); the rows
-        whose event time is not a time go to the error port, with their record's topic,
-        partition and offset, and are left out of the watermark; their indexes are returned
-        for the caller to leave them out of the output."""
-        highs, bad = row_times(rows, extract)
-        self._observe_event_times(highs.items())
-        if bad:
-            kept = [i for i in range(len(msgs)) if i not in skipped] if skipped else None
-            for i, reason in bad.items():
-                self.error.emit(error_row(msgs[kept[i] if kept is not None else i], reason))
-        return set(bad)
 
 
 class KafkaTextInputOperator(KafkaInputOperator):
