@@ -123,6 +123,8 @@ class FileStore(TransactionalStore[_Txn]):
 
     #: rejected rows are kept in the window's piece: a replay re-emits them
     records_rejected = True
+    #: the Spark sink stages a partition's rows of a partly committed batch
+    stages_batches = True
 
     def __init__(
         self,
@@ -142,7 +144,7 @@ class FileStore(TransactionalStore[_Txn]):
         self.schema = schema if schema is not None else settings.arrow_schema
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.fs, self.root = resolve(settings.path)
-        self.stage = "/".join(
+        self.folder = "/".join(
             [
                 self.root.rstrip("/"),
                 STAGING,
@@ -164,7 +166,7 @@ class FileStore(TransactionalStore[_Txn]):
 
     # -- lifecycle ----------------------------------------------------------------------------
     def open(self) -> None:
-        self.fs.mkdirs(self.stage)
+        self.fs.mkdirs(self.folder)
         self._claim_names()
         self._load()
 
@@ -175,7 +177,7 @@ class FileStore(TransactionalStore[_Txn]):
         so the second writer's rows would be dropped. Each operator lists the stems it
         has written under ``_malhar/<app>/<op>/stems.json``; checked once per process."""
         stem = self.publisher.stem()
-        operator_dir = self.stage.rsplit("/", 1)[0]
+        operator_dir = self.folder.rsplit("/", 1)[0]
         claim = (self.fs.describe(operator_dir), stem)
         if claim in _CLAIMED:
             return
@@ -205,12 +207,12 @@ class FileStore(TransactionalStore[_Txn]):
         """Rebuild the groups from the staged pieces (and drop leftovers of crashes)."""
         fs = self.fs
         self.publisher.sweep = True  # before publishing a recorded whole piece (below)
-        raw = _read_json(fs, f"{self.stage}/finalized.json")
+        raw = _read_json(fs, f"{self.folder}/finalized.json")
         self.finalized = int(raw["window"]) if raw else NO_WINDOW
         self._finalized_file = raw.get("file") if raw else None
-        self._intent = _read_json(fs, f"{self.stage}/{PUBLISHING}")
+        self._intent = _read_json(fs, f"{self.folder}/{PUBLISHING}")
         pieces: list[Piece] = []
-        for entry in fs.list(self.stage):
+        for entry in fs.list(self.folder):
             name = entry.name
             if name.startswith(".") and name.endswith(".tmp"):
                 delete_quietly(fs, entry.path)  # an interrupted commit
@@ -283,7 +285,7 @@ class FileStore(TransactionalStore[_Txn]):
             or (s.roll_windows is not None and window - first + 1 >= s.roll_windows)
             or (s.roll_ms is not None and now - opened >= s.roll_ms)
         )
-        tmp = f"{self.stage}/.w{window:020d}.{uuid.uuid4().hex}.tmp"
+        tmp = f"{self.folder}/.w{window:020d}.{uuid.uuid4().hex}.tmp"
         txn.tmp = tmp
         data = None
         whole = self._whole(table, txn, mark, group)
@@ -341,7 +343,7 @@ class FileStore(TransactionalStore[_Txn]):
 
     def read_rejected(self, window: int) -> list[dict[str, Any]]:
         try:
-            return read_rejected(self.fs, f"{self.stage}/{staged_name(window)}")
+            return read_rejected(self.fs, f"{self.folder}/{staged_name(window)}")
         except StorageNotFoundError:
             return []  # finalized: committed in the whole application, never replayed
 
@@ -355,6 +357,39 @@ class FileStore(TransactionalStore[_Txn]):
 
     def is_transient(self, error: BaseException) -> bool:
         return isinstance(error, ConnectionError | TimeoutError)
+
+    # -- the Spark sink's partly committed batches (TransactionalStreamWriter) --------------------
+    def committed_partitions(self, window: int) -> dict[int, str | None]:
+        """Partitions of this writer's application and operator whose committed window is
+        ``window`` or later, with the run that committed each. Read only: the others may
+        be committing meanwhile."""
+        out: dict[int, str | None] = {}
+        operator_dir = self.folder.rsplit("/", 1)[0]
+        for entry in self.fs.list(operator_dir):
+            if entry.is_dir and entry.name.isdigit():
+                mark = _peek_committed(self.fs, entry.path)
+                if mark.window >= window:
+                    out[int(entry.name)] = mark.run
+        return out
+
+    def stage(self, window: int, run: str, rows: pa.Table) -> None:
+        self.fs.write_atomic(self._staged_batch(window, run), ipc_bytes(rows, {}))
+
+    def staged(self, window: int, run: str) -> pa.Table | None:
+        try:
+            data = self.fs.read_all(self._staged_batch(window, run))
+        except StorageNotFoundError:
+            return None
+        return pa.ipc.open_file(pa.py_buffer(data)).read_all()
+
+    def drop_staged(self, txn: _Txn, window: int) -> None:
+        for entry in self.fs.list(self.folder):
+            staged = _staged_batch_window(entry.name)
+            if staged is not None and staged <= window:
+                delete_quietly(self.fs, entry.path)
+
+    def _staged_batch(self, window: int, run: str) -> str:
+        return f"{self.folder}/{_STAGED_BATCH}{window:020d}-{run}.arrow"
 
     # -- rolling and finalizing -------------------------------------------------------------------
     @property
@@ -386,7 +421,7 @@ class FileStore(TransactionalStore[_Txn]):
         their open group too (no window of theirs comes any more), once ``window`` covers
         it, then remove their folders. Their files keep those partitions' names."""
         assert self._adopt_from is not None
-        parent = self.stage.rsplit("/", 1)[0]
+        parent = self.folder.rsplit("/", 1)[0]
         removed = [
             int(e.name)
             for e in self.fs.list(parent)
@@ -403,7 +438,7 @@ class FileStore(TransactionalStore[_Txn]):
             if other.groups and not other.groups[-1].closed:
                 other.groups[-1].pieces[-1].roll = True  # closed here; a crash closes it again
             other.committed(window)
-            self.fs.delete(other.stage, recursive=True)
+            self.fs.delete(other.folder, recursive=True)
             log.info("malhar output %s: partition %d's staged windows finalized", key, partition)
         if not pending:
             self._adopt_from = None  # once per process: nothing is left to adopt
@@ -450,7 +485,7 @@ class FileStore(TransactionalStore[_Txn]):
             record["file"] = file
         if last is not None and last.digest is not None:
             record["digest"], record["run"] = last.digest, last.run
-        self.fs.write_atomic(f"{self.stage}/finalized.json", json.dumps(record).encode())
+        self.fs.write_atomic(f"{self.folder}/finalized.json", json.dumps(record).encode())
         self.finalized = window
         self._finalized_file = file
         self.publisher.sweep = False
@@ -475,11 +510,11 @@ class FileStore(TransactionalStore[_Txn]):
         """Record a group's files and settings before any is written (see _resuming)."""
         intent = {"window": group.last, "files": files, "settings": publisher.recorded()}
         if intent != self._intent:
-            self.fs.write_atomic(f"{self.stage}/{PUBLISHING}", json.dumps(intent).encode())
+            self.fs.write_atomic(f"{self.folder}/{PUBLISHING}", json.dumps(intent).encode())
             self._intent = intent
 
     def _path(self, piece: Piece) -> str:
-        return f"{self.stage}/{piece.name}"
+        return f"{self.folder}/{piece.name}"
 
     def _publish_whole(self, piece: Piece) -> None:
         """Publish a whole piece recorded in ``finalized.json`` (a crash interrupted its
@@ -504,6 +539,38 @@ class FileStore(TransactionalStore[_Txn]):
             lambda files: self._record_intent(group, files, publisher),
         )
         delete_quietly(self.fs, path)
+
+
+#: the name prefix of a batch a Spark sink task staged (not a piece: no leading ``w``)
+_STAGED_BATCH = "staged-"
+
+
+def _staged_batch_window(name: str) -> int | None:
+    """The window of a staged batch's file name (None: not one)."""
+    if name.startswith(_STAGED_BATCH) and name.endswith(".arrow"):
+        return int(name[len(_STAGED_BATCH) :].split("-", 1)[0])
+    return None
+
+
+def _peek_committed(fs: Any, folder: str) -> CommitMark:
+    """The committed window of the partition staged in ``folder`` and the run that
+    committed it, without loading (or repairing) the partition: its last piece, else its
+    ``finalized.json``."""
+    pieces = sorted(
+        (window, entry)
+        for entry in fs.list(folder)
+        if (window := staged_window(entry.name)) is not None
+    )
+    for window, entry in reversed(pieces):
+        try:
+            piece = load_piece(fs, entry.path, window, entry.size, holds_parquet(fs, entry.path))
+        except StorageNotFoundError:
+            continue  # finalized meanwhile: finalized.json is past it
+        return CommitMark(window, piece.digest, piece.run)
+    raw = _read_json(fs, f"{folder}/finalized.json")
+    if not raw:
+        return CommitMark()
+    return CommitMark(int(raw["window"]), raw.get("digest"), raw.get("run"))
 
 
 def _concat(tables: list[pa.Table], schema: pa.Schema | None) -> pa.Table:
