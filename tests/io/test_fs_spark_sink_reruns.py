@@ -177,3 +177,28 @@ def test_a_partly_committed_batch_whose_rows_moved_is_refused_then_runs_exactly(
 
     assert run(parts=2, batches=3) is None
     assert _ids(out) == EXACT
+
+
+def test_committed_partitions_reads_only_what_decides(tmp_path: Path) -> None:
+    """A partition's committed window is its last piece past ``finalized.json``, else
+    ``finalized.json`` (a leftover piece at or below it does not count); a piece's footer
+    is read only when it decides (every task of every batch asks)."""
+    import json
+
+    import pyarrow as pa
+
+    from malhar.io.base.output import WindowKey
+    from malhar.io.fs.settings import FileSinkSettings
+    from malhar.io.fs.store import STAGING, FileStore
+
+    settings = FileSinkSettings()
+    settings.configure(path=str(tmp_path), name="app", format="parquet")
+    store = FileStore(settings, WindowKey("app", "sink", 0), schema=pa.schema([("id", "int64")]))
+    root = tmp_path / STAGING / "app" / "sink"
+    (root / "0").mkdir(parents=True)
+    (root / "0" / "finalized.json").write_text(json.dumps({"window": 5, "run": "r5"}))
+    (root / "0" / staged_name(3)).write_bytes(b"a leftover: not read")
+    (root / "1").mkdir()
+    (root / "1" / staged_name(2)).write_bytes(b"below the window asked: not read")
+    assert store.committed_partitions(4) == {0: "r5"}
+    assert store.committed_partitions(6) == {}

@@ -219,3 +219,26 @@ def test_spark_source_offsets_of_another_source_are_refused_old_ones_accepted(
             w.latestOffset(end, None)
     finally:
         w.stop()
+
+
+@pytest.mark.parametrize(
+    ("recorded", "now", "changed"),
+    [
+        ({"table": "t"}, {"table": "t", "where": ""}, []),  # the SQL leaves both out
+        ({"table": "t", "where": "  "}, {"table": "t"}, []),
+        ({"query": "SELECT 1 AS id"}, {"query": " SELECT 1 AS id\n", "table": ""}, []),
+        ({"table": "t"}, {"table": "t "}, ["table"]),  # quoted as given: another name
+        ({"table": "t"}, {"table": "t", "key_column": " id"}, ["key_column"]),
+    ],
+)
+def test_the_source_identity_is_what_the_sql_uses(
+    recorded: dict[str, str], now: dict[str, str], changed: list[str]
+) -> None:
+    from malhar.io.jdbc.poll_settings import JdbcPollSettings, source_changes
+
+    def identity(settings: dict[str, str]) -> dict[str, str | None]:
+        found = JdbcPollSettings()
+        found.configure(**{"key_column": "id", **settings})
+        return found.source_identity()
+
+    assert source_changes(identity(recorded), identity(now)) == changed

@@ -1,7 +1,7 @@
 """What a file-output partition stages per committed window (a *piece*), and the windows
 of one output file (a *group*); how a piece is encoded on storage and read back.
 
-A piece is ``<stage>/w<window>.arrow``, whatever it holds:
+A piece is ``<folder>/w<window>.arrow`` (the partition's folder), whatever it holds:
 
 * an Arrow IPC file of the window's rows, with the partition's bookkeeping in its schema
   metadata (rows, the roll decision, when the group opened, the commit mark's digest and

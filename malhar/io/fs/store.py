@@ -367,8 +367,8 @@ class FileStore(TransactionalStore[_Txn]):
         operator_dir = self.folder.rsplit("/", 1)[0]
         for entry in self.fs.list(operator_dir):
             if entry.is_dir and entry.name.isdigit():
-                mark = _peek_committed(self.fs, entry.path)
-                if mark.window >= window:
+                mark = _peek_committed(self.fs, entry.path, window)
+                if mark is not None:
                     out[int(entry.name)] = mark.run
         return out
 
@@ -552,25 +552,32 @@ def _staged_batch_window(name: str) -> int | None:
     return None
 
 
-def _peek_committed(fs: Any, folder: str) -> CommitMark:
-    """The committed window of the partition staged in ``folder`` and the run that
-    committed it, without loading (or repairing) the partition: its last piece, else its
-    ``finalized.json``."""
-    pieces = sorted(
-        (window, entry)
-        for entry in fs.list(folder)
-        if (window := staged_window(entry.name)) is not None
-    )
-    for window, entry in reversed(pieces):
+def _peek_committed(fs: Any, folder: str, window: int) -> CommitMark | None:
+    """The commit mark of the partition staged in ``folder`` when its committed window is
+    ``window`` or later (None: earlier), without loading (or repairing) the partition: its
+    last piece past ``finalized.json``, else ``finalized.json``. A piece's footer is read
+    only when it is the answer."""
+    for _ in range(2):  # a piece finalized between the reads: read again
+        raw = _read_json(fs, f"{folder}/finalized.json") or {}
+        finalized = int(raw.get("window", NO_WINDOW))
+        pieces = [
+            (piece_window, entry)
+            for entry in fs.list(folder)
+            if (piece_window := staged_window(entry.name)) is not None and piece_window > finalized
+        ]
+        if not pieces:
+            if finalized < window:
+                return None
+            return CommitMark(finalized, raw.get("digest"), raw.get("run"))
+        last, entry = max(pieces, key=lambda found: found[0])
+        if last < window:
+            return None
         try:
-            piece = load_piece(fs, entry.path, window, entry.size, holds_parquet(fs, entry.path))
+            piece = load_piece(fs, entry.path, last, entry.size, holds_parquet(fs, entry.path))
         except StorageNotFoundError:
-            continue  # finalized meanwhile: finalized.json is past it
-        return CommitMark(window, piece.digest, piece.run)
-    raw = _read_json(fs, f"{folder}/finalized.json")
-    if not raw:
-        return CommitMark()
-    return CommitMark(int(raw["window"]), raw.get("digest"), raw.get("run"))
+            continue
+        return CommitMark(last, piece.digest, piece.run)
+    return None
 
 
 def _concat(tables: list[pa.Table], schema: pa.Schema | None) -> pa.Table:

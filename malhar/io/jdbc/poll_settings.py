@@ -124,12 +124,16 @@ class JdbcPollSettings(JdbcConnectionSettings):
         return f"{what} at {self.redacted_url}"
 
     def source_identity(self) -> dict[str, str | None]:
-        """What is read, as recorded in checkpoints and offsets (:data:`SOURCE_FIELDS`;
-        SQL text with its outer whitespace stripped, which changes nothing it selects)."""
+        """What is read, as recorded in checkpoints and offsets (:data:`SOURCE_FIELDS`), as
+        the SQL uses it: ``query`` and ``where`` without their outer whitespace, and an
+        empty text as None (the SQL leaves both out alike); names exactly as given (they
+        are quoted as they are)."""
         out: dict[str, str | None] = {}
         for name in SOURCE_FIELDS:
             value = getattr(self, name)
-            out[name] = value.strip() if isinstance(value, str) else value
+            if isinstance(value, str) and name in ("query", "where"):
+                value = value.strip()
+            out[name] = value if value != "" else None
         return out
 
     def retry_policy(self) -> RetryPolicy:
