@@ -106,7 +106,7 @@ def claim_slots(
             # and runs every slot its partition claimed, as a retry does.
             if not rerun and fs.read_all(path) == mine:
                 rerun = True
-                held = sorted({*held, *_claimed_by(fs, folder, mine)})
+                held = _claimed_by(fs, folder, mine)  # with the ones claimed above
             continue
         held.append(slot)
         if slot == 0:

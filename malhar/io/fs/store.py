@@ -177,7 +177,7 @@ class FileStore(TransactionalStore[_Txn]):
         so the second writer's rows would be dropped. Each operator lists the stems it
         has written under ``_malhar/<app>/<op>/stems.json``; checked once per process."""
         stem = self.publisher.stem()
-        operator_dir = self.folder.rsplit("/", 1)[0]
+        operator_dir = self._operator_dir
         claim = (self.fs.describe(operator_dir), stem)
         if claim in _CLAIMED:
             return
@@ -202,6 +202,11 @@ class FileStore(TransactionalStore[_Txn]):
 
     def describe(self) -> str:
         return self.fs.describe(self.root)
+
+    @property
+    def _operator_dir(self) -> str:
+        """The folder of every partition of this writer's application and operator."""
+        return self.folder.rsplit("/", 1)[0]
 
     def _load(self) -> None:
         """Rebuild the groups from the staged pieces (and drop leftovers of crashes)."""
@@ -364,8 +369,7 @@ class FileStore(TransactionalStore[_Txn]):
         ``window`` or later, with the run that committed each. Read only: the others may
         be committing meanwhile."""
         out: dict[int, str | None] = {}
-        operator_dir = self.folder.rsplit("/", 1)[0]
-        for entry in self.fs.list(operator_dir):
+        for entry in self.fs.list(self._operator_dir):
             if entry.is_dir and entry.name.isdigit():
                 mark = _peek_committed(self.fs, entry.path, window)
                 if mark is not None:
@@ -421,7 +425,7 @@ class FileStore(TransactionalStore[_Txn]):
         their open group too (no window of theirs comes any more), once ``window`` covers
         it, then remove their folders. Their files keep those partitions' names."""
         assert self._adopt_from is not None
-        parent = self.folder.rsplit("/", 1)[0]
+        parent = self._operator_dir
         removed = [
             int(e.name)
             for e in self.fs.list(parent)
