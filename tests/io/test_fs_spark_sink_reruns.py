@@ -14,119 +14,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from malhar.io.fs.staged_pieces import staged_name
-from malhar.testing.services.process import wait_until
 from tests.io.fs_support import Place
+from tests.io.split_source import EXACT, file_matches, path_exists, split_query
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROWS = 6  #: ids b*100 + 0..5 in batch b
-
-
-class _Split(InputPartition):
-    def __init__(self, batch: int, part: int, reader: _SplitReader) -> None:
-        self.batch, self.part = batch, part
-        self.parts, self.shift = reader.parts, reader.shift
-        self.fail, self.wait = reader.fail, reader.wait
-
-
-class _SplitReader(DataSourceStreamReader):
-    """Batch ``b`` holds ids ``b*100 + i``, row ``i`` in partition ``(i + shift) % parts``.
-    ``fail`` (``<batch>:<partition>:<path>``): that partition of that batch fails once
-    ``path`` exists (the other partition's committed piece): the batch dies part committed,
-    as when its driver is killed while its tasks commit. ``wait`` (``<batch>:<partition>:<glob>``):
-    that partition of that batch reads once a file matches ``glob``."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        self.parts, self.batches = int(options["parts"]), int(options["batches"])
-        self.shift = int(options.get("shift", 0))
-        self.fail = options.get("fail") or None
-        self.wait = options.get("wait") or None
-
-    def initialOffset(self) -> dict:
-        return {"batch": -1}
-
-    def latestOffset(self, start: dict, limit: Any) -> dict:  # type: ignore[override]
-        return {"batch": min(int(start["batch"]) + 1, self.batches - 1)}
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        batches = range(int(start["batch"]) + 1, int(end["batch"]) + 1)
-        return [_Split(b, p, self) for b in batches for p in range(self.parts)]
-
-    def read(self, split: _Split) -> Any:  # type: ignore[override]
-        if split.fail:
-            batch, part, path = split.fail.split(":", 2)
-            if (split.batch, split.part) == (int(batch), int(part)):
-                wait_until(lambda: Path(path).exists(), timeout=60, what=path)
-                raise RuntimeError(f"injected: partition {part} of batch {batch} fails")
-        if split.wait:
-            batch, part, pattern = split.wait.split(":", 2)
-            if (split.batch, split.part) == (int(batch), int(part)):
-                folder, glob = pattern.rsplit("/", 1)
-                wait_until(lambda: any(Path(folder).glob(glob)), timeout=60, what=pattern)
-        for i in range(ROWS):
-            if (i + split.shift) % split.parts == split.part:
-                yield (split.batch * 100 + i, split.batch)
-
-
-class SplitSource(DataSource):
-    """``format("malhar_test_split")``: options ``parts``, ``batches`` and ``shift``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "malhar_test_split"
-
-    def schema(self) -> str:
-        return "id bigint, batch bigint"
-
-    def streamReader(self, schema: Any) -> _SplitReader:
-        return _SplitReader(dict(self.options))
-
 
 def _runner(spark: Any, out: Path, ckpt: Path) -> Any:
-    """Runs of the query on ``out`` and ``ckpt`` until the source has nothing new; the
-    query's exception (None: it succeeded)."""
+    """Runs of the split source into the file sink on ``out`` (split_source.split_query)."""
     from malhar.io.fs import register
 
     register(spark)
-    spark.dataSource.register(SplitSource)
 
-    def run(
-        parts: int, batches: int, shift: int = 0, fail: str = "", wait: str = ""
-    ) -> BaseException | None:
-        q = (
-            spark.readStream.format("malhar_test_split")
-            .option("parts", parts)
-            .option("batches", batches)
-            .option("shift", shift)
-            .option("fail", fail)
-            .option("wait", wait)
-            .load()
-            .writeStream.format("malhar_files")
+    def sink(writer: Any) -> Any:
+        return (
+            writer.format("malhar_files")
             .option("path", str(out))
             .option("name", "rerun")
             .option("roll_windows", 3)  # batches 0-2 in one file, published with batch 2
-            .option("checkpointLocation", str(ckpt))
-            .start()
         )
-        try:
-            q.processAllAvailable()  # one batch per trigger: the source steps by one
-        except Exception as exc:
-            return exc
-        finally:
-            q.stop()
-        return None
 
-    return run
+    return split_query(spark, sink, ckpt)
 
 
 def _part_committed_batch_1(run: Any, out: Path, committed: int) -> None:
     """Batch 1 dies after partition ``committed`` committed it and before the other did;
     batch 0 is committed."""
     piece = out / "_malhar" / "rerun" / "sink" / str(committed) / staged_name(1)
-    failed = run(parts=2, batches=2, fail=f"1:{1 - committed}:{piece}")
+    failed = run(parts=2, batches=2, fail=f"1:{1 - committed}:{path_exists(piece)}")
     assert failed is not None and "injected" in str(failed), failed
     assert piece.exists()
     assert not (piece.parent.parent / str(1 - committed) / staged_name(1)).exists()
@@ -134,9 +51,6 @@ def _part_committed_batch_1(run: Any, out: Path, committed: int) -> None:
 
 def _ids(out: Path) -> list[int]:
     return sorted(r["id"] for r in Place(str(out), "local").parquet_rows())
-
-
-EXACT = [b * 100 + i for b in range(3) for i in range(ROWS)]
 
 
 def test_a_partly_committed_batch_split_otherwise_is_refused_then_runs_exactly(
@@ -168,7 +82,7 @@ def test_a_partly_committed_batch_whose_rows_moved_is_refused_then_runs_exactly(
 
     # the re-run swaps the rows of the two partitions: partition 0 committed other rows;
     # it reads (and fails) once partition 1 has written what it writes of batch 1
-    written = out / "_malhar" / "rerun" / "sink" / "1" / f"*{1:020d}*"
+    written = file_matches(out / "_malhar" / "rerun" / "sink" / "1", f"*{1:020d}*")
     failed = run(parts=2, batches=3, shift=1, wait=f"1:0:{written}")
     assert failed is not None and "WindowContentMismatchError" in str(failed), failed
     assert Place(str(out), "local").parquet_rows() == []

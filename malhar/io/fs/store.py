@@ -58,6 +58,7 @@ import pyarrow as pa
 
 from malhar.errors import MalharError
 from malhar.io.base.output import NO_WINDOW, CommitMark, TransactionalStore, WindowKey
+from malhar.io.base.staged_batches import StagedBatches
 from malhar.io.fs.encoders import create_encoded
 from malhar.io.fs.errors import FileOutputConfigError
 from malhar.io.fs.paths import resolve
@@ -154,6 +155,8 @@ class FileStore(TransactionalStore[_Txn]):
             ]
         )
         self.publisher = Publisher(settings, key, self.fs, self.root)
+        #: the Spark sink's rows of a partly committed batch, beside the pieces
+        self.staging = StagedBatches(self.fs, self.folder)
         self.groups: list[Group] = []  #: closed groups not finalized yet, then the open one
         self.finalized = NO_WINDOW
         #: the file finalized.json names: the last window staged whole, as it was published
@@ -377,23 +380,13 @@ class FileStore(TransactionalStore[_Txn]):
         return out
 
     def stage(self, window: int, run: str, rows: pa.Table) -> None:
-        self.fs.write_atomic(self._staged_batch(window, run), ipc_bytes(rows, {}))
+        self.staging.stage(window, run, rows)
 
     def staged(self, window: int, run: str) -> pa.Table | None:
-        try:
-            data = self.fs.read_all(self._staged_batch(window, run))
-        except StorageNotFoundError:
-            return None
-        return pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        return self.staging.staged(window, run)
 
     def drop_staged(self, txn: _Txn, window: int) -> None:
-        for entry in self.fs.list(self.folder):
-            staged = _staged_batch_window(entry.name)
-            if staged is not None and staged <= window:
-                delete_quietly(self.fs, entry.path)
-
-    def _staged_batch(self, window: int, run: str) -> str:
-        return f"{self.folder}/{_STAGED_BATCH}{window:020d}-{run}.arrow"
+        self.staging.drop(window)
 
     # -- rolling and finalizing -------------------------------------------------------------------
     @property
@@ -546,16 +539,6 @@ class FileStore(TransactionalStore[_Txn]):
 
 
 #: the name prefix of a batch a Spark sink task staged (not a piece: no leading ``w``)
-_STAGED_BATCH = "staged-"
-
-
-def _staged_batch_window(name: str) -> int | None:
-    """The window of a staged batch's file name (None: not one)."""
-    if name.startswith(_STAGED_BATCH) and name.endswith(".arrow"):
-        return int(name[len(_STAGED_BATCH) :].split("-", 1)[0])
-    return None
-
-
 def _peek_committed(fs: Any, folder: str, window: int) -> CommitMark | None:
     """The commit mark of the partition staged in ``folder`` when its committed window is
     ``window`` or later (None: earlier), without loading (or repairing) the partition: its

@@ -60,6 +60,9 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 #: settings malhar owns
 OWNED = ("transactional.id", "bootstrap.servers")
 #: librdkafka settings a consumer takes too (to read the commit group with the same security)
+#: the Spark sink's staging folder in the query's checkpointLocation (by default)
+STAGING_FOLDER = "malhar-staged"
+
 CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "api.")
 
 
@@ -207,7 +210,11 @@ class KafkaOutputSettings(TransactionalSettings):
 
     def commit_group(self, key: WindowKey) -> str:
         """The group whose committed offset is ``key``'s last window + 1 (exactly_once)."""
-        return f"{self.commit_group_prefix}.{key.application}.{key.operator}.{key.partition}"
+        return f"{self.commit_groups_of(key)}{key.partition}"
+
+    def commit_groups_of(self, key: WindowKey) -> str:
+        """What the commit groups of every partition of ``key``'s operator begin with."""
+        return f"{self.commit_group_prefix}.{key.application}.{key.operator}."
 
     @property
     def value_source(self) -> str | None:
@@ -232,6 +239,13 @@ class KafkaOutputSettings(TransactionalSettings):
         if self.delivery == "exactly_once":
             config["transactional.id"] = self.transactional_id(key)
         config["logger"] = CLIENT_LOG
+        return config
+
+    def admin_settings(self) -> dict[str, Any]:
+        """An admin client with the producer's connection and security settings."""
+        config = self.consumer_settings("unused")
+        for k in ("group.id", "enable.auto.commit", "enable.partition.eof"):
+            config.pop(k, None)
         return config
 
     def consumer_settings(self, group: str, **extra: Any) -> dict[str, Any]:
@@ -301,6 +315,12 @@ class KafkaSinkSettings(KafkaOutputSettings, TransactionalSinkSettings):
         doc="rows that cannot be records go to this topic (JSON with the reason) in the "
         "batch's transaction, instead of failing the batch",
     )
+    staging_path = Property(
+        str,
+        doc="exactly_once: where a partition of a partly committed batch keeps its rows until "
+        "the driver writes them (local path or hdfs://, readable by the driver); by default "
+        f"<checkpointLocation>/{STAGING_FOLDER}",
+    )
 
     def from_options(self, options: Mapping[str, Any]) -> KafkaSinkSettings:
         kafka = {
@@ -310,6 +330,11 @@ class KafkaSinkSettings(KafkaOutputSettings, TransactionalSinkSettings):
         }
         rest = {k: v for k, v in options.items() if not str(k).lower().startswith("kafka.")}
         super().from_options(rest)
+        checkpoint = next(
+            (v for k, v in options.items() if str(k).lower() == "checkpointlocation"), None
+        )
+        if not self.staging_path and checkpoint:
+            self.staging_path = f"{str(checkpoint).rstrip('/')}/{STAGING_FOLDER}"
         if kafka:
             if self.producer_config:
                 raise self.config_error(

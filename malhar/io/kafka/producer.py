@@ -64,7 +64,9 @@ from malhar.io.base.output import (
     rejected_row,
 )
 from malhar.io.base.rejected_log import RejectedLog
+from malhar.io.base.staged_batches import StagedBatches
 from malhar.io.kafka.client import KafkaClient, kafka_error
+from malhar.io.kafka.commit_groups import commit_mark, committed_partitions
 from malhar.io.kafka.config import RetryPolicy
 from malhar.io.kafka.encoding import (
     WINDOW_HEADER,
@@ -132,6 +134,8 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         rejected: where a window's rejected rows are kept until it is complete in the
             application, so that a replay of a committed window re-emits them (the
             operator's; None: not kept, as in the Spark sink, which fails the batch).
+        staging: the Spark sink's place for the rows of a partly committed batch
+            (exactly_once; None: such a batch is not staged, see :attr:`stages_batches`).
     """
 
     def __init__(
@@ -141,6 +145,7 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         *,
         positions: dict[int, int] | None = None,
         rejected: RejectedLog | None = None,
+        staging: StagedBatches | None = None,
     ) -> None:
         super().__init__(key)
         self._rejected = rejected
@@ -148,6 +153,9 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         settings.check_settings()
         self.settings = settings
         self.delivery = settings.delivery
+        self.staging = staging if self.delivery == "exactly_once" else None
+        self.stages_batches = self.staging is not None
+        self._admin: Any = None
         self.timeout = settings.request_timeout_ms / 1000
         self.writer = f"{key.application}/{key.operator}/{key.partition}"
         #: scan: partition -> offset after this writer's last completed window
@@ -234,6 +242,7 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
 
     def close(self) -> None:
         self._drop_producer()
+        self._admin = None
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             try:
@@ -259,16 +268,7 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         (found,) = self._consumer.committed([tp], timeout=self.timeout)
         if found.error is not None:
             raise KafkaException(found.error)
-        if found.offset < 0:
-            mark = CommitMark()
-        else:
-            extra: dict[str, Any] = {}
-            if found.metadata:
-                try:
-                    extra = json.loads(found.metadata)
-                except ValueError:
-                    extra = {}
-            mark = CommitMark(found.offset - 1, extra.get("digest"), extra.get("run"))
+        mark = commit_mark(found.offset, found.metadata)
         self._mark = mark
         if self._epoch_mark is None and self._producer is not None:
             self._epoch_mark = mark.window
@@ -554,6 +554,37 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
                 left,
                 self.timeout,
             )
+
+    # -- the Spark sink's partly committed batches (TransactionalStreamWriter) ------------------
+    def committed_partitions(self, window: int) -> dict[int, str | None]:
+        """Partitions of this key's application and operator whose committed window is
+        ``window`` or later, with the run that committed each: their commit groups, listed."""
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient(self.settings.admin_settings())
+        found = committed_partitions(
+            self._admin,
+            self.settings.commit_groups_of(self.key),
+            self.settings.topic,
+            window,
+            self.timeout,
+        )
+        return {partition: mark.run for partition, mark in found.items()}
+
+    def stage(self, window: int, run: str, rows: pa.Table) -> None:
+        self._staging().stage(window, run, rows)
+
+    def staged(self, window: int, run: str) -> pa.Table | None:
+        return self._staging().staged(window, run)
+
+    def drop_staged(self, txn: KafkaTxn, window: int) -> None:
+        self._staging().drop(window)
+
+    def _staging(self) -> StagedBatches:
+        if self.staging is None:
+            raise OutputError(f"{self.key}: this Kafka output stages no batches")
+        return self.staging
 
     # -- errors ------------------------------------------------------------------------------
     def _check_errors(self) -> None:

@@ -7,7 +7,11 @@ producer's ``transactional.id`` is ``<prefix>.<name>.<operator>.<task partition>
 store as the malhar operator, :class:`~malhar.io.kafka.producer.KafkaOutputStore`). A
 batch that Spark re-runs after a failure finds itself committed and is skipped; with
 ``verify_reruns`` (the default) its rows must be the same as the first time (the
-fingerprint is kept in the commit group's offset metadata).
+fingerprint is kept in the commit group's offset metadata). A partition that has not
+committed a batch other partitions committed in an earlier execution stages its rows in
+``staging_path`` (by default ``<checkpointLocation>/malhar-staged``), and the driver's commit
+writes them in that partition's transaction once the earlier partitions re-ran alike
+(:class:`~malhar.io.base.spark_sink.TransactionalStreamWriter`).
 
 The same format name reads (:class:`~malhar.io.kafka.spark_source.KafkaSource`) and writes:
 ``spark.dataSource.register(KafkaSource)`` once per session serves both.
@@ -27,20 +31,26 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from typing import Any
 
 from pyspark.sql.datasource import DataSource
 
 from malhar.io.base.output import WindowKey
 from malhar.io.base.spark_sink import TransactionalStreamWriter
+from malhar.io.base.staged_batches import StagedBatches
 from malhar.io.kafka.encoding import WINDOW_HEADER, WRITER_HEADER
 from malhar.io.kafka.errors import KafkaOutputConfigError, KafkaOutputError
 from malhar.io.kafka.output_settings import KafkaSinkSettings
 from malhar.io.kafka.producer import KafkaOutputStore, KafkaTxn
+from malhar.util.fs import filesystem_for
+from malhar.util.fs.names import encode_segment
 
 __all__ = ["SINK_NAME", "KafkaStreamWriter", "register", "sink_writer"]
 
 SINK_NAME = "malhar_kafka"
+
+log = logging.getLogger("malhar.io.kafka.output")
 
 
 def register(spark: Any) -> None:
@@ -56,7 +66,7 @@ class KafkaStreamWriter(TransactionalStreamWriter):
     settings: KafkaSinkSettings
 
     def create_store(self, key: WindowKey) -> KafkaOutputStore:
-        return KafkaOutputStore(self.settings, key)
+        return KafkaOutputStore(self.settings, key, staging=staged_batches(self.settings, key))
 
     def on_rejected(self, txn: Any, window: int, rejected: list[dict[str, Any]]) -> None:
         """Rows that cannot be records: to ``error_topic`` in the batch's transaction, or
@@ -90,6 +100,20 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def staged_batches(settings: KafkaSinkSettings, key: WindowKey) -> StagedBatches | None:
+    """Where partition ``key`` stages the rows of a partly committed batch (None: no
+    ``staging_path``, or a delivery without transactions)."""
+    if not settings.staging_path or settings.delivery != "exactly_once":
+        return None
+    fs, root = filesystem_for(settings.staging_path)
+    parts = [encode_segment(key.application), encode_segment(key.operator), str(key.partition)]
+    return StagedBatches(fs, "/".join([root.rstrip("/"), *parts]))
+
+
+#: names of the queries already warned that they stage nothing (the writer is built per batch)
+_WARNED: set[str] = set()
+
+
 def sink_writer(options: dict[str, Any]) -> KafkaStreamWriter:
     """The writer for a ``writeStream.format("malhar_kafka")`` query's options."""
     settings = KafkaSinkSettings().from_options(options)
@@ -100,6 +124,17 @@ def sink_writer(options: dict[str, Any]) -> KafkaStreamWriter:
             "batchId)"
         )
     settings.check_settings()
+    unstaged = settings.delivery == "exactly_once" and not settings.staging_path
+    if unstaged and settings.name not in _WARNED:
+        _WARNED.add(settings.name)
+        log.warning(
+            "%s %s: no checkpointLocation option and no staging_path: a batch whose driver "
+            "died while some partitions had committed it is exact only when its re-run is "
+            "split the same way; set option staging_path (a folder the driver and the "
+            "executors share) to stage such a batch",
+            SINK_NAME,
+            settings.name,
+        )
     return KafkaStreamWriter(settings)
 
 

@@ -64,10 +64,7 @@ def check_topic(
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
     s = settings
-    admin_config = s.consumer_settings("unused")
-    for k in ("group.id", "enable.auto.commit", "enable.partition.eof"):
-        admin_config.pop(k, None)
-    admin = AdminClient(admin_config)
+    admin = AdminClient(s.admin_settings())
     topic = s.topic
     try:
         md = admin.list_topics(topic, timeout=timeout)
