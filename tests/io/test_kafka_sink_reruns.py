@@ -106,3 +106,41 @@ def test_a_partly_committed_batch_whose_rows_moved_is_refused_then_runs_exactly(
 
     assert q.run(parts=2, batches=3) is None
     assert q.ids() == Counter(EXACT)
+
+
+def test_committed_partitions_waits_out_a_transaction_still_open(kafka_client: Any) -> None:
+    """A task lists the commit groups while another task of the same batch is between
+    sending its offsets and committing: the broker answers UNSTABLE_OFFSET_COMMIT, which is
+    asked again (and, past the timeout, retried by the committer), never a failure."""
+    import pyarrow as pa
+    from confluent_kafka import KafkaError, KafkaException
+
+    from malhar.io.base.output import CommitMark, WindowKey
+    from malhar.io.kafka.commit_groups import admin_client, committed_partitions
+    from malhar.io.kafka.output_settings import KafkaSinkSettings
+    from malhar.io.kafka.producer import KafkaOutputStore
+    from malhar.io.kafka.producer_errors import is_transient
+
+    topic = kafka_client.topic("unstable")
+    name = kafka_unique("unstable")
+    settings = KafkaSinkSettings().from_options(
+        {"bootstrap_servers": kafka_client.bootstrap, "topic": topic, "name": name}
+    )
+    store = KafkaOutputStore(settings, settings.key(0))
+    store.open()
+    try:
+        txn = store.begin(0)
+        store.write(txn, pa.table({"id": [1]}))
+        store.store_committed(txn, CommitMark(0, "d", "run-a"))  # offsets in the open txn
+        admin = admin_client(settings.admin_settings())
+        prefix = settings.commit_groups_of(WindowKey(name, "sink", 0))
+        with pytest.raises(KafkaException) as raised:
+            committed_partitions(admin, prefix, topic, 0, timeout=0.5)
+        assert raised.value.args[0].code() == KafkaError.UNSTABLE_OFFSET_COMMIT
+        assert is_transient(raised.value)  # the committer retries it
+        store.commit(txn)
+        found = committed_partitions(admin, prefix, topic, 0, timeout=10)
+        assert {p: m.run for p, m in found.items()} == {0: "run-a"}
+        assert committed_partitions(admin, prefix, topic, 1, timeout=10) == {}
+    finally:
+        store.close()

@@ -55,6 +55,7 @@ TRANSIENT_CODES = frozenset(
         KafkaError.UNKNOWN_LEADER_EPOCH,
         KafkaError.FENCED_LEADER_EPOCH,
         KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.UNSTABLE_OFFSET_COMMIT,  # offsets of a transaction still open
     }
 )
 #: a partition or topic that the client does not know (yet): the probe decides

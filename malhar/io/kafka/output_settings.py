@@ -319,7 +319,7 @@ class KafkaSinkSettings(KafkaOutputSettings, TransactionalSinkSettings):
         str,
         doc="exactly_once: where a partition of a partly committed batch keeps its rows until "
         "the driver writes them (local path or hdfs://, readable by the driver); by default "
-        f"<checkpointLocation>/{STAGING_FOLDER}",
+        f"<checkpointLocation>/{STAGING_FOLDER} when that is a local folder or a WebHDFS URL",
     )
 
     def from_options(self, options: Mapping[str, Any]) -> KafkaSinkSettings:
@@ -330,11 +330,6 @@ class KafkaSinkSettings(KafkaOutputSettings, TransactionalSinkSettings):
         }
         rest = {k: v for k, v in options.items() if not str(k).lower().startswith("kafka.")}
         super().from_options(rest)
-        checkpoint = next(
-            (v for k, v in options.items() if str(k).lower() == "checkpointlocation"), None
-        )
-        if not self.staging_path and checkpoint:
-            self.staging_path = f"{str(checkpoint).rstrip('/')}/{STAGING_FOLDER}"
         if kafka:
             if self.producer_config:
                 raise self.config_error(

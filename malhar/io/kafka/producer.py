@@ -66,7 +66,7 @@ from malhar.io.base.output import (
 from malhar.io.base.rejected_log import RejectedLog
 from malhar.io.base.staged_batches import StagedBatches
 from malhar.io.kafka.client import KafkaClient, kafka_error
-from malhar.io.kafka.commit_groups import commit_mark, committed_partitions
+from malhar.io.kafka.commit_groups import admin_client, commit_mark, committed_partitions
 from malhar.io.kafka.config import RetryPolicy
 from malhar.io.kafka.encoding import (
     WINDOW_HEADER,
@@ -155,7 +155,6 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         self.delivery = settings.delivery
         self.staging = staging if self.delivery == "exactly_once" else None
         self.stages_batches = self.staging is not None
-        self._admin: Any = None
         self.timeout = settings.request_timeout_ms / 1000
         self.writer = f"{key.application}/{key.operator}/{key.partition}"
         #: scan: partition -> offset after this writer's last completed window
@@ -242,7 +241,6 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
 
     def close(self) -> None:
         self._drop_producer()
-        self._admin = None
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             try:
@@ -559,12 +557,8 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
     def committed_partitions(self, window: int) -> dict[int, str | None]:
         """Partitions of this key's application and operator whose committed window is
         ``window`` or later, with the run that committed each: their commit groups, listed."""
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient(self.settings.admin_settings())
         found = committed_partitions(
-            self._admin,
+            admin_client(self.settings.admin_settings()),
             self.settings.commit_groups_of(self.key),
             self.settings.topic,
             window,

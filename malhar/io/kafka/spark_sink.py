@@ -32,7 +32,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 from typing import Any
+from urllib.parse import urlsplit
 
 from pyspark.sql.datasource import DataSource
 
@@ -41,9 +43,9 @@ from malhar.io.base.spark_sink import TransactionalStreamWriter
 from malhar.io.base.staged_batches import StagedBatches
 from malhar.io.kafka.encoding import WINDOW_HEADER, WRITER_HEADER
 from malhar.io.kafka.errors import KafkaOutputConfigError, KafkaOutputError
-from malhar.io.kafka.output_settings import KafkaSinkSettings
+from malhar.io.kafka.output_settings import STAGING_FOLDER, KafkaSinkSettings
 from malhar.io.kafka.producer import KafkaOutputStore, KafkaTxn
-from malhar.util.fs import filesystem_for
+from malhar.util.fs import StorageConfigError, filesystem_for
 from malhar.util.fs.names import encode_segment
 
 __all__ = ["SINK_NAME", "KafkaStreamWriter", "register", "sink_writer"]
@@ -124,18 +126,63 @@ def sink_writer(options: dict[str, Any]) -> KafkaStreamWriter:
             "batchId)"
         )
     settings.check_settings()
-    unstaged = settings.delivery == "exactly_once" and not settings.staging_path
-    if unstaged and settings.name not in _WARNED:
+    if settings.delivery == "exactly_once":
+        _choose_staging(settings, options)
+    return KafkaStreamWriter(settings)
+
+
+def _choose_staging(settings: KafkaSinkSettings, options: dict[str, Any]) -> None:
+    """Check ``staging_path``, or default it to ``<checkpointLocation>/malhar-staged``
+    where malhar reads the same folder as Spark (runs on the driver, before any task)."""
+    if settings.staging_path:
+        try:
+            filesystem_for(settings.staging_path)
+        except StorageConfigError as exc:
+            raise KafkaOutputConfigError(
+                f"{SINK_NAME} {settings.name}: option staging_path: {exc}"
+            ) from None
+        return
+    checkpoint = next(
+        (str(v) for k, v in options.items() if str(k).lower() == "checkpointlocation"), None
+    )
+    why = "no checkpointLocation option"
+    if checkpoint:
+        candidate = f"{checkpoint.rstrip('/')}/{STAGING_FOLDER}"
+        why = _unreachable(checkpoint)
+        if why is None:
+            settings.staging_path = candidate
+            return
+    if settings.name not in _WARNED:
         _WARNED.add(settings.name)
         log.warning(
-            "%s %s: no checkpointLocation option and no staging_path: a batch whose driver "
-            "died while some partitions had committed it is exact only when its re-run is "
-            "split the same way; set option staging_path (a folder the driver and the "
+            "%s %s: %s and no staging_path: a batch whose driver died while some partitions "
+            "had committed it is exact only when its re-run is split the same way; set option "
+            "staging_path (a local folder or a webhdfs:// URL that the driver and the "
             "executors share) to stage such a batch",
             SINK_NAME,
             settings.name,
+            why,
         )
-    return KafkaStreamWriter(settings)
+
+
+def _unreachable(checkpoint: str) -> str | None:
+    """Why malhar cannot be sure to read ``checkpoint`` where Spark does (None: it can).
+
+    A path without a scheme is Spark's default filesystem's (often HDFS on a cluster):
+    taken as local only when the folder Spark made there exists on this machine."""
+    scheme = urlsplit(checkpoint).scheme
+    if scheme:
+        try:
+            filesystem_for(checkpoint)
+        except StorageConfigError as exc:
+            return f"checkpointLocation {checkpoint!r} is not a filesystem malhar reads ({exc})"
+        return None
+    if os.path.isabs(checkpoint) and os.path.isdir(os.path.join(checkpoint, "offsets")):
+        return None
+    return (
+        f"checkpointLocation {checkpoint!r} may be on Spark's default filesystem, not this "
+        "machine's"
+    )
 
 
 class KafkaSink(DataSource):
