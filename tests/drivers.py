@@ -1,5 +1,6 @@
 """Driver processes for crash tests: started in their own process group (a SIGKILL of the
-group takes the driver's JVM and Python workers with it), paused at a step, killed."""
+group takes the driver's JVM and Python workers with it), paused at a step, killed; and
+killed by the kernel when the test process dies (its JVM exits on its closed stdin pipe)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from malhar.testing.services.process import wait_until
+from malhar.testing.services.process import die_with_parent, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PAUSED = "paused"
@@ -37,7 +38,7 @@ def start_driver(
         out.write(f"\n==== {header}\n".encode())
         out.flush()
     return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
+        die_with_parent([sys.executable, "-m", module, *args]),  # gone if the test run dies
         cwd=ROOT,
         env=full,
         stdout=out,

@@ -7,12 +7,33 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from malhar.testing.services.errors import ServiceError
+
+# Run as ``python -c`` before the real command: the kernel SIGKILLs the command when the
+# thread that started it dies (PR_SET_PDEATHSIG survives exec). A test run that is itself
+# killed (a timeout, an interrupted helper) thus leaves no service or driver behind, which
+# its fixtures' orderly stop cannot promise. Not a preexec_fn: unsafe with the JVM's threads.
+_DIE_WITH_PARENT = """\
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    os._exit(70)  # the parent died before the prctl
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+def die_with_parent(command: Sequence[str]) -> list[str]:
+    """``command`` wrapped so that it is killed when this process (the thread starting it)
+    dies; on systems other than Linux, ``command`` as it is."""
+    if not sys.platform.startswith("linux"):
+        return list(command)
+    return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -153,7 +174,7 @@ class ManagedProcess:
         log = self.log_path.open("ab")
         try:
             self.popen = subprocess.Popen(
-                self.command,
+                die_with_parent(self.command),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
