@@ -1,20 +1,30 @@
 """``format("malhar_test_split")``: a stream source whose split of a micro-batch the test
 chooses, and whose tasks fail or wait on a condition: the Spark sinks' re-runs of a partly
-committed batch (tests/io/test_fs_spark_sink_reruns.py, test_kafka_sink_reruns.py).
+committed batch (tests/io/test_fs_spark_sink_reruns.py, test_kafka_sink_reruns.py,
+test_jdbc_output.py, test_jdbc_hardening.py) and the JDBC sink's driver under kills
+(test_jdbc_sink_crash.py).
 
-Batch ``b`` holds the rows ``(b*100 + i, b)`` for ``i`` in ``0..ROWS-1``, row ``i`` in
+Batch ``b`` holds the rows ``(b*stride + i, b)`` for ``i`` in ``0..rows-1``, row ``i`` in
 partition ``(i + shift) % parts``. Options:
 
 - ``parts``, ``batches``, ``shift``: the split; the source steps one batch per trigger;
+- ``rows`` (default ``ROWS``), ``stride`` (default 100): the rows of a batch and their ids;
+- ``layout``: ``mod`` (the default, as above) or ``blocks``: row ``i`` in partition
+  ``(i*parts // rows + shift) % parts``, the rows in ``parts`` contiguous blocks;
+- ``extra`` (``<batch>:<partition>:<id>``): that partition of that batch also yields the row
+  ``(<id>, <batch>)``, after its own (say a row the sink's table refuses);
 - ``fail`` (``<batch>:<partition>:<condition>``): that partition of that batch fails once
   the condition holds (another partition committed the batch): the batch dies part
   committed, as when its driver is killed while its tasks commit;
 - ``wait`` (``<batch>:<partition>:<condition>``): that partition of that batch reads once
-  the condition holds.
+  the condition holds;
+- ``timeout`` (seconds, default 60): how long ``fail`` and ``wait`` wait for the condition.
 
-A condition is ``path:<path>`` (it exists), ``glob:<folder>/<pattern>`` (a file matches) or
+A condition is ``path:<path>`` (it exists), ``glob:<folder>/<pattern>`` (a file matches),
 ``kafka:<bootstrap>|<group>|<topic>|<offset>`` (the group's committed offset of
-``<topic>[0]`` is at least ``<offset>``).
+``<topic>[0]`` is at least ``<offset>``) or ``jdbc:<dsn>|<app>|<partition>|<batch>`` (the
+JDBC sink's ``malhar_meta`` row of that application's partition, in the PostgreSQL database
+at ``<dsn>``, records at least ``<batch>``).
 """
 
 from __future__ import annotations
@@ -43,6 +53,10 @@ def kafka_committed(bootstrap: str, group: str, topic: str, offset: int) -> str:
     return f"kafka:{bootstrap}|{group}|{topic}|{offset}"
 
 
+def jdbc_committed(dsn: str, app: str, partition: int, batch: int) -> str:
+    return f"jdbc:{dsn}|{app}|{partition}|{batch}"
+
+
 def holds(condition: str) -> bool:
     """Whether ``condition`` (module doc) holds now."""
     kind, _, arg = condition.partition(":")
@@ -63,7 +77,30 @@ def holds(condition: str) -> bool:
             return found.offset >= int(offset)
         finally:
             consumer.close()
+    if kind == "jdbc":
+        import psycopg2
+
+        dsn, app, partition, batch = arg.rsplit("|", 3)
+        conn = psycopg2.connect(dsn)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT window_id FROM malhar_meta WHERE app_id = %s AND partition_id = %s",
+                    (app, int(partition)),
+                )
+                found = cur.fetchone()
+        finally:
+            conn.close()
+        return bool(found and found[0] >= int(batch))
     raise ValueError(f"unknown condition {condition!r}")
+
+
+def shown(condition: str) -> str:
+    """``condition`` for a message: a ``jdbc`` one without its DSN (it holds the password)."""
+    kind, _, arg = condition.partition(":")
+    if kind == "jdbc":
+        return "jdbc:<dsn>|" + "|".join(arg.rsplit("|", 3)[1:])
+    return condition
 
 
 def at(spec: str | None, batch: int, part: int) -> str | None:
@@ -78,15 +115,30 @@ class _Split(InputPartition):
     def __init__(self, batch: int, part: int, reader: _SplitReader) -> None:
         self.batch, self.part = batch, part
         self.parts, self.shift = reader.parts, reader.shift
-        self.fail, self.wait = reader.fail, reader.wait
+        self.rows, self.stride, self.layout = reader.rows, reader.stride, reader.layout
+        self.extra, self.fail, self.wait = reader.extra, reader.fail, reader.wait
+        self.timeout = reader.timeout
+
+    def has(self, i: int) -> bool:
+        """Whether row ``i`` of the batch is in this partition (module doc)."""
+        if self.layout == "blocks":
+            return (i * self.parts // self.rows + self.shift) % self.parts == self.part
+        return (i + self.shift) % self.parts == self.part
 
 
 class _SplitReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.parts, self.batches = int(options["parts"]), int(options["batches"])
         self.shift = int(options.get("shift", 0))
+        self.rows = int(options.get("rows", ROWS))
+        self.stride = int(options.get("stride", 100))
+        self.layout = options.get("layout") or "mod"
+        if self.layout not in ("mod", "blocks"):
+            raise ValueError(f"unknown layout {self.layout!r}")
+        self.extra = options.get("extra") or None
         self.fail = options.get("fail") or None
         self.wait = options.get("wait") or None
+        self.timeout = float(options.get("timeout", 60))
 
     def initialOffset(self) -> dict:
         return {"batch": -1}
@@ -101,14 +153,17 @@ class _SplitReader(DataSourceStreamReader):
     def read(self, split: _Split) -> Any:  # type: ignore[override]
         failing = at(split.fail, split.batch, split.part)
         if failing:
-            wait_until(lambda: holds(failing), timeout=60, what=failing)
+            wait_until(lambda: holds(failing), timeout=split.timeout, what=shown(failing))
             raise RuntimeError(f"injected: partition {split.part} of batch {split.batch} fails")
         waiting = at(split.wait, split.batch, split.part)
         if waiting:
-            wait_until(lambda: holds(waiting), timeout=60, what=waiting)
-        for i in range(ROWS):
-            if (i + split.shift) % split.parts == split.part:
-                yield (split.batch * 100 + i, split.batch)
+            wait_until(lambda: holds(waiting), timeout=split.timeout, what=shown(waiting))
+        for i in range(split.rows):
+            if split.has(i):
+                yield (split.batch * split.stride + i, split.batch)
+        extra = at(split.extra, split.batch, split.part)
+        if extra:
+            yield (int(extra), split.batch)
 
 
 class SplitSource(DataSource):

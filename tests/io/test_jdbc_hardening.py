@@ -12,19 +12,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from malhar import DAG, OperatorContext, run
 from malhar.io.jdbc import JdbcConfigError, JdbcOutputOperator, register
 from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import ListInput
 from tests.io.jdbc_support import jdbc_url_reference, new_table, run_sql, unique_name
+from tests.io.split_source import SplitSource, jdbc_committed
 
 pytestmark = pytest.mark.integration
 
@@ -277,81 +276,6 @@ def test_unknown_sink_options_fail_with_did_you_mean(
 
 
 # -- 6. a re-run Spark batch with rows in other partitions ------------------------------------
-@dataclass
-class _Split(InputPartition):
-    batch: int
-    part: int
-
-
-class _ShiftingReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
-        self.batches = int(options["batches"])
-
-    def initialOffset(self) -> dict:
-        return {"batch": -1}
-
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        return {"batch": min(int(start["batch"]) + 1, self.batches - 1)}
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        first, last = int(start["batch"]) + 1, int(end["batch"])
-        return [_Split(b, p) for b in range(first, last + 1) for p in (0, 1)]
-
-    def read(self, split: _Split):
-        rows = int(self.options["rows"])
-        if self.options["layout"] == "even":  # part 0: even ids, part 1: odd ids
-            mine = [i for i in range(rows) if i % 2 == split.part]
-        else:  # "halves": part 0 the first half, part 1 the second
-            half = rows // 2
-            mine = list(range(half)) if split.part == 0 else list(range(half, rows))
-        if split.batch == int(self.options.get("fail_batch", -1)) and split.part == 1:
-            _await_committed(self.options, partition=0, batch=split.batch)
-            raise RuntimeError("injected: partition 1 fails after partition 0 committed")
-        for i in mine:
-            yield (split.batch * 100 + i, split.batch)
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
-def _await_committed(options: dict[str, str], partition: int, batch: int) -> None:
-    """Until the sink's partition has committed ``batch`` (the meta row says so)."""
-    import psycopg2
-
-    from malhar.testing.services.process import wait_until
-
-    def committed() -> bool:
-        conn = psycopg2.connect(options["dsn"])
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT window_id FROM malhar_meta WHERE app_id = %s AND partition_id = %s",
-                    (options["query"], partition),
-                )
-                found = cur.fetchone()
-        finally:
-            conn.close()
-        return bool(found and found[0] >= batch)
-
-    wait_until(committed, timeout=120, what=f"partition {partition} committing batch {batch}")
-
-
-class ShiftingSource(DataSource):
-    """Batch b holds ids b*100 .. b*100+rows-1 in two partitions; ``layout`` decides which
-    partition gets which ids, so a re-run can distribute the same rows differently."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "malhar_test_shifting"
-
-    def schema(self) -> str:
-        return "id long, batch long"
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _ShiftingReader(dict(self.options))
-
-
 def test_spark_sink_rerun_with_rows_in_other_partitions(
     spark, postgres_service, tmp_path, monkeypatch
 ):
@@ -362,18 +286,22 @@ def test_spark_sink_rerun_with_rows_in_other_partitions(
     table = new_table(pg, "shift", "id bigint NOT NULL, batch bigint NOT NULL")
     name = unique_name("shift")
     checkpoint = tmp_path / "checkpoint"
-    spark.dataSource.register(ShiftingSource)
+    spark.dataSource.register(SplitSource)
     register(spark)
 
     def run_query(batches: int, layout: str, fail_batch: int = -1) -> BaseException | None:
+        # batch b: ids b*100 + i; layout "mod": even i in partition 0, odd in 1; "blocks":
+        # the first half in partition 0, the second in 1. Partition 1 of fail_batch fails
+        # once partition 0 committed it.
+        fail = f"{fail_batch}:1:{jdbc_committed(pg.dsn, name, 0, fail_batch)}"
         df = (
-            spark.readStream.format("malhar_test_shifting")
+            spark.readStream.format("malhar_test_split")
+            .option("parts", 2)
             .option("batches", batches)
             .option("rows", 6)
             .option("layout", layout)
-            .option("fail_batch", fail_batch)
-            .option("dsn", pg.dsn)
-            .option("query", name)
+            .option("fail", fail if fail_batch >= 0 else "")
+            .option("timeout", 120)
             .load()
         )
         query = (
@@ -401,18 +329,18 @@ def test_spark_sink_rerun_with_rows_in_other_partitions(
         )
 
     # batches 0 and 1 commit; batch 2 commits in partition 0 only, then the query fails
-    failed = run_query(3, "even", fail_batch=2)
+    failed = run_query(3, "mod", fail_batch=2)
     assert failed is not None and "injected" in str(failed)
     assert ids(2) == Counter([200, 202, 204])
 
     # the re-run distributes batch 2's rows differently: refused, nothing written twice
-    refused = run_query(3, "halves")
+    refused = run_query(3, "blocks")
     assert refused is not None and "re-ran with other input" in str(refused)
     assert ids(2) == Counter([200, 202, 204])
 
     # the same distribution again: partition 0 matches, partition 1's rows are staged and
     # applied by the driver's commit; later batches run as usual
-    assert run_query(5, "even") is None
+    assert run_query(5, "mod") is None
     expected = Counter((b * 100 + i, b) for b in range(5) for i in range(6))
     assert Counter(run_sql(pg, f"SELECT id, batch FROM {table}")) == expected
     assert run_sql(pg, "SELECT count(*) FROM malhar_meta_stage WHERE app_id = %s", (name,)) == [
@@ -428,13 +356,13 @@ def test_spark_sink_exactly_once_needs_no_fingerprint_when_disabled(
     url = jdbc_url_reference(spark, pg, monkeypatch)
     table = new_table(pg, "nover", "id bigint NOT NULL, batch bigint NOT NULL")
     name = unique_name("nover")
-    spark.dataSource.register(ShiftingSource)
+    spark.dataSource.register(SplitSource)
     register(spark)
     df = (
-        spark.readStream.format("malhar_test_shifting")
+        spark.readStream.format("malhar_test_split")  # ids b*100 + i, in partition i % 2
+        .option("parts", 2)
         .option("batches", 2)
         .option("rows", 4)
-        .option("layout", "even")
         .load()
     )
     query = (
@@ -467,13 +395,13 @@ def test_spark_sink_without_error_table_fails_a_batch_with_a_rejected_row(
     url = jdbc_url_reference(spark, pg, monkeypatch)
     table = new_table(pg, "norej", "id bigint NOT NULL CHECK (id < 103), batch bigint NOT NULL")
     name = unique_name("norej")
-    spark.dataSource.register(ShiftingSource)
+    spark.dataSource.register(SplitSource)
     register(spark)
     df = (
-        spark.readStream.format("malhar_test_shifting")
+        spark.readStream.format("malhar_test_split")  # ids b*100 + i, in partition i % 2
+        .option("parts", 2)
         .option("batches", 2)
         .option("rows", 4)
-        .option("layout", "even")
         .load()
     )
     query = (

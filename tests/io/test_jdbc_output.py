@@ -11,13 +11,11 @@ import sys
 import threading
 import uuid
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from malhar import DAG, KeyCodec, OperatorContext, Property, launch, run
 from malhar.io.base.output import WindowKey
@@ -32,6 +30,7 @@ from malhar.testing.harness import OperatorHarness
 from malhar.testing.operators import ListInput
 from tests.engine.ops import Numbers, window_items
 from tests.io.jdbc_support import jdbc_url_reference, new_table, run_sql, unique_name
+from tests.io.split_source import SplitSource
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -495,51 +494,6 @@ def test_writer_killed_before_commit_leaves_nothing(postgres_service) -> None:
 
 
 # -- the Spark sink ------------------------------------------------------------------------------
-@dataclass
-class _Split(InputPartition):
-    batch: int
-    part: int
-    rows: int
-
-
-class _CountingReader(DataSourceStreamReader):
-    def __init__(self, batches: int, rows: int) -> None:
-        self.batches, self.rows = batches, rows
-
-    def initialOffset(self) -> dict:
-        return {"batch": -1}
-
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        return {"batch": min(int(start["batch"]) + 1, self.batches - 1)}
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        first, last = int(start["batch"]) + 1, int(end["batch"])
-        return [_Split(b, p, self.rows) for b in range(first, last + 1) for p in (0, 1)]
-
-    def read(self, split: _Split):
-        for i in range(split.part, split.rows, 2):
-            yield (split.batch * 100 + i, split.batch)
-        if split.batch == 1 and split.part == 0:
-            yield (-1, split.batch)  # breaks the table's CHECK constraint
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
-class CountingSource(DataSource):
-    """A deterministic stream: batch b holds ids b*100 .. b*100+rows-1 in two partitions."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "malhar_test_counting"
-
-    def schema(self) -> str:
-        return "id long, batch long"
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _CountingReader(int(self.options["batches"]), int(self.options["rows"]))
-
-
 @pytest.mark.integration
 def test_spark_sink_is_exactly_once_across_a_rerun_batch(
     spark, postgres_service, tmp_path, monkeypatch
@@ -550,14 +504,16 @@ def test_spark_sink_is_exactly_once_across_a_rerun_batch(
     errors = unique_name("sink_errors")
     name = unique_name("query")
     checkpoint = tmp_path / "checkpoint"
-    spark.dataSource.register(CountingSource)
+    spark.dataSource.register(SplitSource)
     register(spark)
 
     def run_query(batches: int) -> list[int]:
         df = (
-            spark.readStream.format("malhar_test_counting")
+            spark.readStream.format("malhar_test_split")  # ids b*100 + i, in partition i % 2
+            .option("parts", 2)
             .option("batches", batches)
             .option("rows", 6)
+            .option("extra", "1:0:-1")  # breaks the table's CHECK constraint
             .load()
         )
         query = (

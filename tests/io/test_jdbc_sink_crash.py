@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from malhar.io.jdbc.config import JdbcSinkSettings
 from malhar.io.jdbc.spark_sink import JdbcSink, JdbcStreamWriter
 from malhar.testing.services.process import wait_until
 from tests.drivers import start_driver
+from tests.io.split_source import SplitSource
 
 SETTINGS_ENV = "JDBC_SINK_CRASH"
 PAUSE_ENV = "JDBC_SINK_PAUSE"  # before_commit | after_commit
@@ -43,50 +43,7 @@ JOURNAL_ENV = "JDBC_SINK_JOURNAL"  # batches the driver completed from staged pa
 RUN_TIMEOUT = 300.0
 
 
-# -- the driver's stream --------------------------------------------------------------------------
-@dataclass
-class _Split(InputPartition):
-    batch: int
-    part: int
-    rows: int
-
-
-class _NumbersReader(DataSourceStreamReader):
-    def __init__(self, batches: int, rows: int) -> None:
-        self.batches, self.rows = batches, rows
-
-    def initialOffset(self) -> dict:
-        return {"batch": -1}
-
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        return {"batch": min(int(start["batch"]) + 1, self.batches - 1)}
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        first, last = int(start["batch"]) + 1, int(end["batch"])
-        return [_Split(b, p, self.rows) for b in range(first, last + 1) for p in (0, 1)]
-
-    def read(self, split: _Split):
-        for i in range(split.part, split.rows, 2):
-            yield (split.batch * split.rows + i, split.batch)
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
-class NumbersSource(DataSource):
-    """Batch b holds ids b*rows .. (b+1)*rows-1, even ones in partition 0, odd in 1."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "malhar_test_numbers"
-
-    def schema(self) -> str:
-        return "id long, batch long"
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _NumbersReader(int(self.options["batches"]), int(self.options["rows"]))
-
-
+# -- the driver ----------------------------------------------------------------------------------
 def _stop_here(window: int) -> None:
     Path(os.environ[MARKER_ENV]).write_text(str(window))
     threading.Event().wait()  # until SIGKILL
@@ -136,12 +93,15 @@ def main() -> None:
     checkpoint, master = sys.argv[1], sys.argv[2]
     s = json.loads(os.environ[SETTINGS_ENV])
     spark = build_session(master, app_name="jdbc-sink-crash", shuffle_partitions=2)
-    spark.dataSource.register(NumbersSource)
+    spark.dataSource.register(SplitSource)
     spark.dataSource.register(PausingSink)
     df = (
-        spark.readStream.format("malhar_test_numbers")
+        # batch b: ids b*rows .. (b+1)*rows-1, even ones in partition 0, odd ones in 1
+        spark.readStream.format("malhar_test_split")
+        .option("parts", 2)
         .option("batches", s["batches"])
         .option("rows", s["rows"])
+        .option("stride", s["rows"])
         .load()
     )
     query = (
