@@ -5,7 +5,7 @@ on malhar's operator model. Interfaces and value types live here; the operators 
 :mod:`malhar.window.impl`, the standard accumulations in :mod:`malhar.window.accumulation`.
 
 - windows: :class:`GlobalWindow`, :class:`TimeWindows` (``.slide_by``),
-  :class:`SessionWindows`; the :class:`Window` value; :class:`Watermark`;
+  :class:`SessionWindows`; the :class:`Window` value; :class:`Watermark`, :class:`WatermarkIdle`;
 - operators: :class:`WindowedOperator`, :class:`KeyedWindowedOperator`,
   :class:`WindowedMergeOperator`, :class:`KeyedWindowedMergeOperator`,
   :class:`WatermarkGenerator`;
@@ -59,7 +59,7 @@ from malhar.window.triggers import (
     Trigger,
     TriggerOption,
 )
-from malhar.window.watermark import Watermark
+from malhar.window.watermark import Watermark, WatermarkIdle
 from malhar.window.windows import (
     GLOBAL_WINDOW,
     MAX_TIMESTAMP,
@@ -100,6 +100,7 @@ __all__ = [
     "TriggerOption",
     "Watermark",
     "WatermarkGenerator",
+    "WatermarkIdle",
     "Window",
     "WindowConfigError",
     "WindowError",

@@ -14,6 +14,11 @@ streaming windows, Flink's ``withIdleness``). It never goes backwards. When the 
 is repartitioned, the watermarks of its former partitions are forgotten: the new ones
 hold the minimum until each has sent one (the operator's own watermark stays).
 
+A sender may also declare itself idle with a :class:`WatermarkIdle` control tuple (Flink's
+``WatermarkStatus.IDLE``): a reader with nothing to read. It is left out of the minimum at
+once, without the idleness timeout, and counts again from its next watermark. An operator
+whose every input is idle is idle itself and says so downstream.
+
 Example:
     >>> from malhar.control import ControlSender
     >>> tracker = WatermarkTracker()
@@ -26,6 +31,9 @@ Example:
     >>> tracker.update(80, ControlSender("s", "up", 1, 2), window=4)
     >>> tracker.combined(window=4, idle_windows=3)             # it speaks again
     80
+    >>> tracker.idle(ControlSender("s", "up", 1, 2), window=5)
+    >>> tracker.combined(window=5, idle_windows=None)          # declared idle: left out
+    100
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from dataclasses import dataclass
 
 from malhar.control import ControlSender
 
-__all__ = ["Watermark", "WatermarkTracker"]
+__all__ = ["Watermark", "WatermarkIdle", "WatermarkTracker"]
 
 _ANONYMOUS = ControlSender("", "", 0, 1)
 
@@ -44,6 +52,19 @@ class Watermark:
     """The payload of a watermark control tuple: an event time in milliseconds."""
 
     timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkIdle:
+    """The payload of a control tuple saying that its sender holds no event time back until
+    it sends a :class:`Watermark` again (Flink's ``WatermarkStatus.IDLE``).
+
+    A sender that has nothing to read (a Kafka reader dealt no partition, or whose every
+    partition is idle) sends it at the end of each streaming window instead of falling
+    silent: windowed operators leave it out of their minimum at once, with no
+    ``idle_timeout_windows``, and take it back into the minimum with its next watermark
+    (their own watermark never goes back: what it then sends behind that is late).
+    """
 
 
 class WatermarkTracker:
@@ -61,46 +82,79 @@ class WatermarkTracker:
         #: the first window the tracker was asked about (silence is counted from there)
         self.since: int | None = None
 
-    def update(self, timestamp: int, sender: ControlSender | None, window: int) -> None:
-        """Record a watermark from ``sender`` (None: the only sender, as in a unit test)."""
+    @property
+    def idle_senders(self) -> set[tuple[str, int]]:
+        """(stream, partition) of the senders that declared themselves idle (:class:`WatermarkIdle`)
+        and have sent no watermark since."""
+        found = self.__dict__.get("_idle")
+        if found is None:  # a tracker checkpointed before idle senders existed
+            found = self.__dict__["_idle"] = set()
+        return found
+
+    def idle(self, sender: ControlSender | None, window: int) -> None:
+        """Record that ``sender`` declared itself idle (:class:`WatermarkIdle`)."""
+        s = self._heard(sender, window)
+        self.idle_senders.add((s.stream, s.partition))
+
+    def _heard(self, sender: ControlSender | None, window: int) -> ControlSender:
         s = sender or _ANONYMOUS
         if self.expected.get(s.stream, s.partitions) != s.partitions:
             # the upstream was repartitioned (the senders of one partitioning agree on
             # the count): the watermarks of the partitions it had are gone with them, or a
             # removed partition's last one would hold the minimum back for good
             self.latest = {k: v for k, v in self.latest.items() if k[0] != s.stream}
+            self.idle_senders.difference_update({k for k in self.idle_senders if k[0] == s.stream})
+        self.expected[s.stream] = s.partitions
+        if self.since is None:
+            self.since = window
+        return s
+
+    def update(self, timestamp: int, sender: ControlSender | None, window: int) -> None:
+        """Record a watermark from ``sender`` (None: the only sender, as in a unit test)."""
+        s = self._heard(sender, window)
         key = (s.stream, s.partition)
+        self.idle_senders.discard(key)
         old = self.latest.get(key)
         if old is None or timestamp >= old[0]:
             self.latest[key] = (timestamp, window)
         else:  # an older watermark (a restarted partition): heard from, no regression
             self.latest[key] = (old[0], window)
-        self.expected[s.stream] = s.partitions
-        if self.since is None:
-            self.since = window
 
     def combined(self, window: int, idle_windows: int | None) -> int | None:
         """The minimum over the partitions that count, or None while one holds it back.
 
-        A partition counts unless it has been silent for ``idle_windows`` streaming
-        windows or more (never, when ``idle_windows`` is None). One that never sent a
-        watermark holds it back until it is idle (silent since the tracker started).
+        A partition counts unless it declared itself idle, or has been silent for
+        ``idle_windows`` streaming windows or more (never, when ``idle_windows`` is None).
+        One that never sent a watermark holds it back until it is idle (declared, or silent
+        since the tracker started).
         """
         if self.since is None:
             self.since = window
         if not self.expected:
             return None
+        idle = self.idle_senders
         active: list[int] = []
         for stream, n in self.expected.items():
-            heard = [v for (s, _), v in self.latest.items() if s == stream]
+            declared = {k for k in idle if k[0] == stream}
+            heard = [v for k, v in self.latest.items() if k[0] == stream and k not in declared]
             # the sender's partition numbers need not be 0..n-1 (a fused edge says
             # partition p of 1), so partitions that never sent are counted, not named
-            if len(heard) < n and (idle_windows is None or window - self.since < idle_windows):
+            silent = n - len(heard) - len(declared)
+            if silent > 0 and (idle_windows is None or window - self.since < idle_windows):
                 return None
             for ts, last in heard:
                 if idle_windows is None or window - last < idle_windows:
                     active.append(ts)
         return min(active) if active else None
+
+    def all_idle(self) -> bool:
+        """Whether every partition of every stream heard from declared itself idle."""
+        idle = self.idle_senders
+        if not self.expected or not idle:
+            return False
+        return all(
+            sum(1 for k in idle if k[0] == stream) >= n for stream, n in self.expected.items()
+        )
 
     def __repr__(self) -> str:
         return f"WatermarkTracker({self.latest!r})"

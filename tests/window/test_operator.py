@@ -23,12 +23,14 @@ from malhar.window import (
     TimeWindows,
     TriggerOption,
     Watermark,
+    WatermarkIdle,
     WindowConfigError,
+    WindowedMergeOperator,
     WindowedOperator,
     WindowedTuple,
     WindowError,
 )
-from malhar.window.accumulation import Count, Sum, ToList
+from malhar.window.accumulation import Cogroup, Count, Sum, ToList
 from tests.window.helpers import fired, harness, pane, panes, watermark, watermarks
 
 A_R = "ACCUMULATING_AND_RETRACTING"
@@ -111,6 +113,74 @@ def test_idle_partition_is_let_go_after_the_timeout_and_the_watermark_never_goes
     watermark(h, 20, p0)
     put(h)
     assert watermarks(h) == [20, 20]  # the operator's watermark does not regress
+
+
+def idle(h: OperatorHarness, sender: ControlSender | None = None, port: str = "input") -> None:
+    h.put_control(port, WatermarkIdle(), DeliveryType.END_WINDOW, sender=sender)
+
+
+def sent(h: OperatorHarness) -> list[int | str]:
+    """The control tuples the operator sent: watermarks' timestamps, "idle" for WatermarkIdle."""
+    return [
+        "idle" if isinstance(c.payload, WatermarkIdle) else c.payload.timestamp
+        for c in h.sink("output").controls
+    ]
+
+
+def test_a_partition_declared_idle_is_left_out_at_once_and_counts_again_with_its_watermark() -> (
+    None
+):
+    h = harness(keyed())  # no idle_timeout_windows: only the declaration lets it go
+    p0, p1 = (ControlSender("s", "up", p, 2) for p in (0, 1))
+    put(h, ("a", 1), ("a", 15))
+    watermark(h, 20, p0)
+    idle(h, p1)
+    put(h)
+    assert sent(h) == [20] and [p[1] for p in panes(h)] == [0, 10]
+    watermark(h, 30, p0)
+    watermark(h, 12, p1)  # active again, behind: it holds the minimum, nothing goes back
+    put(h)
+    assert sent(h) == [20, 20]
+    watermark(h, 30, p0)
+    watermark(h, 25, p1)
+    put(h)
+    assert sent(h) == [20, 20, 25]
+    # a new partitioning of the upstream forgets the old one's idle declarations
+    q0, q1 = (ControlSender("s", "up", p, 3) for p in (0, 1))
+    watermark(h, 40, q0)
+    idle(h, q1)
+    put(h)
+    assert sent(h)[-1] == 25  # partition 2 of 3 has sent nothing: held back
+
+
+def test_an_operator_whose_every_input_is_idle_says_so_downstream() -> None:
+    h = harness(keyed())
+    p0, p1 = (ControlSender("s", "up", p, 2) for p in (0, 1))
+    put(h, ("a", 1))
+    idle(h, p0)
+    idle(h, p1)
+    put(h)
+    assert sent(h) == ["idle"] and panes(h) == []
+    watermark(h, 10, p0)
+    idle(h, p1)
+    put(h)
+    assert sent(h) == ["idle", 10] and panes(h) == [("a", 0, 10, 1, 0, "ON_TIME", False)]
+    idle(h, p0)  # idle again after a watermark: the operator too, its watermark stays
+    put(h)
+    assert sent(h) == ["idle", 10, "idle"] and h.operator.watermark == 10
+
+
+def test_an_idle_input_of_a_merge_operator_does_not_hold_the_other_back() -> None:
+    op = WindowedMergeOperator(Cogroup(), TimeWindows(10), timestamp="t", timestamp2="t")
+    h = harness(op)
+    h.run_window([("input", {"t": 4})])
+    watermark(h, 10, port="input")
+    h.run_window()
+    assert sent(h) == []  # input2 has sent nothing: held back
+    watermark(h, 10, port="input")
+    idle(h, port="input2")
+    h.run_window()
+    assert sent(h) == [10] and [p[3] for p in panes(h)] == [([{"t": 4}], [])]
 
 
 def test_fixed_watermark_follows_the_streaming_windows_implicit_time(caplog) -> None:

@@ -11,10 +11,13 @@ windows stops counting (Flink's ``withIdleness``) until it sends again.
 Everything here is a function of the records emitted and the window ids, both the same when
 a window is replayed, so a replayed window sends the same watermark.
 
-A reader that reads no Kafka partition (more readers than partitions) sends no watermark,
-and warns at ``open``: the windowed operator downstream lets it go after its
-``idle_timeout_windows`` (silence is the only idleness it knows), and the reader holds the
-watermark again once it gains a partition. A watermark that leaves the minimum alone
+Once it has a watermark, a reader sends it at the end of every streaming window, advanced or
+not, so that a windowed operator downstream never takes a reader held back by a quiet Kafka
+partition for an idle one (its ``idle_timeout_windows`` counts silent windows). A reader
+that reads no Kafka partition (more readers than partitions), or whose every partition is
+idle, sends :class:`~malhar.window.watermark.WatermarkIdle` instead: it is left out of the
+minimum at once, and holds the watermark again with its next watermark (a partition gained
+later, a partition heard from again). A watermark that leaves the minimum alone
 (``MAX_TIMESTAMP``) would not do: the windowed operator keeps each sender's largest
 watermark, so that reader could never hold the watermark back again (docs/window.md §6).
 
@@ -26,10 +29,15 @@ Example:
     >>> marks.observe(("t", 1), 700, window=1)
     >>> marks.watermark([("t", 0), ("t", 1)], bound=100, window=1, idle_windows=None)
     600
+    >>> marks.watermark([("t", 0), ("t", 1)], bound=100, window=2, idle_windows=None)  # again
+    600
     >>> marks.watermark([("t", 0), ("t", 1)], bound=100, window=5, idle_windows=3)  # both idle
+    'idle'
     >>> marks.observe(("t", 0), 2_000, window=6)
     >>> marks.watermark([("t", 0), ("t", 1)], bound=100, window=6, idle_windows=3)  # 1 idle
     1900
+    >>> marks.watermark([], bound=100, window=7, idle_windows=None)  # no partition to read
+    'idle'
 
 The input operator's side of it is :class:`EventTimeInput`, a mixin of
 :class:`~malhar.io.kafka.input_operator.KafkaInputOperator`: the ``event_time`` setting read
@@ -154,6 +162,11 @@ def row_times(
     return highs, bad
 
 
+#: what a reader with nothing to read sends instead of a watermark (WatermarkIdle), and keeps
+#: in its window's record
+IDLE = "idle"
+
+
 class PartitionWatermarks:
     """Per Kafka partition: the largest event time emitted and the window it last came in.
 
@@ -182,8 +195,10 @@ class PartitionWatermarks:
 
     def watermark(
         self, tps: Iterable[TP], bound: int, window: int, idle_windows: int | None
-    ) -> int | None:
-        """The watermark to send at the end of ``window``, or None (held back, or no advance)."""
+    ) -> int | str | None:
+        """What the reader sends at the end of ``window``: :data:`IDLE` when it reads no
+        partition or every one is idle; else its watermark, advanced when every partition
+        that counts allows it, the last one sent otherwise (None before the first)."""
         if self.since is None:
             self.since = window
         counted: list[int] = []
@@ -195,15 +210,14 @@ class PartitionWatermarks:
                 continue
             high = self.highest.get(key)
             if high is None:
-                return None  # never sent a record and not idle yet: it holds the watermark
+                return self.sent  # never sent a record and not idle yet: it holds the watermark
             counted.append(high - bound)
         if not counted:
-            return None
+            return IDLE
         mark = min(counted)
-        if self.sent is not None and mark <= self.sent:
-            return None
-        self.sent = mark
-        return mark
+        if self.sent is None or mark > self.sent:
+            self.sent = mark
+        return self.sent
 
 
 # -- the event_time setting ----------------------------------------------------------------------
@@ -321,24 +335,23 @@ class EventTimeInput:
         """The event time of a record (:func:`extractor`), or None without ``event_time``."""
         return extractor(self.event_time, self._schema, self.label)
 
-    def _warn_no_watermark(self, kafka_partitions: int) -> None:
-        """A reader with no Kafka partition sends no watermark (it cannot declare itself
-        idle, and a watermark that does not hold the minimum back could not be taken back
-        when the topic gains a partition for it: docs/window.md §6)."""
-        log.warning(
+    def _say_idle(self, kafka_partitions: int) -> None:
+        """A reader with no Kafka partition declares itself idle every window (a watermark
+        that does not hold the minimum back could not be taken back when the topic gains a
+        partition for it: docs/window.md §6)."""
+        log.info(
             "%s reads none of the %d Kafka partitions (more readers than partitions): it "
-            "sends no watermark, so a windowed operator downstream holds its watermark back "
-            "until its idle_timeout_windows lets this reader go (it counts again once it "
-            "reads a partition added to the topics)",
+            "declares itself idle to the windowed operators downstream (WatermarkIdle) until "
+            "it reads a partition added to the topics",
             self.label,
             kafka_partitions,
         )
 
     # -- the watermark of a window ---------------------------------------------------------------
-    def _window_watermark(self) -> int | None:
-        """The watermark this window sends (None: none): a replayed window's is the one saved
-        in its record, a new window's is computed from its Kafka partitions' event times and
-        kept for :meth:`_record_watermark`."""
+    def _window_watermark(self) -> int | str | None:
+        """The watermark this window sends (None: none; :data:`IDLE`: ``WatermarkIdle``): a
+        replayed window's is the one saved in its record, a new window's is computed from
+        its Kafka partitions' event times and kept for :meth:`_record_watermark`."""
         record = self._replay_record
         if record is not None and "watermark" in record:
             mark = self._replayed_watermark(record["watermark"])
@@ -354,20 +367,22 @@ class EventTimeInput:
         if self._event_time is not None:
             record["watermark"] = self._window_mark
 
-    def _send_watermark(self, mark: int | None) -> None:
-        if mark is not None:
-            from malhar.window.watermark import Watermark
+    def _send_watermark(self, mark: int | str | None) -> None:
+        from malhar.window.watermark import Watermark, WatermarkIdle
 
-            self.output.emit_control(Watermark(mark), DeliveryType.END_WINDOW)
+        if mark == IDLE:
+            self.output.emit_control(WatermarkIdle(), DeliveryType.END_WINDOW)
+        elif mark is not None:
+            self.output.emit_control(Watermark(int(mark)), DeliveryType.END_WINDOW)
 
-    def _replayed_watermark(self, mark: int | None) -> int | None:
+    def _replayed_watermark(self, mark: int | str | None) -> int | str | None:
         """A replayed window sends the watermark its first run sent, saved in its record:
         recomputed, it could differ (partitions added to the topic since hold it back)."""
         marks = self._event_marks
         if marks.since is None:
             marks.since = self.window_id
-        if mark is not None:
-            marks.sent = mark if marks.sent is None else max(marks.sent, mark)
+        if mark is not None and mark != IDLE:
+            marks.sent = mark if marks.sent is None else max(marks.sent, mark)  # type: ignore[type-var]
         return mark
 
     # -- the event times of the records emitted ------------------------------------------------

@@ -68,7 +68,7 @@ log = logging.getLogger("malhar.io.kafka")
 _NEXT_WAIT = 0.01
 
 #: the window record: {"ranges": [[topic, partition, start, end (exclusive), records], ...]},
-#: plus "watermark" (int or None) with event_time
+#: plus "watermark" (int, None, or "idle": WatermarkIdle) with event_time
 Ranges = dict[str, Any]
 
 
@@ -220,7 +220,7 @@ class KafkaInputOperator(DealtPositions, EventTimeInput, ReplayableInput[Ranges]
             self._client.describe(),
         )
         if self._event_time is not None and not self._tps:
-            self._warn_no_watermark(len(every))
+            self._say_idle(len(every))
 
     def _check_assignment(self, readers: int) -> None:
         """Refuse a checkpoint whose positions this reader no longer owns (see

@@ -55,7 +55,7 @@ from malhar.window.storage import (
     new_cell,
 )
 from malhar.window.triggers import DefaultTrigger, Trigger, TriggerContext, TriggerOption
-from malhar.window.watermark import Watermark, WatermarkTracker
+from malhar.window.watermark import Watermark, WatermarkIdle, WatermarkTracker
 from malhar.window.windows import MAX_TIMESTAMP, MIN_TIMESTAMP, Window, WindowOption, to_millis
 
 log = logging.getLogger("malhar.window")
@@ -407,6 +407,9 @@ class WindowedCore(WindowedSettings):
             self._bk.trackers[port].update(payload.timestamp, sender, self._bk.cur)
             # an operator emits its own watermark downstream; a unifier passes them on
             return self.emits_watermarks
+        if isinstance(payload, WatermarkIdle):
+            self._bk.trackers[port].idle(sender, self._bk.cur)
+            return self.emits_watermarks
         return False
 
     # -- tuples ----------------------------------------------------------------------------------
@@ -686,8 +689,13 @@ class WindowedCore(WindowedSettings):
         if self._fixed is not None:
             candidate: int | None = self.now() - self._fixed
         else:
-            values = [t.combined(book.cur, self.idle_timeout_windows) for t in book.trackers]
-            candidate = None if any(v is None for v in values) else min(values)  # type: ignore[type-var]
+            # an input whose every sender declared itself idle does not hold the others back
+            values = [
+                t.combined(book.cur, self.idle_timeout_windows)
+                for t in book.trackers
+                if not t.all_idle()
+            ]
+            candidate = None if not values or None in values else min(values)  # type: ignore[type-var]
         if candidate is not None and (book.watermark is None or candidate > book.watermark):
             book.watermark = candidate
 
@@ -812,8 +820,15 @@ class WindowedCore(WindowedSettings):
         self._out(t.to_row(self._row_keys, self.value_name) if self._rows else t)
 
     def _emit_watermark(self) -> None:
+        if not self.emits_watermarks:
+            return
+        if self._fixed is None and all(t.all_idle() for t in self._bk.trackers):
+            # every input is idle: so is this operator (its watermark would hold the next
+            # operator back for no data)
+            self.output.emit_control(WatermarkIdle(), DeliveryType.END_WINDOW)  # type: ignore[attr-defined]
+            return
         wm = self._bk.watermark
-        if self.emits_watermarks and wm is not None:
+        if wm is not None:
             self.output.emit_control(Watermark(wm), DeliveryType.END_WINDOW)  # type: ignore[attr-defined]
 
     def _flush_partials(self) -> None:
