@@ -12,12 +12,13 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from malhar.io.base.committer import WindowCommitter, WindowResult
+from malhar.io.base.executions import checkpoint_option, first_execution
 from malhar.io.base.output import (
     ERROR_FIELD,
     OutputError,
@@ -114,6 +115,16 @@ class TransactionalStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, settings: TransactionalSinkSettings, run: str | None = None) -> None:
         self.settings = settings
         self.run = run or uuid.uuid4().hex[:16]
+        #: the batch this writer runs for the first time (None: a re-run, or unknown)
+        self.first_of: int | None = None
+
+    def planned(self, options: Mapping[str, Any]) -> Self:
+        """Learn, where Spark builds this writer (the driver), whether its micro-batch runs
+        for the first time (:mod:`malhar.io.base.executions`): its tasks then skip the
+        search for a partly committed batch, which only a re-run can be."""
+        sink = f"{self.settings.name}/{self.settings.operator}"
+        self.first_of = first_execution(checkpoint_option(dict(options)), sink)
+        return self
 
     # -- to fill ------------------------------------------------------------------------------
     def create_store(self, key: WindowKey) -> TransactionalStore[Any]:
@@ -192,7 +203,12 @@ class TransactionalStreamWriter(DataSourceStreamArrowWriter):
             verified = committer.verify(batch, digest)
             return SinkCommit(partition, batch, skipped=True, verified=verified, digest=digest)
         store = committer.store
-        if verify and store.stages_batches and self._partial(committer, batch, partition):
+        if (
+            verify
+            and store.stages_batches
+            and batch != self.first_of
+            and self._partial(committer, batch, partition)
+        ):
             committer.retrying(f"staging batch {batch}", lambda: store.stage(batch, self.run, data))
             return SinkCommit(partition, batch, staged=self.run, digest=digest)
         if not data.num_rows:

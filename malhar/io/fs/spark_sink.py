@@ -133,4 +133,4 @@ class FileSink(DataSource):
             settings.path = path
         settings.check_settings()
         arrow = settings.arrow_schema if settings.schema else arrow_schema(schema)
-        return FileStreamWriter(settings, arrow)
+        return FileStreamWriter(settings, arrow).planned(options)

@@ -94,4 +94,4 @@ class JdbcSink(DataSource):
                 f"{SINK_NAME}: option 'name' is required: a stable name for this query, "
                 "kept across restarts (it keys the meta rows with Spark's batchId)"
             )
-        return JdbcStreamWriter(settings.check())
+        return JdbcStreamWriter(settings.check()).planned(self.options)

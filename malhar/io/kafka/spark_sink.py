@@ -32,12 +32,11 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 from typing import Any
-from urllib.parse import urlsplit
 
 from pyspark.sql.datasource import DataSource
 
+from malhar.io.base.executions import checkpoint_folder, checkpoint_option
 from malhar.io.base.output import WindowKey
 from malhar.io.base.spark_sink import TransactionalStreamWriter
 from malhar.io.base.staged_batches import StagedBatches
@@ -128,7 +127,7 @@ def sink_writer(options: dict[str, Any]) -> KafkaStreamWriter:
     settings.check_settings()
     if settings.delivery == "exactly_once":
         _choose_staging(settings, options)
-    return KafkaStreamWriter(settings)
+    return KafkaStreamWriter(settings).planned(options)
 
 
 def _choose_staging(settings: KafkaSinkSettings, options: dict[str, Any]) -> None:
@@ -142,16 +141,14 @@ def _choose_staging(settings: KafkaSinkSettings, options: dict[str, Any]) -> Non
                 f"{SINK_NAME} {settings.name}: option staging_path: {exc}"
             ) from None
         return
-    checkpoint = next(
-        (str(v) for k, v in options.items() if str(k).lower() == "checkpointlocation"), None
-    )
+    checkpoint = checkpoint_option(options)
     why = "no checkpointLocation option"
     if checkpoint:
-        candidate = f"{checkpoint.rstrip('/')}/{STAGING_FOLDER}"
-        why = _unreachable(checkpoint)
-        if why is None:
-            settings.staging_path = candidate
+        found = checkpoint_folder(checkpoint)
+        if not isinstance(found, str):
+            settings.staging_path = f"{checkpoint.rstrip('/')}/{STAGING_FOLDER}"
             return
+        why = found
     if settings.name not in _WARNED:
         _WARNED.add(settings.name)
         log.warning(
@@ -163,26 +160,6 @@ def _choose_staging(settings: KafkaSinkSettings, options: dict[str, Any]) -> Non
             settings.name,
             why,
         )
-
-
-def _unreachable(checkpoint: str) -> str | None:
-    """Why malhar cannot be sure to read ``checkpoint`` where Spark does (None: it can).
-
-    A path without a scheme is Spark's default filesystem's (often HDFS on a cluster):
-    taken as local only when the folder Spark made there exists on this machine."""
-    scheme = urlsplit(checkpoint).scheme
-    if scheme:
-        try:
-            filesystem_for(checkpoint)
-        except StorageConfigError as exc:
-            return f"checkpointLocation {checkpoint!r} is not a filesystem malhar reads ({exc})"
-        return None
-    if os.path.isabs(checkpoint) and os.path.isdir(os.path.join(checkpoint, "offsets")):
-        return None
-    return (
-        f"checkpointLocation {checkpoint!r} may be on Spark's default filesystem, not this "
-        "machine's"
-    )
 
 
 class KafkaSink(DataSource):
