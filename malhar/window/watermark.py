@@ -92,9 +92,15 @@ class WatermarkTracker:
         return found
 
     def idle(self, sender: ControlSender | None, window: int) -> None:
-        """Record that ``sender`` declared itself idle (:class:`WatermarkIdle`)."""
+        """Record that ``sender`` declared itself idle (:class:`WatermarkIdle`), unless it
+        sent a watermark in the same streaming window: an operator that is not
+        control-aware forwards its upstreams' watermarks and idle declarations as its own,
+        and one active upstream makes it active (Flink's valve), whatever the order."""
         s = self._heard(sender, window)
-        self.idle_senders.add((s.stream, s.partition))
+        key = (s.stream, s.partition)
+        last = self.latest.get(key)
+        if last is None or last[1] != window:
+            self.idle_senders.add(key)
 
     def _heard(self, sender: ControlSender | None, window: int) -> ControlSender:
         s = sender or _ANONYMOUS
@@ -147,14 +153,26 @@ class WatermarkTracker:
                     active.append(ts)
         return min(active) if active else None
 
-    def all_idle(self) -> bool:
-        """Whether every partition of every stream heard from declared itself idle."""
-        idle = self.idle_senders
-        if not self.expected or not idle:
+    def all_idle(self, window: int | None = None, idle_windows: int | None = None) -> bool:
+        """Whether no partition counts: each declared itself idle or, given ``window`` and
+        ``idle_windows``, has been silent for that many streaming windows (one never heard
+        from: since the tracker started)."""
+        if not self.expected:
             return False
-        return all(
-            sum(1 for k in idle if k[0] == stream) >= n for stream, n in self.expected.items()
-        )
+        idle = self.idle_senders
+        timeout = window is not None and idle_windows is not None
+        for stream, n in self.expected.items():
+            declared = sum(1 for k in idle if k[0] == stream)
+            heard = [v for k, v in self.latest.items() if k[0] == stream and k not in idle]
+            if heard and not timeout:
+                return False
+            if any(window - last < idle_windows for _, last in heard):  # type: ignore[operator]
+                return False
+            unheard = n - len(heard) - declared
+            since = window if self.since is None else self.since
+            if unheard > 0 and not (timeout and window - since >= idle_windows):  # type: ignore[operator]
+                return False
+        return True
 
     def __repr__(self) -> str:
         return f"WatermarkTracker({self.latest!r})"

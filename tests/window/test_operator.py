@@ -183,6 +183,37 @@ def test_an_idle_input_of_a_merge_operator_does_not_hold_the_other_back() -> Non
     assert sent(h) == [10] and [p[3] for p in panes(h)] == [([{"t": 4}], [])]
 
 
+@pytest.mark.parametrize("idle_first", [True, False])
+def test_a_sender_forwarding_an_active_and_an_idle_upstream_counts_as_active(
+    idle_first: bool,
+) -> None:
+    """An operator that is not control-aware forwards its upstreams' control payloads as its
+    own: a Watermark and a WatermarkIdle in one window, in either order (a shuffle's)."""
+    h = harness(keyed())
+    merged = ControlSender("s", "map", 0, 1)
+    put(h, ("a", 1), ("a", 11), ("a", 21))
+    for w in (10, 20, 30):
+        if idle_first:
+            idle(h, merged)
+        watermark(h, w, merged)
+        if not idle_first:
+            idle(h, merged)
+        put(h)
+    assert sent(h) == [10, 20, 30] and [p[1] for p in panes(h)] == [0, 10, 20]
+
+
+def test_an_input_idle_by_silence_does_not_hold_a_merge_operators_other_input_back() -> None:
+    op = WindowedMergeOperator(
+        Cogroup(), TimeWindows(10), timestamp="t", timestamp2="t", idle_timeout_windows=2
+    )
+    h = harness(op)
+    watermark(h, 5, port="input2")  # then input2 goes quiet (a WatermarkGenerator upstream)
+    for w in (10, 20, 30):
+        watermark(h, w, port="input")
+        h.run_window()
+    assert sent(h) == [5, 5, 30]  # input2 silent for 2 windows in the third: left out
+
+
 def test_fixed_watermark_follows_the_streaming_windows_implicit_time(caplog) -> None:
     # processing time = window id x 1000; watermark = that minus 2500
     h = harness(keyed(fixed_watermark=dt.timedelta(milliseconds=2500)), period=1000)

@@ -693,7 +693,7 @@ class WindowedCore(WindowedSettings):
             values = [
                 t.combined(book.cur, self.idle_timeout_windows)
                 for t in book.trackers
-                if not t.all_idle()
+                if not t.all_idle(book.cur, self.idle_timeout_windows)
             ]
             candidate = None if not values or None in values else min(values)  # type: ignore[type-var]
         if candidate is not None and (book.watermark is None or candidate > book.watermark):
@@ -822,9 +822,12 @@ class WindowedCore(WindowedSettings):
     def _emit_watermark(self) -> None:
         if not self.emits_watermarks:
             return
-        if self._fixed is None and all(t.all_idle() for t in self._bk.trackers):
-            # every input is idle: so is this operator (its watermark would hold the next
-            # operator back for no data)
+        book = self._bk
+        if self._fixed is None and all(
+            t.all_idle(book.cur, self.idle_timeout_windows) for t in book.trackers
+        ):
+            # every input is idle (declared, or silent past idle_timeout_windows): so is this
+            # operator (its watermark would hold the next operator back for no data)
             self.output.emit_control(WatermarkIdle(), DeliveryType.END_WINDOW)  # type: ignore[attr-defined]
             return
         wm = self._bk.watermark
