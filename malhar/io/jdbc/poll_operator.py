@@ -62,20 +62,17 @@ from malhar.io.jdbc.errors import (
     db_message,
     is_transient,
 )
+from malhar.io.jdbc.poll_keys import decode_key, encode_key, show_key, start_key
 from malhar.io.jdbc.poll_reader import (
     Cursor,
     PollQuery,
     arrow_type_of,
     arrow_type_of_sqlalchemy,
-    decode_key,
-    encode_key,
     json_text,
     lenient_time_casts,
     params,
     pg_key_guard,
     rows_to_batch,
-    show_key,
-    start_key,
 )
 from malhar.io.jdbc.poll_settings import JdbcPollSettings, describe_source, source_changes
 from malhar.io.jdbc.range_reader import RangeReader

@@ -45,14 +45,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from malhar.io.jdbc.errors import JdbcConfigError, JdbcError
+from malhar.io.jdbc.poll_keys import decode_key, encode_key, start_key
 from malhar.io.jdbc.poll_operator import JdbcPollInputOperator
-from malhar.io.jdbc.poll_reader import (
-    decode_key,
-    encode_key,
-    params,
-    rows_to_batch,
-    start_key,
-)
+from malhar.io.jdbc.poll_reader import params, rows_to_batch
 from malhar.io.jdbc.poll_settings import JdbcPollSettings, describe_source, source_changes
 from malhar.io.jdbc.range_reader import RangeReader
 from malhar.properties import Property, properties_of

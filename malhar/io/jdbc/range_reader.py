@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from malhar.io.jdbc.errors import JdbcError, sqlstate
-from malhar.io.jdbc.poll_reader import Cursor, Unconvertible, encode_key, show_key
+from malhar.io.jdbc.poll_keys import encode_key, show_key
+from malhar.io.jdbc.poll_reader import Cursor, Unconvertible
 
 if TYPE_CHECKING:
     from malhar.io.jdbc.poll_operator import JdbcPollInputOperator
