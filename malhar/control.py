@@ -39,12 +39,12 @@ class ControlSender:
     control tuple of a window once, as the control-tuples guide asks.
 
     Attributes:
-        stream: the stream the control tuple arrived on.
-        operator: the upstream operator that emitted (or forwarded) it; a unifier in
-            between keeps the upstream partition's identity.
+        stream: the stream the control tuple was emitted on.
+        operator: the upstream operator that emitted it; a unifier, or an operator that
+            is not control aware, in between passes the copy on with this identity.
         partition: the upstream partition that sent this copy.
-        partitions: how many upstream partitions feed this port's partition on this
-            stream (1 across a fused, parallel edge): the senders to hear from before a
+        partitions: how many partitions of that operator feed this port's partition
+            (1 across a fused, parallel edge): the senders to hear from before a
             per-partition minimum (a watermark) can advance.
     """
 

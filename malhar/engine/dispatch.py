@@ -11,8 +11,9 @@ Control tuples (the control-tuples guide): an IMMEDIATE one reaches a
 control-aware port at once, an END_WINDOW one just before ``end_window``; equal
 copies of one window (one per upstream partition) are delivered once, unless the
 handler takes the sender (``process_control(payload, sender)``), which sees every
-copy. A port that is not control aware forwards them to the operator's non-error
-output ports, and so does a handler that returns a false value.
+copy. A port that is not control aware forwards every copy, with its sender, to the
+operator's non-error output ports; a handler that returns a false value forwards the
+tuple as the operator's own (a unifier's: with the copy's sender).
 
 Every call into user code goes through :meth:`Dispatcher.call`, which wraps an
 exception in :class:`~malhar.errors.OperatorError` naming operator, partition,
@@ -102,10 +103,10 @@ class Dispatcher:
     Args:
         partition: the partition these instances run as (named in errors).
         forward: ``forward(operator, control, sender)`` sends a control tuple on from
-            ``operator``'s non-error output ports. ``sender`` is set only when a
-            transparent operator (a unifier) passes it on: the upstream partition's
-            identity then survives the unifier; otherwise the forwarding partition is
-            the new sender.
+            ``operator``'s non-error output ports. ``sender`` is set when the operator
+            passes on a copy it received (a unifier, an operator that is not control aware):
+            the upstream partition's identity survives it; None when the operator's own
+            handler declined the tuple, whose partition is then the new sender.
         wrap: wrap exceptions of user code in :class:`~malhar.errors.OperatorError` (the
             engine); the operator harness lets unit tests see the operator's own exception.
     """
@@ -206,7 +207,18 @@ class Dispatcher:
         """Deliver (or queue, or forward) one copy of a control tuple; returns what an
         IMMEDIATE handler returned."""
         h = self.table[(op, port)]
-        if op in self.transparent and not h.control_aware:
+        if not h.control_aware:
+            # Passed on as it came, with its sender, as a unifier does: under this
+            # partition's identity the copies of several upstream partitions would look like
+            # one sender's, and a port that combines its senders' values downstream (a
+            # windowed operator's watermark: their minimum) would see their latest or
+            # largest instead, and take data behind it for late.
+            if op not in self.transparent:
+                key = pickle.dumps((sender, ctl.payload), protocol=pickle.HIGHEST_PROTOCOL)
+                seen = self._seen[(op, port)]
+                if key in seen:
+                    return None  # the same copy again (another route from its sender)
+                seen.add(key)
             self.forward(op, ctl, sender)
             return None
         if not h.wants_sender:
@@ -215,9 +227,6 @@ class Dispatcher:
             if key in seen:
                 return None  # the same control tuple from another upstream partition
             seen.add(key)
-        if not h.control_aware:
-            self.forward(op, ctl, None)
-            return None
         if ctl.delivery is DeliveryType.END_WINDOW:
             self.pending_end[op].append((port, ctl, sender))
             return None

@@ -151,10 +151,14 @@ def iter_rows(batch: pa.RecordBatch) -> Iterator[Envelope]:
     return map(Envelope._make, zip(*cols, strict=True))
 
 
-def encode_control(ctl: Any, origin: int) -> bytes:
-    """A CONTROL payload: the control tuple and the upstream partition it comes from."""
-    return pickle.dumps((ctl, origin), protocol=pickle.HIGHEST_PROTOCOL)
+def encode_control(ctl: Any, origin: int, sender: Any = None) -> bytes:
+    """A CONTROL payload: the control tuple and the upstream partition it comes from, or
+    the whole ``ControlSender`` of a copy an operator passed on from further upstream."""
+    found = (ctl, origin) if sender is None else (ctl, origin, sender)
+    return pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def decode_control(payload: bytes) -> tuple[Any, int]:
-    return pickle.loads(payload)
+def decode_control(payload: bytes) -> tuple[Any, int, Any]:
+    """(control tuple, origin partition, the first sender or None)."""
+    found = pickle.loads(payload)
+    return found if len(found) == 3 else (*found, None)

@@ -12,6 +12,7 @@ An operator's bound output port holds one :class:`~malhar.ports.Emitter`:
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -153,9 +154,18 @@ class RouteBuffer(Emitter):
 
     def control(self, ctl: ControlTuple, sender: ControlSender | None = None) -> None:
         self._drain_pending()
-        # a unifier of a cascade passes on the upstream partition it heard from
-        origin = self.rt.partition if sender is None else sender.partition
-        payload = E.encode_control(ctl, origin)
+        route = self.route
+        if sender is None:
+            payload = E.encode_control(ctl, self.rt.partition)
+        elif sender.stream == route.stream and sender.operator == route.source.operator:
+            # a unifier of a cascade passes on the upstream partition it heard from
+            payload = E.encode_control(ctl, sender.partition)
+        else:
+            # a copy passed on by an operator that is not control aware: its first sender
+            # travels whole. Past this route every partition of that sender's operator can
+            # reach the receiver (a fused edge had said 1 of 1): it counts them all.
+            total = self.rt.plan.groups[self.rt.plan.group_of[sender.operator]].partitions
+            payload = E.encode_control(ctl, sender.partition, replace(sender, partitions=total))
         targets = [0] if self.fixed is not None else range(self.n)
         for d in targets:
             self.flush_one(d)  # keep control in stream order after earlier data

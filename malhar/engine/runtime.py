@@ -307,8 +307,8 @@ class PartitionRuntime:
         else:
             op, port = route.sink.operator, route.sink.port
         if row.kind == E.CONTROL:
-            ctl, origin = E.decode_control(row.payload)
-            sender = ControlSender(
+            ctl, origin, first = E.decode_control(row.payload)
+            sender = first or ControlSender(
                 route.stream, route.source.operator, origin, route.upstream_partitions
             )
             dispatcher.deliver_control(op, port, ctl, sender)
