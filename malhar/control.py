@@ -71,9 +71,21 @@ class PerSenderMinimum:
         100
     """
 
+    #: how senders are named (see :attr:`malhar.window.watermark.WatermarkTracker.FORMAT`)
+    FORMAT = 2
+
     def __init__(self) -> None:
         self.latest: dict[tuple[str, int], Any] = {}
         self.expected: dict[str, int] = {}
+        self.format = self.FORMAT
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if state.get("format") != self.FORMAT:
+            # checkpointed with copies passed on under the forwarding operator's name: those
+            # senders are gone, and their values would hold the minimum for good
+            self.latest, self.expected = {}, {}
+            self.format = self.FORMAT
 
     def update(self, value: Any, sender: ControlSender) -> Any:
         """Record ``value`` from ``sender``; return the minimum, or None while incomplete."""

@@ -39,6 +39,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from malhar.control import ControlSender
 
@@ -74,28 +75,37 @@ class WatermarkTracker:
     window ids: when each partition was last heard from, for the idleness timeout.
     """
 
+    #: how senders are named: 2 since a copy passed on by an operator that is not control
+    #: aware keeps its first sender (malhar.engine.dispatch); before, it carried the
+    #: forwarding operator's stream and partition, which no copy names any more
+    FORMAT = 2
+
     def __init__(self) -> None:
         #: (stream, partition) -> (latest watermark, window it arrived in)
         self.latest: dict[tuple[str, int], tuple[int, int]] = {}
-        #: stream -> how many upstream partitions feed it
+        #: stream -> how many partitions of its operator send on it
         self.expected: dict[str, int] = {}
         #: the first window the tracker was asked about (silence is counted from there)
         self.since: int | None = None
+        #: (stream, partition) of the senders that declared themselves idle
+        #: (:class:`WatermarkIdle`) and have sent no watermark since
+        self.idle_senders: set[tuple[str, int]] = set()
+        self.format = self.FORMAT
 
-    @property
-    def idle_senders(self) -> set[tuple[str, int]]:
-        """(stream, partition) of the senders that declared themselves idle (:class:`WatermarkIdle`)
-        and have sent no watermark since."""
-        found = self.__dict__.get("_idle")
-        if found is None:  # a tracker checkpointed before idle senders existed
-            found = self.__dict__["_idle"] = set()
-        return found
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if state.get("format") != self.FORMAT:
+            # checkpointed with the senders named otherwise: their latest watermarks would
+            # hold the minimum for good. Forgotten, each sender holds it until it sends
+            # again (the operator's own watermark, kept elsewhere, does not go back).
+            self.latest, self.expected, self.since = {}, {}, None
+            self.idle_senders = set()
+            self.format = self.FORMAT
 
     def idle(self, sender: ControlSender | None, window: int) -> None:
         """Record that ``sender`` declared itself idle (:class:`WatermarkIdle`), unless it
-        sent a watermark in the same streaming window: an operator that is not
-        control-aware forwards its upstreams' watermarks and idle declarations as its own,
-        and one active upstream makes it active (Flink's valve), whatever the order."""
+        sent a watermark in the same streaming window: one active copy makes a sender
+        active (Flink's valve), whatever the order the copies came in."""
         s = self._heard(sender, window)
         key = (s.stream, s.partition)
         last = self.latest.get(key)

@@ -214,6 +214,34 @@ def test_an_input_idle_by_silence_does_not_hold_a_merge_operators_other_input_ba
     assert sent(h) == [5, 5, 30]  # input2 silent for 2 windows in the third: left out
 
 
+def test_senders_checkpointed_under_a_forwarding_operators_name_are_forgotten() -> None:
+    """Trackers pickled before copies kept their first sender hold keys of the forwarding
+    operator's stream, which no copy names any more: forgotten on restore, not kept as a
+    minimum for good."""
+    import pickle
+
+    from malhar.control import PerSenderMinimum
+    from malhar.window.watermark import WatermarkTracker
+
+    old = WatermarkTracker()
+    old.update(1_000, ControlSender("kept", "mid", 0, 1), window=3)
+    del old.__dict__["format"], old.__dict__["idle_senders"]  # as before the change
+    restored = pickle.loads(pickle.dumps(old))
+    assert restored.latest == {} and restored.expected == {} and restored.idle_senders == set()
+    restored.update(2_900, ControlSender("events", "src", 0, 1), window=4)
+    assert restored.combined(window=4, idle_windows=None) == 2_900
+    current = pickle.loads(pickle.dumps(restored))  # written since: kept as it is
+    assert current.latest == restored.latest and current.expected == {"events": 1}
+
+    minimum = PerSenderMinimum()
+    minimum.update(5, ControlSender("kept", "mid", 0, 1))
+    del minimum.__dict__["format"]
+    again = pickle.loads(pickle.dumps(minimum))
+    assert again.minimum() is None
+    assert again.update(50, ControlSender("events", "src", 0, 1)) == 50
+    assert pickle.loads(pickle.dumps(again)).minimum() == 50
+
+
 def test_fixed_watermark_follows_the_streaming_windows_implicit_time(caplog) -> None:
     # processing time = window id x 1000; watermark = that minus 2500
     h = harness(keyed(fixed_watermark=dt.timedelta(milliseconds=2500)), period=1000)
