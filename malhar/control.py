@@ -40,8 +40,9 @@ class ControlSender:
 
     Attributes:
         stream: the stream the control tuple was emitted on.
-        operator: the upstream operator that emitted it; a unifier, or an operator that
-            is not control aware, in between passes the copy on with this identity.
+        operator: the upstream operator that emitted it; a unifier, an operator that is
+            not control aware, or a handler that declines the tuple, in between passes the
+            copy on with this identity.
         partition: the upstream partition that sent this copy.
         partitions: how many partitions of that operator feed this port's partition
             (1 across a fused, parallel edge): the senders to hear from before a

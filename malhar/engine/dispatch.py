@@ -12,8 +12,8 @@ control-aware port at once, an END_WINDOW one just before ``end_window``; equal
 copies of one window (one per upstream partition) are delivered once, unless the
 handler takes the sender (``process_control(payload, sender)``), which sees every
 copy. A port that is not control aware forwards every copy, with its sender, to the
-operator's non-error output ports; a handler that returns a false value forwards the
-tuple as the operator's own (a unifier's: with the copy's sender).
+operator's non-error output ports, and so does a handler that returns a false value
+(each copy of the tuple it declined, with its sender).
 
 Every call into user code goes through :meth:`Dispatcher.call`, which wraps an
 exception in :class:`~malhar.errors.OperatorError` naming operator, partition,
@@ -125,6 +125,14 @@ class Dispatcher:
             defaultdict(list)
         )
         self._seen: dict[tuple[str, str], set[bytes]] = defaultdict(set)
+        #: (operator, port) -> control tuple -> the senders of its copies in this window, for
+        #: a handler that gets each tuple once
+        self._copies: dict[tuple[str, str], dict[bytes, list[ControlSender | None]]] = defaultdict(
+            dict
+        )
+        #: (operator, port, control tuple) the handler declined in this window: later copies
+        #: go on at once
+        self._declined: set[tuple[str, str, bytes]] = set()
         #: tuples delivered per (operator, port) in this window (statistics)
         self.received: dict[tuple[str, str], int] = defaultdict(int)
         #: operators that pass control tuples on as they came (unifiers): every copy,
@@ -144,6 +152,8 @@ class Dispatcher:
     def begin_window(self, window: int) -> None:
         self.window = window
         self._seen.clear()
+        self._copies.clear()
+        self._declined.clear()
         self.skip.clear()
         self.received.clear()
 
@@ -223,10 +233,16 @@ class Dispatcher:
             return None
         if not h.wants_sender:
             key = pickle.dumps(ctl.payload, protocol=pickle.HIGHEST_PROTOCOL)
-            seen = self._seen[(op, port)]
-            if key in seen:
-                return None  # the same control tuple from another upstream partition
-            seen.add(key)
+            senders = self._copies[(op, port)].get(key)
+            if senders is not None:
+                # the same control tuple from another upstream partition: handled once, and
+                # passed on with each copy's sender if the handler declined it
+                if sender not in senders:
+                    senders.append(sender)
+                    if (op, port, key) in self._declined:
+                        self.forward(op, ctl, sender)
+                return None
+            self._copies[(op, port)][key] = [sender]
         if ctl.delivery is DeliveryType.END_WINDOW:
             self.pending_end[op].append((port, ctl, sender))
             return None
@@ -247,6 +263,13 @@ class Dispatcher:
         else:
             handled = self.call(op, fn, ctl.payload)
         if not handled:
-            # a unifier passes control tuples on with the upstream partition's identity
-            self.forward(op, ctl, sender if op in self.transparent else None)
+            # passed on as it came: each copy with its sender (a unifier's, or the copies
+            # the one-copy delivery folded into this one)
+            copies = [sender]
+            if not h.wants_sender:
+                key = pickle.dumps(ctl.payload, protocol=pickle.HIGHEST_PROTOCOL)
+                copies = self._copies[(op, port)].get(key) or copies
+                self._declined.add((op, port, key))
+            for s in copies:
+                self.forward(op, ctl, s)
         return handled

@@ -61,6 +61,8 @@ class CollectorSink(Emitter):
 
     tuples: list[Any] = field(default_factory=list)
     controls: list[ControlTuple] = field(default_factory=list)
+    #: the sender each control tuple went on with (None: the operator's own partition)
+    senders: list[ControlSender | None] = field(default_factory=list)
     per_window: dict[int, list[Any]] = field(default_factory=dict)
     window: int = -1
 
@@ -74,10 +76,12 @@ class CollectorSink(Emitter):
 
     def control(self, ctl: ControlTuple, sender: ControlSender | None = None) -> None:
         self.controls.append(ctl)
+        self.senders.append(sender)
 
     def clear(self) -> None:
         self.tuples.clear()
         self.controls.clear()
+        self.senders.clear()
         self.per_window.clear()
 
 

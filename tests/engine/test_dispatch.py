@@ -100,6 +100,42 @@ def test_ports_that_are_not_control_aware_forward_to_non_error_outputs() -> None
     assert h.sink("error").controls == []
 
 
+def test_copies_are_passed_on_with_their_senders() -> None:
+    """An operator that is not control aware, and a handler that declines a tuple, pass
+    every copy on with its sender (so that a windowed operator downstream of a shuffle
+    takes the minimum over the first senders, not one value per forwarding partition)."""
+    plain = OperatorHarness(Plain())
+    plain.begin_window(0)
+    for p in (0, 0, 1):  # an equal copy from the same sender once
+        plain.put_control("input", 100, sender=_sender(p))
+    plain.end_window()
+    assert plain.sink("output").senders == [_sender(0), _sender(1)]
+
+    h = OperatorHarness(Recorder())  # a one-argument handler: each tuple once
+    h.begin_window(0)
+    h.put_control("input", "now", sender=_sender(0))
+    h.put_control("input", "later", DeliveryType.END_WINDOW, sender=_sender(0))
+    h.put_control("input", "now", sender=_sender(1))  # declined already: on at once
+    h.put_control("input", "later", DeliveryType.END_WINDOW, sender=_sender(1))
+    assert [(c.payload, s) for c, s in zip(*_sent(h), strict=True)] == [
+        ("now", _sender(0)),
+        ("now", _sender(1)),
+    ]
+    h.end_window()
+    assert [c for c in h.operator.log if c[0] == "control"] == [
+        ("control", "now"),
+        ("control", "later"),
+    ]
+    assert [(c.payload, s) for c, s in zip(*_sent(h), strict=True)][2:] == [
+        ("later", _sender(0)),
+        ("later", _sender(1)),
+    ]
+
+
+def _sent(h: OperatorHarness) -> tuple[list, list]:
+    return h.sink("output").controls, h.sink("output").senders
+
+
 def test_a_sender_aware_handler_sees_every_copy_and_the_minimum_waits_for_all() -> None:
     h = OperatorHarness(Watermarks())
     h.begin_window(0)
