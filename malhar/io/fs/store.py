@@ -538,7 +538,6 @@ class FileStore(TransactionalStore[_Txn]):
         delete_quietly(self.fs, path)
 
 
-#: the name prefix of a batch a Spark sink task staged (not a piece: no leading ``w``)
 def _peek_committed(fs: Any, folder: str, window: int) -> CommitMark | None:
     """The commit mark of the partition staged in ``folder`` when its committed window is
     ``window`` or later (None: earlier), without loading (or repairing) the partition: its

@@ -103,8 +103,8 @@ def _json_default(value: Any) -> Any:
 
 def staged_batches(settings: KafkaSinkSettings, key: WindowKey) -> StagedBatches | None:
     """Where partition ``key`` stages the rows of a partly committed batch (None: no
-    ``staging_path``, or a delivery without transactions)."""
-    if not settings.staging_path or settings.delivery != "exactly_once":
+    ``staging_path``; the store keeps it only with transactions)."""
+    if not settings.staging_path:
         return None
     fs, root = filesystem_for(settings.staging_path)
     parts = [encode_segment(key.application), encode_segment(key.operator), str(key.partition)]

@@ -689,7 +689,8 @@ class WindowedCore(WindowedSettings):
         if self._fixed is not None:
             candidate: int | None = self.now() - self._fixed
         else:
-            # an input whose every sender declared itself idle does not hold the others back
+            # an input whose every sender is idle (declared, or silent past the timeout)
+            # does not hold the others back
             values = [
                 t.combined(book.cur, self.idle_timeout_windows)
                 for t in book.trackers
