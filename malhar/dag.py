@@ -185,6 +185,30 @@ class DAG:
                 ups.append(s.source.operator)
         return ups
 
+    def parallel_upstreams(self, operator: str) -> list[tuple[PortRef, str]]:
+        """``(input port, upstream operator)`` of each ``PARALLEL_PARTITION`` input port of
+        ``operator`` that a stream feeds, in stream order."""
+        meta = self.operators[operator]
+        return [
+            (sink, s.source.operator)
+            for s in self.streams.values()
+            if s.source is not None and s.source.operator in self.operators
+            for sink in s.sinks
+            if sink.operator == operator and meta.port_attr(sink.port, A.PARALLEL_PARTITION)
+        ]
+
+    def partition_counts(self) -> dict[str, int]:
+        """The partition count each operator runs with: its ``PARTITIONS``; else, when an
+        input port is ``PARALLEL_PARTITION``, its upstream's count (validation makes several
+        such upstreams agree); else 1. Raises ValidationError on a cycle."""
+        counts: dict[str, int] = {}
+        for name in self.topological_order():
+            meta = self.operators[name]
+            ups = self.parallel_upstreams(name)
+            own = A.PARTITIONS.name in meta.attributes or not ups
+            counts[name] = meta.partitions if own else counts[ups[0][1]]
+        return counts
+
     def topological_order(self) -> list[str]:
         """Operator names, upstream first; raises ValidationError on a cycle."""
         from malhar.validation import ValidationError

@@ -38,6 +38,8 @@ def validate(dag: DAG) -> None:
             dag.topological_order()
         except ValidationError as exc:
             problems += exc.problems
+        else:
+            problems += _parallel_partitions(dag)
     if problems:
         raise ValidationError(problems)
 
@@ -135,15 +137,31 @@ def _ports(dag: DAG) -> list[str]:
                     f"stream {stream.name!r}: {stream.source} cannot feed {sink}: {why}; "
                     "make the port schemas agree"
                 )
-            if dag.operators[sink.operator].port_attr(sink.port, A.PARALLEL_PARTITION):
-                up = dag.operators[stream.source.operator].partitions
-                down_meta = dag.operators[sink.operator]
-                if A.PARTITIONS.name in down_meta.attributes and down_meta.partitions != up:
-                    out.append(
-                        f"input port {sink} is PARALLEL_PARTITION but {sink.operator!r} sets "
-                        f"PARTITIONS={down_meta.partitions} while {stream.source.operator!r} has {up}: "
-                        "drop one of the two"
-                    )
+    return out
+
+
+def _parallel_partitions(dag: DAG) -> list[str]:
+    """A ``PARALLEL_PARTITION`` port makes its operator run as many partitions as the
+    upstream (which may itself follow one): an own ``PARTITIONS`` must agree, and so must
+    the upstreams of several such ports. Needs an acyclic DAG."""
+    out = []
+    counts = dag.partition_counts()
+    for name, meta in dag.operators.items():
+        ups = dag.parallel_upstreams(name)
+        if len({counts[up] for _, up in ups}) > 1:
+            listed = ", ".join(f"{sink} from {up!r} ({counts[up]})" for sink, up in ups)
+            out.append(
+                f"operator {name!r} has PARALLEL_PARTITION input ports whose upstreams run "
+                f"different partition counts: {listed}; a partition follows one partition of "
+                "each, so keep PARALLEL_PARTITION only on ports whose upstreams agree"
+            )
+        elif ups and A.PARTITIONS.name in meta.attributes and meta.partitions != counts[ups[0][1]]:
+            sink, up = ups[0]
+            out.append(
+                f"input port {sink} is PARALLEL_PARTITION but {name!r} sets "
+                f"PARTITIONS={meta.partitions} while {up!r} runs {counts[up]} partitions: "
+                "drop one of the two"
+            )
     return out
 
 

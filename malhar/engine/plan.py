@@ -159,7 +159,7 @@ def build_plan(dag: DAG, own_routing: Collection[str] = ()) -> Plan:
     unifiers = unifiers_of(dag)
     groups: list[Group] = []
     group_of: dict[str, int] = {}
-    partitions: dict[str, int] = {}
+    partitions = dag.partition_counts()
     for name in order:
         meta = dag.operators[name]
         in_streams = [
@@ -168,13 +168,8 @@ def build_plan(dag: DAG, own_routing: Collection[str] = ()) -> Plan:
             for sink in s.sinks
             if sink.operator == name and s.source is not None
         ]
-        parts = meta.partitions
-        parallel = [
-            sink for _, sink in in_streams if meta.port_attr(sink.port, A.PARALLEL_PARTITION)
-        ]
-        if parallel and A.PARTITIONS.name not in meta.attributes:
-            parts = partitions[in_streams[0][0].source.operator]
-        partitions[name] = parts
+        parts = partitions[name]
+        parallel = dag.parallel_upstreams(name)
         ups = {s.source.operator for s, _ in in_streams}
         fuse_into = None
         if in_streams and not meta.is_input:

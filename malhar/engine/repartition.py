@@ -210,22 +210,12 @@ def _empty_like(spec: State, values: list[Any]) -> Any:
 
 def _followers(dag: DAG, chain: list[str], name: str) -> list[str]:
     """``name`` and the operators of its fused chain that take its partition count
-    (``PARALLEL_PARTITION`` without a ``PARTITIONS`` of their own): they move with it.
-    The others were fused only because their counts happened to be equal."""
+    through ``PARALLEL_PARTITION`` (a ``PARTITIONS`` of their own must agree with it,
+    ``DAG.validate``): they move with it. The others were fused only because their counts
+    happened to be equal."""
     moving = [name]
     for member in chain[chain.index(name) + 1 :]:
-        meta = dag.operators[member]
-        if A.PARTITIONS.name in meta.attributes:
-            continue
-        follows = any(
-            sink.operator == member
-            and stream.source is not None
-            and stream.source.operator in moving
-            and meta.port_attr(sink.port, A.PARALLEL_PARTITION)
-            for stream in dag.streams.values()
-            for sink in stream.sinks
-        )
-        if follows:
+        if any(up in moving for _, up in dag.parallel_upstreams(member)):
             moving.append(member)
     return moving
 

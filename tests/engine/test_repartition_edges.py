@@ -80,6 +80,25 @@ def test_parallel_partition_follower_still_fuses(tmp_path: Path) -> None:
     assert group.routing == part.routing()
 
 
+def test_a_parallel_follower_with_its_own_agreeing_partitions_moves_too(tmp_path: Path) -> None:
+    # X's PARTITIONS=2 agrees with U's (validation makes it); it stayed at 2 when U moved to
+    # 3, and the new DAG was refused in the middle of the repartitioning
+    dag = DAG("follow")
+    src = dag.add_operator("src", RatedKeys(), PARTITIONS=1)
+    u = dag.add_operator("U", KeyedRunningCount(), PARTITIONS=2)
+    x = dag.add_operator("X", Fwd(), PARTITIONS=2)
+    y = dag.add_operator("Y", Fwd(), PARTITIONS=2)
+    dag.add_stream("a", src.output, u.input)
+    dag.add_stream("b", u.output, x.input)
+    dag.add_stream("c", x.output, y.input)
+    u.input.set_attribute(A.STREAM_CODEC, KeyCodec("key"))
+    x.input.set_attribute(A.PARALLEL_PARTITION, True)
+    assert R._followers(dag, ["U", "X", "Y"], "U") == ["U", "X"]  # Y: equal counts only
+    part = generations.OperatorPartitioning.of(spread(3))
+    plan = R.planned(dag, str(tmp_path), generations.Generation(1, 5, {"U": part, "X": part}))
+    assert plan.groups[plan.group_of["X"]].operators == ["U", "X"]
+
+
 # -- 2. a shutdown flag left by a dead driver ----------------------------------------------
 def test_start_query_clears_a_leftover_shutdown_flag(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

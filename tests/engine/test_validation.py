@@ -187,6 +187,83 @@ def test_bad_attributes() -> None:
         dag.set_operator_attribute("out", "PARTITION", 2)
 
 
+def _parallel_chain(c_partitions: int | None) -> DAG:
+    """src (4 partitions) -> b -> c -> out, b and c PARALLEL_PARTITION."""
+    dag = DAG("t")
+    src = dag.add_operator("src", ListInput([[1]]), PARTITIONS=4)
+    b, c = dag.add_operator("b", Passthrough()), dag.add_operator("c", Passthrough())
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("s1", src.output, b.input)
+    dag.add_stream("s2", b.output, c.input)
+    dag.add_stream("s3", c.output, out.input)
+    b.input.set_attribute(A.PARALLEL_PARTITION, True)
+    c.input.set_attribute(A.PARALLEL_PARTITION, True)
+    if c_partitions is not None:
+        c.set_attribute(A.PARTITIONS, c_partitions)
+    return dag
+
+
+def test_parallel_partition_follows_the_upstreams_running_count() -> None:
+    from malhar.engine.plan import build_plan
+
+    # c's own PARTITIONS agrees with the 4 partitions b runs (b follows src): it was
+    # refused, compared with b's unset PARTITIONS (1)
+    for own in (None, 4):
+        plan = build_plan(_parallel_chain(own))
+        assert [(g.operators, g.partitions) for g in plan.groups] == [
+            (["src", "b", "c"], 4),
+            (["out"], 1),
+        ]
+    # c's PARTITIONS=1 was accepted, and fused c and then out into the 4-partition group:
+    # out, one partition by its attributes, ran four times
+    problems = _problems(_parallel_chain(1))
+    assert problems == [
+        "input port c.input is PARALLEL_PARTITION but 'c' sets PARTITIONS=1 while 'b' runs "
+        "4 partitions: drop one of the two"
+    ]
+
+
+class TwoInputs(Operator):
+    left = InputPort()
+    right = InputPort()
+    output = OutputPort()
+
+    def process_left(self, value):
+        self.output.emit(value)
+
+    def process_right(self, value):
+        self.output.emit(value)
+
+
+def _two_inputs(right_first: bool, both_parallel: bool) -> DAG:
+    dag = DAG("t")
+    x = dag.add_operator("x", ListInput([[1]]), PARTITIONS=4)
+    y = dag.add_operator("y", ListInput([[1]]), PARTITIONS=2)
+    j = dag.add_operator("j", TwoInputs())
+    streams = [("l", x.output, j.left), ("r", y.output, j.right)]
+    for name, source, sink in reversed(streams) if right_first else streams:
+        dag.add_stream(name, source, sink)
+    dag.add_stream("o", j.output, dag.add_operator("out", Collector()).input)
+    j.left.set_attribute(A.PARALLEL_PARTITION, True)
+    if both_parallel:
+        j.right.set_attribute(A.PARALLEL_PARTITION, True)
+    return dag
+
+
+def test_parallel_partition_takes_the_count_of_its_own_port_upstream() -> None:
+    from malhar.engine.plan import build_plan
+
+    # j.left follows x (4); with the right stream added first j took y's 2
+    for right_first in (False, True):
+        plan = build_plan(_two_inputs(right_first, both_parallel=False))
+        assert plan.groups[plan.group_of["j"]].partitions == 4
+    assert _problems(_two_inputs(False, both_parallel=True)) == [
+        "operator 'j' has PARALLEL_PARTITION input ports whose upstreams run different "
+        "partition counts: j.left from 'x' (4), j.right from 'y' (2); a partition follows "
+        "one partition of each, so keep PARALLEL_PARTITION only on ports whose upstreams agree"
+    ]
+
+
 def test_attributes_take_typed_constants_and_check_values() -> None:
     dag, src, out = _simple()
     dag.set_operator_attribute("out", A.PARTITIONS, 3)
