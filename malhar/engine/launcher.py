@@ -232,7 +232,10 @@ def start_query(
     # Error-port counts and operator statistics come from the observed metrics of each
     # batch (two py4j calls per batch; see malhar/engine/progress.py)
     progress = ProgressListener(
-        name, plan.error_ports, {n: plan.groups[plan.group_of[n]].partitions for n in dag.operators}, period
+        name,
+        plan.error_ports,
+        {n: plan.groups[plan.group_of[n]].partitions for n in dag.operators},
+        period,
     )
     spark.streams.addListener(progress)
     stats = StatsDispatcher(progress, stats_listeners(dag), on_response)
