@@ -74,7 +74,10 @@ every number, as Spark orders it (`Min` ignores it, `Max` is NaN, `TopN` ranks i
 an integer sum that could pass 2**63 is added in Python's unbounded ints; times are
 floored to the millisecond whatever their unit; columns Arrow cannot group (lists) and
 null lookup keys go row by row. `FilterOperator` and `TransformOperator` are the exception
-for a few edge cases of their expressions (see `malhar.algo.expr`).
+for a few edge cases of their expressions (see `malhar.algo.expr`). A field property left
+None means the tuple itself, and a record of one field (a dict of one entry, or a row of a
+one-column batch) means that field's value: a typed one-column stream arrives as such dicts
+when the operator is fused behind its writer and as batches across a route.
 
 A pipeline of catalogue operators, run by the harness:
 

@@ -347,3 +347,22 @@ def test_an_event_time_beyond_64_bits_goes_to_the_error_port(tmp_path: Path) -> 
     assert error["reason"] == f"{2**80} ms is outside the 64-bit range of event times"
     assert h.sink("unique").tuples == [{"id": 2, "t": 5}]
     h.teardown()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_one_column_stream_is_keyed_by_its_value_fused_or_routed(
+    tmp_path: Path, fused: bool
+) -> None:
+    # a typed one-column stream reaches a fused operator as dicts of one entry and a routed
+    # one as a batch: with key=None the dicts went to the error port (a dict is not a key)
+    # and the batch's rows were keyed by their value
+    words = ["a", "b", "a", "c", "b"]
+    h = _harness(BoundedDedup(max_keys=10), tmp_path)
+    if fused:
+        h.run_window([("input", {"word": w}) for w in words])
+    else:
+        h.run_window([("input", pa.RecordBatch.from_pydict({"word": words}))])
+    assert h.sink("error").tuples == []
+    assert [r["word"] for r in h.sink("unique").tuples] == ["a", "b", "c"]
+    assert [r["word"] for r in h.sink("duplicate").tuples] == ["a", "b"]
+    h.teardown()
