@@ -1,10 +1,10 @@
 """The windowing machinery shared by the windowed operators and their unifier.
 
-:class:`WindowedSettings` declares the configuration (properties) common to all of them;
-:class:`WindowedCore` is the logic: assigning tuples to windows, merging sessions,
-dropping late tuples, and at every streaming-window boundary advancing the watermark,
-asking triggers, emitting panes and retractions, and purging windows past the allowed
-lateness. Everything it must remember is in two ``State`` fields: the storage of cells
+:class:`~malhar.window.impl.settings.WindowedSettings` declares the configuration
+(properties) common to all of them; :class:`WindowedCore` is the logic: assigning tuples
+to windows, merging sessions, dropping late tuples, and at every streaming-window boundary
+advancing the watermark, asking triggers, emitting panes and retractions, and purging
+windows past the allowed lateness. Everything it must remember is in two ``State`` fields: the storage of cells
 (:mod:`malhar.window.storage`) and a :class:`Book` of the rest.
 
 Partial mode: a partition of a partitioned operator whose partitions are *combined*
@@ -17,10 +17,9 @@ merges the partials of all partitions with ``Accumulation.merge`` and runs the t
 
 from __future__ import annotations
 
-import datetime as _dt
 import heapq
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,14 +28,15 @@ import pyarrow as pa
 
 from malhar.control import ControlSender, DeliveryType
 from malhar.operator import OperatorContext
-from malhar.properties import Configurable, Property
 from malhar.state import State
-from malhar.util.epoch_millis import epoch_millis, event_millis
+from malhar.util.epoch_millis import epoch_millis
 from malhar.util.int_sums import may_wrap
 from malhar.util.nan_order import nan_mask
 from malhar.window._order import ordered
 from malhar.window.errors import WindowConfigError, WindowError
+from malhar.window.impl.fields import tuple_millis
 from malhar.window.impl.memory import InMemoryWindowedStorage
+from malhar.window.impl.settings import DEFAULT_STREAMING_WINDOW_MS, WindowedSettings
 from malhar.window.panes import AccumulationMode, PaneInfo, Timing, WindowedTuple
 from malhar.window.protocol import Accumulation, MergeAccumulation
 from malhar.window.storage import (
@@ -59,9 +59,6 @@ from malhar.window.watermark import Watermark, WatermarkIdle, WatermarkTracker
 from malhar.window.windows import MAX_TIMESTAMP, MIN_TIMESTAMP, Window, WindowOption, to_millis
 
 log = logging.getLogger("malhar.window")
-
-#: the streaming window period used when neither the engine nor the operator says
-DEFAULT_STREAMING_WINDOW_MS = 500
 
 _VALUE, _VALUE2, _PARTIAL, _BATCH = 0, 1, 2, 3
 _EARLY, _ON_TIME, _LATE = Timing.EARLY, Timing.ON_TIME, Timing.LATE
@@ -107,158 +104,6 @@ class Book:
         self.late = 0
         #: tuples for windows whose trigger finished, or already purged
         self.dropped = 0
-
-
-# -- property checks ------------------------------------------------------------------------
-def _check_option(value: Any) -> str | None:
-    if value is None or isinstance(value, WindowOption):
-        return None
-    return "expected GlobalWindow(), TimeWindows(...) or SessionWindows(...) (or None)"
-
-
-def _check_accumulation(value: Any) -> str | None:
-    if value is None or isinstance(value, Accumulation):
-        return None
-    return "expected an Accumulation (Count(), Sum(), ...)"
-
-
-def _check_trigger(value: Any) -> str | None:
-    if value is None or isinstance(value, Trigger | TriggerOption):
-        return None
-    return "expected a Trigger (AfterWatermark(...)) or a TriggerOption"
-
-
-def _check_mode(value: Any) -> str | None:
-    if value is None:
-        return None
-    try:
-        AccumulationMode.parse(value)
-    except WindowConfigError as exc:
-        return str(exc)
-    return None
-
-
-def _check_millis(value: Any) -> str | None:
-    if value is None or (
-        isinstance(value, int | _dt.timedelta)
-        and not isinstance(value, bool)
-        and to_millis(value) >= 0
-    ):
-        return None
-    return "expected non-negative milliseconds (int) or a timedelta (or None)"
-
-
-def _check_storage(value: Any) -> str | None:
-    if value is None or isinstance(value, WindowedStorage):
-        return None
-    return "expected a WindowedStorage (InMemoryWindowedStorage())"
-
-
-def check_extractor(value: Any) -> str | None:
-    """A property check: a column name, a list of names, a callable, or None."""
-    if value is None or isinstance(value, str) or callable(value):
-        return None
-    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
-        return None
-    return "expected a column name, a list of column names, a callable, or None"
-
-
-class WindowedSettings(Configurable):
-    """The configuration shared by windowed operators and their unifier."""
-
-    window_option = Property(
-        object,
-        default=None,
-        check=_check_option,
-        doc="GlobalWindow(), TimeWindows(d)[.slide_by(s)], SessionWindows(gap); None: the "
-        "input's windows (window propagation)",
-    )
-    accumulation = Property(
-        object, default=None, check=_check_accumulation, doc="the Accumulation (Count() ...)"
-    )
-    trigger = Property(
-        object,
-        default=None,
-        check=_check_trigger,
-        doc="a Trigger or a TriggerOption; default DefaultTrigger(): on time, then per late batch",
-    )
-    accumulation_mode = Property(
-        object,
-        default=None,
-        check=_check_mode,
-        doc="ACCUMULATING, DISCARDING (default) or ACCUMULATING_AND_RETRACTING; overrides the "
-        "TriggerOption's",
-    )
-    fire_only_updated_panes = Property(
-        bool, default=None, doc="skip panes equal to the previous one (not with DISCARDING)"
-    )
-    allowed_lateness = Property(
-        object,
-        default=0,
-        check=_check_millis,
-        doc="ms (or timedelta) behind the watermark that tuples are still accepted; None: "
-        "forever (windows are never purged)",
-    )
-    fixed_watermark = Property(
-        object,
-        default=None,
-        check=_check_millis,
-        doc="watermark = the streaming window's implicit time minus this (ms); replaces "
-        "upstream watermarks",
-    )
-    idle_timeout_windows = Property(
-        int,
-        default=None,
-        min=1,
-        doc="an upstream partition silent for this many streaming windows no longer holds "
-        "the watermark back (None: it always does)",
-    )
-    storage = Property(
-        object,
-        default=None,
-        check=_check_storage,
-        doc="the storage of window state (a template); default InMemoryWindowedStorage()",
-    )
-    output_format = Property(
-        str,
-        default="tuple",
-        one_of=("tuple", "row"),
-        doc="'tuple': WindowedTuple objects; 'row': flat dicts (WindowedTuple.to_row)",
-    )
-    key_names = Property(
-        (str, list, tuple),
-        default=None,
-        doc="key column name(s) in rows (default: the key property's names, else 'key')",
-    )
-    value_name = Property(str, default="value", doc="the value's column name in rows")
-    streaming_window_ms = Property(
-        int,
-        default=None,
-        min=1,
-        doc="the streaming window period for processing time when the engine does not say "
-        f"(STREAMING_WINDOW_MS); default {DEFAULT_STREAMING_WINDOW_MS}",
-    )
-    combine_partitions = Property(
-        bool,
-        default=None,
-        doc="partitions send partial accumulations to a unifier that fires the panes "
-        "(default: True when not keyed)",
-    )
-
-    #: subclasses: True for operators with state per key
-    keyed = False
-
-    def combines(self) -> bool:
-        """Whether partitions of this operator are combined by a unifier."""
-        return (
-            (not self.keyed) if self.combine_partitions is None else bool(self.combine_partitions)
-        )
-
-    def settings(self) -> dict[str, Any]:
-        """The shared settings as set on this instance (to configure a unifier alike)."""
-        from malhar.properties import properties_of
-
-        return {n: self.__dict__[n] for n in properties_of(WindowedSettings) if n in self.__dict__}
 
 
 class WindowedCore(WindowedSettings):
@@ -843,87 +688,6 @@ class WindowedCore(WindowedSettings):
         for window, key in ordered(partials):
             acc, n = partials[(window, key)]
             self.output.emit(Partial(window, key, acc, n))  # type: ignore[attr-defined]
-
-
-# -- extractors ---------------------------------------------------------------------------------
-def extractor(
-    spec: Any, default: Callable[[Any], Any] | None, setting: str = "timestamp", owner: str = ""
-) -> Callable[[Any], Any] | None:
-    """A function from a tuple: a column name (``t[name]``), several (a tuple of them), a
-    callable as is, or ``default`` for None. A tuple without a named field raises a
-    :class:`WindowError` naming ``owner``, the field and ``setting`` (the property set)."""
-    if spec is None:
-        return default
-    if isinstance(spec, str):
-        name = spec
-
-        def field(t: Any) -> Any:
-            try:
-                return t[name]
-            except (KeyError, IndexError, TypeError):
-                raise _missing(owner, setting, spec, name, t) from None
-
-        return field
-    if isinstance(spec, list | tuple):
-        names = tuple(spec)
-
-        def fields(t: Any) -> Any:
-            try:
-                return tuple(t[n] for n in names)
-            except (KeyError, IndexError, TypeError):
-                missing = next(n for n in names if not _has(t, n))
-                raise _missing(owner, setting, spec, missing, t) from None
-
-        return fields
-    return spec
-
-
-def _has(t: Any, name: str) -> bool:
-    try:
-        t[name]
-    except (KeyError, IndexError, TypeError):
-        return False
-    return True
-
-
-def _missing(owner: str, setting: str, spec: Any, name: str, t: Any) -> WindowError:
-    shown = repr(t)
-    if len(shown) > 200:
-        shown = shown[:200] + "..."
-    where = f"{owner}: " if owner else ""
-    return WindowError(
-        f"{where}a tuple ({type(t).__name__}) has no field {name!r} ({setting}={spec!r}): "
-        f"{shown}; send tuples with that field, or set {setting} to a field they have "
-        "(or to a callable)"
-    )
-
-
-def tuple_millis(value: Any, owner: str) -> int:
-    """A tuple's event time as epoch milliseconds (:func:`event_millis`), or a
-    :class:`WindowError` naming ``owner`` and what to give."""
-    try:
-        return event_millis(value)
-    except TypeError as exc:
-        raise WindowError(
-            f"{owner}: the tuple's timestamp {value!r} is not a time ({exc}); give epoch "
-            "milliseconds (int), a datetime or a date"
-        ) from None
-
-
-def has_columns(schema: pa.Schema, *specs: Any) -> bool:
-    """Whether ``schema`` has every column the extractor specs name (a batch that lacks one
-    goes row by row, where the first row fails with the field's name and the setting)."""
-    names = set(schema.names)
-    return all(set(columns_of(spec) or ()) <= names for spec in specs)
-
-
-def columns_of(spec: Any) -> list[str] | None:
-    """The column names of an extractor spec, or None when it is not made of names."""
-    if isinstance(spec, str):
-        return [spec]
-    if isinstance(spec, list | tuple) and all(isinstance(s, str) for s in spec):
-        return list(spec)
-    return None
 
 
 def _arrow_differs(aggregations: Sequence[str], values: Any) -> bool:

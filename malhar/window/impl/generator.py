@@ -15,7 +15,8 @@ from malhar.properties import Property
 from malhar.state import State
 from malhar.util.epoch_millis import epoch_millis
 from malhar.window.errors import WindowConfigError, WindowError
-from malhar.window.impl.core import check_extractor, extractor, has_columns, tuple_millis
+from malhar.window.impl.fields import extractor, has_columns, tuple_millis
+from malhar.window.impl.settings import check_extractor
 from malhar.window.watermark import Watermark
 from malhar.window.windows import to_millis
 

@@ -13,13 +13,9 @@ from malhar.operator import CheckpointListener, Operator, OperatorContext, Unifi
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.window.errors import WindowError
-from malhar.window.impl.core import (
-    WindowedCore,
-    check_extractor,
-    columns_of,
-    extractor,
-    has_columns,
-)
+from malhar.window.impl.core import WindowedCore
+from malhar.window.impl.fields import columns_of, extractor, has_columns
+from malhar.window.impl.settings import check_extractor
 from malhar.window.panes import WindowedTuple
 from malhar.window.protocol import Accumulation
 from malhar.window.windows import Window, WindowOption
@@ -60,7 +56,7 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
     lateness, as they came (rows for batches); an error port, so the engine counts them
     per window.
 
-    Properties: those of :class:`~malhar.window.impl.core.WindowedSettings`, plus
+    Properties: those of :class:`~malhar.window.impl.settings.WindowedSettings`, plus
     ``timestamp`` (a column name or a callable on the tuple; None: ingestion time, the
     streaming window's implicit time) and ``value`` (what is accumulated: a column name
     or a callable; None: the tuple).
