@@ -38,7 +38,8 @@ in scan mode also ``malhar.writer`` (``<application>/<operator>/<partition>``).
 
 How a failure is classified (retry the window, or which clear error) is in
 :mod:`malhar.io.kafka.producer_errors`; the topic checks and record-size limits of
-:meth:`KafkaOutputStore.open` are in :mod:`malhar.io.kafka.topic_limits`.
+:meth:`KafkaOutputStore.open` are in :mod:`malhar.io.kafka.topic_limits`; the restart scan
+of scan mode is in :mod:`malhar.io.kafka.scan_recovery`.
 """
 
 from __future__ import annotations
@@ -47,8 +48,6 @@ import functools
 import json
 import logging
 import time
-import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,9 +64,8 @@ from malhar.io.base.output import (
 )
 from malhar.io.base.rejected_log import RejectedLog
 from malhar.io.base.staged_batches import StagedBatches
-from malhar.io.kafka.client import KafkaClient, kafka_error
+from malhar.io.kafka.client import kafka_error
 from malhar.io.kafka.commit_groups import admin_client, commit_mark, committed_partitions
-from malhar.io.kafka.config import RetryPolicy
 from malhar.io.kafka.encoding import (
     WINDOW_HEADER,
     WRITER_HEADER,
@@ -86,6 +84,7 @@ from malhar.io.kafka.producer_errors import (
     needs_new_producer,
     output_failure,
 )
+from malhar.io.kafka.scan_recovery import ScanRecovery
 from malhar.io.kafka.serializers import get_serializer
 from malhar.io.kafka.topic_limits import (
     DEFAULT_MESSAGE_MAX,
@@ -174,8 +173,8 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         self._learned: dict[int, dict[int, str]] = {}
         #: windows whose next attempt reports each record's delivery (to find refused ones)
         self._diagnose: set[int] = set()
-        #: scan: the newest window found written and (key, value) counts of its records
-        self._partial: tuple[int, Counter] | None = None
+        #: scan: what of a window this writer already has in the topic
+        self._recovery = ScanRecovery(settings, key, self.writer, self.timeout)
         self.partitions = 0
         self.max_record_bytes = settings.max_record_bytes or DEFAULT_MESSAGE_MAX
         self.encoder: RecordEncoder | None = None
@@ -317,7 +316,7 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
             max_bytes=self.max_record_bytes,
             common_header_bytes=self._common_header_bytes,
         )
-        skip = self._already_written(txn.window, records, rejected)
+        skip = self._recovery.already_written(txn.window, records, rejected)
         report = self.delivery != "exactly_once" or txn.window in self._diagnose
         self._produce(txn, records, rejected, skip, report)
         if report:
@@ -339,31 +338,6 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
             rejected_row(table.slice(i, 1).to_pylist()[0], why)
             for i, why in sorted(rejected.items())
         ]
-
-    def _already_written(
-        self, window: int, records: EncodedRecords, rejected: dict[int, str]
-    ) -> set[int]:
-        """scan: the rows of a replayed window whose records are in the topic already."""
-        if self._partial is None or self._partial[0] != window:
-            return set()
-        left = Counter(self._partial[1])
-        skip = set()
-        for i in range(len(records.values)):
-            if i in rejected:
-                continue
-            kv = (records.keys[i], records.values[i])
-            if left[kv] > 0:
-                left[kv] -= 1
-                skip.add(i)
-        if skip:
-            log.info(
-                "%s: window %d: %d record(s) already in %s (written before the restart)",
-                self.key,
-                window,
-                len(skip),
-                self.settings.target,
-            )
-        return skip
 
     def _produce(
         self,
@@ -487,8 +461,7 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
                 self.positions[p] = max(end, self.positions.get(p, 0))
         self._learned.pop(txn.window, None)
         self._diagnose.discard(txn.window)
-        if self._partial is not None and self._partial[0] <= txn.window:
-            self._partial = None
+        self._recovery.completed(txn.window)
         if txn.mark is not None:
             self._mark = txn.mark
             if self._producer is txn.producer:
@@ -503,13 +476,7 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
             except (KafkaException, RuntimeError):
                 pass
             if self.delivery == "scan":
-                self._learn_in_flight(txn)
-                if txn.delivered:
-                    # a retry in this process writes only what did not get through
-                    found = Counter(txn.delivered)
-                    if self._partial is not None and self._partial[0] == txn.window:
-                        found.update(self._partial[1])
-                    self._partial = (txn.window, found)
+                self._recovery.aborted(txn)
             return
         err = kafka_error(error) if error is not None else None
         if needs_new_producer(err):
@@ -534,24 +501,6 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
     def committed(self, window: int) -> None:
         if self._rejected is not None:
             self._rejected.purge(window)
-
-    def _learn_in_flight(self, txn: KafkaTxn) -> None:
-        """scan: wait for the reports of records already sent (a flush that timed out left
-        them in flight; they may land), so that the retry knows them and does not write
-        them again. The queued ones were purged and report at once."""
-        try:
-            left = txn.producer.flush(self.timeout)
-        except (KafkaException, RuntimeError):
-            left = len(txn.producer)
-        if left:
-            log.warning(
-                "%s: window %d: %d record(s) still in flight after %.0f s; if they land, "
-                "the retry writes them again",
-                self.key,
-                txn.window,
-                left,
-                self.timeout,
-            )
 
     # -- the Spark sink's partly committed batches (TransactionalStreamWriter) ------------------
     def committed_partitions(self, window: int) -> dict[int, str | None]:
@@ -606,56 +555,12 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
 
     # -- scan recovery ------------------------------------------------------------------------
     def _scan(self) -> None:
-        """Find the newest window this writer wrote, and its records' (key, value)."""
-        s = self.settings
-        client = KafkaClient(
-            s.bootstrap_servers,
-            f"malhar-scan-{uuid.uuid4().hex[:12]}",
-            s.consumer_settings("unused"),
-            RetryPolicy(request_timeout_ms=s.request_timeout_ms),
-            label=f"Kafka output {self.key} (restart scan)",
-        )
-        try:
-            tps = [(s.topic, p) for p in range(self.partitions)]
-            marks = client.watermarks(tps)
-            ranges = {}
-            for tp, (low, high) in marks.items():
-                known = self.positions.get(tp[1])
-                start = known if known is not None else high - s.scan_back_records
-                ranges[tp] = (min(max(low, start), high), high)
-            newest, found, scanned = NO_WINDOW, Counter(), 0
-            writer = self.writer.encode()
-            for chunk in client.iter_ranges(ranges, 10_000):
-                scanned += len(chunk)
-                for msg in chunk:
-                    headers = msg.headers()
-                    if not headers:
-                        continue
-                    h = dict(headers)
-                    if h.get(WRITER_HEADER) != writer:
-                        continue
-                    try:
-                        w = int(h.get(WINDOW_HEADER) or b"")
-                    except ValueError:
-                        continue
-                    if w > newest:
-                        newest, found = w, Counter()
-                    if w == newest:
-                        found[(msg.key(), msg.value())] += 1
-        finally:
-            client.close()
-        for (_, p), (_, high) in marks.items():
-            self.positions[p] = high
+        """Find the newest window this writer wrote, and its records' (key, value)
+        (:meth:`~malhar.io.kafka.scan_recovery.ScanRecovery.scan`)."""
+        newest, ends = self._recovery.scan(self.partitions, self.positions)
+        self.positions.update(ends)
         if newest != NO_WINDOW:
-            self._partial = (newest, found)
             self._mark = CommitMark(newest - 1)
-        log.info(
-            "%s: scanned %d record(s) of %s: newest window written %s",
-            self.key,
-            scanned,
-            s.target,
-            newest if newest != NO_WINDOW else "none",
-        )
 
 
 def _produce_all(
