@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 from typing import Any
 
 import pyarrow as pa
@@ -16,21 +15,11 @@ from malhar.state import State
 from malhar.util.epoch_millis import epoch_millis
 from malhar.window.errors import WindowConfigError, WindowError
 from malhar.window.impl.fields import extractor, has_columns, tuple_millis
-from malhar.window.impl.settings import check_extractor
+from malhar.window.impl.settings import check_extractor, check_millis
 from malhar.window.watermark import Watermark
 from malhar.window.windows import to_millis
 
 __all__ = ["WatermarkGenerator"]
-
-
-def _check_millis(value: Any) -> str | None:
-    if (
-        isinstance(value, int | _dt.timedelta)
-        and not isinstance(value, bool)
-        and (to_millis(value) >= 0)
-    ):
-        return None
-    return "expected non-negative milliseconds (int) or a timedelta"
 
 
 class WatermarkGenerator(Operator):
@@ -62,7 +51,7 @@ class WatermarkGenerator(Operator):
 
     timestamp = Property(object, not_null=True, check=check_extractor, doc="event time (ms)")
     max_out_of_orderness = Property(
-        object, default=0, check=_check_millis, doc="how far behind the largest event time"
+        object, default=0, check=check_millis, doc="how far behind the largest event time"
     )
     split_by = Property(
         object, default=None, check=check_extractor, doc="track the largest event time per value"

@@ -47,14 +47,17 @@ def _check_mode(value: Any) -> str | None:
     return None
 
 
-def _check_millis(value: Any) -> str | None:
-    if value is None or (
-        isinstance(value, int | _dt.timedelta)
-        and not isinstance(value, bool)
-        and to_millis(value) >= 0
-    ):
+def check_millis(value: Any) -> str | None:
+    """``check=`` of a duration: non-negative milliseconds (int) or a timedelta."""
+    numeric = isinstance(value, int | _dt.timedelta) and not isinstance(value, bool)
+    if numeric and to_millis(value) >= 0:
         return None
-    return "expected non-negative milliseconds (int) or a timedelta (or None)"
+    return "expected non-negative milliseconds (int) or a timedelta"
+
+
+def _check_optional_millis(value: Any) -> str | None:
+    why = None if value is None else check_millis(value)
+    return why and f"{why} (or None)"
 
 
 def _check_storage(value: Any) -> str | None:
@@ -104,14 +107,14 @@ class WindowedSettings(Configurable):
     allowed_lateness = Property(
         object,
         default=0,
-        check=_check_millis,
+        check=_check_optional_millis,
         doc="ms (or timedelta) behind the watermark that tuples are still accepted; None: "
         "forever (windows are never purged)",
     )
     fixed_watermark = Property(
         object,
         default=None,
-        check=_check_millis,
+        check=_check_optional_millis,
         doc="watermark = the streaming window's implicit time minus this (ms); replaces "
         "upstream watermarks",
     )
