@@ -8,6 +8,8 @@ from typing import Any
 from malhar import attributes as A
 from malhar.operator import InputOperator, Operator
 from malhar.ports import InputPort, OutputPort, ports_of
+from malhar.properties import properties_of
+from malhar.suggest import did_you_mean
 
 
 @dataclass
@@ -259,15 +261,40 @@ class OperatorHandle:
         self.meta = meta
         self.name = meta.name
 
+    _OWN = frozenset({"_dag", "meta", "name"})
+
     def __getattr__(self, port: str) -> PortHandle:
         inputs, outputs = ports_of(type(self.meta.operator))
         if port in outputs:
             return PortHandle(self._dag, PortRef(self.name, port), True)
         if port in inputs:
             return PortHandle(self._dag, PortRef(self.name, port), False)
+        cls = type(self.meta.operator)
+        if port in properties_of(cls):
+            hint = f"; {port!r} is a property of {cls.__name__}: read it as .operator.{port}"
+        else:
+            hint = did_you_mean(port, [*inputs, *outputs])
         raise AttributeError(
-            f"operator {self.name!r} ({type(self.meta.operator).__name__}) has no port {port!r}; "
-            f"ports: {sorted([*inputs, *outputs])}"
+            f"operator {self.name!r} ({cls.__name__}) has no port {port!r}; "
+            f"ports: {sorted([*inputs, *outputs])}{hint}"
+        )
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        # Apex's addOperator returns the operator itself, so ``handle.prop = v`` is what an
+        # Apex user writes; on this handle it set an attribute nothing reads
+        if key in self._OWN:
+            object.__setattr__(self, key, value)
+            return
+        cls = type(self.meta.operator)
+        known = properties_of(cls)
+        if key in known:
+            what, how = f"{key!r} is a property of {cls.__name__}", f".operator.{key} = ..."
+        else:
+            what = f"{cls.__name__} has no property {key!r}{did_you_mean(key, known)}"
+            how = ".operator.configure(...)"
+        raise AttributeError(
+            f"cannot set {key!r} on the handle of operator {self.name!r} ({what}): set "
+            f"properties on the operator ({how}) and attributes with .set_attribute(...)"
         )
 
     def set_attribute(self, key: A.Attribute | str, value: Any) -> OperatorHandle:

@@ -434,3 +434,25 @@ def test_unifiers_are_configured_instances() -> None:
     plan = build_plan(dag)
     (route,) = [r for r in plan.routes if r.unifier is not None]
     assert isinstance(route.unifier, ConfiguredUnifier) and route.unifier.scale == 7
+
+
+def test_a_property_set_on_the_handle_is_refused_with_the_fix() -> None:
+    # Apex's addOperator returns the operator, so Apex users write handle.prop = value: it
+    # set an attribute of the handle that nothing read, and the operator ran with n=1
+    from malhar.algo import TopN
+
+    dag = DAG("t")
+    top = dag.add_operator("top", TopN(n=1))
+    with pytest.raises(AttributeError, match=r"'n' is a property of TopN\): .*\.operator\.n ="):
+        top.n = 5
+    with pytest.raises(AttributeError, match="no property 'ordr_by'; did you mean 'order_by'"):
+        top.ordr_by = "n"
+    with pytest.raises(
+        AttributeError, match=r"'n' is a property of TopN: read it as \.operator\.n"
+    ):
+        _ = top.n
+    with pytest.raises(AttributeError, match=r"no port 'dat'.*did you mean 'data'"):
+        _ = top.dat
+    assert top.operator.n == 1
+    top.operator.n = 5
+    assert dag.operators["top"].operator.n == 5

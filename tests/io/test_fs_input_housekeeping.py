@@ -288,6 +288,23 @@ def test_a_path_with_glob_characters_that_exists_is_read_literally(
     assert len([r for r in caplog.records if "no file matches the glob" in r.message]) == 1
 
 
+def test_a_path_that_does_not_exist_is_logged_once_and_read_once_it_appears(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a mistyped input path read nothing and said nothing: the application looked healthy
+    missing = tmp_path / "no-such-dir"
+    h = harness(LinesFileInput(str(missing), scan_interval_ms=0), str(tmp_path / "ck"))
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        h.run_window()
+        h.run_window()
+    said = [r.message for r in caplog.records if "does not exist" in r.message]
+    assert len(said) == 1 and str(missing) in said[0]
+    missing.mkdir()
+    (missing / "a.txt").write_text("x\n")
+    h.run_window()
+    assert values(h) == ["x"]
+
+
 # -- G: repeated CSV header names ---------------------------------------------------------------
 def test_repeated_csv_header_names_are_made_unique_as_spark_does(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()

@@ -4,7 +4,8 @@ path, a glob or a directory tree holds now, oldest first.
 - ``path`` is a file, a directory, or a glob (``/data/in/*.csv``, ``/data/2026-*/part-*``;
   ``*``, ``?`` and ``[...]`` in any path component, matched per component); a path that
   exists as written is taken literally (a directory named ``in[1]``), and ``[[]``, ``[*]``,
-  ``[?]`` match the character itself in a glob; a glob that matches nothing is logged once;
+  ``[?]`` match the character itself in a glob; a glob that matches nothing, or a path
+  that does not exist, is logged once;
 - ``recursive`` also lists the files of subdirectories (of the directory, or of the
   directories a glob matches);
 - ``pattern`` is a regular expression the whole file *name* must match;
@@ -90,6 +91,12 @@ class DirectoryScanner:
         else:
             status = status or self.fs.status(self.literal)
             if status is None:
+                if not self._warned:
+                    self._warned = True  # once, as for a glob: it may be created later
+                    log.warning(
+                        "the input path %s does not exist (yet); nothing is read until it does",
+                        redact_url(self.url),
+                    )
                 return []
             if status.is_dir:
                 self._walk(self.literal, out, self.recursive)
