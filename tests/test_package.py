@@ -51,3 +51,26 @@ def test_every_library_error_derives_from_malhar_error() -> None:
 def test_public_names_of_the_top_level_package_resolve() -> None:
     for name in malhar.__all__:
         assert getattr(malhar, name) is not None
+
+
+def test_the_wheel_carries_its_type_marker_and_data_files(tmp_path) -> None:
+    # PEP 561: without py.typed, type checkers ignore an installed package's hints
+    import shutil
+    import zipfile
+    from pathlib import Path
+
+    root = Path(malhar.__file__).resolve().parents[1]
+    src = tmp_path / "src"  # a copy: setuptools writes build/ and egg-info beside the sources
+    shutil.copytree(root / "malhar", src / "malhar", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
+    out = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
+        check=True,
+        timeout=300,
+    )
+    [wheel] = out.glob("malhar-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "malhar/py.typed" in names
+    assert "malhar/testing/maven/kafka/pom.xml" in names
