@@ -49,7 +49,7 @@ from malhar.dag import DAG, OperatorHandle, PortHandle
 from malhar.errors import MalharError
 from malhar.operator import Operator
 from malhar.ports import ports_of
-from malhar.properties import properties_of
+from malhar.properties import PropertyError, properties_of
 from malhar.redaction import Scrubber
 from malhar.suggest import did_you_mean
 
@@ -244,8 +244,10 @@ def _set_property(
     try:
         setattr(operator, name, known[name].parse(value))
     except Exception as exc:
-        shown = _hide(str(exc), name, value)
-        problems.append(f"{where}: property {name!r}: {shown}")
+        why = str(exc)
+        if isinstance(exc, PropertyError):  # it names the property already: once is enough
+            why = why.removeprefix(f"property {name!r}: ").removeprefix(f"{cls.__name__}.{name}: ")
+        problems.append(f"{where}: property {name!r}: {_hide(why, name, value)}")
 
 
 # -- JSON applications ---------------------------------------------------------------------

@@ -37,6 +37,7 @@ _ATOMIC: dict[str, T.DataType] = {
     "timestamp_ntz": T.TimestampNTZType(),
     "date": T.DateType(),
 }
+_PUNCTUATION = frozenset("<>(),:")
 _TOKEN = re.compile(r"\s*(`[^`]*`|[A-Za-z_][A-Za-z0-9_]*|\d+|[<>(),:])")
 
 
@@ -72,9 +73,18 @@ class _Parser:
     def fields(self, end: str | None) -> T.StructType:
         out = []
         while True:
+            tok = self.peek()
+            if tok is None or tok in _PUNCTUATION:
+                found = "the end" if tok is None else repr(tok)
+                raise DDLError(
+                    f"expected a field name but found {found} (an empty field, or a comma "
+                    "too many?)"
+                )
             name = self.take().strip("`")
             if self.peek() == ":":
                 self.take(":")
+            if self.peek() is None or self.peek() in _PUNCTUATION:
+                raise DDLError(f"field {name!r} has no type")
             dtype = self.dtype()
             nullable = True
             if self.peek() and self.peek().lower() == "not":

@@ -204,7 +204,7 @@ def test_validate_reports_every_problem_of_an_application_file(
         "unknown key 'streems'; did you mean 'streams'?",
         # the closest name first ('LinesFileInput' is close too)
         "operator 'src': unknown operator or connector 'ListInpt'; did you mean 'ListInput'",
-        "operator 'double': property 'factor': Doubler.factor: 0 is below the minimum 1",
+        "operator 'double': property 'factor': 0 is below the minimum 1",
         "operator 'double': Doubler has no property 'facter'; did you mean 'factor'?",
         "operator 'out': unknown operator attribute 'PARTITION'; did you mean 'PARTITIONS'",
         "stream 'numbers': operator 'src' could not be created (see above)",
@@ -514,3 +514,30 @@ def test_run_of_a_failing_app_exits_1_with_the_operator_error(
         "  - OperatorError: operator 'boom' partition 0 failed in process of window 0: "
         "ValueError: cannot handle 1\n"
     ) in done.stderr
+
+
+def test_a_property_value_error_names_the_property_once(site: FakeSite, tmp_path: Path) -> None:
+    app = write_app(
+        tmp_path / "parse.json",
+        operators={
+            "src": {"class": "ListInput", "args": {"windows": []}},
+            "parse": {"class": "CsvParser", "properties": {"schema": "a string"}},
+            "top": {"class": "TopN", "properties": {"n": 1}},
+        },
+        streams={
+            "s": {"from": "src.output", "to": "parse.input"},
+            "t": {"from": "src.output", "to": "top.data"},
+        },
+    )
+    bad = invoke(
+        "validate", str(app), "-c", "dt.operator.top.prop.n=abc", "-c",
+        "dt.operator.parse.prop.schema=id bigint,, name string",
+    )  # fmt: skip
+    assert bad.exit_code == 2
+    # it said "property 'schema': CsvParser.schema: schema: cannot parse ..." and, for a
+    # value not read as its type, "property 'x': property 'x': cannot read ..."
+    assert (
+        "config dt.operator.parse.prop.schema: property 'schema': cannot parse DDL "
+        "'id bigint,, name string': expected a field name but found ','" in bad.output
+    )
+    assert "config dt.operator.top.prop.n: property 'n': cannot read 'abc' as int" in bad.output

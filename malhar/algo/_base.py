@@ -363,7 +363,7 @@ def _ddl_problem(value: str) -> str | None:
     try:
         to_struct_type(value, where="schema")
     except SchemaError as exc:
-        return str(exc)
+        return str(exc).removeprefix("schema: ")  # the property's name leads the message
     return None
 
 
