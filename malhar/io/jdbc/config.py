@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from malhar import secrets
 from malhar.io.base.output import TransactionalSettings
 from malhar.io.base.spark_sink import TransactionalSinkSettings
 from malhar.io.jdbc.errors import JdbcConfigError
 from malhar.properties import Configurable, Property
-from malhar.redaction import redact_url, url_password
+from malhar.redaction import Scrubber, redact_url, url_password
 
 #: how rows are applied to the table
 MODES = ("insert", "upsert", "merge_add")
@@ -69,8 +70,33 @@ class JdbcConnectionSettings(Configurable):
 
     @property
     def redacted_url(self) -> str:
-        """The URL with its password masked: safe for logs and errors."""
-        return redact_url(self.url or "")
+        """The URL with its password masked (``postgresql://app:***@db:5432/shop``): what
+        logs and errors name. A reference ``${env:NAME}`` / ``${file:/path}`` (the user's,
+        or the one the engine ships a literal password to the executors in) is read first:
+        messages name the database, not the reference; one that cannot be read is shown as
+        it is (it holds no secret). Query parameters with a secret name
+        (``?password=...``) are masked too.
+
+        Example:
+            >>> import os
+            >>> os.environ["DEMO_DB_URL"] = "postgresql://app:pw@db:5432/shop?sslpassword=k3y!"
+            >>> JdbcConnectionSettings().configure(url="${env:DEMO_DB_URL}").redacted_url
+            'postgresql://app:***@db:5432/shop?sslpassword=***'
+            >>> JdbcConnectionSettings().configure(url="${env:DEMO_UNSET_URL}").redacted_url
+            '${env:DEMO_UNSET_URL}'
+        """
+        url = self.url or ""
+        if secrets.is_reference(url):
+            try:
+                url = str(secrets.resolve(url, "url"))
+            except secrets.SecretReferenceError:
+                return url
+        scrub = Scrubber()
+        try:  # the URL's query (a password there is not in the scheme://user:password@ part)
+            scrub.add(dict(parse_qsl(urlsplit(redact_url(url)).query)))
+        except ValueError:  # not a URL urllib reads: its query is not masked by name
+            pass
+        return scrub(url)
 
     def connection_key(self) -> tuple:
         """What identifies the connection settings (engines are shared per process by it)."""
