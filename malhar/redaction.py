@@ -45,6 +45,9 @@ _SECRET_KEY = re.compile(
 #: little. ``scheme//`` (a forgotten colon) is masked the same way.
 _URL_PASSWORD = r"(?P<head>\b[a-zA-Z][\w+.-]*:?//[^\s:/@]*:)(?P<password>\S*)@"
 _URL = re.compile(_URL_PASSWORD)
+#: ``?password=...`` / ``&sslpassword=...``: a query parameter, masked when its name is a
+#: secret's (libpq and JDBC drivers take passwords there too)
+_QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<key>[^\s=&;#?]+)=)(?P<value>[^\s&;#]+)")
 MASK = "***"
 
 
@@ -54,9 +57,22 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """``scheme://user:***@host/...``: the URL with its password masked (any text: a URL
-    that does not parse is masked the same way)."""
-    return _URL.sub(rf"\g<head>{MASK}@", url)
+    """``scheme://user:***@host/...?password=***``: the URL with its password masked, in
+    its user part and in query parameters with a secret's name (any text: a URL that does
+    not parse is masked the same way).
+
+    Example:
+        >>> redact_url("postgresql://app:pw@db:5432/shop?sslmode=require&sslpassword=k")
+        'postgresql://app:***@db:5432/shop?sslmode=require&sslpassword=***'
+    """
+    masked = _URL.sub(rf"\g<head>{MASK}@", url)
+    if "=" not in masked:
+        return masked
+    return _QUERY_PARAM.sub(_mask_param, masked)
+
+
+def _mask_param(found: re.Match[str]) -> str:
+    return found["head"] + MASK if is_secret_key(found["key"]) else found[0]
 
 
 def url_password(url: str) -> str | None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 from malhar import secrets
 from malhar.io.base.output import TransactionalSettings
 from malhar.io.base.spark_sink import TransactionalSinkSettings
 from malhar.io.jdbc.errors import JdbcConfigError
 from malhar.properties import Configurable, Property
-from malhar.redaction import Scrubber, redact_url, url_password
+from malhar.redaction import redact_url, url_password
 
 #: how rows are applied to the table
 MODES = ("insert", "upsert", "merge_add")
@@ -91,12 +90,7 @@ class JdbcConnectionSettings(Configurable):
                 url = str(secrets.resolve(url, "url"))
             except secrets.SecretReferenceError:
                 return url
-        scrub = Scrubber()
-        try:  # the URL's query (a password there is not in the scheme://user:password@ part)
-            scrub.add(dict(parse_qsl(urlsplit(redact_url(url)).query)))
-        except ValueError:  # not a URL urllib reads: its query is not masked by name
-            pass
-        return scrub(url)
+        return redact_url(url)
 
     def connection_key(self) -> tuple:
         """What identifies the connection settings (engines are shared per process by it)."""

@@ -1,0 +1,33 @@
+"""URL masking: the one function every message that names a URL goes through."""
+
+from __future__ import annotations
+
+import pytest
+
+from malhar.io.jdbc.config import JdbcConnectionSettings
+from malhar.redaction import redact_url
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:pw@db:5432/shop", "postgresql://app:***@db:5432/shop"),
+        # a password in the query was shown whole (and by a value filter, only from 4
+        # characters on)
+        ("postgresql://app@db/shop?password=abc", "postgresql://app@db/shop?password=***"),
+        (
+            "jdbc:postgresql://db/shop?user=app&sslpassword=k&ssl=true",
+            "jdbc:postgresql://db/shop?user=app&sslpassword=***&ssl=true",
+        ),
+        ("see http://h/x?a=1 and ?token=zz;next", "see http://h/x?a=1 and ?token=***;next"),
+        ("select * from t where a=1", "select * from t where a=1"),
+    ],
+)
+def test_redact_url_masks_user_and_query_passwords(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_a_referenced_jdbc_url_is_named_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEMO_DB_URL", "postgresql://app:pw@db:5432/shop?password=pw")
+    settings = JdbcConnectionSettings().configure(url="${env:DEMO_DB_URL}")
+    assert settings.redacted_url == "postgresql://app:***@db:5432/shop?password=***"
