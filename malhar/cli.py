@@ -362,6 +362,11 @@ def run(
     spark = malhar.build_session(
         master, app_name=f"malhar-{dag.name}", conf=spark_conf, log_level=log_level
     )
+    if not _debug() and log_level in ("WARN", "ERROR", "FATAL", "OFF"):
+        # a failure is printed once, at the end (malhar --debug run shows Spark's copies)
+        from malhar.session import TASK_FAILURE_LOGGERS, set_logger_levels
+
+        set_logger_levels(spark, dict.fromkeys(TASK_FAILURE_LOGGERS, "OFF"))
     try:
         with StopSignals() as stop:
             _run(

@@ -104,4 +104,31 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    # every streaming query warns that adaptive execution does not apply to it; batch
+    # queries of the same session keep it
+    set_logger_levels(
+        spark, {"org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream": "ERROR"}
+    )
     return spark
+
+
+#: Spark's loggers that repeat a failed task's error (its Python traceback, four times in
+#: local mode) before the query's own exception says it once more
+TASK_FAILURE_LOGGERS = (
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+)
+
+
+def set_logger_levels(spark: SparkSession, levels: Mapping[str, str]) -> None:
+    """Set the levels of named loggers of the driver's JVM (log4j 2), e.g. ``{"org.apache.
+    spark.executor.Executor": "OFF"}``; in local mode the executors log there too."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a session built here has its JVM
+    log4j = jvm.org.apache.logging.log4j
+    for name, level in levels.items():
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.getLevel(level))

@@ -514,6 +514,15 @@ def test_run_of_a_failing_app_exits_1_with_the_operator_error(
         "  - OperatorError: operator 'boom' partition 0 failed in process of window 0: "
         "ValueError: cannot handle 1\n"
     ) in done.stderr
+    # Spark's task loggers printed the Python traceback four times above it (~300 lines)
+    assert done.stderr.count("ValueError: cannot handle 1") == 1, done.stderr
+    assert " ERROR Executor" not in done.stderr and "ResolveWriteToStream" not in done.stderr
+    debug = [*malhar_command(), "--debug", *command[len(malhar_command()) :]]
+    shutil.rmtree(tmp_path / "ckpt")
+    loud = subprocess.run(
+        debug, env=site.env(), capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert loud.returncode == 1 and " ERROR Executor" in loud.stderr, loud.stderr
 
 
 def test_a_property_value_error_names_the_property_once(site: FakeSite, tmp_path: Path) -> None:
