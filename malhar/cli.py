@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -47,6 +48,23 @@ def _fail(title: str, problems: list[str], scrub: Callable[[str], str], code: in
     for problem in problems:
         click.echo(f"  - {scrub(problem)}", err=True)
     sys.exit(code)
+
+
+#: the master URLs Spark takes (SparkContext.createTaskScheduler, SparkMasterRegex)
+_MASTER = re.compile(
+    r"local(\[\s*(\*|\d+)\s*(,\s*\d+\s*)?\])?|local-cluster\[\s*\d+\s*(,\s*\d+\s*){2}\]|yarn"
+    r"|(spark|k8s|mesos)://\S+"
+)
+
+
+def _check_master(master: str) -> str:
+    # a JVM refusing a master it does not know prints 50 lines ending in JAVA_GATEWAY_EXITED
+    if not _MASTER.fullmatch(master):
+        raise click.BadParameter(
+            f"{master!r} is not a Spark master URL: use local[N], local[*], local[N,F], "
+            "local-cluster[W,C,M], spark://HOST:PORT, yarn or k8s://URL"
+        )
+    return master
 
 
 def _debug() -> bool:
@@ -281,6 +299,7 @@ def _runtime_failure(app_name: str, exc: BaseException, scrub: Scrubber) -> NoRe
     "--master",
     default=DEFAULT_MASTER,
     show_default=True,
+    callback=lambda _ctx, _param, value: _check_master(value),
     help="Spark master URL (the default: all cores, 4 attempts per task).",
 )
 @click.option(

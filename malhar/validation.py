@@ -195,6 +195,12 @@ def _properties(dag: DAG) -> list[str]:
             problem = prop.problem(getattr(meta.operator, name))
             if problem:
                 out.append(f"operator {meta.name!r}: property {name!r} {problem}")
+        # a connector's checks across its properties (mode 'merge_add' needs key_columns):
+        # they ran in setup, on the executors, after Spark had started
+        settings_problems = getattr(meta.operator, "settings_problems", None)
+        if callable(settings_problems):
+            own = set(meta.operator.property_problems())
+            out += [f"operator {meta.name!r}: {p}" for p in settings_problems() if p not in own]
     return out
 
 

@@ -550,3 +550,13 @@ def test_a_property_value_error_names_the_property_once(site: FakeSite, tmp_path
         "'id bigint,, name string': expected a field name but found ','" in bad.output
     )
     assert "config dt.operator.top.prop.n: property 'n': cannot read 'abc' as int" in bad.output
+
+
+def test_run_refuses_a_master_spark_does_not_know_before_starting_it(
+    site: FakeSite, tmp_path: Path
+) -> None:
+    # the JVM refused it with 50 lines ending in JAVA_GATEWAY_EXITED and exit code 1
+    app = write_app(tmp_path / "app.json")
+    bad = invoke("run", str(app), "--master", "lokal[2]", "--windows", "1")
+    assert bad.exit_code == 2
+    assert "'lokal[2]' is not a Spark master URL: use local[N]" in bad.output

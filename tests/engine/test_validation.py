@@ -456,3 +456,22 @@ def test_a_property_set_on_the_handle_is_refused_with_the_fix() -> None:
     assert top.operator.n == 1
     top.operator.n = 5
     assert dag.operators["top"].operator.n == 5
+
+
+def test_a_connectors_checks_across_properties_run_in_validate() -> None:
+    # they ran in setup, on the executors: `malhar validate` said the application was
+    # valid, and the run failed after Spark had started
+    from malhar.io.jdbc import JdbcOutputOperator
+
+    dag, src, _ = _simple()
+    db = dag.add_operator(
+        "db", JdbcOutputOperator(url="postgress://app@db/shop", table="t", mode="merge_add")
+    )
+    dag.add_stream("s", src.output, db.input)
+    problems = [p for p in _problems(dag) if p.startswith("operator 'db'")]
+    assert problems == [
+        "operator 'db': url 'postgress://app@db/shop' names no database SQLAlchemy knows "
+        "('postgress': Can't load plugin: sqlalchemy.dialects:postgress); write it like "
+        "'postgresql://user@host:5432/db'",
+        "operator 'db': mode 'merge_add' needs key_columns (the conflict key)",
+    ]

@@ -106,9 +106,17 @@ class JdbcConnectionSettings(Configurable):
         """Why the URL cannot work (a reference is read where it is used: not checked)."""
         if self.url and not secrets.is_reference(self.url):
             try:
-                self.sqlalchemy_url()
+                url = self.sqlalchemy_url()
             except Exception as exc:
                 return [f"url {self.redacted_url!r} is not a SQLAlchemy URL: {exc}"]
+            try:
+                url.get_dialect()  # a misspelled database name (postgress://) fails here
+            except Exception as exc:
+                return [
+                    f"url {self.redacted_url!r} names no database SQLAlchemy knows "
+                    f"({url.drivername!r}: {exc}); write it like "
+                    "'postgresql://user@host:5432/db'"
+                ]
         return []
 
     def literal_password_problems(self) -> list[str]:
