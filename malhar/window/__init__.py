@@ -31,7 +31,12 @@ Example:
     [('ann', 0, 2)]
 """
 
-from malhar.window.errors import AccumulationError, WindowConfigError, WindowError
+from malhar.window.errors import (
+    AccumulationError,
+    BadTupleError,
+    WindowConfigError,
+    WindowError,
+)
 from malhar.window.impl.generator import WatermarkGenerator
 from malhar.window.impl.memory import InMemoryWindowedStorage
 from malhar.window.impl.operator import (
@@ -82,6 +87,7 @@ __all__ = [
     "AfterProcessingTime",
     "AfterWatermark",
     "Always",
+    "BadTupleError",
     "DefaultTrigger",
     "GlobalWindow",
     "InMemoryWindowedStorage",

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from malhar.errors import ConfigError, MalharError
 
-__all__ = ["AccumulationError", "WindowConfigError", "WindowError"]
+__all__ = ["AccumulationError", "BadTupleError", "WindowConfigError", "WindowError"]
 
 
 class WindowError(MalharError, RuntimeError):
     """A windowed operator met input or state it cannot handle (the message says why)."""
+
+
+class BadTupleError(WindowError):
+    """One tuple a windowed operator cannot take: a missing field, a null timestamp or one
+    that is not a time, a key that cannot be a key. It goes to the operator's ``error``
+    port (``{"tuple": ..., "reason": ...}``, counted) and the window goes on."""
 
 
 class WindowConfigError(ConfigError):

@@ -33,7 +33,7 @@ from malhar.util.epoch_millis import epoch_millis
 from malhar.util.int_sums import may_wrap
 from malhar.util.nan_order import nan_mask
 from malhar.window._order import ordered
-from malhar.window.errors import WindowConfigError, WindowError
+from malhar.window.errors import WindowConfigError
 from malhar.window.impl.fields import tuple_millis
 from malhar.window.impl.memory import InMemoryWindowedStorage
 from malhar.window.impl.settings import DEFAULT_STREAMING_WINDOW_MS, WindowedSettings
@@ -421,21 +421,19 @@ class WindowedCore(WindowedSettings):
             self._add(window, key, acc, _PARTIAL, n)
 
     # -- Arrow batches -----------------------------------------------------------------------------
-    def _timestamps(self, batch: pa.RecordBatch, column: Any) -> np.ndarray:
+    def _timestamps(self, batch: pa.RecordBatch, column: Any) -> np.ndarray | None:
+        """Epoch milliseconds of a batch's rows; None when some row has none (a null, a
+        value that is not a time): the batch then goes row by row, and those rows to the
+        error port with their reasons."""
         if column is None:
             return np.full(batch.num_rows, self.now(), dtype=np.int64)
         arr = batch.column(column)
         if arr.null_count:
-            raise WindowError(
-                f"{type(self).__name__} {self._name!r}: the timestamp column {column!r} has "
-                f"{arr.null_count} null value(s)"
-            )
+            return None
         try:  # floored to the millisecond, as a tuple's time is
             return epoch_millis(arr)
-        except (ValueError, pa.ArrowInvalid) as exc:
-            raise WindowError(
-                f"{type(self).__name__} {self._name!r}: the timestamp column {column!r}: {exc}"
-            ) from None
+        except (ValueError, TypeError, pa.ArrowInvalid):
+            return None
 
     def _ingest_batch(
         self,
@@ -467,6 +465,8 @@ class WindowedCore(WindowedSettings):
         ):
             return False
         ts = self._timestamps(batch, timestamp)
+        if ts is None:
+            return False
         horizon = self.horizon()
         if horizon is not None:
             late = ts < horizon

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from malhar.util.epoch_millis import event_millis
-from malhar.window.errors import WindowError
+from malhar.window.errors import BadTupleError
 
 
 # -- extractors ---------------------------------------------------------------------------------
@@ -18,7 +18,7 @@ def extractor(
 ) -> Callable[[Any], Any] | None:
     """A function from a tuple: a column name (``t[name]``), several (a tuple of them), a
     callable as is, or ``default`` for None. A tuple without a named field raises a
-    :class:`WindowError` naming ``owner``, the field and ``setting`` (the property set)."""
+    :class:`BadTupleError` naming ``owner``, the field and ``setting`` (the property set)."""
     if spec is None:
         return default
     if isinstance(spec, str):
@@ -53,12 +53,12 @@ def _has(t: Any, name: str) -> bool:
     return True
 
 
-def _missing(owner: str, setting: str, spec: Any, name: str, t: Any) -> WindowError:
+def _missing(owner: str, setting: str, spec: Any, name: str, t: Any) -> BadTupleError:
     shown = repr(t)
     if len(shown) > 200:
         shown = shown[:200] + "..."
     where = f"{owner}: " if owner else ""
-    return WindowError(
+    return BadTupleError(
         f"{where}a tuple ({type(t).__name__}) has no field {name!r} ({setting}={spec!r}): "
         f"{shown}; send tuples with that field, or set {setting} to a field they have "
         "(or to a callable)"
@@ -67,11 +67,11 @@ def _missing(owner: str, setting: str, spec: Any, name: str, t: Any) -> WindowEr
 
 def tuple_millis(value: Any, owner: str) -> int:
     """A tuple's event time as epoch milliseconds (:func:`event_millis`), or a
-    :class:`WindowError` naming ``owner`` and what to give."""
+    :class:`BadTupleError` naming ``owner`` and what to give."""
     try:
         return event_millis(value)
     except TypeError as exc:
-        raise WindowError(
+        raise BadTupleError(
             f"{owner}: the tuple's timestamp {value!r} is not a time ({exc}); give epoch "
             "milliseconds (int), a datetime or a date"
         ) from None

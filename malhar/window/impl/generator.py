@@ -13,7 +13,7 @@ from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
 from malhar.util.epoch_millis import epoch_millis
-from malhar.window.errors import WindowConfigError, WindowError
+from malhar.window.errors import BadTupleError, WindowConfigError
 from malhar.window.impl.fields import extractor, has_columns, tuple_millis
 from malhar.window.impl.settings import check_extractor, check_millis
 from malhar.window.watermark import Watermark
@@ -74,10 +74,16 @@ class WatermarkGenerator(Operator):
 
     def begin_window(self, window_id: int) -> None:
         self._seen = False
+        self._bad = 0
 
     def process(self, value: Any) -> None:
         self.output.emit(value)
-        self._update(None if self._split is None else self._split(value), self._ts(value))  # type: ignore[misc]
+        try:
+            self._update(None if self._split is None else self._split(value), self._ts(value))  # type: ignore[misc]
+        except BadTupleError:
+            # it goes on as it came: the windowed operator behind sends it to its error port
+            # with the reason; here it moves no watermark
+            self._bad += 1
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         self.output.emit_batch(batch)
@@ -88,13 +94,12 @@ class WatermarkGenerator(Operator):
             or not (self.split_by is None or isinstance(self.split_by, str))
             or not has_columns(batch.schema, self.timestamp, self.split_by)
         ):
-            for row in batch.to_pylist():
-                ts = self._ts(row)  # type: ignore[misc]
-                self._update(None if self._split is None else self._split(row), ts)
+            self._rows(batch)
             return
         ts = batch.column(self.timestamp)
-        if ts.null_count:
-            raise WindowError(f"WatermarkGenerator {self._name!r}: null timestamps")
+        if ts.null_count:  # rows without a time move no watermark (see process)
+            self._rows(batch)
+            return
         if pa.types.is_timestamp(ts.type):  # floored to the millisecond, as a tuple's time is
             ts = pa.array(epoch_millis(ts))
         if self.split_by is None:
@@ -106,6 +111,17 @@ class WatermarkGenerator(Operator):
             grouped.column("s").to_pylist(), grouped.column("t_max").to_pylist(), strict=True
         ):
             self._update(split, high)
+
+    def _rows(self, batch: pa.RecordBatch) -> None:
+        for row in batch.to_pylist():
+            try:
+                self._update(None if self._split is None else self._split(row), self._ts(row))  # type: ignore[misc]
+            except BadTupleError:
+                self._bad += 1
+
+    def metrics(self) -> dict[str, float]:
+        """``without_time``: tuples that moved no watermark (no time, or not a time)."""
+        return {"without_time": float(self._bad)}
 
     def _update(self, split: Any, ts: Any) -> None:
         if not isinstance(ts, int):

@@ -12,7 +12,7 @@ from malhar.control import ControlSender
 from malhar.operator import CheckpointListener, Operator, OperatorContext, Unifier
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
-from malhar.window.errors import WindowError
+from malhar.window.errors import BadTupleError, WindowError
 from malhar.window.impl.core import WindowedCore
 from malhar.window.impl.fields import columns_of, extractor, has_columns
 from malhar.window.impl.settings import check_extractor
@@ -34,16 +34,23 @@ def _identity(t: Any) -> Any:
 
 
 def _first(t: Any) -> Any:
-    if isinstance(t, dict):
-        raise WindowError(
-            "a keyed windowed operator without a key property takes (key, value) pairs, got a "
-            f"dict {t!r}: set key= (a column name, several, or a callable)"
-        )
-    return t[0]
+    return _of_pair(t, 0)
 
 
 def _second(t: Any) -> Any:
-    return t[1]
+    return _of_pair(t, 1)
+
+
+def _of_pair(t: Any, i: int) -> Any:
+    if not isinstance(t, dict | str | bytes):
+        try:
+            return t[i]
+        except (TypeError, IndexError, KeyError):
+            pass
+    raise BadTupleError(
+        "a keyed windowed operator without a key property takes (key, value) pairs, got "
+        f"{type(t).__name__} {t!r}: set key= (a column name, several, or a callable)"
+    )
 
 
 class WindowedOperator(WindowedCore, Operator, CheckpointListener):
@@ -54,7 +61,9 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
     :class:`~malhar.window.WindowedTuple` (or rows, ``output_format="row"``), then the
     operator's watermark at every boundary. Output ``late``: tuples beyond the allowed
     lateness, as they came (rows for batches); an error port, so the engine counts them
-    per window.
+    per window. Output ``error``: tuples it cannot take (:class:`~malhar.window.BadTupleError`:
+    a missing field, a null timestamp or one that is not a time, a key that cannot be
+    one) as ``{"tuple": ..., "reason": ...}``; the window goes on.
 
     Properties: those of :class:`~malhar.window.impl.settings.WindowedSettings`, plus
     ``timestamp`` (a column name or a callable on the tuple; None: ingestion time, the
@@ -83,6 +92,8 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
     input = InputPort(control_aware=True)
     output = OutputPort(control_aware=True)
     late = OutputPort(error=True)
+    #: tuples it cannot take (BadTupleError): ``{"tuple": ..., "reason": ...}``
+    error = OutputPort(error=True)
 
     timestamp = Property(
         object,
@@ -160,6 +171,13 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
         return self._on_control(payload, sender, 0)
 
     def _process(self, t: Any, port: int) -> None:
+        try:
+            self._process_one(t, port)
+        except BadTupleError as exc:
+            # nothing of the tuple is accumulated yet: a field or its time was read first
+            self.error.emit({"tuple": t, "reason": str(exc)})
+
+    def _process_one(self, t: Any, port: int) -> None:
         if self._option is None:
             window, key, value, ts = self._propagated(t, port)
             self._ingest(t, key, value, ts, port, windows=[window])
@@ -169,7 +187,9 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
         ts = None
         if ts_fn is not None and (ts := ts_fn(t)) is None:
             # as a batch's null timestamps: an event without a time is not given one
-            raise WindowError(f"{type(self).__name__} {self._name!r}: a tuple's timestamp is null")
+            raise BadTupleError(
+                f"{type(self).__name__} {self._name!r}: a tuple's timestamp is null"
+            )
         key = None
         if key_fn is not None:
             key = key_fn(t)
@@ -181,7 +201,7 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
 
     def _refuse_key(self, key: Any, port: int) -> None:
         setting = "key2" if port and getattr(self, "key2", None) is not None else "key"
-        raise WindowError(
+        raise BadTupleError(
             f"{type(self).__name__} {self._name!r}: the tuple's key {key!r} "
             f"({type(key).__name__}) cannot be a key (it is not hashable): set {setting!r} to "
             "a field of text, numbers or other hashable values, or a function returning one "
