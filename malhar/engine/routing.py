@@ -7,6 +7,11 @@ An operator's bound output port holds one :class:`~malhar.ports.Emitter`:
 - :class:`RouteBuffer`: an edge to another task; tuples are partitioned (stream codec,
   round robin), buffered per destination partition and cut into envelope chunks;
 - :class:`FanOut`: several of those.
+
+A route encodes a typed port's tuples and batches to the port's Arrow schema; what does
+not convert fails as an :class:`~malhar.errors.OperatorError` naming the emitting
+operator, its output port and the schema (:mod:`malhar.engine.typed_rows`; ``malhar.testing.OperatorHarness`` checks every
+emitted tuple the same way).
 """
 
 from __future__ import annotations
@@ -21,6 +26,14 @@ import pyarrow as pa
 from malhar.control import ControlSender, ControlTuple
 from malhar.engine import envelope as E
 from malhar.engine.plan import Group, Route
+from malhar.engine.typed_rows import (
+    arrow_text,
+    cast_batch,
+    rows_to_batch,
+    schema_text,
+    unfit_error,
+)
+from malhar.errors import OperatorError
 from malhar.ports import Emitter
 
 if TYPE_CHECKING:
@@ -102,6 +115,20 @@ class RouteBuffer(Emitter):
         self.rr = rt.partition  # round robin starts at our own index: spreads partitions
         self.pending: list[Any] = []
 
+    def _unfit(self, what: str, reason: str) -> OperatorError:
+        """The error for emitted ``what`` that does not convert to the stream's schema."""
+        route, rt = self.route, self.rt
+        # a cascade unifier's buffer (``fixed``) carries what that unifier emitted
+        operator = route.source.operator if self.fixed is None else rt.unifier_name(route.id)
+        port = route.source.port if self.fixed is None else "output"
+        try:
+            ddl = schema_text(
+                rt.plan.dag.operators[route.source.operator].outputs[route.source.port]
+            )
+        except (KeyError, AttributeError):
+            ddl = arrow_text(route.arrow_schema)
+        return unfit_error(operator, rt.partition, rt.dispatcher.window, port, ddl, what, reason)
+
     def tuple(self, value: Any) -> None:
         if self.route.arrow_schema is not None and self.n > 1 and self.fixed is None:
             # Typed tuples are partitioned later, a whole Arrow batch at a time.
@@ -123,7 +150,7 @@ class RouteBuffer(Emitter):
     def _drain_pending(self) -> None:
         if self.pending:
             rows, self.pending = self.pending, []
-            self.batch(pa.RecordBatch.from_pylist(rows, schema=self.route.arrow_schema))
+            self.batch(rows_to_batch(rows, self.route.arrow_schema, self._unfit))
 
     def batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -196,11 +223,12 @@ class RouteBuffer(Emitter):
             payload = E.encode_objects(values)
         else:
             if tuples:
-                batches.append(pa.RecordBatch.from_pylist(tuples, schema=schema))
+                batches.append(rows_to_batch(tuples, schema, self._unfit))
             if len(batches) == 1:
                 merged = batches[0]
             else:
-                table = pa.Table.from_batches([b.cast(schema) for b in batches], schema=schema)
+                casts = [cast_batch(b, schema, self._unfit) for b in batches]
+                table = pa.Table.from_batches(casts, schema=schema)
                 merged = table.combine_chunks().to_batches()[0]
             payload = E.encode_batch(merged)
         self.rt.emit_row(

@@ -20,7 +20,11 @@ Example:
     [{'word': 'a', 'count': 1}]
 
 Exceptions raised by the operator reach the caller unchanged (the engine wraps them
-in :class:`~malhar.errors.OperatorError`).
+in :class:`~malhar.errors.OperatorError`). What the operator emits on a typed output
+port is checked against the port's schema as it is emitted: a tuple that would not
+convert to the port's Arrow schema (as a route between partitions converts it), a tuple
+that is not a dict, or a batch whose columns are not the port's (names and types) raises
+:class:`~malhar.errors.OperatorError` naming the operator, the port and the schema.
 
 Managed state (``context.managed_state()``) works when the context names a
 checkpoint folder: the harness checkpoints it after every ``end_window`` like the
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +46,14 @@ from malhar.attributes import MAX_TUPLES_PER_WINDOW
 from malhar.control import ControlSender, ControlTuple, DeliveryType
 from malhar.engine.dispatch import Dispatcher
 from malhar.engine.managed import ManagedStates
+from malhar.engine.typed_rows import (
+    arrow_text,
+    cast_batch,
+    rows_to_batch,
+    schema_text,
+    unfit_error,
+)
+from malhar.errors import OperatorError
 from malhar.operator import (
     ActivationListener,
     CheckpointListener,
@@ -49,7 +61,8 @@ from malhar.operator import (
     Operator,
     OperatorContext,
 )
-from malhar.ports import Emitter, ports_of
+from malhar.ports import Emitter, OutputPort, ports_of
+from malhar.schema import arrow_schema
 from malhar.state import restore_window_snapshot, window_snapshot
 
 __all__ = ["CollectorSink", "OperatorHarness", "deliveries"]
@@ -65,14 +78,23 @@ class CollectorSink(Emitter):
     senders: list[ControlSender | None] = field(default_factory=list)
     per_window: dict[int, list[Any]] = field(default_factory=dict)
     window: int = -1
+    #: checks what is emitted (a tuple or a batch) against a typed port's schema
+    check: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
 
     def tuple(self, value: Any) -> None:
-        self.tuples.append(value)
-        self.per_window.setdefault(self.window, []).append(value)
+        if self.check is not None:
+            self.check(value)
+        self._keep(value)
 
     def batch(self, batch: pa.RecordBatch) -> None:
+        if self.check is not None:
+            self.check(batch)
         for row in batch.to_pylist():
-            self.tuple(row)
+            self._keep(row)
+
+    def _keep(self, value: Any) -> None:
+        self.tuples.append(value)
+        self.per_window.setdefault(self.window, []).append(value)
 
     def control(self, ctl: ControlTuple, sender: ControlSender | None = None) -> None:
         self.controls.append(ctl)
@@ -101,6 +123,8 @@ class OperatorHarness:
         self.sinks = {name: CollectorSink() for name in outputs}
         for name, sink in self.sinks.items():
             getattr(operator, name).emitter = sink
+            if outputs[name].schema is not None:
+                sink.check = _PortCheck(self, outputs[name])
         self.dispatcher = Dispatcher(self.context.partition, self._forward, wrap=False)
         self.dispatcher.set_operators({self.name: operator})
         self._setup = False
@@ -126,6 +150,12 @@ class OperatorHarness:
                 self.sinks[name].control(ctl, sender)
 
     def sink(self, port: str) -> CollectorSink:
+        """What the operator emitted on output ``port``."""
+        if port not in self.sinks:
+            raise KeyError(
+                f"{type(self.operator).__name__} has no output port {port!r}; "
+                f"its output ports: {sorted(self.sinks)}"
+            )
         return self.sinks[port]
 
     def _port(self, port: str) -> str:
@@ -188,7 +218,7 @@ class OperatorHarness:
         self.operator.emit_tuples()
 
     def run_window(self, inputs: Iterable[tuple[str, Any]] = (), window: int | None = None) -> None:
-        """One whole window: begin, every ``(port, tuple)`` in order, end."""
+        """One whole window: begin, every ``(input port, tuple or batch)`` pair in order, end."""
         self.begin_window(window)
         if isinstance(self.operator, InputOperator):
             # Like the engine: call emit_tuples until a call emits nothing or the
@@ -202,8 +232,13 @@ class OperatorHarness:
                 after = sum(getattr(self.operator, p).count for p in self.sinks)
                 if after == before or after >= limit:
                     break
-        for port, value in inputs:
-            self.put(port, value)
+        for item in inputs:
+            if not (isinstance(item, tuple | list) and len(item) == 2 and isinstance(item[0], str)):
+                raise TypeError(
+                    f"run_window takes (input port, tuple or batch) pairs, got {item!r}; "
+                    f"{type(self.operator).__name__}'s input ports: {sorted(self.inputs)}"
+                )
+            self.put(*item)
         self.end_window()
 
     def checkpoint(self) -> bytes:
@@ -223,6 +258,37 @@ class OperatorHarness:
             self.operator.deactivate()
         self.operator.teardown()
         self.managed.close()
+
+
+class _PortCheck:
+    """Checks what an operator emits on one typed output port (see the module docstring)."""
+
+    def __init__(self, harness: OperatorHarness, port: OutputPort) -> None:
+        self.harness, self.port = harness, port
+        self.schema = arrow_schema(port.schema)
+        self.columns = [(f.name, f.type) for f in self.schema]
+
+    def __call__(self, value: Any) -> None:
+        if isinstance(value, pa.RecordBatch):
+            cast_batch(value, self.schema, self.fail)  # raises with pyarrow's reason
+            if [(f.name, f.type) for f in value.schema] != self.columns:
+                raise self.fail(
+                    "a batch",
+                    f"its columns are ({arrow_text(value.schema)}), not "
+                    f"({arrow_text(self.schema)}): cast it, e.g. batch.cast(schema)",
+                )
+        elif not isinstance(value, Mapping):
+            raise self.fail(
+                f"a tuple of type {type(value).__name__}",
+                "a typed port emits dicts of the schema's fields",
+            )
+        else:
+            rows_to_batch([value], self.schema, self.fail)
+
+    def fail(self, what: str, reason: str) -> OperatorError:
+        h = self.harness
+        ddl = schema_text(self.port)
+        return unfit_error(h.name, h.context.partition, h.window, self.port.name, ddl, what, reason)
 
 
 def deliveries(

@@ -1,0 +1,98 @@
+"""Typed rows that do not fit their port's schema: the conversions a route (and the
+operator harness) makes, and the :class:`~malhar.errors.OperatorError` naming the emitting
+operator, its output port, the schema and the field when they fail. Nothing is checked in
+advance: the detail is worked out after a failure only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from malhar.errors import OperatorError
+from malhar.ports import OutputPort
+
+#: what converting emitted rows or batches to an Arrow schema raises when they do not fit
+CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError)
+
+#: ``fail(what, reason)``: the error for emitted ``what`` ("a tuple ...") that does not fit
+Unfit = Callable[[str, str], OperatorError]
+
+
+def schema_text(port: OutputPort) -> str:
+    """A typed port's schema as DDL text: as declared, or written from its ``StructType``."""
+    if isinstance(port.schema_spec, str):
+        return " ".join(port.schema_spec.split())
+    struct = port.schema
+    if struct is None:
+        return "untyped"
+    return ", ".join(
+        f"{f.name} {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}"
+        for f in struct.fields
+    )
+
+
+def arrow_text(schema: pa.Schema) -> str:
+    """``name type, ...`` of an Arrow schema (Arrow's type names)."""
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def reason_of(exc: BaseException) -> str:
+    """``Kind: message`` of a conversion error, on one line (the driver reports one line)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def unfit_error(
+    operator: str, partition: int, window: int, port: str, ddl: str, what: str, reason: str
+) -> OperatorError:
+    """An OperatorError worded like the dispatcher's, for emitted rows that do not fit."""
+    return OperatorError(
+        f"operator {operator!r} partition {partition} failed in emit of window {window}: "
+        f"output port {port!r} emitted {what} that does not fit its schema {ddl!r}: {reason}"
+    )
+
+
+def rows_to_batch(rows: list[Any], schema: pa.Schema, fail: Unfit) -> pa.RecordBatch:
+    """``rows`` (dicts) as a batch of ``schema``; raises ``fail(...)`` if they do not fit."""
+    try:
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+    except CONVERSION_ERRORS as exc:
+        what, detail = unfit_rows(rows, schema)
+        raise fail(what, f"{detail}{reason_of(exc)}") from exc
+
+
+def cast_batch(batch: pa.RecordBatch, schema: pa.Schema, fail: Unfit) -> pa.RecordBatch:
+    """``batch`` cast to ``schema``; raises ``fail(...)`` if it does not cast."""
+    try:
+        return batch.cast(schema)
+    except CONVERSION_ERRORS as exc:
+        raise fail("a batch", f"{unfit_batch(batch, schema)}{reason_of(exc)}") from exc
+
+
+def unfit_rows(rows: list[Any], schema: pa.Schema) -> tuple[str, str]:
+    """What in ``rows`` does not fit ``schema``: ``(what, "detail: ")`` for an error
+    message (worked out after a failure only)."""
+    for row in rows:
+        if not isinstance(row, Mapping):
+            return f"a tuple of type {type(row).__name__}", "not a dict of the schema's fields: "
+    for field in schema:
+        try:
+            pa.array([row.get(field.name) for row in rows], type=field.type)
+        except CONVERSION_ERRORS:
+            return "a tuple", f"field {field.name!r} ({field.type}): "
+    return "a tuple", ""
+
+
+def unfit_batch(batch: pa.RecordBatch, schema: pa.Schema) -> str:
+    """Which column of ``batch`` does not fit ``schema``: ``"detail: "`` for an error message."""
+    for field in schema:
+        index = batch.schema.get_field_index(field.name)
+        if index < 0:
+            continue
+        try:
+            batch.column(index).cast(field.type)
+        except CONVERSION_ERRORS:
+            have = batch.schema.field(index).type
+            return f"column {field.name!r} ({have}, not {field.type}): "
+    return f"its columns are ({arrow_text(batch.schema)}): "

@@ -1,0 +1,153 @@
+"""Typed output ports: what an operator emits must fit the port's schema.
+
+A route between partitions converts a typed port's tuples to its Arrow schema: a row
+that does not convert fails the application with an OperatorError naming operator,
+port and schema. The operator harness checks every emitted tuple and batch the same
+way, so a unit test finds the bad row first. Also: the harness's errors for a missing
+output port and for ``run_window`` inputs that are not (port, tuple) pairs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from malhar import DAG, ApplicationFailed, InputOperator, InputPort, Operator, OutputPort, run
+from malhar.errors import OperatorError
+from malhar.testing.harness import OperatorHarness
+
+BAD_ROW = {"word": "b", "n": "not-a-number"}
+UNFIT = (
+    "failed in emit of window 0: output port 'output' emitted a tuple that does not fit "
+    "its schema 'word string, n bigint': field 'n' (int64): ArrowInvalid: Could not convert "
+    "'not-a-number' with type str: tried to convert to int64"
+)
+
+
+class BadRows(InputOperator):
+    """Emits one good row and one whose ``n`` is not a number (importable by workers)."""
+
+    output = OutputPort("word string, n bigint")
+
+    def begin_window(self, window_id: int) -> None:
+        self._done = False
+
+    def emit_tuples(self) -> None:
+        if not self._done:
+            self._done = True
+            self.output.emit({"word": "a", "n": 1})
+            self.output.emit(dict(BAD_ROW))
+
+
+class Counts(Operator):
+    input = InputPort("word string, n bigint")
+
+    def process(self, value: Any) -> None:
+        pass
+
+
+class Emits(Operator):
+    """Emits on its typed output port whatever it receives (a tuple or a batch)."""
+
+    input = InputPort()
+    output = OutputPort("word string, n bigint")
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value)
+
+    def process_batch(self, batch: pa.RecordBatch) -> None:
+        self.output.emit_batch(batch)
+
+
+@pytest.mark.integration
+def test_a_row_that_does_not_fit_a_route_names_operator_port_and_schema(
+    spark, tmp_path: Path
+) -> None:
+    dag = DAG("unfit")
+    src = dag.add_operator("src", BadRows())
+    counts = dag.add_operator("counts", Counts(), PARTITIONS=2)
+    dag.add_stream("rows", src.output, counts.input)
+    with pytest.raises(ApplicationFailed) as info:
+        run(dag, windows=1, spark=spark, checkpoint=str(tmp_path), window_ms=50)
+    assert info.value.reason == f"OperatorError: operator 'src' partition 0 {UNFIT}", (
+        info.value.reason
+    )
+    assert info.value.reason in str(info.value)
+
+
+def test_harness_checks_emitted_tuples_against_the_port_schema() -> None:
+    h = OperatorHarness(BadRows())
+    with pytest.raises(OperatorError) as info:
+        h.run_window()
+    assert str(info.value) == f"operator 'BadRows' partition 0 {UNFIT}"
+    assert h.sink("output").tuples == [{"word": "a", "n": 1}]  # the bad row is not kept
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "a",
+            "emitted a tuple of type str that does not fit its schema 'word string, n bigint': "
+            "a typed port emits dicts of the schema's fields",
+        ),
+        (
+            pa.RecordBatch.from_pylist([{"w": "a"}]),
+            "emitted a batch that does not fit its schema 'word string, n bigint': its columns "
+            "are (w string): ValueError: Target schema's field names are not matching",
+        ),
+        (
+            pa.RecordBatch.from_pylist([{"word": "a", "n": "x"}]),
+            "emitted a batch that does not fit its schema 'word string, n bigint': column 'n' "
+            "(string, not int64): ArrowInvalid: Failed to parse string: 'x'",
+        ),
+        (
+            pa.RecordBatch.from_pylist(
+                [{"word": "a", "n": 1}],
+                schema=pa.schema([("word", pa.string()), ("n", pa.int32())]),
+            ),
+            "emitted a batch that does not fit its schema 'word string, n bigint': its columns "
+            "are (word string, n int32), not (word string, n int64): cast it",
+        ),
+    ],
+)
+def test_harness_checks_emitted_batches_and_non_dicts(value: Any, message: str) -> None:
+    h = OperatorHarness(Emits())
+    with pytest.raises(
+        OperatorError, match=r"^operator 'Emits' partition 0 failed in emit"
+    ) as info:
+        h.run_window([("input", value)])
+    assert f"output port 'output' {message}" in str(info.value), str(info.value)
+
+
+def test_harness_passes_rows_and_batches_that_fit() -> None:
+    schema = pa.schema([("word", pa.string()), ("n", pa.int64())])
+    h = OperatorHarness(Emits())
+    h.run_window(
+        [
+            ("input", {"word": "a", "n": 1}),
+            ("input", {"word": "b", "n": None}),
+            ("input", pa.RecordBatch.from_pylist([{"word": "c", "n": 3}], schema=schema)),
+        ]
+    )
+    assert [r["word"] for r in h.sink("output").tuples] == ["a", "b", "c"]
+
+
+def test_harness_sink_of_a_missing_port_lists_the_output_ports() -> None:
+    h = OperatorHarness(Emits())
+    with pytest.raises(KeyError) as info:
+        h.sink("out")
+    assert info.value.args[0] == "Emits has no output port 'out'; its output ports: ['output']"
+
+
+def test_run_window_wants_port_tuple_pairs() -> None:
+    h = OperatorHarness(Counts())
+    with pytest.raises(TypeError) as info:
+        h.run_window([{"word": "a", "n": 1}])
+    assert str(info.value) == (
+        "run_window takes (input port, tuple or batch) pairs, got {'word': 'a', 'n': 1}; "
+        "Counts's input ports: ['input']"
+    )
