@@ -5,6 +5,7 @@ advance: the detail is worked out after a failure only."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,12 +55,27 @@ def unfit_error(
 
 
 def rows_to_batch(rows: list[Any], schema: pa.Schema, fail: Unfit) -> pa.RecordBatch:
-    """``rows`` (dicts) as a batch of ``schema``; raises ``fail(...)`` if they do not fit."""
+    """``rows`` (dicts, or instances of a dataclass port's dataclass) as a batch of
+    ``schema``; raises ``fail(...)`` if they do not fit."""
+    if set(map(type, rows)) - {dict}:
+        # Arrow reads any other row as all nulls, without a word
+        rows = [_as_mapping(row, fail) for row in rows]
     try:
         return pa.RecordBatch.from_pylist(rows, schema=schema)
     except CONVERSION_ERRORS as exc:
         what, detail = unfit_rows(rows, schema)
         raise fail(what, f"{detail}{reason_of(exc)}") from exc
+
+
+def _as_mapping(row: Any, fail: Unfit) -> Mapping[str, Any]:
+    if isinstance(row, Mapping):
+        return row
+    if dataclasses.is_dataclass(row) and not isinstance(row, type):
+        return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
+    raise fail(
+        f"a tuple of type {type(row).__name__}",
+        "a typed port emits dicts of the schema's fields (or instances of its dataclass)",
+    )
 
 
 def cast_batch(batch: pa.RecordBatch, schema: pa.Schema, fail: Unfit) -> pa.RecordBatch:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,11 +277,6 @@ class _PortCheck:
                     f"its columns are ({arrow_text(value.schema)}), not "
                     f"({arrow_text(self.schema)}): cast it, e.g. batch.cast(schema)",
                 )
-        elif not isinstance(value, Mapping):
-            raise self.fail(
-                f"a tuple of type {type(value).__name__}",
-                "a typed port emits dicts of the schema's fields",
-            )
         else:
             rows_to_batch([value], self.schema, self.fail)
 

@@ -9,6 +9,7 @@ output port and for ``run_window`` inputs that are not (port, tuple) pairs.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def test_harness_checks_emitted_tuples_against_the_port_schema() -> None:
         (
             "a",
             "emitted a tuple of type str that does not fit its schema 'word string, n bigint': "
-            "a typed port emits dicts of the schema's fields",
+            "a typed port emits dicts of the schema's fields (or instances of its dataclass)",
         ),
         (
             pa.RecordBatch.from_pylist([{"w": "a"}]),
@@ -151,3 +152,66 @@ def test_run_window_wants_port_tuple_pairs() -> None:
         "run_window takes (input port, tuple or batch) pairs, got {'word': 'a', 'n': 1}; "
         "Counts's input ports: ['input']"
     )
+
+
+@dataclasses.dataclass
+class Word:
+    word: str
+    n: int
+
+
+class EmitsWords(Operator):
+    input = InputPort()
+    output = OutputPort(Word)
+
+    def process(self, value: Any) -> None:
+        self.output.emit(value)
+
+
+class WordsInput(InputOperator):
+    """Emits dataclass instances (and a tuple that is neither a dict nor one if ``BAD``)."""
+
+    output = OutputPort(Word)
+    BAD = False
+
+    def begin_window(self, window_id: int) -> None:
+        self._done = False
+
+    def emit_tuples(self) -> None:
+        if not self._done:
+            self._done = True
+            self.output.emit(Word("a", 1))
+            self.output.emit(("b", 2) if self.BAD else Word("b", 2))
+
+
+class BadWordsInput(WordsInput):
+    BAD = True
+
+
+def test_a_dataclass_ports_instances_fit_and_other_objects_do_not() -> None:
+    h = OperatorHarness(EmitsWords())
+    h.run_window([("input", Word("a", 1))])
+    with pytest.raises(OperatorError, match="emitted a tuple of type tuple that does not fit"):
+        h.run_window([("input", ("b", 2))])
+
+
+@pytest.mark.integration
+def test_a_route_refuses_a_tuple_that_is_no_row_and_carries_dataclass_instances(
+    spark, tmp_path: Path
+) -> None:
+    # across a route Arrow read a tuple (or a dataclass instance) as a row of nulls
+    from malhar.testing.operators import Collector, collected
+
+    def dag(source: InputOperator) -> DAG:
+        dag = DAG("rows")
+        src = dag.add_operator("src", source)
+        out = dag.add_operator("out", Collector(), PARTITIONS=2)
+        dag.add_stream("rows", src.output, out.input)
+        return dag
+
+    run(dag(WordsInput()), windows=1, spark=spark, checkpoint=str(tmp_path / "a"), window_ms=50)
+    got = collected(str(tmp_path / "a"), "out")
+    assert sorted(r["word"] for rows in got.values() for r in rows) == ["a", "b"]
+    with pytest.raises(ApplicationFailed) as info:
+        run(dag(BadWordsInput()), windows=1, spark=spark, checkpoint=str(tmp_path / "b"))
+    assert "emitted a tuple of type tuple that does not fit its schema" in info.value.reason
