@@ -14,9 +14,9 @@ import sys
 import threading
 
 from malhar import DAG, build_session, launch
+from malhar.testing.line_input import LineFileInput
 from malhar.testing.operators import Collector
 from tests.engine.crash_app import Journal
-from tests.io.line_input import LineFileInput
 
 
 def build(files: list[str]) -> DAG:

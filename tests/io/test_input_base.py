@@ -1,5 +1,5 @@
 """The replayable input contract (``malhar.io.base.ReplayableInput``), through the example
-connector of docs/howto-input.md (``tests/io/line_input.py``): new windows, exact replay,
+connector of docs/howto-input.md (``malhar/testing/line_input.py``): new windows, exact replay,
 release on committed, limits, misuse; then SIGKILLed driver processes."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from malhar.attributes import APPLICATION_WINDOW_COUNT, MAX_TUPLES_PER_WINDOW
 from malhar.errors import ConfigError, StateError
 from malhar.io.base import ReplayableInput, ReplayError, WindowRecord
 from malhar.testing.harness import OperatorHarness
+from malhar.testing.line_input import LineFileInput
 from malhar.testing.operators import collected
 from malhar.testing.services.process import wait_until
 from tests.drivers import start_driver
-from tests.io.line_input import LineFileInput
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -255,7 +255,7 @@ def test_contract_misuse_fails_clearly(tmp_path: Path) -> None:
 def test_the_howto_shows_the_tested_connector() -> None:
     # docs/howto-input.md prints the whole example module: it must be this file, verbatim
     doc = (ROOT / "docs" / "howto-input.md").read_text()
-    module = (ROOT / "tests" / "io" / "line_input.py").read_text()
+    module = (ROOT / "malhar" / "testing" / "line_input.py").read_text()
     assert f"```python\n{module.rstrip()}\n```" in doc
 
 

@@ -19,10 +19,10 @@ from malhar.io.kafka.assignment import mapping
 from malhar.io.kafka.readers import deal, readers_for
 from malhar.partitioning import Partition, PartitioningContext, StatelessPartitioner
 from malhar.stats import OperatorStats, WindowStats
+from malhar.testing.line_input import LineFileInput
 from malhar.testing.operators import Collector, collected
 from tests.drivers import kill_when_paused, start_driver
 from tests.io.conftest import kafka_op_args, kafka_unique
-from tests.io.line_input import LineFileInput
 from tests.io.test_kafka_input import by_key, rows_of, run_until
 
 TPS = [("a", p) for p in range(5)] + [("b", p) for p in range(2)]

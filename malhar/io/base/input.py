@@ -73,7 +73,7 @@ class ReplayableInput(InputOperator, CheckpointListener, Generic[R], metaclass=A
     methods (``setup``, ``begin_window``, ``emit_tuples``, ``end_window``, ``committed``,
     ``teardown``), which run the protocol.
 
-    Example (a complete connector: ``tests/io/line_input.py``, ``docs/howto-input.md``):
+    Example (a complete connector: ``malhar/testing/line_input.py``, ``docs/howto-input.md``):
         >>> import tempfile
         >>> from malhar import OperatorContext, OutputPort, State
         >>> from malhar.io.base import ReplayableInput
