@@ -46,6 +46,7 @@ class OperatorMeta:
         return ports_of(type(self.operator))[1]
 
     def attr(self, attribute: A.Attribute) -> Any:
+        """The operator's value of ``attribute``, or its default."""
         return self.attributes.get(attribute.name, attribute.default)
 
     def port_attr(self, port: str, attribute: A.Attribute) -> Any:
@@ -168,19 +169,23 @@ class DAG:
         )
 
     def attr(self, attribute: A.Attribute) -> Any:
+        """The application's value of ``attribute``, or its default."""
         return self.attributes.get(attribute.name, attribute.default)
 
     # -- queries -----------------------------------------------------------------------------
     def stream_into(self, ref: PortRef) -> Stream | None:
+        """The stream that feeds input port ``ref``, or None."""
         for s in self.streams.values():
             if any(str(k) == str(ref) for k in s.sinks):
                 return s
         return None
 
     def streams_from(self, operator: str) -> list[Stream]:
+        """The streams written by ``operator``'s output ports."""
         return [s for s in self.streams.values() if s.source and s.source.operator == operator]
 
     def upstream(self, operator: str) -> list[str]:
+        """The operators writing the streams ``operator`` reads (once per stream)."""
         ups = []
         for s in self.streams.values():
             if s.source and any(k.operator == operator for k in s.sinks):

@@ -69,11 +69,14 @@ class JdbcOutputOperator(TransactionalOutputOperator, JdbcSettings):
 
     # -- TransactionalOutputOperator --------------------------------------------------------
     def create_store(self, context: OperatorContext) -> JdbcStore:
+        """The partition's transactional store: its connection, table and meta table."""
         return JdbcStore(
             self.settings(), WindowKey(context.application, context.name, context.partition)
         )
 
     def window_rows(self, buffer: WindowBuffer) -> tuple[pa.Table, list[dict[str, Any]]]:
+        """The window's tuples as a table of the target's columns, and the rows that do not
+        fit them (for the error port)."""
         store: JdbcStore = self._store
         columns = store.info.columns
         return window_table(
