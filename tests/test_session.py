@@ -137,3 +137,31 @@ def test_no_overlay_for_remote_masters_or_a_users_spark_home(
     assert bytecode_spark_home("yarn") is None
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))  # a Spark distribution of the user's
     assert bytecode_spark_home("local[2]") is None
+
+
+@pytest.mark.integration
+def test_launches_in_one_session_print_no_warnings_of_their_own(tmp_path: Path) -> None:
+    # every query warned that adaptive execution does not apply to streaming, and every
+    # launch after the first that it replaced the malhar data source
+    import subprocess
+
+    script = textwrap.dedent(
+        f"""
+        from malhar import DAG, build_session, run
+        from malhar.testing.operators import Collector, ListInput
+
+        spark = build_session("local[1]")
+        for i in range(2):
+            dag = DAG(f"quiet{{i}}")
+            src = dag.add_operator("src", ListInput([[1, 2]]))
+            dag.add_stream("s", src.output, dag.add_operator("out", Collector()).input)
+            run(dag, windows=1, spark=spark, checkpoint={str(tmp_path)!r} + f"/{{i}}")
+        spark.stop()
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ResolveWriteToStream" not in done.stderr, done.stderr[-3000:]
+    assert "replaced a previously registered data source" not in done.stderr, done.stderr[-3000:]
