@@ -54,11 +54,10 @@ def _level_fn(
 
 def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = None) -> DataFrame:
     """The streaming DataFrame of an application: source, one stage per level."""
-    if not getattr(spark, "_malhar_source", False):
-        # once per session: registering it again made Spark warn on every launch that it
-        # replaced a data source
-        spark.dataSource.register(MalharSource)
-        spark._malhar_source = True
+    # again on every launch, though Spark then warns that it replaced it: the registration
+    # takes SparkContext.environment along, where this launch's secrets travel
+    # (malhar/engine/secret_shipping.py); registered once, later launches' were missing
+    spark.dataSource.register(MalharSource)
     # one lookup (SparkContext.getConf() copies the whole conf: ~135 py4j calls)
     speculation = spark.conf.get("spark.speculation", "false") == "true"
     claim = bool(plan.dag.attr(A.SLOT_CLAIMS)) and not speculation
