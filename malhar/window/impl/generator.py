@@ -78,8 +78,11 @@ class WatermarkGenerator(Operator):
 
     def process(self, value: Any) -> None:
         self.output.emit(value)
+        self._track(value)
+
+    def _track(self, t: Any) -> None:
         try:
-            self._update(None if self._split is None else self._split(value), self._ts(value))  # type: ignore[misc]
+            self._update(None if self._split is None else self._split(t), self._ts(t))  # type: ignore[misc]
         except BadTupleError:
             # it goes on as it came: the windowed operator behind sends it to its error port
             # with the reason; here it moves no watermark
@@ -114,10 +117,7 @@ class WatermarkGenerator(Operator):
 
     def _rows(self, batch: pa.RecordBatch) -> None:
         for row in batch.to_pylist():
-            try:
-                self._update(None if self._split is None else self._split(row), self._ts(row))  # type: ignore[misc]
-            except BadTupleError:
-                self._bad += 1
+            self._track(row)
 
     def metrics(self) -> dict[str, float]:
         """``without_time``: tuples that moved no watermark (no time, or not a time)."""

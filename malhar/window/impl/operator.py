@@ -171,33 +171,31 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
         return self._on_control(payload, sender, 0)
 
     def _process(self, t: Any, port: int) -> None:
+        # one call per tuple: the try costs nothing until a tuple is refused
         try:
-            self._process_one(t, port)
+            if self._option is None:
+                window, key, value, ts = self._propagated(t, port)
+                self._ingest(t, key, value, ts, port, windows=[window])
+                return
+            ts_fn = self._ts[port]
+            key_fn = self._keyf[port]
+            ts = None
+            if ts_fn is not None and (ts := ts_fn(t)) is None:
+                # as a batch's null timestamps: an event without a time is not given one
+                raise BadTupleError(
+                    f"{type(self).__name__} {self._name!r}: a tuple's timestamp is null"
+                )
+            key = None
+            if key_fn is not None:
+                key = key_fn(t)
+                try:
+                    hash(key)
+                except TypeError:
+                    self._refuse_key(key, port)
+            self._ingest(t, key, self._val[port](t), ts, port)
         except BadTupleError as exc:
             # nothing of the tuple is accumulated yet: a field or its time was read first
             self.error.emit({"tuple": t, "reason": str(exc)})
-
-    def _process_one(self, t: Any, port: int) -> None:
-        if self._option is None:
-            window, key, value, ts = self._propagated(t, port)
-            self._ingest(t, key, value, ts, port, windows=[window])
-            return
-        ts_fn = self._ts[port]
-        key_fn = self._keyf[port]
-        ts = None
-        if ts_fn is not None and (ts := ts_fn(t)) is None:
-            # as a batch's null timestamps: an event without a time is not given one
-            raise BadTupleError(
-                f"{type(self).__name__} {self._name!r}: a tuple's timestamp is null"
-            )
-        key = None
-        if key_fn is not None:
-            key = key_fn(t)
-            try:
-                hash(key)
-            except TypeError:
-                self._refuse_key(key, port)
-        self._ingest(t, key, self._val[port](t), ts, port)
 
     def _refuse_key(self, key: Any, port: int) -> None:
         setting = "key2" if port and getattr(self, "key2", None) is not None else "key"
