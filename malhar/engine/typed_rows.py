@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -61,15 +62,44 @@ def rows_to_batch(rows: list[Any], schema: pa.Schema, fail: Unfit) -> pa.RecordB
         # Arrow reads any other row as all nulls, without a word
         rows = [_as_mapping(row, fail) for row in rows]
     try:
-        return pa.RecordBatch.from_pylist(rows, schema=schema)
+        batch = pa.RecordBatch.from_pylist(rows, schema=schema)
     except CONVERSION_ERRORS as exc:
         what, detail = unfit_rows(rows, schema)
         raise fail(what, f"{detail}{reason_of(exc)}") from exc
+    _refuse_truncation(rows, schema, fail)
+    return batch
 
 
-def _as_mapping(row: Any, fail: Unfit) -> Mapping[str, Any]:
-    if isinstance(row, Mapping):
+#: the types of values an integer field takes as they are
+_WHOLE = frozenset({int, type(None)})
+
+
+def _refuse_truncation(rows: list[dict[str, Any]], schema: pa.Schema, fail: Unfit) -> None:
+    """Raises ``fail(...)`` if an integer field of ``rows`` holds a fraction: Arrow converts
+    ``1.5`` (a float or a Decimal) into an integer field as ``1``, without a word. A whole
+    ``2.0`` is kept, as Arrow's safe cast keeps it."""
+    for field in schema:
+        if not pa.types.is_integer(field.type):
+            continue
+        values = list(map(dict.get, rows, repeat(field.name)))
+        if set(map(type, values)) <= _WHOLE:  # the usual case: checked at C speed
+            continue
+        for value in values:
+            # whatever reached here converted, so it is a number: NaN and inf did not
+            if type(value) not in _WHOLE and value != int(value):
+                raise fail(
+                    "a tuple",
+                    f"field {field.name!r} ({field.type}): {value!r} is not a whole number "
+                    f"(Arrow would store {int(value)}); round it, or declare the field "
+                    "double or decimal",
+                )
+
+
+def _as_mapping(row: Any, fail: Unfit) -> dict[str, Any]:
+    if isinstance(row, dict):
         return row
+    if isinstance(row, Mapping):
+        return dict(row)
     if dataclasses.is_dataclass(row) and not isinstance(row, type):
         return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
     raise fail(

@@ -10,6 +10,7 @@ output port and for ``run_window`` inputs that are not (port, tuple) pairs.
 from __future__ import annotations
 
 import dataclasses
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from malhar import DAG, ApplicationFailed, InputOperator, InputPort, Operator, OutputPort, run
+from malhar.engine.typed_rows import rows_to_batch
 from malhar.errors import OperatorError
 from malhar.testing.harness import OperatorHarness
 
@@ -96,6 +98,12 @@ def test_harness_checks_emitted_tuples_against_the_port_schema() -> None:
             "a typed port emits dicts of the schema's fields (or instances of its dataclass)",
         ),
         (
+            {"word": "a", "n": 1.5},
+            "emitted a tuple that does not fit its schema 'word string, n bigint': field 'n' "
+            "(int64): 1.5 is not a whole number (Arrow would store 1); round it, or declare "
+            "the field double or decimal",
+        ),
+        (
             pa.RecordBatch.from_pylist([{"w": "a"}]),
             "emitted a batch that does not fit its schema 'word string, n bigint': its columns "
             "are (w string): ValueError: Target schema's field names are not matching",
@@ -131,10 +139,28 @@ def test_harness_passes_rows_and_batches_that_fit() -> None:
         [
             ("input", {"word": "a", "n": 1}),
             ("input", {"word": "b", "n": None}),
+            ("input", {"word": "b2", "n": 2.0}),  # whole: Arrow's safe cast keeps it too
             ("input", pa.RecordBatch.from_pylist([{"word": "c", "n": 3}], schema=schema)),
         ]
     )
-    assert [r["word"] for r in h.sink("output").tuples] == ["a", "b", "c"]
+    assert [r["word"] for r in h.sink("output").tuples] == ["a", "b", "b2", "c"]
+
+
+def test_a_route_refuses_a_fraction_in_an_integer_field_among_many_rows() -> None:
+    schema = pa.schema([("word", pa.string()), ("n", pa.int16())])
+    rows: list[Any] = [{"word": "a", "n": i} for i in range(1000)]
+    rows[500] = {"word": "b", "n": Decimal("2.5")}
+
+    def fail(what: str, reason: str) -> OperatorError:
+        return OperatorError(f"{what}: {reason}")
+
+    with pytest.raises(OperatorError) as info:
+        rows_to_batch(rows, schema, fail)
+    assert str(info.value).startswith(
+        "a tuple: field 'n' (int16): Decimal('2.5') is not a whole number (Arrow would store 2)"
+    )
+    rows[500] = {"word": "b", "n": 7.0}
+    assert rows_to_batch(rows, schema, fail).column("n")[500].as_py() == 7
 
 
 def test_harness_sink_of_a_missing_port_lists_the_output_ports() -> None:
