@@ -3,7 +3,7 @@
 - :func:`table` renders ``RunningApplication.metrics()`` with rich (what
   ``malhar run --progress`` shows, refreshed every second);
 - :func:`serve_prometheus` exposes the same figures on an HTTP endpoint for
-  Prometheus (needs ``pip install malhar[metrics]``, i.e. ``prometheus-client``):
+  Prometheus (needs the ``metrics`` extra, i.e. ``prometheus-client``):
   ``malhar_operator_tuples_in_per_second{application,operator}`` and friends, read
   from the application at every scrape.
 """
@@ -97,7 +97,8 @@ def serve_prometheus(app: Any, port: int = 0, addr: str = "127.0.0.1") -> tuple[
         from malhar.errors import ConfigError
 
         raise ConfigError(
-            "the Prometheus endpoint needs prometheus-client: pip install 'malhar[metrics]'"
+            "the Prometheus endpoint needs prometheus-client: pip install prometheus-client "
+            "(malhar's 'metrics' extra)"
         ) from exc
     registry = CollectorRegistry()
     registry.register(_Collector(app.dag.name, app.metrics))

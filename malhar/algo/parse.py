@@ -254,7 +254,7 @@ class CsvParser(_Parser):
 
 class JsonParser(_Parser):
     """Parses JSON object records (Malhar's ``JsonParser``), optionally checked against a
-    JSON Schema (``json_schema``, a dict; needs ``pip install malhar[jsonschema]``).
+    JSON Schema (``json_schema``, a dict; needs the ``jsonschema`` extra).
 
     With ``schema`` (Spark DDL) the rows are typed: fields not in it are dropped, missing
     ones are null, a value of another type is an error. Without it, the parsed dicts go
@@ -289,7 +289,7 @@ class JsonParser(_Parser):
             except ImportError as exc:
                 raise ConfigError(
                     f"{context.name}: json_schema needs the jsonschema package "
-                    "(pip install 'malhar[jsonschema]')"
+                    "(pip install jsonschema: malhar's 'jsonschema' extra)"
                 ) from exc
             cls = jsonschema.validators.validator_for(self.json_schema)
             cls.check_schema(self.json_schema)

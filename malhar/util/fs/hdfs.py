@@ -235,7 +235,8 @@ class HdfsFileSystem(FileSystem):
                         from hdfs import InsecureClient
                     except ImportError as exc:  # pragma: no cover - optional dependency
                         raise StorageConfigError(
-                            "the HDFS backend needs the 'hdfs' package: pip install 'malhar[hdfs]'",
+                            "the HDFS backend needs the 'hdfs' package: pip install hdfs "
+                            "(malhar's 'hdfs' extra)",
                             backend=_BACKEND,
                         ) from exc
                     session = requests.Session()
