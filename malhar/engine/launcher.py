@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -52,12 +53,27 @@ def _level_fn(
     return run_level
 
 
+#: per session, a digest of what its registration of malhar's data source carried
+_registrations: weakref.WeakKeyDictionary[SparkSession, str] = weakref.WeakKeyDictionary()
+
+
+def _register_source(spark: SparkSession) -> None:
+    """Registers malhar's data source in ``spark``, again only when what a registration
+    carries has changed: Spark warns on every replacement, and a registration carries
+    ``SparkContext.environment``, where each launch's shipped secrets travel
+    (malhar/engine/secret_shipping.py): kept from an earlier launch, a later launch's
+    operators found their secrets missing."""
+    sc = spark.sparkContext
+    carried = repr((sorted(sc.environment.items()), sc._python_includes, sc.pythonExec))
+    digest = hashlib.sha256(carried.encode()).hexdigest()  # the secrets are not kept
+    if _registrations.get(spark) != digest:
+        spark.dataSource.register(MalharSource)
+        _registrations[spark] = digest
+
+
 def build_dataframe(spark: SparkSession, plan: Plan, max_windows: int | None = None) -> DataFrame:
     """The streaming DataFrame of an application: source, one stage per level."""
-    # again on every launch, though Spark then warns that it replaced it: the registration
-    # takes SparkContext.environment along, where this launch's secrets travel
-    # (malhar/engine/secret_shipping.py); registered once, later launches' were missing
-    spark.dataSource.register(MalharSource)
+    _register_source(spark)
     # one lookup (SparkContext.getConf() copies the whole conf: ~135 py4j calls)
     speculation = spark.conf.get("spark.speculation", "false") == "true"
     claim = bool(plan.dag.attr(A.SLOT_CLAIMS)) and not speculation

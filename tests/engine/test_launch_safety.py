@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -95,3 +99,62 @@ def test_a_temporary_checkpoint_is_removed_when_the_process_exits() -> None:
     )
     checkpoint = run_spark_script(script, env={"PYTHONPATH": str(Path.cwd())})
     assert "malhar-tmp-" in checkpoint and not Path(checkpoint).exists()
+
+
+@pytest.mark.integration
+def test_launches_in_one_session_read_their_own_secrets_and_warn_of_no_replacement() -> None:
+    # malhar's data source is registered again only when what it carries (the executors'
+    # environment, where shipped secrets travel) changed: registered on every launch,
+    # Spark warned "replaced a previously registered data source" from the second on;
+    # registered once, a launch with a new secret found it missing on the executors
+    script = textwrap.dedent(
+        """
+        import json, sys, tempfile
+        from malhar import DAG, InputOperator, OutputPort, Property, build_session, run
+        from malhar.secrets import resolve
+        from malhar.testing.operators import Collector, collected
+
+        class SaysSecret(InputOperator):
+            output = OutputPort()
+            password = Property(str, default=None, secret=True)
+
+            def setup(self, context):
+                self._password = resolve(self.password, "password")
+                self._said = False
+
+            def emit_tuples(self):
+                if not self._said:
+                    self._said = True
+                    self.output.emit(self._password)
+
+        spark = build_session("local[1]")
+        said = []
+        for i, password in enumerate(["first-pw", "first-pw", "second-pw"]):
+            dag = DAG(f"secrets{i}")
+            src = dag.add_operator("src", SaysSecret().configure(password=password))
+            dag.add_stream("s", src.output, dag.add_operator("out", Collector()).input)
+            checkpoint = tempfile.mkdtemp()
+            run(dag, windows=1, spark=spark, checkpoint=checkpoint, window_ms=50)
+            said += [t for ts in collected(checkpoint, "out").values() for t in ts]
+            print("launch", i, "done", file=sys.stderr, flush=True)
+        spark.stop()
+        print(json.dumps(said))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(Path.cwd())},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        "first-pw",
+        "first-pw",
+        "second-pw",
+    ]
+    second = done.stderr.split("launch 0 done")[1].split("launch 1 done")[0]
+    assert "replaced a previously registered data source" not in second, second[-3000:]
+    assert "ResolveWriteToStream" not in done.stderr, done.stderr[-3000:]
