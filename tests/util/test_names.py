@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from malhar.util import FSWindowDataManager, StorageConfigError
-from malhar.util.fs.names import decode_segment, encode_segment
+from malhar.util.fs.names import MAX_SEGMENT_BYTES, decode_segment, encode_segment
 
 TRICKY = ["a b", "a/b", "a_b", "a%20b", "..", ".", "", "é", "e\u0301", "日本", "a\\b", ":", ".x"]
 
@@ -29,7 +29,16 @@ def test_tricky_names_map_to_distinct_safe_segments() -> None:
 
 
 @given(st.text(max_size=40))
+@example("0000:::::" + "\x80" * 16 + "\u0800" + "\U00010000" * 12)  # 256 bytes encoded
 def test_encoding_is_reversible_and_safe(name: str) -> None:
+    utf8 = len(name.encode("utf-8", "surrogatepass"))
+    if utf8 * 3 > MAX_SEGMENT_BYTES:  # 40 four-byte characters encode to 480 bytes
+        try:
+            seg = encode_segment(name)
+        except ValueError as exc:  # refused only when it really is too long
+            assert "too long for one path segment" in str(exc)
+            return
+        assert len(seg) <= MAX_SEGMENT_BYTES
     seg = encode_segment(name)
     assert decode_segment(seg) == name
     assert seg not in (".", "..") and "/" not in seg and not seg.startswith(".")
