@@ -6,6 +6,8 @@ advance: the detail is worked out after a failure only."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import numbers
 from collections.abc import Callable, Mapping
 from itertools import repeat
 from typing import Any
@@ -66,33 +68,69 @@ def rows_to_batch(rows: list[Any], schema: pa.Schema, fail: Unfit) -> pa.RecordB
     except CONVERSION_ERRORS as exc:
         what, detail = unfit_rows(rows, schema)
         raise fail(what, f"{detail}{reason_of(exc)}") from exc
-    _refuse_truncation(rows, schema, fail)
+    _refuse_silent_changes(rows, schema, fail)
     return batch
 
 
 #: the types of values an integer field takes as they are
 _WHOLE = frozenset({int, type(None)})
+#: ... and a date, time or timestamp field
+_TIMES = frozenset({dt.datetime, dt.date, dt.time, type(None)})
 
 
-def _refuse_truncation(rows: list[dict[str, Any]], schema: pa.Schema, fail: Unfit) -> None:
-    """Raises ``fail(...)`` if an integer field of ``rows`` holds a fraction: Arrow converts
-    ``1.5`` (a float or a Decimal) into an integer field as ``1``, without a word. A whole
-    ``2.0`` is kept, as Arrow's safe cast keeps it."""
+def _fraction(field: pa.Field, value: Any) -> str | None:
+    # whatever reached here converted, so it is a number: NaN and inf did not
+    if type(value) in _WHOLE or value == int(value):
+        return None
+    return (
+        f"{value!r} is not a whole number (Arrow would store {int(value)}); round it, or "
+        "declare the field double or decimal"
+    )
+
+
+def _number_as_time(field: pa.Field, value: Any) -> str | None:
+    if not isinstance(value, numbers.Number):
+        return None
+    kind = field.type
+    if pa.types.is_timestamp(kind):
+        give = "a datetime (datetime.fromtimestamp(seconds, timezone.utc))"
+    else:
+        give = "a datetime.date" if pa.types.is_date(kind) else "a datetime.time"
+    return (
+        f"{value!r} is a number, which Arrow would take as {_time_unit(kind)} since "
+        f"{'midnight' if pa.types.is_time(kind) else '1970'} (epoch seconds or milliseconds "
+        f"become wrong times); emit {give}, or declare the field bigint"
+    )
+
+
+def _time_unit(kind: pa.DataType) -> str:
+    if pa.types.is_date(kind):
+        return "days" if pa.types.is_date32(kind) else "milliseconds"
+    unit = getattr(kind, "unit", "us")
+    return {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}.get(unit, "nanoseconds")
+
+
+def _refuse_silent_changes(rows: list[dict[str, Any]], schema: pa.Schema, fail: Unfit) -> None:
+    """Raises ``fail(...)`` for a value Arrow converted without a word into another value:
+    a fraction in an integer field (``1.5`` stored as ``1``; a whole ``2.0`` is kept, as
+    Arrow's safe cast keeps it), and a number in a date, time or timestamp field (taken
+    as days or microseconds since 1970: ``time.time()`` became a time in January 1970;
+    Spark refuses numbers there too)."""
     for field in schema:
-        if not pa.types.is_integer(field.type):
+        kind = field.type
+        if pa.types.is_integer(kind):
+            usual, problem = _WHOLE, _fraction
+        elif pa.types.is_timestamp(kind) or pa.types.is_date(kind) or pa.types.is_time(kind):
+            usual, problem = _TIMES, _number_as_time
+        else:
             continue
         values = list(map(dict.get, rows, repeat(field.name)))
-        if set(map(type, values)) <= _WHOLE:  # the usual case: checked at C speed
+        if set(map(type, values)) <= usual:  # the usual case: checked at C speed
             continue
         for value in values:
-            # whatever reached here converted, so it is a number: NaN and inf did not
-            if type(value) not in _WHOLE and value != int(value):
-                raise fail(
-                    "a tuple",
-                    f"field {field.name!r} ({field.type}): {value!r} is not a whole number "
-                    f"(Arrow would store {int(value)}); round it, or declare the field "
-                    "double or decimal",
-                )
+            reason = problem(field, value)
+            if reason is not None:
+                raise fail("a tuple", f"field {field.name!r} ({kind}): {reason}")
 
 
 def _as_mapping(row: Any, fail: Unfit) -> dict[str, Any]:

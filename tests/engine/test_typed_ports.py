@@ -10,6 +10,7 @@ output port and for ``run_window`` inputs that are not (port, tuple) pairs.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,58 @@ def test_a_route_refuses_a_fraction_in_an_integer_field_among_many_rows() -> Non
     )
     rows[500] = {"word": "b", "n": 7.0}
     assert rows_to_batch(rows, schema, fail).column("n")[500].as_py() == 7
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            pa.field("ts", pa.timestamp("us")),
+            1_795_000_000.5,
+            "field 'ts' (timestamp[us]): 1795000000.5 is a number, which Arrow would take as "
+            "microseconds since 1970 (epoch seconds or milliseconds become wrong times); emit "
+            "a datetime (datetime.fromtimestamp(seconds, timezone.utc)), or declare the field "
+            "bigint",
+        ),
+        (
+            pa.field("ts", pa.timestamp("us")),
+            1_795_000_000_000,
+            "field 'ts' (timestamp[us]): 1795000000000 is a number, which Arrow would take as "
+            "microseconds since 1970",
+        ),
+        (
+            pa.field("day", pa.date32()),
+            20_000,
+            "field 'day' (date32[day]): 20000 is a number, which Arrow would take as days since "
+            "1970 (epoch seconds or milliseconds become wrong times); emit a datetime.date",
+        ),
+    ],
+)
+def test_a_route_refuses_a_number_in_a_time_field(
+    field: pa.Field, value: Any, message: str
+) -> None:
+    # Arrow took time.time() as microseconds: a time in January 1970, without a word
+    def fail(what: str, reason: str) -> OperatorError:
+        return OperatorError(f"{what}: {reason}")
+
+    schema = pa.schema([field])
+    with pytest.raises(OperatorError) as info:
+        rows_to_batch([{field.name: None}, {field.name: value}], schema, fail)
+    assert str(info.value).startswith(f"a tuple: {message}"), str(info.value)
+
+
+def test_a_route_takes_datetimes_dates_and_their_subclasses_in_time_fields() -> None:
+    import pandas as pd
+
+    schema = pa.schema([("ts", pa.timestamp("us")), ("day", pa.date32())])
+    when = dt.datetime(2026, 11, 29, 12, 30)
+    rows = [
+        {"ts": when, "day": when.date()},
+        {"ts": pd.Timestamp(when), "day": when},  # Spark's DateType takes a datetime too
+        {"ts": None, "day": None},
+    ]
+    got = rows_to_batch(rows, schema, lambda w, r: OperatorError(r)).to_pylist()
+    assert got[0] == got[1] == {"ts": when, "day": when.date()}
 
 
 def test_harness_sink_of_a_missing_port_lists_the_output_ports() -> None:
