@@ -6,16 +6,14 @@ advance: the detail is worked out after a failure only."""
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import numbers
 from collections.abc import Callable, Mapping
-from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
 
 from malhar.errors import OperatorError
 from malhar.ports import OutputPort
+from malhar.util.arrow_values import altered_rows, field_checks, numbers_as_times
 
 #: what converting emitted rows or batches to an Arrow schema raises when they do not fit
 CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError)
@@ -72,65 +70,14 @@ def rows_to_batch(rows: list[Any], schema: pa.Schema, fail: Unfit) -> pa.RecordB
     return batch
 
 
-#: the types of values an integer field takes as they are
-_WHOLE = frozenset({int, type(None)})
-#: ... and a date, time or timestamp field
-_TIMES = frozenset({dt.datetime, dt.date, dt.time, type(None)})
-
-
-def _fraction(field: pa.Field, value: Any) -> str | None:
-    # whatever reached here converted, so it is a number: NaN and inf did not
-    if type(value) in _WHOLE or value == int(value):
-        return None
-    return (
-        f"{value!r} is not a whole number (Arrow would store {int(value)}); round it, or "
-        "declare the field double or decimal"
-    )
-
-
-def _number_as_time(field: pa.Field, value: Any) -> str | None:
-    if not isinstance(value, numbers.Number):
-        return None
-    kind = field.type
-    if pa.types.is_timestamp(kind):
-        give = "a datetime (datetime.fromtimestamp(seconds, timezone.utc))"
-    else:
-        give = "a datetime.date" if pa.types.is_date(kind) else "a datetime.time"
-    return (
-        f"{value!r} is a number, which Arrow would take as {_time_unit(kind)} since "
-        f"{'midnight' if pa.types.is_time(kind) else '1970'} (epoch seconds or milliseconds "
-        f"become wrong times); emit {give}, or declare the field bigint"
-    )
-
-
-def _time_unit(kind: pa.DataType) -> str:
-    if pa.types.is_date(kind):
-        return "days" if pa.types.is_date32(kind) else "milliseconds"
-    unit = getattr(kind, "unit", "us")
-    return {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}.get(unit, "nanoseconds")
-
-
 def _refuse_silent_changes(rows: list[dict[str, Any]], schema: pa.Schema, fail: Unfit) -> None:
-    """Raises ``fail(...)`` for a value Arrow converted without a word into another value:
-    a fraction in an integer field (``1.5`` stored as ``1``; a whole ``2.0`` is kept, as
-    Arrow's safe cast keeps it), and a number in a date, time or timestamp field (taken
-    as days or microseconds since 1970: ``time.time()`` became a time in January 1970;
-    Spark refuses numbers there too)."""
-    for field in schema:
-        kind = field.type
-        if pa.types.is_integer(kind):
-            usual, problem = _WHOLE, _fraction
-        elif pa.types.is_timestamp(kind) or pa.types.is_date(kind) or pa.types.is_time(kind):
-            usual, problem = _TIMES, _number_as_time
-        else:
-            continue
-        values = list(map(dict.get, rows, repeat(field.name)))
-        if set(map(type, values)) <= usual:  # the usual case: checked at C speed
-            continue
-        for value in values:
-            reason = problem(field, value)
-            if reason is not None:
-                raise fail("a tuple", f"field {field.name!r} ({kind}): {reason}")
+    """Raises ``fail(...)`` for the first value Arrow converted into another value without
+    a word (``1.5`` into an integer as ``1``, ``time.time()`` into a timestamp as a time
+    in 1970: :mod:`malhar.util.arrow_values`)."""
+    checks = field_checks(schema)
+    if checks and (altered := altered_rows(rows, checks)):
+        field, why = altered[min(altered)]
+        raise fail("a tuple", f"field {field.name!r} ({field.type}): {why}")
 
 
 def _as_mapping(row: Any, fail: Unfit) -> dict[str, Any]:
@@ -148,6 +95,12 @@ def _as_mapping(row: Any, fail: Unfit) -> dict[str, Any]:
 
 def cast_batch(batch: pa.RecordBatch, schema: pa.Schema, fail: Unfit) -> pa.RecordBatch:
     """``batch`` cast to ``schema``; raises ``fail(...)`` if it does not cast."""
+    for field in schema:
+        index = batch.schema.get_field_index(field.name)
+        have = batch.schema.field(index).type if index >= 0 else None
+        if have is not None and (why := numbers_as_times(have, field.type)) is not None:
+            # Arrow casts int64 to a timestamp as microseconds since 1970, without a word
+            raise fail("a batch", f"column {field.name!r} ({have}, not {field.type}): {why}")
     try:
         return batch.cast(schema)
     except CONVERSION_ERRORS as exc:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from malhar import DAG, ApplicationFailed, InputOperator, InputPort, Operator, OutputPort, run
-from malhar.engine.typed_rows import rows_to_batch
+from malhar.engine.typed_rows import cast_batch, rows_to_batch
 from malhar.errors import OperatorError
 from malhar.testing.harness import OperatorHarness
 
@@ -101,8 +101,8 @@ def test_harness_checks_emitted_tuples_against_the_port_schema() -> None:
         (
             {"word": "a", "n": 1.5},
             "emitted a tuple that does not fit its schema 'word string, n bigint': field 'n' "
-            "(int64): 1.5 is not a whole number (Arrow would store 1); round it, or declare "
-            "the field double or decimal",
+            "(int64): 1.5 is not an integer (Arrow would store 1): round it, or declare the "
+            "field double or decimal",
         ),
         (
             pa.RecordBatch.from_pylist([{"w": "a"}]),
@@ -158,7 +158,7 @@ def test_a_route_refuses_a_fraction_in_an_integer_field_among_many_rows() -> Non
     with pytest.raises(OperatorError) as info:
         rows_to_batch(rows, schema, fail)
     assert str(info.value).startswith(
-        "a tuple: field 'n' (int16): Decimal('2.5') is not a whole number (Arrow would store 2)"
+        "a tuple: field 'n' (int16): Decimal('2.5') is not an integer (Arrow would store 2)"
     )
     rows[500] = {"word": "b", "n": 7.0}
     assert rows_to_batch(rows, schema, fail).column("n")[500].as_py() == 7
@@ -171,7 +171,7 @@ def test_a_route_refuses_a_fraction_in_an_integer_field_among_many_rows() -> Non
             pa.field("ts", pa.timestamp("us")),
             1_795_000_000.5,
             "field 'ts' (timestamp[us]): 1795000000.5 is a number, which Arrow would take as "
-            "microseconds since 1970 (epoch seconds or milliseconds become wrong times); emit "
+            "microseconds since 1970 (epoch seconds or milliseconds become wrong times): emit "
             "a datetime (datetime.fromtimestamp(seconds, timezone.utc)), or declare the field "
             "bigint",
         ),
@@ -185,7 +185,7 @@ def test_a_route_refuses_a_fraction_in_an_integer_field_among_many_rows() -> Non
             pa.field("day", pa.date32()),
             20_000,
             "field 'day' (date32[day]): 20000 is a number, which Arrow would take as days since "
-            "1970 (epoch seconds or milliseconds become wrong times); emit a datetime.date",
+            "1970 (epoch seconds or milliseconds become wrong times): emit a datetime.date",
         ),
     ],
 )
@@ -209,7 +209,7 @@ def test_a_route_takes_datetimes_dates_and_their_subclasses_in_time_fields() -> 
     when = dt.datetime(2026, 11, 29, 12, 30)
     rows = [
         {"ts": when, "day": when.date()},
-        {"ts": pd.Timestamp(when), "day": when},  # Spark's DateType takes a datetime too
+        {"ts": pd.Timestamp(when), "day": dt.datetime(2026, 11, 29)},  # midnight: no time lost
         {"ts": None, "day": None},
     ]
     got = rows_to_batch(rows, schema, lambda w, r: OperatorError(r)).to_pylist()
@@ -294,3 +294,15 @@ def test_a_route_refuses_a_tuple_that_is_no_row_and_carries_dataclass_instances(
     with pytest.raises(ApplicationFailed) as info:
         run(dag(BadWordsInput()), windows=1, spark=spark, checkpoint=str(tmp_path / "b"))
     assert "emitted a tuple of type tuple that does not fit its schema" in info.value.reason
+
+
+def test_a_route_refuses_a_batch_of_numbers_for_a_timestamp_column() -> None:
+    # Arrow casts int64 to a timestamp as microseconds since 1970, without a word
+    batch = pa.RecordBatch.from_pylist([{"ts": 1_795_000_000}])
+    schema = pa.schema([("ts", pa.timestamp("us", tz="UTC"))])
+    with pytest.raises(OperatorError) as info:
+        cast_batch(batch, schema, lambda what, reason: OperatorError(f"{what}: {reason}"))
+    assert str(info.value).startswith(
+        "a batch: column 'ts' (int64, not timestamp[us, tz=UTC]): its values are numbers, "
+        "which Arrow would take as microseconds since 1970"
+    ), str(info.value)

@@ -187,9 +187,11 @@ def test_csv_values_that_are_no_one_line_text_go_to_the_error_port(place: Place)
 
 
 def test_values_arrow_would_alter_go_to_the_error_port(place: Place) -> None:
-    ddl = "i bigint, f float, d date, s struct<x:int>, l array<struct<x:int>>"
+    ddl = "i bigint, f float, d date, s struct<x:int>, l array<struct<x:int>>, t timestamp"
     h = out_harness(ParquetFileOutput(place.url("p"), schema=ddl, roll_windows=1))
+    when = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
     good = {"i": 1.0, "f": 0.5, "d": dt.datetime(2026, 1, 1), "s": {"x": 1}, "l": [{"x": 2}]}
+    good["t"] = when
     bad = [
         ({"i": 2.7}, "i: 2.7 is not an integer"),
         ({"i": decimal.Decimal("2.5")}, "i: Decimal('2.5') is not an integer"),
@@ -197,6 +199,8 @@ def test_values_arrow_would_alter_go_to_the_error_port(place: Place) -> None:
         ({"d": dt.datetime(2026, 1, 1, 23, 59)}, "d: datetime.datetime(2026, 1, 1, 23, 59) is"),
         ({"s": {"x": 1, "y": 2}}, "s: unknown struct field(s) ['y']"),
         ({"l": [{"x": 1}, {"x": 2, "z": 3}]}, "l: element: unknown struct field(s) ['z']"),
+        ({"t": 1_795_000_000.5}, "t: 1795000000.5 is a number, which Arrow would take as micro"),
+        ({"d": 20_000}, "d: 20000 is a number, which Arrow would take as days since 1970"),
     ]
     h.run_window([("input", good)] + [("input", {**good, **b}) for b, _ in bad], window=0)
     h.committed(0)
@@ -205,7 +209,7 @@ def test_values_arrow_would_alter_go_to_the_error_port(place: Place) -> None:
     for error, (_, why) in zip(errors, bad, strict=True):
         assert error.startswith(f"does not fit the schema: {why}")
     assert place.parquet_rows("p") == [
-        {"i": 1, "f": 0.5, "d": dt.date(2026, 1, 1), "s": {"x": 1}, "l": [{"x": 2}]}
+        {"i": 1, "f": 0.5, "d": dt.date(2026, 1, 1), "s": {"x": 1}, "l": [{"x": 2}], "t": when}
     ]
 
 

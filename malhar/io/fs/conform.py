@@ -11,13 +11,8 @@ refuse a value that holds a newline or bytes that are not UTF-8.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
-import itertools
 import json
-import operator
-import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +21,7 @@ import pyarrow.compute as pc
 from malhar.io.base.output import rejected_row
 from malhar.io.fs.encoders import json_default
 from malhar.util.arrow_types import is_binary, is_text
+from malhar.util.arrow_values import altered_rows, field_checks
 
 __all__ = ["JSON_COLUMN", "LINE_SCHEMA", "conform"]
 
@@ -208,7 +204,7 @@ def _rows(
         return pa.table([pa.array(texts, pa.string())], schema=schema), bad
     names = set(schema.names)
     required = [f.name for f in schema if not f.nullable]
-    checks = [(f, c) for f in schema if (c := _value_check(f.type)) is not None]
+    checks = field_checks(schema)
     refused: list[tuple[int, dict[str, Any]]] = []  # (position, error row): in input order
     good: list[tuple[int, Any]] = []
     for i, value in enumerate(rows):
@@ -223,10 +219,11 @@ def _rows(
             continue
         refused.append((i, rejected_row(value, why)))
     if checks and good:
-        altered = _altered_rows([v for _, v in good], checks)
+        altered = altered_rows([v for _, v in good], checks)
         if altered:
             refused.extend(
-                (good[j][0], rejected_row(good[j][1], why)) for j, why in altered.items()
+                (good[j][0], rejected_row(good[j][1], f"does not fit the schema: {f.name}: {why}"))
+                for j, (f, why) in altered.items()
             )
             good = [g for j, g in enumerate(good) if j not in altered]
     table = None
@@ -245,181 +242,6 @@ def _rows(
             table = pa.Table.from_pylist(kept, schema=schema) if kept else None
     refused.sort(key=lambda x: x[0])
     return table, bad + [r for _, r in refused]
-
-
-#: the largest finite float32 (a larger value would be stored as infinity)
-_FLOAT32_MAX = 3.4028234663852886e38
-
-#: a check of one (non-null) value of a column: why Arrow would store it altered, or None
-Check = Callable[[Any], "str | None"]
-
-
-def _altered(value: Mapping[str, Any], checks: list[tuple[str, Check]]) -> str | None:
-    """Why a row's value would be stored altered (Arrow converts some values it should
-    refuse: 2.7 into an integer column as 2), None if none would."""
-    for name, check in checks:
-        v = value.get(name)
-        if v is not None and (why := check(v)) is not None:
-            return f"{name}: {why}"
-    return None
-
-
-def _altered_rows(
-    rows: list[Mapping[str, Any]], checks: list[tuple[pa.Field, Check]]
-) -> dict[int, str]:
-    """Why rows (by position) would be stored altered: a column's values are checked one
-    by one only when a quick look at them all (:func:`_suspect`) finds one that may be."""
-    out: dict[int, str] = {}
-    for field, check in checks:
-        values = list(map(operator.methodcaller("get", field.name), rows))
-        if not _suspect(field.type, values):
-            continue
-        for j, v in enumerate(values):
-            if v is not None and j not in out and (why := check(v)) is not None:
-                out[j] = f"does not fit the schema: {field.name}: {why}"
-    return out
-
-
-def _suspect(kind: pa.DataType, values: list[Any]) -> bool:
-    """Whether a column's values may hold one that :func:`_value_check` refuses (False:
-    none does), without a Python step per value for the common types: the set of their
-    types for integers and dates, the float64 array for float32, the set of keys for a
-    struct of plain fields."""
-    if pa.types.is_integer(kind):
-        return any(issubclass(t, float | decimal.Decimal) for t in set(map(type, values)))
-    if pa.types.is_date(kind):
-        return any(issubclass(t, dt.datetime) for t in set(map(type, values)))
-    if pa.types.is_float32(kind):
-        try:
-            wide = pc.abs(pa.array(values, pa.float64()))
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            return True
-        return bool(pc.any(pc.greater(wide, _FLOAT32_MAX)).as_py())
-    if pa.types.is_struct(kind) and all(
-        _value_check(kind.field(i).type) is None for i in range(kind.num_fields)
-    ):
-        known = {kind.field(i).name for i in range(kind.num_fields)}
-        try:
-            return not set(itertools.chain.from_iterable(filter(None, values))) <= known
-        except TypeError:
-            return True
-    return True
-
-
-def _value_check(kind: pa.DataType) -> Check | None:
-    """The check of a column's values that Arrow would alter when converting them (None
-    for a type without such values): a fraction into an integer, a float32 overflowing to
-    infinity, a datetime with a time of day into a date, an unknown struct field (dropped),
-    in nested values too."""
-    for applies, make in _CHECKS:
-        if applies(kind):
-            return make(kind)
-    return None
-
-
-def _integer_check(kind: pa.DataType) -> Check:
-    def integer(v: Any) -> str | None:
-        if isinstance(v, float | decimal.Decimal) and not isinstance(v, bool):
-            try:
-                whole = v == int(v)
-            except (ValueError, OverflowError, ArithmeticError):
-                whole = False
-            if not whole:
-                return f"{v!r} is not an integer ({kind})"
-        return None
-
-    return integer
-
-
-def _float32_check(kind: pa.DataType) -> Check:
-    def float32(v: Any) -> str | None:
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            try:
-                if abs(v) > _FLOAT32_MAX:
-                    struct.pack("<f", v)  # rounds to the largest float32, or raises
-            except OverflowError:
-                return f"{v!r} is out of the range of float (it would become infinity)"
-        return None
-
-    return float32
-
-
-def _date_check(kind: pa.DataType) -> Check:
-    def date(v: Any) -> str | None:
-        if isinstance(v, dt.datetime) and (v.tzinfo is not None or v.time() != dt.time()):
-            return f"{v!r} is not a date (it has a time of day or a time zone)"
-        return None
-
-    return date
-
-
-def _struct_check(kind: pa.DataType) -> Check:
-    field_names = [kind.field(i).name for i in range(kind.num_fields)]
-    known = set(field_names)
-    inner = [
-        (kind.field(i).name, c)
-        for i in range(kind.num_fields)
-        if (c := _value_check(kind.field(i).type)) is not None
-    ]
-
-    def struct_(v: Any) -> str | None:
-        if isinstance(v, Mapping):
-            if extra := [k for k in v if k not in known]:
-                return f"unknown struct field(s) {extra}; the struct has {field_names}"
-            return _altered(v, inner)
-        return None
-
-    return struct_
-
-
-def _map_check(kind: pa.DataType) -> Check | None:
-    key_check, item_check = _value_check(kind.key_type), _value_check(kind.item_type)
-    if key_check is None and item_check is None:
-        return None
-
-    def map_(v: Any) -> str | None:
-        pairs = v.items() if isinstance(v, Mapping) else v if isinstance(v, list | tuple) else ()
-        for pair in pairs:
-            if not isinstance(pair, tuple | list) or len(pair) != 2:
-                continue
-            for x, c in zip(pair, (key_check, item_check), strict=True):
-                if x is not None and c is not None and (why := c(x)) is not None:
-                    return f"map entry: {why}"
-        return None
-
-    return map_
-
-
-def _list_check(kind: pa.DataType) -> Check | None:
-    element = _value_check(kind.value_type)
-    if element is None:
-        return None
-
-    def list_(v: Any) -> str | None:
-        if isinstance(v, list | tuple):
-            for x in v:
-                if x is not None and (why := element(x)) is not None:
-                    return f"element: {why}"
-        return None
-
-    return list_
-
-
-def _is_list(kind: pa.DataType) -> bool:
-    return (
-        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
-    )
-
-
-#: (the types a check is for, the function that makes it for one such type)
-_CHECKS: tuple[tuple[Callable[[pa.DataType], bool], Callable[[pa.DataType], Check | None]], ...] = (
-    (pa.types.is_integer, _integer_check),
-    (pa.types.is_float32, _float32_check),
-    (pa.types.is_date, _date_check),
-    (pa.types.is_struct, _struct_check),
-    (pa.types.is_map, _map_check),
-    (_is_list, _list_check),
-)
 
 
 def _cast_batch(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
