@@ -219,7 +219,9 @@ class RouteBuffer(Emitter):
             return
         schema = self.route.arrow_schema
         if schema is None:
-            values = tuples + [v for b in batches for v in b.column(0).to_pylist()]
+            # a batch on an untyped port crosses as its rows (dicts of every column), as
+            # a fused operator without process_batch receives it
+            values = tuples + [row for b in batches for row in b.to_pylist()]
             payload = E.encode_objects(values)
         else:
             if tuples:

@@ -22,6 +22,7 @@ from malhar import DAG, ApplicationFailed, InputOperator, InputPort, Operator, O
 from malhar.engine.typed_rows import cast_batch, rows_to_batch
 from malhar.errors import OperatorError
 from malhar.testing.harness import OperatorHarness
+from malhar.testing.operators import Collector, collected
 
 BAD_ROW = {"word": "b", "n": "not-a-number"}
 UNFIT = (
@@ -306,3 +307,29 @@ def test_a_route_refuses_a_batch_of_numbers_for_a_timestamp_column() -> None:
         "a batch: column 'ts' (int64, not timestamp[us, tz=UTC]): its values are numbers, "
         "which Arrow would take as microseconds since 1970"
     ), str(info.value)
+
+
+class EmitsABatch(InputOperator):
+    """Emits one Arrow batch of two columns on an untyped port (importable by workers)."""
+
+    output = OutputPort()
+
+    def begin_window(self, window_id: int) -> None:
+        self._done = False
+
+    def emit_tuples(self) -> None:
+        if not self._done:
+            self._done = True
+            self.output.emit_batch(pa.RecordBatch.from_pylist([{"w": "a", "n": 1}]))
+
+
+@pytest.mark.integration
+def test_a_batch_on_an_untyped_port_crosses_a_route_as_whole_rows(spark, tmp_path: Path) -> None:
+    # it crossed as its first column's values: {"w": "a", "n": 1} arrived as "a", silently
+    dag = DAG("untyped-batch")
+    src = dag.add_operator("src", EmitsABatch(), PARTITIONS=2)
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("rows", src.output, out.input)
+    run(dag, windows=1, spark=spark, checkpoint=str(tmp_path), window_ms=50)
+    got = [t for ts in collected(str(tmp_path), "out").values() for t in ts]
+    assert got == [{"w": "a", "n": 1}] * 2  # one per input partition, as a fused edge gives
