@@ -159,9 +159,23 @@ class WatermarkTracker:
             if silent > 0 and (idle_windows is None or window - self.since < idle_windows):
                 return None
             for ts, last in heard:
-                if idle_windows is None or window - last < idle_windows:
+                if idle_windows is None or self._counts(last, window, idle_windows, silent):
                     active.append(ts)
         return min(active) if active else None
+
+    def _counts(self, last: int, window: int, idle_windows: int, unheard: int) -> bool:
+        """Whether a partition last heard from in ``last`` still counts in ``window``.
+
+        It does for ``idle_windows`` windows after it spoke, and also in the window in which
+        the partitions never heard from are let go (silent since the tracker started), when
+        it spoke only in that first window: their silence is counted from the first window,
+        its from the next, so it would go quiet in that very window and the watermark it sent,
+        held back until then, would never count (as it does when it arrives a window later).
+        """
+        if window - last < idle_windows:
+            return True
+        since = window if self.since is None else self.since
+        return unheard > 0 and window - since == idle_windows
 
     def all_idle(self, window: int | None = None, idle_windows: int | None = None) -> bool:
         """Whether no partition counts: each declared itself idle or, given ``window`` and
@@ -176,9 +190,9 @@ class WatermarkTracker:
             heard = [v for k, v in self.latest.items() if k[0] == stream and k not in idle]
             if heard and not timeout:
                 return False
-            if any(window - last < idle_windows for _, last in heard):  # type: ignore[operator]
-                return False
             unheard = n - len(heard) - declared
+            if any(self._counts(last, window, idle_windows, unheard) for _, last in heard):  # type: ignore[arg-type]
+                return False
             since = window if self.since is None else self.since
             if unheard > 0 and not (timeout and window - since >= idle_windows):  # type: ignore[operator]
                 return False

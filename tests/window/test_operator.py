@@ -116,6 +116,45 @@ def test_idle_partition_is_let_go_after_the_timeout_and_the_watermark_never_goes
     assert watermarks(h) == [20, 20]  # the operator's watermark does not regress
 
 
+def run_until_idle_timeout(h: OperatorHarness, late: bool, senders: int) -> list[int]:
+    """Partition 0 of ``senders`` sends Watermark(50) with a tuple (``late``: one window
+    after it), the others nothing; the watermarks the operator sends, window by window."""
+    p0 = ControlSender("e", "src", 0, senders)
+    if not late:
+        watermark(h, 50, p0)
+    put(h, ("a", 1))
+    if late:
+        watermark(h, 50, p0)
+    seen = []
+    for _ in range(8):
+        put(h)
+        seen.append(h.operator.watermark)
+    return seen
+
+
+@pytest.mark.parametrize("senders", [2, 3])
+def test_a_watermark_sent_in_the_first_window_counts_once_the_silent_partitions_are_idle(
+    senders: int,
+) -> None:
+    """The silent partitions time out in the very window in which the one that spoke in the
+    first window goes quiet: its watermark, held back until then, counts in that window."""
+    h = harness(keyed(idle_timeout_windows=2))
+    seen = run_until_idle_timeout(h, late=False, senders=senders)
+    assert seen[0] is None and seen[1] == 50  # window 2: the silent ones let go
+    assert panes(h) == [("a", 0, 10, 1, 0, "ON_TIME", False)]
+    assert sent(h)[0] == 50 and set(sent(h)[1:]) == {"idle"}  # then every sender is idle
+
+
+def test_a_watermark_sent_a_window_after_the_tuple_counts_once_the_silent_partition_is_idle() -> (
+    None
+):
+    h = harness(keyed(idle_timeout_windows=2))
+    seen = run_until_idle_timeout(h, late=True, senders=2)
+    assert seen[0] is None and seen[1] == 50  # window 2: partition 1 let go, 0 still active
+    assert panes(h) == [("a", 0, 10, 1, 0, "ON_TIME", False)]
+    assert sent(h)[0] == 50 and set(sent(h)[1:]) == {"idle"}
+
+
 def idle(h: OperatorHarness, sender: ControlSender | None = None, port: str = "input") -> None:
     h.put_control(port, WatermarkIdle(), DeliveryType.END_WINDOW, sender=sender)
 
