@@ -802,6 +802,33 @@ def test_a_watermark_generator_passes_a_tuple_without_a_time_on_and_counts_it() 
     assert h.operator.metrics() == {"without_time": 2.0}
 
 
+def test_a_watermark_generator_says_once_why_a_batch_moves_no_watermark(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a batch of string times failed the application (the doc says: passed on, counted);
+    # a column name that does not exist moved no watermark and said nothing
+    import logging
+
+    import pyarrow as pa
+
+    from malhar.window import WatermarkGenerator
+
+    strings = pa.RecordBatch.from_pylist([{"ts": "2026-11-21 01:00:00"}] * 3)
+    for timestamp, batch, said in [
+        ("ts", strings, "the tuple's timestamp '2026-11-21 01:00:00' is not a time"),
+        ("tss", pa.RecordBatch.from_pylist([{"ts": 5}] * 2), "has no field 'tss'"),
+    ]:
+        caplog.clear()
+        h = harness(WatermarkGenerator(timestamp=timestamp))
+        with caplog.at_level(logging.WARNING, logger="malhar.window"):
+            h.run_window([("input", batch), ("input", batch)])
+        assert len(h.sink("output").tuples) == 2 * batch.num_rows  # passed on
+        assert h.sink("output").controls == []
+        assert h.operator.metrics() == {"without_time": 2.0 * batch.num_rows}
+        [record] = caplog.records  # once per partition
+        assert said in record.getMessage() and "moves no watermark" in record.getMessage()
+
+
 def test_a_tuples_date_is_midnight_utc_as_a_batchs_date32_is() -> None:
     # a tuple's date was refused ("expected milliseconds ..."); a date32 column was not
     rows = [{"k": "a", "t": dt.date(1970, 1, 2)}, {"k": "a", "t": dt.date(1969, 12, 31)}]

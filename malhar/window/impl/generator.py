@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pyarrow as pa
@@ -18,6 +19,8 @@ from malhar.window.impl.fields import extractor, has_columns, tuple_millis
 from malhar.window.impl.settings import check_extractor, check_millis
 from malhar.window.watermark import Watermark
 from malhar.window.windows import to_millis
+
+log = logging.getLogger("malhar.window")
 
 __all__ = ["WatermarkGenerator"]
 
@@ -71,6 +74,7 @@ class WatermarkGenerator(Operator):
         self._split = extractor(self.split_by, None, "split_by", who)
         self._bound = to_millis(self.max_out_of_orderness)
         self._name = context.name
+        self._warned = False
 
     def begin_window(self, window_id: int) -> None:
         self._seen = False
@@ -83,10 +87,17 @@ class WatermarkGenerator(Operator):
     def _track(self, t: Any) -> None:
         try:
             self._update(None if self._split is None else self._split(t), self._ts(t))  # type: ignore[misc]
-        except BadTupleError:
+        except BadTupleError as exc:
             # it goes on as it came: the windowed operator behind sends it to its error port
             # with the reason; here it moves no watermark
             self._bad += 1
+            if not self._warned:  # once per partition: a wrong column name says so at once
+                self._warned = True
+                log.warning(
+                    "%s; it moves no watermark (counted in the metric without_time; "
+                    "this is said once per partition)",
+                    exc,
+                )
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         self.output.emit_batch(batch)
@@ -105,6 +116,9 @@ class WatermarkGenerator(Operator):
             return
         if pa.types.is_timestamp(ts.type):  # floored to the millisecond, as a tuple's time is
             ts = pa.array(epoch_millis(ts))
+        elif not pa.types.is_integer(ts.type):  # strings, dates: row by row, as tuples
+            self._rows(batch)
+            return
         if self.split_by is None:
             self._update(None, pc.max(ts).as_py())
             return
