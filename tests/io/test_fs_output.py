@@ -700,10 +700,21 @@ def test_settings_are_checked(tmp_path: Path) -> None:
         ({"schema": DDL, "compression": "lzma"}, "compression"),
         ({"format": "csv", "schema": DDL, "compression": "zstd"}, "codecs of format 'csv'"),
         ({"schema": DDL, "file_prefix": "9x"}, "'9x' must start with a letter"),
+        ({"schema": DDL, "roll_bytes": None, "roll_ms": None}, "no file would ever close"),
     ]:
         h = out_harness(FileOutputOperator(str(tmp_path), **props))
         with pytest.raises(FileOutputConfigError, match=why):
             h.setup()
+
+
+def test_roll_bytes_none_means_no_byte_limit(tmp_path: Path) -> None:
+    # it failed the window: '>=' not supported between instances of 'int' and 'NoneType'
+    h = out_harness(FileOutputOperator(str(tmp_path), schema=DDL, roll_bytes=None, roll_windows=2))
+    for w in range(3):
+        h.run_window([("input", {"day": dt.date(2026, 1, 1), "word": "x", "count": w})], window=w)
+    h.committed(2)
+    [file] = tmp_path.glob("*.parquet")  # windows 0 and 1: rolled by roll_windows alone
+    assert pq.read_table(file).column("count").to_pylist() == [0, 1]
 
 
 # -- the Spark sink --------------------------------------------------------------------------------

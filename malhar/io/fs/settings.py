@@ -251,7 +251,8 @@ class FileOutputSettings(TransactionalSettings):
         int,
         default=128 << 20,
         min=1,
-        doc="a file is closed once its rows hold this many bytes (as staged, uncompressed)",
+        doc="a file is closed once its rows hold this many bytes (as staged, uncompressed; "
+        "None: no byte limit)",
     )
     roll_records = Property(int, default=None, min=1, doc="... or this many records")
     roll_windows = Property(int, default=None, min=1, doc="... or spans this many windows")
@@ -281,6 +282,12 @@ class FileOutputSettings(TransactionalSettings):
                 )
         if self.delimiter is not None and len(self.delimiter) != 1:
             out.append(f"delimiter must be one character, got {self.delimiter!r}")
+        rolls = (self.roll_bytes, self.roll_records, self.roll_windows, self.roll_ms)
+        if all(r is None for r in rolls):
+            out.append(
+                "roll_bytes, roll_records, roll_windows and roll_ms are all None: no file would "
+                "ever close, and its rows would never become visible (set at least one)"
+            )
         if self.file_prefix is not None and not _PREFIX.fullmatch(self.file_prefix):
             # readers (Spark, Hive, Hadoop) skip names starting with '_' or '.': every file
             # would be hidden

@@ -307,7 +307,7 @@ class FileStore(TransactionalStore[_Txn]):
             # and again with the mark only when it decides (once per file); encoding is a
             # copy of the window's rows, the largest cost of a commit after the write
             data = ipc_bytes(table, meta)
-            roll = size_before + len(data) >= s.roll_bytes
+            roll = s.roll_bytes is not None and size_before + len(data) >= s.roll_bytes
         if roll and not whole:
             data = ipc_bytes(table, marked_rolling(meta))
         if data is not None:
