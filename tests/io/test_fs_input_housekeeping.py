@@ -316,6 +316,26 @@ def test_repeated_csv_header_names_are_made_unique_as_spark_does(tmp_path: Path)
         CsvFileInput(str(tmp_path / "in"), header=False, columns="a,b,a").check_settings()
 
 
+def test_a_header_in_another_order_than_the_schema_is_said_once_per_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # columns are read by position (as Spark's enforceSchema): the header was skipped unread,
+    # and a file whose header had the schema's columns swapped swapped the values silently
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.csv").write_text("city,store\nberlin,acme\nlima,bodega\n")
+    (tmp_path / "in" / "b.csv").write_text("Store,City\nshop,pune\n")  # case as Spark: same
+    op = CsvFileInput(str(tmp_path / "in"), schema="store string, city string", scan_interval_ms=0)
+    h = harness(op, str(tmp_path / "ck"))
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        drain(h)
+    said = [r.getMessage() for r in caplog.records if "the header of" in r.getMessage()]
+    assert (
+        len(said) == 1
+        and "a.csv names the columns (city, store), the schema (store, city)" in said[0]
+    )
+    assert len(h.sink("output").tuples) == 3  # read as documented: by position
+
+
 def test_a_file_that_changed_after_it_was_cut_is_not_deleted(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     f = tmp_path / "in" / "a.txt"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from malhar.io.fs.decoders import CsvDecoder, JsonLinesDecoder, LineDecoder, LinesDecoder
-from malhar.io.fs.input_operator import FileInputOperator
+from malhar.io.fs.input_operator import FileInputOperator, log
 from malhar.io.fs.settings import parse_schema
 from malhar.io.fs.splits import SIZE
 from malhar.ports import OutputPort
@@ -85,24 +85,41 @@ class CsvFileInput(FileInputOperator):
 
     def names_for(self, path: str) -> list[str] | None:
         if self.schema:
+            if self.header and path not in self._headers:
+                self._check_header(path, self._header(path))
             return None
         if self.columns:
             cols = self.columns
             return [c.strip() for c in cols.split(",")] if isinstance(cols, str) else list(cols)
         names = self._headers.get(path)
         if names is None:
-            import csv
-
-            size = self._seen[path][SIZE] if path in self._seen else None
-            line = self._first_line(path, size).decode(self.encoding, "replace").rstrip("\r\n")
-            names = safe_header(
-                next(
-                    csv.reader([line], delimiter=self.delimiter, quotechar=self.quote_char or None),
-                    [],
-                )
-            )
-            self._headers[path] = names
+            names = self._headers[path] = self._header(path)
         return names
+
+    def _header(self, path: str) -> list[str]:
+        import csv
+
+        size = self._seen[path][SIZE] if path in self._seen else None
+        line = self._first_line(path, size).decode(self.encoding, "replace").rstrip("\r\n")
+        reader = csv.reader([line], delimiter=self.delimiter, quotechar=self.quote_char or None)
+        return safe_header(next(reader, []))
+
+    def _check_header(self, path: str, names: list[str]) -> None:
+        """Says once per file when its header names other columns than the schema: the
+        columns are taken by position (as Spark's ``enforceSchema``), so a header in
+        another order would swap values without a word."""
+        self._headers[path] = names
+        wanted = self._arrow.names if self._arrow is not None else []
+        if [n.lower() for n in names] != [n.lower() for n in wanted]:
+            log.warning(
+                "%s: the header of %s names the columns (%s), the schema (%s): columns are "
+                "read by position, the header is not used; put the schema's columns in the "
+                "file's order, or leave schema unset to read dicts named by the header",
+                self.label,
+                self._url(path),
+                ", ".join(names),
+                ", ".join(wanted),
+            )
 
 
 def safe_header(names: list[str]) -> list[str]:
