@@ -52,7 +52,8 @@ def _fail(title: str, problems: list[str], scrub: Callable[[str], str], code: in
 
 #: the master URLs Spark takes (SparkContext.createTaskScheduler, SparkMasterRegex)
 _MASTER = re.compile(
-    r"local(\[\s*(\*|\d+)\s*(,\s*\d+\s*)?\])?|local-cluster\[\s*\d+\s*(,\s*\d+\s*){2}\]|yarn"
+    r"local(\[\s*(\*|[1-9]\d*)\s*(,\s*\d+\s*)?\])?"
+    r"|local-cluster\[\s*[1-9]\d*\s*(,\s*[1-9]\d*\s*){2}\]|yarn"
     r"|(spark|k8s|mesos)://\S+"
 )
 
@@ -62,7 +63,7 @@ def _check_master(master: str) -> str:
     if not _MASTER.fullmatch(master):
         raise click.BadParameter(
             f"{master!r} is not a Spark master URL: use local[N], local[*], local[N,F], "
-            "local-cluster[W,C,M], spark://HOST:PORT, yarn or k8s://URL"
+            "local-cluster[W,C,M] (counts of at least 1), spark://HOST:PORT, yarn or k8s://URL"
         )
     return master
 

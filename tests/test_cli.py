@@ -557,6 +557,7 @@ def test_run_refuses_a_master_spark_does_not_know_before_starting_it(
 ) -> None:
     # the JVM refused it with 50 lines ending in JAVA_GATEWAY_EXITED and exit code 1
     app = write_app(tmp_path / "app.json")
-    bad = invoke("run", str(app), "--master", "lokal[2]", "--windows", "1")
-    assert bad.exit_code == 2
-    assert "'lokal[2]' is not a Spark master URL: use local[N]" in bad.output
+    for master in ("lokal[2]", "local[0]", "local-cluster[0,1,1024]"):  # Spark: 0 threads
+        bad = invoke("run", str(app), "--master", master, "--windows", "1")
+        assert bad.exit_code == 2, master
+        assert f"'{master}' is not a Spark master URL: use local[N]" in bad.output
