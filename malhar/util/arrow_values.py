@@ -27,7 +27,25 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Check", "altered_rows", "field_checks", "numbers_as_times", "value_check"]
+__all__ = [
+    "Check",
+    "altered_rows",
+    "field_checks",
+    "numbers_as_times",
+    "unfit_field",
+    "value_check",
+]
+
+
+def unfit_field(row: Mapping[str, Any], schema: pa.Schema) -> str:
+    """``"field 'name' (type): "`` of the first field of ``row`` that does not convert to
+    its type, for an error message (worked out after a failure only), or ``""``."""
+    for field in schema:
+        try:
+            pa.array([row.get(field.name)], type=field.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return f"field {field.name!r} ({field.type}): "
+    return ""
 
 
 def field_checks(schema: pa.Schema) -> list[tuple[pa.Field, Check]]:

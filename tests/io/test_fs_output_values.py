@@ -201,6 +201,7 @@ def test_values_arrow_would_alter_go_to_the_error_port(place: Place) -> None:
         ({"l": [{"x": 1}, {"x": 2, "z": 3}]}, "l: element: unknown struct field(s) ['z']"),
         ({"t": 1_795_000_000.5}, "t: 1795000000.5 is a number, which Arrow would take as micro"),
         ({"d": 20_000}, "d: 20000 is a number, which Arrow would take as days since 1970"),
+        ({"t": "noon"}, "field 't' (timestamp[us, tz=UTC]): object of type"),  # named the field
     ]
     h.run_window([("input", good)] + [("input", {**good, **b}) for b, _ in bad], window=0)
     h.committed(0)

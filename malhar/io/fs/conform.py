@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from malhar.io.base.output import rejected_row
 from malhar.io.fs.encoders import json_default
 from malhar.util.arrow_types import is_binary, is_text
-from malhar.util.arrow_values import altered_rows, field_checks
+from malhar.util.arrow_values import altered_rows, field_checks, unfit_field
 
 __all__ = ["JSON_COLUMN", "LINE_SCHEMA", "conform"]
 
@@ -237,7 +237,7 @@ def _rows(
                     pa.Table.from_pylist([value], schema=schema)
                     kept.append(value)
                 except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                    why = f"does not fit the schema: {_first_line(exc)}"
+                    why = f"does not fit the schema: {unfit_field(value, schema)}{_first_line(exc)}"
                     refused.append((i, rejected_row(value, why)))
             table = pa.Table.from_pylist(kept, schema=schema) if kept else None
     refused.sort(key=lambda x: x[0])
