@@ -663,7 +663,7 @@ def test_configuration_errors_name_the_problem() -> None:
         KeyedWindowedOperator(Count(), trigger="often")
     with pytest.raises(MalharError, match="accumulation mode 'SOMETIMES'"):
         keyed(accumulation_mode="SOMETIMES")
-    with pytest.raises(MalharError, match="non-negative"):
+    with pytest.raises(MalharError, match=r"non-negative .* \(or None\), got -1$"):
         keyed(allowed_lateness=-1)
     h = harness(KeyedWindowedOperator(Count(), TimeWindows(10), timestamp="t"))
     h.begin_window(0)

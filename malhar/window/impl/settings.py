@@ -52,12 +52,12 @@ def check_millis(value: Any) -> str | None:
     numeric = isinstance(value, int | _dt.timedelta) and not isinstance(value, bool)
     if numeric and to_millis(value) >= 0:
         return None
-    return "expected non-negative milliseconds (int) or a timedelta"
+    return f"expected non-negative milliseconds (int) or a timedelta, got {value!r}"
 
 
 def _check_optional_millis(value: Any) -> str | None:
     why = None if value is None else check_millis(value)
-    return why and f"{why} (or None)"
+    return why and why.replace(", got", " (or None), got", 1)
 
 
 def _check_storage(value: Any) -> str | None:
