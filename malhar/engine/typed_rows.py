@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from malhar.errors import OperatorError
 from malhar.ports import OutputPort
-from malhar.util.arrow_values import altered_rows, field_checks, numbers_as_times
+from malhar.util.arrow_values import altered_rows, field_checks, numbers_as_times, unfit_field
 
 #: what converting emitted rows or batches to an Arrow schema raises when they do not fit
 CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError)
@@ -113,12 +113,7 @@ def unfit_rows(rows: list[Any], schema: pa.Schema) -> tuple[str, str]:
     for row in rows:
         if not isinstance(row, Mapping):
             return f"a tuple of type {type(row).__name__}", "not a dict of the schema's fields: "
-    for field in schema:
-        try:
-            pa.array([row.get(field.name) for row in rows], type=field.type)
-        except CONVERSION_ERRORS:
-            return "a tuple", f"field {field.name!r} ({field.type}): "
-    return "a tuple", ""
+    return "a tuple", unfit_field(rows, schema)
 
 
 def unfit_batch(batch: pa.RecordBatch, schema: pa.Schema) -> str:

@@ -37,13 +37,14 @@ __all__ = [
 ]
 
 
-def unfit_field(row: Mapping[str, Any], schema: pa.Schema) -> str:
-    """``"field 'name' (type): "`` of the first field of ``row`` that does not convert to
-    its type, for an error message (worked out after a failure only), or ``""``."""
+def unfit_field(rows: list[Mapping[str, Any]], schema: pa.Schema) -> str:
+    """``"field 'name' (type): "`` of the first field whose values in ``rows`` do not
+    convert to its type, for an error message (worked out after a failure only), or
+    ``""``."""
     for field in schema:
         try:
-            pa.array([row.get(field.name)], type=field.type)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pa.array([row.get(field.name) for row in rows], type=field.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError):
             return f"field {field.name!r} ({field.type}): "
     return ""
 

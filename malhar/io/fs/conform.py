@@ -237,7 +237,9 @@ def _rows(
                     pa.Table.from_pylist([value], schema=schema)
                     kept.append(value)
                 except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                    why = f"does not fit the schema: {unfit_field(value, schema)}{_first_line(exc)}"
+                    why = (
+                        f"does not fit the schema: {unfit_field([value], schema)}{_first_line(exc)}"
+                    )
                     refused.append((i, rejected_row(value, why)))
             table = pa.Table.from_pylist(kept, schema=schema) if kept else None
     refused.sort(key=lambda x: x[0])
