@@ -434,6 +434,25 @@ def test_compressed_text(place: Place, tmp_path) -> None:
     assert c.sink("output").tuples == [{"k": 1, "v": "x"}, {"k": 2, "v": "y"}]
 
 
+def test_compressed_text_without_suffix(place: Place, tmp_path) -> None:
+    # a compressed file named like text is recognised by its first bytes, not read as garbage
+    lines = [f"{i},w{i}\n".encode() for i in range(300)]
+    place.write("in/a.csv", gzip.compress(b"k,v\n" + b"".join(lines[:150])))
+    place.write("in/b", bz2.compress(b"k,v\n" + b"".join(lines[150:])))
+    place.write("in/c.csv", b"k,v\nBZh9,plain\n")  # starts like bzip2, is text
+    h = harness(CsvFileInput(place.url("in"), schema="k string, v string"), str(tmp_path / "ck"))
+    drain(h)
+    assert h.sink("error").tuples == []
+    rows = [(r["k"], r["v"]) for r in h.sink("output").tuples]
+    assert sorted(rows) == sorted([(str(i), f"w{i}") for i in range(300)] + [("BZh9", "plain")])
+    plain = harness(
+        LinesFileInput(place.url("in/a.csv"), compression="none", decode_errors="replace"),
+        str(tmp_path / "none"),
+    )
+    drain(plain)
+    assert len(plain.sink("output").tuples) < 300  # "none" reads the bytes as they are
+
+
 # -- bad input --------------------------------------------------------------------------------
 def test_decode_error_policies(place: Place, tmp_path) -> None:
     place.write("in/a.txt", b"ok\nbad \xff\xfe\nfine\n")

@@ -7,6 +7,10 @@ between reads (with the bytes read past the last complete line), so reading on d
 decompress the file again; a split that resumes elsewhere (after a restore) and a replayed
 range decompress from the start and skip to their offset, which is the price of exactness
 without an index into the compressed file.
+
+With ``compression="infer"`` a file whose name has no compression suffix is recognised by
+its first bytes (gzip, bzip2, zstd, LZ4 frame), read once per file and partition: such a
+file read as text would be one line of garbage, or errors, and no records.
 """
 
 from __future__ import annotations
@@ -18,12 +22,32 @@ import numpy as np
 import pyarrow as pa
 
 from malhar.io.fs.decoders import codec_for
-from malhar.io.fs.errors import UnreadableSplit
+from malhar.io.fs.errors import UNREADABLE, UnreadableSplit
 from malhar.io.fs.paths import open_binary
 from malhar.io.fs.splits import INDEX, PATH, POS, SIZE
 from malhar.util.fs import FileSystem
 
-__all__ = ["CompressedStreams"]
+__all__ = ["CompressedStreams", "sniff_codec"]
+
+#: bytes at the start of a compressed file -> pyarrow codec (brotli has no signature)
+MAGIC_CODECS = (
+    (b"\x1f\x8b", "gzip"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"\x04\x22\x4d\x18", "lz4"),
+)
+#: bytes read to recognise a codec (bzip2's header and its first block's magic)
+MAGIC_BYTES = 10
+
+
+def sniff_codec(head: bytes) -> str | None:
+    """The codec whose signature starts ``head``, else None."""
+    for magic, codec in MAGIC_CODECS:
+        if head.startswith(magic):
+            return codec
+    # "BZh" and a block size digit could start a text line; the first block's magic cannot
+    if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] == b"1AY&SY":
+        return "bz2"
+    return None
 
 
 class CompressedStreams:
@@ -49,8 +73,22 @@ class CompressedStreams:
     _record: Callable[[dict[str, Any]], None]
     _finish: Callable[[list[Any]], None]
 
-    def _open_stream(self, path: str) -> Any:
+    def _codec(self, path: str) -> str | None:
+        """The pyarrow codec ``path`` is read with (None: uncompressed); see the module doc."""
         codec = codec_for(path, self.compression)
+        if codec is not None or self.compression != "infer":
+            return codec
+        sniffed = self.__dict__.setdefault("_sniffed", {})
+        if path not in sniffed:
+            try:
+                head = self._fs.read(path, 0, MAGIC_BYTES)
+            except UNREADABLE:
+                return None  # reading it will say why
+            sniffed[path] = sniff_codec(head)
+        return sniffed[path]
+
+    def _open_stream(self, path: str) -> Any:
+        codec = self._codec(path)
         size = self._seen[path][SIZE] if path in self._seen else None
         raw = open_binary(self._fs, path, size)
         return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), codec)

@@ -57,7 +57,6 @@ from malhar.io.fs.compressed_streams import CompressedStreams
 from malhar.io.fs.decoders import (
     ERROR_DDL,
     LineDecoder,
-    codec_for,
     error_row,
 )
 from malhar.io.fs.errors import (
@@ -203,7 +202,7 @@ class FileInputOperator(
         """The first line of a file (decompressed), with its newline."""
         data = b""
         step = 64 << 10
-        if codec_for(path, self.compression) is not None:
+        if self._codec(path) is not None:
             stream = self._open_stream(path)
             try:
                 while b"\n" not in data:
@@ -486,7 +485,7 @@ class FileInputOperator(
         cut for ``cut`` partitions."""
         if self.kind == "parquet":
             return self._parquet_splits(path, size, cut)
-        if codec_for(path, self.compression) is not None:
+        if self._codec(path) is not None:
             return [(0, 0, -1)]
         rule, block = self._cut_with()
         bs = block_size_for(size, block, cut, rule)
@@ -599,7 +598,7 @@ class FileInputOperator(
     ) -> int:
         if self.kind == "parquet":
             return self._emit_rows(path, index, start, end)
-        if codec_for(path, self.compression) is not None:
+        if self._codec(path) is not None:
             data = self._stream_range(path, start, end)
         else:
             data = self._fs.read(path, start, end - start)

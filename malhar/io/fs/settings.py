@@ -161,7 +161,8 @@ class FileInputSettings(Configurable):
         str,
         default="infer",
         one_of=INPUT_CODECS,
-        doc="compression of text files; infer: from the suffix (.gz, .bz2, .zst, .lz4, .br)",
+        doc="compression of text files; infer: from the suffix (.gz, .bz2, .zst, .lz4, .br), "
+        "else from the first bytes (gzip, bzip2, zstd, lz4)",
     )
     encoding = Property(str, default="utf-8", check=_check_encoding, doc="text encoding")
     decode_errors = Property(
