@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from malhar.errors import ConfigError
 from malhar.spark_home import use_bytecode_spark_home
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -17,6 +19,36 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 #: plain ``local[*]`` gives every task one attempt, so one failed task fails the query
 #: where a cluster would retry it inside the window.
 DEFAULT_MASTER = "local[*,4]"
+#: seconds a standalone master has to accept a connection before build_session gives up
+MASTER_CONNECT_TIMEOUT_S = 5.0
+
+
+class MasterUnreachable(ConfigError):
+    """No master of a ``spark://`` URL accepts a connection."""
+
+
+def check_master_reachable(master: str, timeout: float = MASTER_CONNECT_TIMEOUT_S) -> None:
+    """Raise :class:`MasterUnreachable` when ``master`` is ``spark://HOST:PORT[,HOST:PORT]``
+    and none of its hosts accepts a TCP connection within ``timeout`` seconds.
+
+    Spark itself retries for about a minute and prints some 200 lines before it gives up.
+    Other master URLs are not checked."""
+    if not master.startswith("spark://"):
+        return
+    problems = []
+    for hostport in master[len("spark://") :].split(","):
+        host, sep, port = hostport.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ConfigError(f"master {master!r}: {hostport!r} is not HOST:PORT")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+            return
+        except OSError as exc:
+            problems.append(f"{hostport}: {exc.strerror or exc}")
+    raise MasterUnreachable(
+        f"cannot reach the Spark master {master} ({'; '.join(problems)}): check the host and "
+        "port (a standalone master listens on 7077 by default) and that the master runs"
+    )
 
 
 def default_shuffle_partitions() -> int:
@@ -80,6 +112,10 @@ def build_session(
         conf: further Spark settings; they win over the defaults.
         log_level: the JVM's log level after start.
 
+    Raises:
+        MasterUnreachable: a ``spark://`` master that accepts no connection (checked in
+            5 s, before the JVM starts).
+
     Python workers are started with the running interpreter, so workers find
     the same packages as the driver (Spark would otherwise run ``python3`` from PATH).
     With a local master and pip's pyspark, ``SPARK_HOME`` is pointed at an overlay of the
@@ -94,6 +130,8 @@ def build_session(
         >>> spark.range(3).count()                     # doctest: +SKIP
         3
     """
+    if SparkSession.getActiveSession() is None:  # getOrCreate ignores master otherwise
+        check_master_reachable(master)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

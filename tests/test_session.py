@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from malhar import session_conf
-from malhar.session import ROCKSDB_PROVIDER
+from malhar.errors import ConfigError
+from malhar.session import ROCKSDB_PROVIDER, MasterUnreachable, check_master_reachable
 from tests.spark_subprocess import run_spark_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,6 +27,43 @@ def test_defaults() -> None:
     assert int(conf["spark.sql.shuffle.partitions"]) == max(2, os.cpu_count() or 2)
     assert session_conf(conf={"spark.ui.enabled": "true"})["spark.ui.enabled"] == "true"
     assert session_conf(jars=["/a.jar", "/b.jar"])["spark.jars"] == "/a.jar,/b.jar"
+
+
+def test_an_unreachable_standalone_master_is_named_before_the_jvm_starts() -> None:
+    # Spark retried for about a minute and printed some 200 lines, then exit 1
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]  # closed once the with ends: nothing listens there
+    started = time.monotonic()
+    with pytest.raises(MasterUnreachable, match=rf"127\.0\.0\.1:{port}: Connection refused"):
+        check_master_reachable(f"spark://127.0.0.1:{port}")
+    with pytest.raises(MasterUnreachable, match=r"no-such-host\.invalid:7077: .*; 127"):
+        check_master_reachable(f"spark://no-such-host.invalid:7077,127.0.0.1:{port}")
+    assert time.monotonic() - started < 10
+    with pytest.raises(ConfigError, match="'x' is not HOST:PORT"):
+        check_master_reachable("spark://x")
+    with socket.socket() as listening:  # a master that accepts, in the second place
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        here = listening.getsockname()[1]
+        check_master_reachable(f"spark://127.0.0.1:{port},127.0.0.1:{here}")
+    check_master_reachable("local[2]")  # only spark:// is checked
+    # build_session checks before it starts anything (a fresh process: no session yet)
+    script = textwrap.dedent(
+        f"""
+        import json
+        from malhar import build_session
+        from malhar.session import MasterUnreachable
+        from pyspark import SparkContext
+        try:
+            build_session("spark://127.0.0.1:{port}")
+        except MasterUnreachable as exc:
+            print(json.dumps([str(exc), SparkContext._gateway is None]))
+        """
+    )
+    message, no_jvm = run_spark_script(script, timeout=60)
+    assert message.startswith(f"cannot reach the Spark master spark://127.0.0.1:{port} (")
+    assert no_jvm
 
 
 def test_session_runs_python_workers_with_this_interpreter(spark) -> None:
