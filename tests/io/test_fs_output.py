@@ -497,6 +497,16 @@ def test_writers_whose_file_names_would_collide_are_refused(place: Place) -> Non
     assert sorted(r["count"] for r in place.parquet_rows("c")) == [0, 2]
 
 
+def test_an_output_path_that_is_a_file_is_named(place: Place) -> None:
+    # it failed, after the retries, with "StorageExistsError: already exists: File exists"
+    place.write("taken", b"a file")
+    ctx = OperatorContext(name="out", partition=0, partitions=1, application="fs-tests")
+    h = OperatorHarness(ParquetFileOutput(place.url("taken"), schema=DDL, roll_windows=1), ctx)
+    with pytest.raises(FileOutputConfigError, match=r"taken is a file: give a directory"):
+        h.run_window(rows(1), window=0)
+    assert place.read("taken") == b"a file"
+
+
 @pytest.mark.parametrize("roll_windows", [1, 2])
 def test_a_published_window_still_verifies_a_rerun_of_it(place: Place, roll_windows) -> None:
     # the Spark sink publishes a batch in the driver's commit; a driver killed before

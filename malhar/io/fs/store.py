@@ -169,7 +169,16 @@ class FileStore(TransactionalStore[_Txn]):
 
     # -- lifecycle ----------------------------------------------------------------------------
     def open(self) -> None:
-        self.fs.mkdirs(self.folder)
+        try:
+            self.fs.mkdirs(self.folder)
+        except StorageError:
+            status = self.fs.status(self.root)
+            if status is None or status.is_dir:
+                raise
+            raise FileOutputConfigError(
+                f"{self.key}: the output path {self.fs.describe(self.root)} is a file: give a "
+                "directory (it holds the output's files) or a path that does not exist yet"
+            ) from None
         self._claim_names()
         self._load()
 
