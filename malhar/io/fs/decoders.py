@@ -26,6 +26,14 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 
 from malhar.io.fs.errors import FileConfigError, FileReadError
+from malhar.io.fs.refusals import (
+    csv_column,
+    json_kind_change,
+    kind_reason,
+    not_an_object,
+    parser_reason,
+    value_reason,
+)
 from malhar.util.arrow_types import is_text
 
 __all__ = [
@@ -253,7 +261,10 @@ class _TabularDecoder(LineDecoder):
         except (*_PARSE_EXCEPTIONS, _Misaligned) as exc:
             if len(lines) == 1:
                 off, raw = lines[0]
-                errors.append(self._line_error(file, start + off, _reason(exc), raw))
+                reason = (
+                    parser_reason(exc) if isinstance(exc, _Misaligned) else self._explain(raw, exc)
+                )
+                errors.append(self._line_error(file, start + off, reason, raw))
                 return
         else:
             tables.append(table)
@@ -268,6 +279,24 @@ class _TabularDecoder(LineDecoder):
     def misaligned(self, data: bytes, table: Any, bad: int, lines: int | None = None) -> str | None:
         """Why the parse of ``data`` is not one record per non-blank line (``lines`` of
         them, when known), or None. A record's items and error offsets are its line's."""
+        return None
+
+    def _explain(self, raw: bytes, exc: BaseException) -> str:
+        """The reason for one line the parser refused with ``exc``: in the schema's terms
+        (:meth:`explain`) when it can say, else the parser's own first line without its
+        chunk-relative row number. Error path only: a chunk that parses costs nothing."""
+        if self.schema is not None:
+            try:
+                why = self.explain(self.transcode(raw + b"\n"), str(exc))
+            except Exception:  # the parser's words then, rather than no error row
+                why = None
+            if why:
+                return why
+        return parser_reason(exc)
+
+    def explain(self, line: bytes, message: str) -> str | None:
+        """Which column of the one UTF-8 ``line`` (newline-terminated) does not fit the
+        schema and why, for the parser's error ``message``; None when it cannot say."""
         return None
 
     def _line_error(self, file: str, offset: int, reason: str, raw: bytes) -> dict[str, Any]:
@@ -305,11 +334,6 @@ def non_blank_lines(data: bytes) -> int:
     lengths = ends - starts
     blank = (lengths == 0) | ((lengths == 1) & (arr[np.minimum(starts, len(data) - 1)] == 13))
     return int(len(lengths) - np.count_nonzero(blank))
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:500]
 
 
 def _zoned(t: pa.DataType) -> bool:
@@ -390,6 +414,35 @@ class CsvDecoder(_TabularDecoder):
             return "a quoted value runs past the line's end: records must be one line each"
         return None
 
+    def _read(
+        self,
+        data: bytes,
+        names: Sequence[str],
+        types: dict[str, pa.DataType],
+        invalid: Any = None,
+        include: Sequence[str] | None = None,
+    ) -> pa.Table:
+        return pcsv.read_csv(
+            pa.py_buffer(data),
+            # one block, one thread: the invalid-row handler then knows row numbers
+            read_options=pcsv.ReadOptions(
+                column_names=list(names),
+                use_threads=False,
+                block_size=max(1 << 20, len(data) + 1),
+            ),
+            parse_options=pcsv.ParseOptions(
+                delimiter=self.delimiter,
+                quote_char=self.quote_char if self.quote_char else False,
+                invalid_row_handler=invalid,
+            ),
+            convert_options=pcsv.ConvertOptions(
+                column_types=types,
+                strings_can_be_null=False,
+                include_columns=list(include) if include else None,
+                **({"null_values": self.null_values} if self.null_values is not None else {}),
+            ),
+        )
+
     def parse(
         self, data: bytes, names: Sequence[str] | None
     ) -> tuple[pa.Table, list[tuple[int, str]]]:
@@ -398,6 +451,7 @@ class CsvDecoder(_TabularDecoder):
         if not names:
             raise FileConfigError("CSV without a schema needs a header or column names")
         bad: list[tuple[int, str]] = []
+        short = False  # a record has another number of fields than the columns
 
         def invalid(row: Any) -> str:
             bad.append(
@@ -409,26 +463,21 @@ class CsvDecoder(_TabularDecoder):
             return "skip"
 
         def read(types: dict[str, pa.DataType]) -> pa.Table:
+            nonlocal short
+            if not short:
+                try:
+                    return self._read(data, names, types)
+                except pa.ArrowInvalid as exc:
+                    if not str(exc).startswith("CSV parse error"):
+                        raise
+                short = True
+            # read again, skipping the records with another number of fields and saying
+            # which. pyarrow decodes such a record's text for the handler, and prints what
+            # does not decode (the read then fails): bytes that are not UTF-8 are bisected
+            # to their lines first (UnicodeDecodeError), so the handler sees only text
+            data.decode("utf-8")
             bad.clear()  # a second attempt reports the invalid rows again
-            return pcsv.read_csv(
-                pa.py_buffer(data),
-                # one block, one thread: the invalid-row handler then knows row numbers
-                read_options=pcsv.ReadOptions(
-                    column_names=list(names),
-                    use_threads=False,
-                    block_size=max(1 << 20, len(data) + 1),
-                ),
-                parse_options=pcsv.ParseOptions(
-                    delimiter=self.delimiter,
-                    quote_char=self.quote_char if self.quote_char else False,
-                    invalid_row_handler=invalid,
-                ),
-                convert_options=pcsv.ConvertOptions(
-                    column_types=types,
-                    strings_can_be_null=False,
-                    **({"null_values": self.null_values} if self.null_values is not None else {}),
-                ),
-            )
+            return self._read(data, names, types, invalid)
 
         if self.schema is None:
             return read(dict.fromkeys(names, pa.string())), bad
@@ -449,6 +498,42 @@ class CsvDecoder(_TabularDecoder):
         if table is None:
             table = read({f.name: pa.string() if f.name in zoned else f.type for f in self.schema})
         return _finish(table, self.schema), bad
+
+    def explain(self, line: bytes, message: str) -> str | None:
+        # the column: pyarrow's conversion errors number it, a zoned timestamp's cast
+        # does not (each typed column is then converted alone); the value as read
+        names = self.schema.names
+        values = self._read(line, names, dict.fromkeys(names, pa.string()))
+        if values.num_rows != 1:
+            return None
+        numbered = csv_column(message)
+        if numbered is not None and numbered < len(names):
+            culprit = numbered
+        else:
+            culprit = next(
+                (
+                    i
+                    for i, f in enumerate(self.schema)
+                    if not is_text(f.type) and not self._converts(line, f)
+                ),
+                -1,
+            )
+            if culprit < 0:
+                return None
+        f = self.schema.field(culprit)
+        value = values.column(culprit)[0].as_py()
+        return value_reason("column", f, repr(value))
+
+    def _converts(self, line: bytes, f: pa.Field) -> bool:
+        """Whether column ``f`` of the one ``line`` converts to its type."""
+        try:
+            read = pa.string() if _zoned(f.type) else f.type
+            table = self._read(line, self.schema.names, {f.name: read}, include=[f.name])
+            if _zoned(f.type):
+                to_timestamps(table.column(0), f.type)
+        except pa.ArrowInvalid:
+            return False
+        return True
 
 
 def _last_row_holds_newline(table: pa.Table) -> bool:
@@ -501,6 +586,40 @@ class JsonLinesDecoder(_TabularDecoder):
             ),
         )
         return _finish(table.select(self.schema.names), self.schema), []
+
+    def explain(self, line: bytes, message: str) -> str | None:
+        # the field: pyarrow's kind errors give its path, a value of the right kind that
+        # does not convert is found by converting each field alone
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(record, dict):
+            return not_an_object(record)
+        changed = json_kind_change(message)
+        if changed is not None:
+            return kind_reason(self.schema, record, *changed)
+        for f in self.schema:
+            if f.name in record and not self._converts(f, record[f.name]):
+                return value_reason("field", f, json.dumps(record[f.name], ensure_ascii=False))
+        return None
+
+    def _converts(self, f: pa.Field, value: Any) -> bool:
+        """Whether ``value`` (parsed from JSON) converts to field ``f``."""
+        data = json.dumps({f.name: value}).encode() + b"\n"
+        try:
+            table = pjson.read_json(
+                pa.py_buffer(data),
+                read_options=pjson.ReadOptions(use_threads=False),
+                parse_options=pjson.ParseOptions(
+                    explicit_schema=pa.schema([self.parse_schema.field(f.name)]),
+                    unexpected_field_behavior="ignore",
+                ),
+            )
+            _finish(table, pa.schema([f]))
+        except _PARSE_EXCEPTIONS:
+            return False
+        return True
 
     def transcode(self, data: bytes) -> bytes:
         if self.schema is not None and self.utf8 and self.decode_errors in ("error", "fail"):
