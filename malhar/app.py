@@ -293,8 +293,9 @@ def application_from_json(doc: Any, *, name: str | None = None, source: str = ""
     found = registry.available()
     handles: dict[str, OperatorHandle] = {}
     operators = _mapping(doc, "operators", where, problems)
+    loaded: list[str] = []  # operators created with every property set
     for op, spec in operators.items():
-        handle = _json_operator(dag, op, spec, found, problems, where)
+        handle = _json_operator(dag, op, spec, found, problems, where, loaded)
         if handle is not None:
             handles[op] = handle
     for stream, spec in _mapping(doc, "streams", where, problems).items():
@@ -302,6 +303,16 @@ def application_from_json(doc: Any, *, name: str | None = None, source: str = ""
     if not doc.get("operators"):
         problems.append(f"{where}: no operators: add an 'operators' object")
     if problems:
+        # the file does not load, so DAG.validate() will not run yet: report what is wrong
+        # with each operator on its own too (partition_by against schema, a windowed
+        # operator without accumulation ...), so that one round shows every such problem
+        from malhar.validation import operator_problems
+
+        for op in loaded:
+            problems += [
+                f"{where}: operator {op!r}: {p}"
+                for p in operator_problems(dag.operators[op].operator)
+            ]
         raise ApplicationError(problems, dag.name)
     return dag
 
@@ -321,6 +332,7 @@ def _json_operator(
     found: dict[str, registry.Entry],
     problems: list[str],
     where: str,
+    loaded: list[str] | None = None,
 ) -> OperatorHandle | None:
     here = f"{where}: operator {op!r}"
     if isinstance(spec, str):
@@ -349,8 +361,11 @@ def _json_operator(
                 text = _hide(text, str(key), value)
         problems.append(f"{here}: cannot create {cls.__name__} with its 'args': {text}")
         return None
+    before = len(problems)
     for key, value in _mapping(spec, "properties", here, problems).items():
         _set_property(op, operator, str(key), value, problems, here)
+    if loaded is not None and len(problems) == before:
+        loaded.append(op)
     handle = dag.add_operator(op, operator)
     for key, value in _mapping(spec, "attributes", here, problems).items():
         _set_operator_attribute(dag, op, str(key), value, problems, here)

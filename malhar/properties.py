@@ -94,10 +94,10 @@ class Property(Generic[T]):
 
         Text is converted to the property's type: ``"true"`` for a bool, ``"3"`` for an
         int, a JSON array or ``"a,b"`` for a list, a JSON object for a dict. A value that
-        already has the type is returned as is.
+        already has the type, or any value of an ``object`` property, is returned as is.
         """
-        if not isinstance(text, str) or _accepts(self.type, str):
-            return text
+        if not isinstance(text, str) or _accepts(self.type, str) or _accepts(self.type, object):
+            return text  # an ``object`` property takes the value as it is (a column name ...)
         types = self.type if isinstance(self.type, tuple) else (self.type,)
         raw = text.strip()
         for kind in types:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from malhar import attributes as A
 from malhar.errors import MalharError
@@ -191,16 +191,24 @@ def _port_attributes(dag: DAG) -> list[str]:
 def _properties(dag: DAG) -> list[str]:
     out = []
     for meta in dag.operators.values():
-        for name, prop in properties_of(type(meta.operator)).items():
-            problem = prop.problem(getattr(meta.operator, name))
-            if problem:
-                out.append(f"operator {meta.name!r}: property {name!r} {problem}")
-        # a connector's checks across its properties (mode 'merge_add' needs key_columns):
-        # they ran in setup, on the executors, after Spark had started
-        settings_problems = getattr(meta.operator, "settings_problems", None)
-        if callable(settings_problems):
-            own = set(meta.operator.property_problems())
-            out += [f"operator {meta.name!r}: {p}" for p in settings_problems() if p not in own]
+        out += [f"operator {meta.name!r}: {p}" for p in operator_problems(meta.operator)]
+    return out
+
+
+def operator_problems(operator: Any) -> list[str]:
+    """What is wrong with one operator on its own: its property values, and a connector's
+    (or windowed operator's) checks across its properties (``settings_problems``)."""
+    out = []
+    for name, prop in properties_of(type(operator)).items():
+        problem = prop.problem(getattr(operator, name))
+        if problem:
+            out.append(f"property {name!r} {problem}")
+    # a connector's checks across its properties (mode 'merge_add' needs key_columns):
+    # they ran in setup, on the executors, after Spark had started
+    settings_problems = getattr(operator, "settings_problems", None)
+    if callable(settings_problems):
+        own = set(operator.property_problems())
+        out += [p for p in settings_problems() if p not in own]
     return out
 
 

@@ -214,6 +214,154 @@ def test_validate_reports_every_problem_of_an_application_file(
         assert text in problem
 
 
+def write_windowed_app(path: Path, counts: dict[str, Any] | None = None) -> Path:
+    """ListInput -> WatermarkGenerator -> KeyedWindowedOperator -> Collector: clicks per user
+    per 10 s window, every windowed setting a JSON value."""
+    doc = {
+        "name": "clicks",
+        "attributes": {"STREAMING_WINDOW_MS": 100},
+        "operators": {
+            "src": {
+                "class": "ListInput",
+                "args": {
+                    "windows": [
+                        [{"user": "ann", "ts": 1000}, {"user": "bob", "ts": 2000}],
+                        [{"user": "ann", "ts": 9000}, {"user": "ann", "ts": 12000}],
+                        [{"user": "bob", "ts": 25000}],
+                    ]
+                },
+            },
+            "watermarks": {"class": "WatermarkGenerator", "args": {"timestamp": "ts"}},
+            "counts": counts
+            or {
+                "class": "KeyedWindowedOperator",
+                "args": {"accumulation": "Count", "window_option": {"TimeWindows": 10000}},
+                "properties": {"key": "user", "timestamp": "ts", "output_format": "row"},
+            },
+            "out": {"class": "Collector"},
+        },
+        "streams": {
+            "clicks": {"from": "src.output", "to": "watermarks.input"},
+            "timed": {"from": "watermarks.output", "to": "counts.input"},
+            "panes": {"from": "counts.output", "to": "out.input"},
+        },
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_validate_a_json_app_with_a_windowed_operator(site: FakeSite, tmp_path: Path) -> None:
+    # the accumulation, window option and trigger are Python objects: a JSON application
+    # could not create a windowed operator ("expected an Accumulation (Count(), Sum(), ...)")
+    # nor set an ``object`` property such as key ("cannot read 'user' as object")
+    app = write_windowed_app(tmp_path / "clicks.json")
+    result = invoke(
+        "validate", str(app), "-c",
+        'dt.operator.counts.prop.trigger={"AfterWatermark": {"early": {"AfterCount": 2}}}',
+        "-c", "dt.operator.counts.prop.accumulation_mode=ACCUMULATING",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "application 'clicks' is valid: 4 operator(s), 3 stream(s)" in result.output
+    op = load_application(str(app)).operators["counts"].operator
+    assert type(op.accumulation).__name__ == "Count"
+    assert repr(op.window_option) == "TimeWindows(10000)"
+    assert (op.key, op.timestamp) == ("user", "ts")
+    as_properties = write_windowed_app(
+        tmp_path / "props.json",
+        {
+            "class": "WindowedOperator",
+            "properties": {
+                "accumulation": {"TopN": {"n": 2}},
+                "window_option": {"TimeWindows": {"duration": 10000, "slide": 5000}},
+                "trigger": {"AfterAny": [{"AfterCount": 3}, "AfterWatermark"]},
+                "storage": {"SpillableWindowedStorage": {"budget_bytes": 1048576}},
+                "timestamp": "ts",
+                "value": "user",
+            },
+        },
+    )
+    result = invoke("validate", str(as_properties))
+    assert result.exit_code == 0, result.output
+    op = load_application(str(as_properties)).operators["counts"].operator
+    assert (type(op.accumulation).__name__, op.accumulation.n) == ("TopN", 2)
+    assert repr(op.trigger) == "AfterAny(AfterCount(3), AfterWatermark())"
+
+
+def test_bad_windowed_settings_name_the_property_the_value_and_the_known_names(
+    site: FakeSite, tmp_path: Path
+) -> None:
+    app = write_windowed_app(
+        tmp_path / "bad.json",
+        {
+            "class": "KeyedWindowedOperator",
+            "args": {"accumulation": "Cont"},
+            "properties": {"window_option": "Tumbling", "trigger": {"AfterCount": {"n": 2}}},
+        },
+    )
+    result = invoke("validate", str(app))
+    assert result.exit_code == 2
+    assert (
+        "operator 'counts': cannot create KeyedWindowedOperator with its 'args': PropertyError: "
+        "KeyedWindowedOperator.accumulation: unknown accumulation 'Cont'; did you mean "
+        "'Count'? (known: Average, Cogroup, Count, FullOuterJoin, InnerJoin, LeftOuterJoin, "
+        "Max, Min, RemoveDuplicates, RightOuterJoin, SequenceCount, Sum, ToList, TopN, "
+        "TopNByKey)"
+    ) in result.output
+    fixed = json.loads(app.read_text())
+    fixed["operators"]["counts"]["args"] = {"accumulation": "Fold"}
+    app.write_text(json.dumps(fixed))
+    problems = [line for line in invoke("validate", str(app)).output.splitlines() if "  - " in line]
+    assert (
+        "accumulation 'Fold' cannot be given as a JSON value: it takes Python functions"
+        in (problems[0])
+    )
+    fixed["operators"]["counts"]["args"] = {}
+    app.write_text(json.dumps(fixed))
+    problems = [line for line in invoke("validate", str(app)).output.splitlines() if "  - " in line]
+    assert problems == [
+        f"  - {app}: operator 'counts': property 'window_option': unknown window option "
+        "'Tumbling' (known: GlobalWindow, SessionWindows, TimeWindows)",
+        f"  - {app}: operator 'counts': property 'trigger': trigger AfterCount: unknown "
+        "parameter 'n' (AfterCount takes count)",
+    ]
+    # no accumulation at all: found by validate, not by setup on Spark's executors
+    fixed["operators"]["counts"]["properties"] = {"key": "user"}
+    app.write_text(json.dumps(fixed))
+    result = invoke("validate", str(app))
+    assert result.exit_code == 2
+    assert "  - operator 'counts': accumulation is not set: give one" in result.output
+
+
+def test_an_operators_own_checks_come_with_the_files_other_problems(
+    site: FakeSite, tmp_path: Path
+) -> None:
+    # partition_by is checked against schema by DAG.validate(), which only ran once the
+    # file loaded: a file with a typo elsewhere hid it until the typo was fixed
+    app = write_app(
+        tmp_path / "files.json",
+        operators={
+            "src": {"class": "ListInput", "args": {"windows": []}},
+            "out": {
+                "class": "FileOutput",
+                "properties": {
+                    "path": str(tmp_path / "out"),
+                    "format": "jsonl",
+                    "schema": "a int, b string",
+                    "partition_by": "c",
+                },
+                "atributes": {"PARTITIONS": 1},
+            },
+        },
+        streams={"s": {"from": "src.output", "to": "out.input"}},
+    )
+    result = invoke("validate", str(app))
+    assert result.exit_code == 2
+    problems = [line for line in result.output.splitlines() if line.startswith("  - ")]
+    assert len(problems) == 2, result.output
+    assert "operator 'out': unknown key 'atributes'; did you mean 'attributes'?" in problems[0]
+    assert "operator 'out': partition_by 'c' is not a column of the schema" in problems[1]
+
+
 def test_config_overrides_attributes_and_properties(site: FakeSite, tmp_path: Path) -> None:
     app = write_app(tmp_path / "doubling.json")
     result = invoke(
@@ -450,6 +598,29 @@ def test_run_a_json_app_for_three_windows(site: FakeSite, tmp_path: Path) -> Non
     assert all(op in done.stdout for op in ("src", "double", "out"))
     got = {w: sorted(v) for w, v in collected(str(checkpoint), "out").items()}
     assert got == {0: [10, 20], 1: [30], 2: [40, 50, 60]}
+
+
+@pytest.mark.integration
+def test_run_a_json_app_with_a_windowed_operator(site: FakeSite, tmp_path: Path) -> None:
+    app = write_windowed_app(tmp_path / "clicks.json")
+    checkpoint = tmp_path / "ckpt"
+    command = [*malhar_command(), "run", str(app), "--windows", "3", "--master", "local[1]"]
+    command += ["--checkpoint", str(checkpoint)]
+    done = subprocess.run(
+        command, env=site.env(), capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    panes = [
+        (p["user"], p["window_start"], p["value"], p["timing"])
+        for window in collected(str(checkpoint), "out").values()
+        for p in window
+    ]
+    # the watermark passes 10 s in window 1 (ts 12000) and 20 s in window 2 (ts 25000)
+    assert sorted(panes) == [
+        ("ann", 0, 2, "ON_TIME"),
+        ("ann", 10000, 1, "ON_TIME"),
+        ("bob", 0, 1, "ON_TIME"),
+    ]
 
 
 @pytest.mark.integration

@@ -47,6 +47,18 @@ def _expressions_problem(value: dict) -> str | None:
     return None
 
 
+def _callable_problem(instead: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if callable(value):
+            return None
+        return (
+            f"expected a Python function, got {type(value).__name__} {value!r} (in a JSON "
+            f"application or --config, give {instead!r} instead)"
+        )
+
+    return check
+
+
 def _as_row(t: Any) -> dict[str, Any]:
     if isinstance(t, dict):
         return t
@@ -86,7 +98,12 @@ class FilterOperator(TypedOutputs, AlgoOperator):
     error = OutputPort(error=True)
 
     condition = Property(str, default=None, check=_expression_problem, doc="an expression")
-    predicate = Property(object, default=None, doc="a callable(tuple) -> bool, instead")
+    predicate = Property(
+        object,
+        default=None,
+        check=_callable_problem("condition"),
+        doc="a callable(tuple) -> bool, instead",
+    )
     schema = SchemaProperty("truePort", "falsePort", doc="Spark DDL of the stream")
 
     def __init__(
@@ -173,7 +190,12 @@ class TransformOperator(TypedOutputs, AlgoOperator):
     expressions = Property(
         dict, default=None, check=_expressions_problem, doc="field -> expression"
     )
-    function = Property(object, default=None, doc="a callable(tuple) -> dict, instead")
+    function = Property(
+        object,
+        default=None,
+        check=_callable_problem("expressions"),
+        doc="a callable(tuple) -> dict, instead",
+    )
     copy_fields = Property(bool, default=False, doc="keep the input fields as well")
     schema = SchemaProperty("output", doc="Spark DDL of the output")
 

@@ -660,6 +660,9 @@ def test_configuration_errors_name_the_problem() -> None:
     with pytest.raises(WindowConfigError, match="divide"):
         TimeWindows(10).slide_by(3)
     with pytest.raises(MalharError, match="expected a Trigger"):
+        KeyedWindowedOperator(Count(), trigger=3)
+    # a string is a trigger's name (as in a JSON application): an unknown one says which exist
+    with pytest.raises(MalharError, match=r"unknown trigger 'often'.* \(known: AfterAll, "):
         KeyedWindowedOperator(Count(), trigger="often")
     with pytest.raises(MalharError, match="accumulation mode 'SOMETIMES'"):
         keyed(accumulation_mode="SOMETIMES")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-from malhar.properties import Configurable, Property
+from malhar.properties import Configurable, Property, PropertyError
+from malhar.window import specs
 from malhar.window.errors import WindowConfigError
 from malhar.window.panes import AccumulationMode
 from malhar.window.protocol import Accumulation
@@ -22,19 +23,28 @@ DEFAULT_STREAMING_WINDOW_MS = 500
 def _check_option(value: Any) -> str | None:
     if value is None or isinstance(value, WindowOption):
         return None
-    return "expected GlobalWindow(), TimeWindows(...) or SessionWindows(...) (or None)"
+    return (
+        "expected GlobalWindow(), TimeWindows(...) or SessionWindows(...) (or None); as JSON: "
+        f'"GlobalWindow", {{"TimeWindows": 10000}} ... (got {type(value).__name__} {value!r})'
+    )
 
 
 def _check_accumulation(value: Any) -> str | None:
     if value is None or isinstance(value, Accumulation):
         return None
-    return "expected an Accumulation (Count(), Sum(), ...)"
+    return (
+        'expected an Accumulation (Count(), Sum(), ...); as JSON: "Count", {"TopN": {"n": 3}} '
+        f"... (got {type(value).__name__} {value!r})"
+    )
 
 
 def _check_trigger(value: Any) -> str | None:
     if value is None or isinstance(value, Trigger | TriggerOption):
         return None
-    return "expected a Trigger (AfterWatermark(...)) or a TriggerOption"
+    return (
+        "expected a Trigger (AfterWatermark(...)) or a TriggerOption; as JSON: "
+        f'{{"AfterCount": 2}}, "AfterWatermark" ... (got {type(value).__name__} {value!r})'
+    )
 
 
 def _check_mode(value: Any) -> str | None:
@@ -63,7 +73,10 @@ def _check_optional_millis(value: Any) -> str | None:
 def _check_storage(value: Any) -> str | None:
     if value is None or isinstance(value, WindowedStorage):
         return None
-    return "expected a WindowedStorage (InMemoryWindowedStorage())"
+    return (
+        "expected a WindowedStorage (InMemoryWindowedStorage()); as JSON: "
+        f'"InMemoryWindowedStorage" ... (got {type(value).__name__} {value!r})'
+    )
 
 
 def check_extractor(value: Any) -> str | None:
@@ -75,24 +88,51 @@ def check_extractor(value: Any) -> str | None:
     return "expected a column name, a list of column names, a callable, or None"
 
 
+class JsonSetting(Property):
+    """A property whose value may also be given as a JSON value naming a built-in class
+    (``"Count"``, ``{"TimeWindows": 10000}``; see :mod:`malhar.window.specs`): ``read``
+    turns such a value into the object when it is assigned, so constructor arguments,
+    ``properties`` of a JSON application and ``--config`` all take it."""
+
+    def __init__(self, type_: Any, *, read: Any, **options: Any) -> None:
+        super().__init__(type_, **options)
+        self.read = read
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        try:
+            value = self.read(value)
+        except WindowConfigError as exc:
+            raise PropertyError(f"{type(instance).__name__}.{self.name}: {exc}") from None
+        super().__set__(instance, value)
+
+
 class WindowedSettings(Configurable):
     """The configuration shared by windowed operators and their unifier."""
 
-    window_option = Property(
+    window_option = JsonSetting(
         object,
+        read=specs.window_option_from_json,
         default=None,
         check=_check_option,
         doc="GlobalWindow(), TimeWindows(d)[.slide_by(s)], SessionWindows(gap); None: the "
-        "input's windows (window propagation)",
+        'input\'s windows (window propagation). JSON: "GlobalWindow", {"TimeWindows": ms}, '
+        '{"TimeWindows": {"duration": ms, "slide": ms}}, {"SessionWindows": ms}',
     )
-    accumulation = Property(
-        object, default=None, check=_check_accumulation, doc="the Accumulation (Count() ...)"
-    )
-    trigger = Property(
+    accumulation = JsonSetting(
         object,
+        read=specs.accumulation_from_json,
+        default=None,
+        check=_check_accumulation,
+        doc='the Accumulation (Count() ...). JSON: a name ("Count", "Sum", "Average" ...) or '
+        '{"TopN": {"n": 3}}',
+    )
+    trigger = JsonSetting(
+        object,
+        read=specs.trigger_from_json,
         default=None,
         check=_check_trigger,
-        doc="a Trigger or a TriggerOption; default DefaultTrigger(): on time, then per late batch",
+        doc="a Trigger or a TriggerOption; default DefaultTrigger(): on time, then per late "
+        'batch. JSON: {"AfterCount": 2}, {"AfterWatermark": {"early": {"AfterCount": 1}}} ...',
     )
     accumulation_mode = Property(
         object,
@@ -125,11 +165,13 @@ class WindowedSettings(Configurable):
         doc="an upstream partition silent for this many streaming windows no longer holds "
         "the watermark back (None: it always does)",
     )
-    storage = Property(
+    storage = JsonSetting(
         object,
+        read=specs.storage_from_json,
         default=None,
         check=_check_storage,
-        doc="the storage of window state (a template); default InMemoryWindowedStorage()",
+        doc="the storage of window state (a template); default InMemoryWindowedStorage(). "
+        'JSON: "InMemoryWindowedStorage", {"SpillableWindowedStorage": {"budget_bytes": n}}',
     )
     output_format = Property(
         str,
@@ -159,6 +201,39 @@ class WindowedSettings(Configurable):
 
     #: subclasses: True for operators with state per key
     keyed = False
+
+    def settings_problems(self) -> list[str]:
+        """Every reason these settings cannot work (``DAG.validate`` reports them before
+        Spark starts; ``setup`` would fail on the executors)."""
+        from malhar.window.protocol import MergeAccumulation
+
+        out = self.property_problems()
+        acc = self.accumulation
+        if acc is None:
+            out.append(
+                'accumulation is not set: give one, e.g. Count() (in JSON: "Count"; see '
+                "malhar.window.specs for the names)"
+            )
+        elif getattr(self, "inputs", 1) > 1 and not isinstance(acc, MergeAccumulation):
+            out.append(
+                f"accumulation {type(acc).__name__}: a merge operator needs a MergeAccumulation "
+                "(InnerJoin(), Cogroup() ...)"
+            )
+        mode = self.accumulation_mode
+        if mode is None and isinstance(self.trigger, TriggerOption):
+            mode = self.trigger.accumulation_mode
+        only = self.fire_only_updated_panes
+        if only is None and isinstance(self.trigger, TriggerOption):
+            only = self.trigger.fire_only_updated_panes
+        discarding = _check_mode(mode) is None and (
+            mode is None or AccumulationMode.parse(mode) is AccumulationMode.DISCARDING
+        )
+        if only and discarding:
+            out.append(
+                "fire_only_updated_panes needs accumulation_mode ACCUMULATING or "
+                "ACCUMULATING_AND_RETRACTING, not DISCARDING"
+            )
+        return out
 
     def combines(self) -> bool:
         """Whether partitions of this operator are combined by a unifier."""
