@@ -48,7 +48,9 @@ The operators of `malhar.algo`, registered in the `malhar.operators` entry-point
 (`malhar list`, `malhar info NAME`). Each works on single tuples (`process`) and on Arrow
 record batches (`process_batch`, vectorized with `pyarrow.compute` where the operation
 allows), sends bad input to its `error` port as `{"tuple": ..., "reason": ...}` (counted per
-window, and in `metrics()`), and declares how it partitions:
+window, and in `metrics()`), and declares how it partitions. `UniqueCounter`, the
+flagship's counter, has no `error` port: it counts every tuple, and a tuple without its
+`key_column` fails the window with a message naming the fields it has.
 
 | partitioning | meaning |
 |---|---|

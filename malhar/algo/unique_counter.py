@@ -49,6 +49,9 @@ class UniqueCounter(Operator):
     counts of all partitions, so the result does not depend on the partitioning
     (key-partition it with ``KeyCodec`` to keep each key's count in one partition).
 
+    It has no error port: every tuple counts, and a tuple (or batch) without the
+    ``key_column`` fails the window, naming the fields it has.
+
     With ``cumulative=True`` the counts are not reset between application windows
     and every window emits the running totals of the keys seen so far.
 
