@@ -378,7 +378,12 @@ def run(
     _echo_config(config, scrub)
 
     import malhar
+    from malhar.session import MasterUnreachable, check_master_reachable
 
+    try:
+        check_master_reachable(master)  # also when this process has a session already
+    except MasterUnreachable as exc:
+        _fail(f"{dag.name}: not started", [str(exc)], scrub, 2)
     spark = malhar.build_session(
         master, app_name=f"malhar-{dag.name}", conf=spark_conf, log_level=log_level
     )

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -732,3 +733,12 @@ def test_run_refuses_a_master_spark_does_not_know_before_starting_it(
         bad = invoke("run", str(app), "--master", master, "--windows", "1")
         assert bad.exit_code == 2, master
         assert f"'{master}' is not a Spark master URL: use local[N]" in bad.output
+    # a standalone master nobody answers at: Spark retried for a minute, 200 lines, exit 1
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    gone = invoke("run", str(app), "--master", f"spark://127.0.0.1:{port}", "--windows", "1")
+    assert gone.exit_code == 2
+    assert f"cannot reach the Spark master spark://127.0.0.1:{port} (127.0.0.1:{port}: " in (
+        gone.output
+    )
