@@ -56,12 +56,14 @@ class CompressedStreams:
 
     The operator provides ``compression``, ``chunk_bytes``, ``_seen``, ``_fs``, the header
     offset (``first_record``) and the window's bookkeeping (``_emit_bytes`` decodes and
-    emits lines, ``_record``, ``_finish``, ``_counts``); it empties ``_streams`` when it
-    opens and calls :meth:`_close_streams` when it closes.
+    emits lines, ``_record``, ``_finish``, ``_counts``); it empties ``_streams`` and
+    ``_sniffed`` when it opens and calls :meth:`_close_streams` when it closes.
     """
 
     #: path -> [open stream, its position, bytes read past the last complete line]
     _streams: dict[str, list[Any]]
+    #: path -> the codec its first bytes name (None: text), for names without a suffix
+    _sniffed: dict[str, str | None]
     #: the operator's (see above)
     compression: str
     chunk_bytes: int
@@ -78,7 +80,7 @@ class CompressedStreams:
         codec = codec_for(path, self.compression)
         if codec is not None or self.compression != "infer":
             return codec
-        sniffed = self.__dict__.setdefault("_sniffed", {})
+        sniffed = self._sniffed
         if path not in sniffed:
             try:
                 head = self._fs.read(path, 0, MAGIC_BYTES)

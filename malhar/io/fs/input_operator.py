@@ -383,6 +383,7 @@ class FileInputOperator(
         """Runtime enough to cut files (:meth:`_splits_of`) outside a running partition."""
         self._scanner = DirectoryScanner(self.path, recursive=self.recursive, pattern=self.pattern)
         self._fs: FileSystem = self._scanner.fs
+        self._sniffed = {}
         self._parquet = {}
         self._n = partitions
         return self
