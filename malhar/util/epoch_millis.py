@@ -64,8 +64,18 @@ def event_millis(value: Any) -> int:
 def epoch_millis(values: Any) -> np.ndarray:
     """An int64 array of the epoch milliseconds of ``values`` (an Arrow array or chunked
     array of timestamps, dates, integers or floats, without nulls). Raises ValueError for a
-    NaN or infinite float, pyarrow's error for another type."""
+    NaN or infinite float, TypeError for another type: strings (``"5"`` too), booleans,
+    decimals ... are no more an event time in a column than in a tuple
+    (:func:`event_millis`), though Arrow would cast them; pyarrow's error for an integer
+    beyond the int64 range."""
     kind = values.type
+    if not (
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_timestamp(kind)
+        or pa.types.is_date(kind)
+    ):
+        raise TypeError(f"a column of {kind} is not an event time")
     if pa.types.is_timestamp(kind):
         mul, div = _TO_MS[kind.unit]
         raw = pc.cast(values, pa.int64()).to_numpy(zero_copy_only=False)

@@ -52,14 +52,23 @@ _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
 def to_millis(value: Any, *, what: str = "duration") -> int:
-    """``value`` as integer milliseconds: an int, a float, a ``timedelta`` or a ``datetime``
-    (naive ones are UTC)."""
+    """``value`` as integer milliseconds: an int, a float that is a whole number (``10.0``;
+    ``1.5`` is refused, not truncated), a ``timedelta`` (floored to the millisecond) or a
+    ``datetime`` (naive ones are UTC)."""
     if isinstance(value, bool):
-        raise WindowConfigError(f"{what}: expected milliseconds or a timedelta, got {value!r}")
+        raise WindowConfigError(
+            f"{what}: expected a whole number of milliseconds (int) or a timedelta, got {value!r}"
+        )
     if isinstance(value, int):
         return value
     if isinstance(value, float):
-        return int(value)
+        if value.is_integer():
+            return int(value)
+        # truncated, TimeWindows(1.5) made windows of 1 ms (and a NaN raised ValueError)
+        raise WindowConfigError(
+            f"{what}: {value!r} is not a whole number of milliseconds: give an int of "
+            "milliseconds or a timedelta (1500 or timedelta(seconds=1.5) for 1.5 s)"
+        )
     if isinstance(value, _dt.timedelta):
         return (value.days * 86_400 + value.seconds) * 1000 + value.microseconds // 1000
     if isinstance(value, _dt.datetime):
@@ -71,7 +80,7 @@ def to_millis(value: Any, *, what: str = "duration") -> int:
     if isinstance(value, np.datetime64):
         return int(value.astype("datetime64[ms]").astype(np.int64))
     raise WindowConfigError(
-        f"{what}: expected milliseconds (int), a timedelta or a datetime, got "
+        f"{what}: expected a whole number of milliseconds (int) or a timedelta, got "
         f"{type(value).__name__} {value!r}"
     )
 

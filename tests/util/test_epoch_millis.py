@@ -54,3 +54,20 @@ def test_the_kafka_input_takes_a_date_and_names_where_a_bad_time_came_from() -> 
     assert to_event_millis(None, "orders") is None
     with pytest.raises(TypeError, match=r"^orders: event time 'x' is not a time .*a date$"):
         to_event_millis("x", "orders")
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array(["5"]),
+        pa.array(["5"], pa.large_string()),
+        pa.array([b"5"]),
+        pa.array([True]),
+        pa.array(["5"]).dictionary_encode(),
+    ],
+    ids=["string", "large-string", "binary", "bool", "dictionary"],
+)
+def test_a_column_of_what_is_no_tuple_time_is_no_time_either(column) -> None:
+    # Arrow casts "5" and True to 5 and 1: a batch made a pane of what a tuple could not
+    with pytest.raises(TypeError, match="is not an event time"):
+        epoch_millis(column)

@@ -852,6 +852,28 @@ def test_a_tuples_timestamp_that_is_not_a_time_says_what_to_give() -> None:
     assert len(said) == 3 and all("is not a time" in r for r in said)
 
 
+@pytest.mark.parametrize("times", [["5"], ["5", "abc"], ["5", "6"], [True, False]])
+def test_a_batchs_time_that_a_tuple_may_not_give_goes_to_the_error_port_as_the_tuple(
+    times,
+) -> None:
+    # Arrow casts "5" (and True) to a number: a batch of ["5"] made a pane where the tuple
+    # went to the error port; now every row goes there with the tuple's reason
+    rows = [{"k": "a", "t": t} for t in times]
+    got = []
+    for inputs in deliveries("input", rows):
+        h = harness(KeyedWindowedOperator(Count(), TimeWindows(10), key="k", timestamp="t"))
+        h.run_window(inputs)
+        h.put_control("input", Watermark(10))
+        h.run_window()
+        assert h.sink("output").tuples == []
+        got.append(h.sink("error").tuples)
+    assert got[0] == got[1] == got[2]
+    assert [e["tuple"] for e in got[0]] == rows
+    assert all(re.search(r"timestamp .* is not a time \(", e["reason"]) for e in got[0])
+    if times[0] == "5":
+        assert "'5' is not a time (str '5' is not an event time)" in got[0][0]["reason"]
+
+
 def test_a_key_that_cannot_be_one_names_the_setting_from_tuples_and_batches() -> None:
     rows = [{"tags": ["x", "y"], "t": 1}]
     for inputs in deliveries("input", rows):

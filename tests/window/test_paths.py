@@ -98,9 +98,10 @@ def test_batch_late_rows_and_non_keyed_batches() -> None:
     assert [(p[1], p[3]) for p in panes(h)] == [(10, 12), (20, 24)]
 
 
-def run_partitioned(make, events, partitions: int, assign) -> list:
+def run_partitioned(make, events, partitions: int, assign, *, raw: bool = False) -> list:
     """Events spread over ``partitions`` harnesses in partial mode, their partials merged by
-    the operator's unifier; both watermark every partition."""
+    the operator's unifier; both watermark every partition. ``raw``: what the unifier
+    emits (rows with ``output_format="row"``), else its panes."""
     parts = [harness(make(), partition=p, partitions=partitions) for p in range(partitions)]
     unifier = OperatorHarness(make().get_unifier("output"))
     for p, h in enumerate(parts):
@@ -122,7 +123,7 @@ def run_partitioned(make, events, partitions: int, assign) -> list:
                 unifier.put_control("input", ctl.payload, ctl.delivery, sender=senders[p])
         unifier.end_window()
     assert len(unifier.sink("output").controls) == partitions  # passed on, one per partition
-    return sorted(panes(unifier), key=repr)
+    return sorted(unifier.sink("output").tuples if raw else panes(unifier), key=repr)
 
 
 @pytest.mark.parametrize("partitions", [2, 3])
@@ -157,6 +158,34 @@ def test_keyed_operator_combined_by_its_unifier() -> None:
     assert make().get_unifier("output") is not None
     assert KeyedWindowedOperator(Count()).get_unifier("output") is None  # key-partitioned
     assert run_partitioned(make, EVENTS, 2, lambda i, e: i % 2) == run_rows(make(), EVENTS, False)
+
+
+@pytest.mark.parametrize(
+    ("key", "names"),
+    [
+        ("user", {}),
+        (["user", "amount"], {}),
+        ("user", {"key_names": ["who"]}),
+        (["user", "amount"], {"key_names": ["who", "amt"]}),
+    ],
+)
+def test_the_unifiers_rows_name_the_key_as_one_partitions_do(key, names) -> None:
+    # the unifier has no key property: its rows named the key "key" where one partition's
+    # named it "user", so the columns changed with the partition count
+    def make():
+        return KeyedWindowedOperator(
+            Sum(), TimeWindows(10), key=key, timestamp="ts", value="amount",
+            combine_partitions=True, output_format="row", value_name="total", **names,
+        )  # fmt: skip
+
+    h = harness(make())
+    h.run_window([("input", e) for e in EVENTS])
+    watermark(h, 1000)
+    h.run_window()
+    single = sorted(h.sink("output").tuples, key=repr)
+    want = names.get("key_names", [key] if isinstance(key, str) else key)
+    assert single and all(list(r)[: len(want)] == want and "total" in r for r in single)
+    assert run_partitioned(make, EVENTS, 2, lambda i, e: i % 2, raw=True) == single
 
 
 # -- merge operator ------------------------------------------------------------------------------

@@ -88,6 +88,35 @@ def test_window_options() -> None:
     assert pickle.loads(pickle.dumps(Window(1, 2))) == Window(1, 2)
 
 
+@pytest.mark.parametrize(
+    ("make", "what"),
+    [
+        (lambda: TimeWindows(1.5), "TimeWindows duration: 1.5 "),
+        (lambda: TimeWindows(2.5), "TimeWindows duration: 2.5 "),
+        (lambda: TimeWindows(10).slide_by(2.5), "slide_by: 2.5 "),
+        (lambda: SessionWindows(0.5), "SessionWindows min_gap: 0.5 "),
+        (lambda: TimeWindows(float("nan")), "TimeWindows duration: nan "),
+    ],
+    ids=["1.5", "2.5", "slide", "session", "nan"],
+)
+def test_a_duration_of_a_fraction_of_a_millisecond_is_refused_not_truncated(make, what) -> None:
+    # TimeWindows(1.5).assign(3) was [Window(3, 4)]: windows of 1 ms
+    with pytest.raises(WindowConfigError) as caught:
+        make()
+    said = str(caught.value)
+    assert said.startswith(what) and "not a whole number of milliseconds" in said
+    assert "an int of milliseconds or a timedelta" in said
+
+
+def test_a_whole_float_duration_is_its_milliseconds_and_the_message_lists_durations() -> None:
+    assert TimeWindows(10.0) == TimeWindows(10) and to_millis(2.0) == 2
+    with pytest.raises(WindowConfigError) as caught:
+        TimeWindows("10")
+    said = str(caught.value)
+    assert "milliseconds (int) or a timedelta, got str '10'" in said
+    assert "datetime" not in said  # a point in time is no duration
+
+
 # -- triggers --------------------------------------------------------------------------------
 def run(trigger, steps):
     """Feed (elements, watermark, now) steps; return the steps at which it fired and whether

@@ -85,6 +85,11 @@ def test_window_options_triggers_and_storages() -> None:
         (window_option_from_json, "TimeWindows(10)", "did you mean 'TimeWindows'?"),
         (window_option_from_json, "TimeWindows", "missing a required argument: 'duration'"),
         (window_option_from_json, {"TimeWindows": [10, 3]}, "the slide must be positive"),
+        (
+            window_option_from_json,
+            {"TimeWindows": 1.5},
+            "TimeWindows duration: 1.5 is not a whole number of milliseconds",
+        ),
         (trigger_from_json, {"AfterWatermark": {"early": "AfterCont"}}, "'AfterCount'"),
         (trigger_from_json, "TriggerOption", "use AfterWatermark with early/late triggers"),
         (storage_from_json, "SpillableStorage", "did you mean 'SpillableWindowedStorage'?"),

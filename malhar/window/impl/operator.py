@@ -157,7 +157,12 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
         if port == "output" and self.combines():
             from malhar.window.impl.unifier import WindowedUnifier
 
-            return WindowedUnifier(**self.settings())
+            settings = self.settings()
+            if settings.get("key_names") is None:
+                # the unifier has no key property: its rows name the key as this
+                # operator's do (the key column(s), else "key"), whatever the partitions
+                settings["key_names"] = self._key_names()
+            return WindowedUnifier(**settings)
         return None
 
     # -- input -----------------------------------------------------------------------------------
