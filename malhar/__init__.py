@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
     from malhar.dag import DAG
     from malhar.engine.failure import ApplicationFailed
     from malhar.engine.launcher import RunningApplication, launch, run
-    from malhar.errors import ConfigError, MalharError, OperatorError, StateError
+    from malhar.errors import ConfigError, ConfigWarning, MalharError, OperatorError, StateError
     from malhar.operator import (
         ActivationListener,
         CheckpointListener,
@@ -50,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     "ApplicationFailed": "malhar.engine.failure",
     "CheckpointListener": "malhar.operator",
     "ConfigError": "malhar.errors",
+    "ConfigWarning": "malhar.errors",
     "ControlSender": "malhar.control",
     "ControlTuple": "malhar.control",
     "DAG": "malhar.dag",
@@ -84,6 +85,7 @@ __all__ = [
     "ApplicationFailed",
     "CheckpointListener",
     "ConfigError",
+    "ConfigWarning",
     "ControlSender",
     "ControlTuple",
     "DeliveryType",

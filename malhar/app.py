@@ -36,6 +36,7 @@ import inspect
 import json
 import os
 import sys
+import warnings
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from typing import Any
 from malhar import attributes as A
 from malhar import registry
 from malhar.dag import DAG, OperatorHandle, PortHandle
-from malhar.errors import MalharError
+from malhar.errors import ConfigWarning, MalharError
 from malhar.operator import Operator
 from malhar.ports import ports_of
 from malhar.properties import PropertyError, properties_of
@@ -594,23 +595,98 @@ def resolve(spec: str) -> Resolved:
     )
 
 
-def _call(obj: Any, dag: DAG, config: dict[str, Any]) -> Any:
+class _ReadConfig(dict):
+    """The config handed to an application, noting the keys it reads (any iteration
+    counts as reading them all)."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        super().__init__(data)
+        self.handed = False  # given to the application at all
+        self.read: set[Any] = set()
+        self.read_all = False
+
+    def __getitem__(self, key: Any) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.read.add(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().setdefault(key, default)
+
+    def __iter__(self) -> Any:
+        self.read_all = True
+        return super().__iter__()
+
+    def keys(self) -> Any:
+        self.read_all = True
+        return super().keys()
+
+    def items(self) -> Any:
+        self.read_all = True
+        return super().items()
+
+    def values(self) -> Any:
+        self.read_all = True
+        return super().values()
+
+    def copy(self) -> dict[str, Any]:
+        self.read_all = True
+        return dict(super().items())
+
+
+def _call(obj: Any, dag: DAG, config: _ReadConfig) -> Any:
     if isinstance(obj, type) and hasattr(obj, "populate_dag"):
         obj = obj()
     if hasattr(obj, "populate_dag"):
+        config.handed = True
         return obj.populate_dag(dag, config)
     if not callable(obj):
         raise TypeError(registry.application_problem(obj))
     try:
         params = list(inspect.signature(obj).parameters.values())
     except (TypeError, ValueError):
+        config.handed = True
         return obj(dag, config)
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if any(p.kind == p.VAR_POSITIONAL for p in params) or len(positional) >= 2:
+        config.handed = True
         return obj(dag, config)
     if len(positional) == 1:
         return obj(dag)
     return obj()
+
+
+def _unread_keys(dag: DAG, config: Mapping[str, Any], read: _ReadConfig | None) -> list[str]:
+    """What to say of the application's own (not ``dt.*``) keys that nothing read while
+    it built its DAG: most often a property meant as ``dt.operator.OP.prop.NAME``. Said as a
+    warning: a shared config file may hold other applications' keys, and an application
+    given the config may read a key later."""
+    if read is not None and read.read_all:
+        return []
+    out = []
+    for key in config:
+        if str(key).startswith(CONFIG_PREFIXES) or (read is not None and key in read.read):
+            continue
+        op, _, prop = str(key).partition(".")
+        if op in dag.operators and prop in properties_of(type(dag.operators[op].operator)):
+            hint = f"; to set the property, use dt.operator.{op}.prop.{prop}"
+        else:
+            hint = "; dt.operator.OP.prop.NAME sets a property, dt.attr.NAME an attribute"
+        given = "did not read it" if read is not None and read.handed else "reads no config"
+        out.append(f"config {key}: the application {given} while building its DAG{hint}")
+    return out
 
 
 def load_application(
@@ -647,6 +723,7 @@ def load_application(
         raise
     except Exception as exc:
         raise ApplicationError([f"{spec}: import failed: {type(exc).__name__}: {exc}"]) from exc
+    handed: _ReadConfig | None = None
     if found.json_doc is not None:
         dag = application_from_json(found.json_doc, name=name, source=spec)
     elif isinstance(found.obj, DAG):
@@ -656,8 +733,9 @@ def load_application(
             dag.set_attribute(A.APPLICATION_NAME.name, name)
     else:
         dag = DAG(name or found.name)
+        handed = _ReadConfig(config)
         try:
-            result = _call(found.obj, dag, config)
+            result = _call(found.obj, dag, handed)
         except Exception as exc:
             raise ApplicationError(
                 [f"{found.source}: building the DAG failed: {type(exc).__name__}: {exc}"],
@@ -668,5 +746,7 @@ def load_application(
         if name:
             dag.name = name
             dag.set_attribute(A.APPLICATION_NAME.name, name)
+    for unread in _unread_keys(dag, config, handed):
+        warnings.warn(unread, ConfigWarning, stacklevel=2)
     apply_config(dag, config)
     return dag

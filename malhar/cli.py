@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -31,6 +32,7 @@ from malhar.app import ApplicationError, load_application, parse_config
 from malhar.engine.failure import ApplicationFailed, reason_of
 from malhar.engine.failure import summary as failure_summary  # noqa: F401 - public name
 from malhar.engine.stop_signals import StopSignals
+from malhar.errors import ConfigWarning
 from malhar.redaction import Scrubber, redact, redact_config
 from malhar.session import DEFAULT_MASTER
 from malhar.testing.cli import services
@@ -228,11 +230,20 @@ def _load(
         raise click.BadParameter(str(exc), param_hint="--config") from exc
     scrub.add(config)
     try:
-        dag = load_application(app, config, name=name)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", ConfigWarning)
+            dag = load_application(app, config, name=name)
     except ApplicationError as exc:
         if _debug():
             traceback.print_exc()
         _fail(f"{app}: cannot load the application:", exc.problems, scrub, EXIT_INVALID)
+    for warning in said:
+        if issubclass(warning.category, ConfigWarning):
+            click.echo(scrub(f"warning: {warning.message}"), err=True)
+        else:  # the application's own: as Python would have shown them
+            warnings.showwarning(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
     scrub.add_operators(meta.operator for meta in dag.operators.values())
     return dag, config
 

@@ -13,7 +13,7 @@ This module imports nothing from malhar or pyspark: every part of the package
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "MalharError", "OperatorError", "StateError"]
+__all__ = ["ConfigError", "ConfigWarning", "MalharError", "OperatorError", "StateError"]
 
 
 class MalharError(Exception):
@@ -30,3 +30,7 @@ class OperatorError(MalharError, RuntimeError):
 
 class StateError(MalharError, TypeError):
     """An operator's checkpointed state cannot be saved or restored (names the attribute)."""
+
+
+class ConfigWarning(MalharError, UserWarning):
+    """A setting that has no effect (a config key nothing reads); issued with ``warnings``."""

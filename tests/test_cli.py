@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from click.testing import CliRunner, Result
 from malhar import DAG, ProcessingMode
 from malhar.app import ApplicationError, load_application, parse_config
 from malhar.cli import cli, failure_summary
+from malhar.errors import ConfigWarning
 from malhar.testing.operators import collected
 from tests.fixtures import ACME, BROKEN, PACKS, FakeSite, forget_packs
 
@@ -494,6 +496,32 @@ def failing(dag, config):
     src = dag.add_operator("src", ListInput(windows=[[1], [2]]))
     dag.add_stream("numbers", src.output, dag.add_operator("boom", Boom()).input)
 """
+
+
+def test_config_keys_nothing_reads_are_said(site: FakeSite, tmp_path: Path) -> None:
+    # "-c double.factor=3" on a JSON application was printed, applied to nothing, and the
+    # run went on with factor 10: the key was meant as dt.operator.double.prop.factor
+    app = write_app(tmp_path / "app.json")
+    said = CliRunner().invoke(
+        cli, ["validate", str(app), "-c", "double.factor=3", "-c", "db=x"], catch_exceptions=False
+    )
+    assert said.exit_code == 0
+    assert said.stderr.splitlines() == [
+        "warning: config double.factor: the application reads no config while building its "
+        "DAG; to set the property, use dt.operator.double.prop.factor",
+        "warning: config db: the application reads no config while building its DAG; "
+        "dt.operator.OP.prop.NAME sets a property, dt.attr.NAME an attribute",
+    ]
+    quiet = invoke("validate", str(app), "-c", "dt.operator.double.prop.factor=3")
+    assert "warning" not in quiet.output
+    # an application given the config: the keys it did not read (it read "windows")
+    with pytest.warns(ConfigWarning, match=r"config windos: the application did not read it"):
+        load_application("acme_pack.apps:doubling", {"windows": 5, "windos": 4})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_application(
+            "acme_pack.apps:doubling", {"windows": 5, "dt.attr.STREAMING_WINDOW_MS": 200}
+        )
 
 
 def test_applications_are_named_every_way(site: FakeSite, tmp_path: Path) -> None:
