@@ -28,6 +28,7 @@ from malhar.algo._base import (
     one_nan,
     order_key,
     rekey_nan,
+    require,
     rows_of,
 )
 from malhar.operator import Unifier
@@ -78,6 +79,57 @@ def _keep(items: list, n: int, bottom: bool) -> list:
     return items
 
 
+def _written(rank_name: str, window_field: str | None) -> list[tuple[str, str, str]]:
+    """``(property, field, what)`` of every field the ranking writes into its output rows."""
+    out = [("rank_name", rank_name, "rank")]
+    if window_field:
+        out.append(("window_field", window_field, "application window id"))
+    return out
+
+
+def clash_problems(
+    name: str, order_by: FieldSpec, key: FieldSpec, rank_name: str, window_field: str | None
+) -> list[str]:
+    """Why a ranking's settings make it read or write a field it also writes (empty: none).
+
+    The rank and the window id are written into every output row: ranking or grouping by
+    one of those fields would read the written value, and the unifier (which drops them
+    from its input rows) could not find it, so the result would depend on the partitioning.
+    """
+    out = []
+    if window_field and window_field == rank_name:
+        out.append(
+            f"{name}: rank_name and window_field are both {rank_name!r}: the window id would "
+            "overwrite the rank; give window_field another name"
+        )
+    for prop, spec in (("order_by", order_by), ("key", key)):
+        for wprop, field, what in _written(rank_name, window_field):
+            if isinstance(spec, str) and spec == field:
+                other = "position" if wprop == "rank_name" else "window_id"
+                other = "top_" + other if other in (order_by, key) else other
+                out.append(
+                    f"{name}: {prop} {spec!r} is also {wprop}, the field {name} writes the "
+                    f"{what} into: set {wprop} to another name (e.g. {wprop}={other!r})"
+                )
+    return out
+
+
+def _clash(written: list[tuple[str, str, str]], names: Any, name: str, wrapped: bool) -> str | None:
+    """Why a tuple whose output row has the fields ``names`` cannot be ranked (None: it can)."""
+    for prop, field, what in written:
+        if field in names:
+            if wrapped:
+                return (
+                    f"a tuple that is not a record is output as {{'value': tuple}}, and {name} "
+                    f"writes the {what} into {field!r} ({prop}): set {prop} to another name"
+                )
+            return (
+                f"the tuple already has a field {field!r}, which {name} writes the {what} "
+                f"into ({prop}); it is not overwritten: set {prop} to a name the tuples do not use"
+            )
+    return None
+
+
 class TopNUnifier(Unifier):
     """Keeps the best ``n`` rows per group over every partition's ranked rows and re-ranks."""
 
@@ -92,6 +144,12 @@ class TopNUnifier(Unifier):
     def __init__(self, **props: Any) -> None:
         self.configure(**props)
 
+    def setup(self, context: Any) -> None:
+        problems = clash_problems(
+            "TopNUnifier", self.order_by, self.key, self.rank_name, self.window_field
+        )
+        require(not problems, "; ".join(problems))
+
     def begin_window(self, window_id: int) -> None:
         self._groups: dict[Any, list] = {}
         self._window: Any = None
@@ -100,7 +158,11 @@ class TopNUnifier(Unifier):
         base = {k: v for k, v in row.items() if k not in (self.rank_name, self.window_field)}
         if self.window_field:
             self._window = row.get(self.window_field)
-        if set(base) == {"value"} and not isinstance(self.order_by, str):
+        # a non-dict tuple came as {"value": tuple}; a dict one of that single field only
+        # when every field read is None or "value" (any other name was missing from it)
+        if set(base) == {"value"} and any(
+            spec not in (None, "value") for spec in (self.order_by, self.key)
+        ):
             item = base["value"]
         else:
             item = base
@@ -128,6 +190,13 @@ class TopN(AlgoOperator):
     ``rank`` (1 is the best), and the application window's first window id in
     ``window_field`` when set. Tuples without the fields, or whose ranking value is None,
     go to ``error``.
+
+    The rank (``rank_name``) and window id (``window_field``) fields are added, never
+    overwritten: a tuple that already holds a field of either name (a non-dict tuple: when
+    either is ``"value"``) goes to ``error``, a batch holding such a column sends every
+    row there, and an ``order_by`` or ``key`` naming either field (or the two sharing one
+    name) is refused when configured; give ``rank_name`` (``window_field``) another name.
+    One partition and several give the same output.
 
     Example:
         >>> from malhar.algo import TopN
@@ -166,6 +235,21 @@ class TopN(AlgoOperator):
     ) -> None:
         self.configure(n=n, order_by=order_by, key=key, **props)
 
+    def configure(self, **values: Any) -> TopN:
+        super().configure(**values)
+        problems = self._clash_problems()
+        require(not problems, "; ".join(problems))
+        return self
+
+    def _clash_problems(self) -> list[str]:
+        return clash_problems(
+            type(self).__name__, self.order_by, self.key, self.rank_name, self.window_field
+        )
+
+    def settings_problems(self) -> list[str]:
+        """Every reason these settings cannot work (``DAG.validate`` reports them)."""
+        return self.property_problems() + self._clash_problems()
+
     def partitioning(self) -> Partitioning:
         return Partitioning("unifier")
 
@@ -183,7 +267,10 @@ class TopN(AlgoOperator):
         )
 
     def setup(self, context: Any) -> None:
+        problems = self._clash_problems()  # properties set one by one (app files)
+        require(not problems, "; ".join(problems))
         self._rank = _Ranking(self.order_by, self.key, self.BOTTOM)
+        self._written = _written(self.rank_name, self.window_field)
         rekey_nan(self.held)  # restored: its NaN key is a copy
 
     def begin_window(self, window_id: int) -> None:
@@ -204,6 +291,11 @@ class TopN(AlgoOperator):
 
     def process(self, t: Any) -> None:
         rank = self._rank
+        record = isinstance(t, dict)
+        why = _clash(self._written, t if record else ("value",), type(self).__name__, not record)
+        if why:
+            self._error(t, why)
+            return
         try:
             value = rank.get_order(t)
             group = _GLOBAL if self.key is None else one_nan(rank.get_key(t))
@@ -218,6 +310,17 @@ class TopN(AlgoOperator):
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
+            return
+        why = _clash(self._written, batch.schema.names, type(self).__name__, False)
+        if why:  # one check per batch: every row holds the field
+            for row in batch.to_pylist():
+                self._error(row, why)
+            return
+        if self.order_by is None and batch.num_columns == 1:
+            # a one-column row is a record, as the stream's tuples are: its field name is
+            # kept (bare values came out as {"value": v} from a batch, {"v": v} from tuples)
+            for row in batch.to_pylist():
+                self.process(row)
             return
         if not isinstance(self.order_by, str) or (
             self.key is not None and not isinstance(self.key, str)

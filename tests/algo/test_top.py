@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 
 import pyarrow as pa
+import pytest
 
+from malhar import DAG
 from malhar.algo import BottomN, LeastFrequentKey, MergeSort, MostFrequentKey, TopN, TopNUnique
+from malhar.errors import ConfigError
 from malhar.testing.harness import OperatorHarness, deliveries
+from malhar.validation import ValidationError
+from tests.algo.partitions import as_multiset, run_partitioned
 
 SALES = [
     {"shop": "x", "item": "tea", "n": 4},
@@ -179,3 +185,120 @@ def test_nan_keys_are_one_group() -> None:
     again.put("data", rows[1])
     again.end_window()
     assert [r["v"] for r in again.sink("top").tuples] == [3]
+
+
+# -- the fields TopN writes (rank_name, window_field) are never read nor overwritten --------
+def test_ranking_or_grouping_by_the_rank_or_window_field_is_refused_when_configured() -> None:
+    # order_by="rank" ranked by the positions TopN wrote over the data, and its unifier
+    # dropped the field before ranking: KeyError with several partitions
+    cases = [
+        (
+            dict(order_by="rank"),
+            "TopN: order_by 'rank' is also rank_name, the field TopN writes the rank into: "
+            "set rank_name to another name (e.g. rank_name='position')",
+        ),
+        (
+            dict(order_by="n", key="w", window_field="w"),
+            "TopN: key 'w' is also window_field, the field TopN writes the application window "
+            "id into: set window_field to another name (e.g. window_field='window_id')",
+        ),
+        (
+            dict(rank_name="w", window_field="w"),
+            "TopN: rank_name and window_field are both 'w': the window id would overwrite the "
+            "rank; give window_field another name",
+        ),
+    ]
+    for props, message in cases:
+        with pytest.raises(ConfigError) as exc:
+            TopN(n=2, **props)
+        assert str(exc.value) == message
+    assert TopN(n=2, order_by="rank", rank_name="position").rank_name == "position"
+    with pytest.raises(ConfigError, match="BottomN: order_by 'rank' is also rank_name"):
+        BottomN().configure(order_by="rank")
+    # properties set one by one (application files): DAG.validate and setup refuse them
+    op = TopN(n=2)
+    op.__dict__["order_by"] = "rank"
+    dag = DAG("top")
+    dag.add_operator("top", op)
+    with pytest.raises(ValidationError) as invalid:
+        dag.validate()
+    assert f"operator 'top': {cases[0][1]}" in invalid.value.problems
+    with pytest.raises(ConfigError, match="is also rank_name"):
+        OperatorHarness(op).setup()
+
+
+def test_a_tuple_holding_the_rank_or_window_field_goes_to_error_from_tuples_and_batches() -> None:
+    # its own rank was replaced by a position 1..n: the data was lost silently
+    rows = [{"page": "a", "score": 10, "rank": 9}, {"page": "b", "score": 50}]
+    reason = (
+        "the tuple already has a field 'rank', which TopN writes the rank into (rank_name); "
+        "it is not overwritten: set rank_name to a name the tuples do not use"
+    )
+    got = _outputs(lambda: TopN(n=2, order_by="score"), rows, "top")
+    assert got[0] == (
+        [{"page": "b", "score": 50, "rank": 1}],
+        [{"tuple": rows[0], "reason": reason}],
+    )
+    # a batch holding the column: every row (one check per batch)
+    batch = pa.RecordBatch.from_pylist([{"page": "a", "score": 10, "rank": 9}] * 2)
+    h = OperatorHarness(TopN(n=2, order_by="score"))
+    h.run_window([("data", batch)])
+    assert h.sink("top").tuples == []
+    assert h.sink("error").tuples == [{"tuple": rows[0], "reason": reason}] * 2
+    windowed = [{"n": 1, "w": 5}, {"n": 2}]
+    h = OperatorHarness(TopN(n=2, order_by="n", window_field="w"))
+    h.run_window([("data", t) for t in windowed], window=4)
+    assert h.sink("top").tuples == [{"n": 2, "rank": 1, "w": 4}]
+    assert h.sink("error").tuples == [
+        {
+            "tuple": windowed[0],
+            "reason": "the tuple already has a field 'w', which TopN writes the application "
+            "window id into (window_field); it is not overwritten: set window_field to a name "
+            "the tuples do not use",
+        }
+    ]
+    h = OperatorHarness(TopN(n=2, rank_name="value"))
+    h.run_window([("data", 3)])
+    assert h.sink("error").tuples == [
+        {
+            "tuple": 3,
+            "reason": "a tuple that is not a record is output as {'value': tuple}, and TopN "
+            "writes the rank into 'value' (rank_name): set rank_name to another name",
+        }
+    ]
+
+
+def test_one_and_several_partitions_agree_on_tuples_holding_the_rank_field() -> None:
+    rows = [{"page": p, "score": s} for p, s in [("a", 10), ("b", 50), ("f", 60), ("g", 5)]]
+    rows += [{"page": "x", "score": 99, "rank": 1}, {"page": "y", "score": 7, "rank": 2}]
+    windows = [[("data", r) for r in rows], [("data", pa.RecordBatch.from_pylist(rows[:4]))]]
+    results = []
+    for parts in (1, 3):
+        out = run_partitioned(lambda: TopN(n=2, order_by="score"), windows, parts, seed=parts)
+        results.append({port: {w: as_multiset(t) for w, t in o.items()} for port, o in out.items()})
+    assert results[0] == results[1]
+    assert [r["page"] for r in results[0]["top"][0]] == ["b", "f"]
+    assert sorted(e["tuple"]["page"] for e in results[0]["error"][0]) == ["x", "y"]
+
+
+def test_one_column_rows_keep_their_field_name_in_a_batch_as_in_tuples() -> None:
+    # a one-column batch came out as {"value": v}, its tuples as {"v": v}; a "rank"
+    # column was ranked from a batch and refused from tuples
+    got = _outputs(lambda: TopN(n=2), [{"v": 5}, {"v": 7}], "top")
+    assert got == [([{"v": 7, "rank": 1}, {"v": 5, "rank": 2}], [])] * 3
+    got = _outputs(lambda: TopN(n=2), [{"rank": 5}], "top")
+    assert [(top, [e["tuple"] for e in errors]) for top, errors in got] == [([], [{"rank": 5}])] * 3
+
+
+def test_one_and_several_partitions_agree_on_records_that_are_not_dicts() -> None:
+    # the unifier read a named field of a namedtuple (output as {"value": tuple}) from the
+    # wrapping dict, and a key "value" from the bare value: KeyError with several partitions
+    page = collections.namedtuple("page", "name score")
+    cases = [
+        (lambda: TopN(n=2, order_by="score"), [page("a", 1), page("b", 3), page("c", 2)]),
+        (lambda: TopN(n=1, key="value"), [{"value": 5}, {"value": 5}, {"value": 7}]),
+    ]
+    for make, tuples in cases:
+        windows = [[("data", t) for t in tuples]]
+        one, three = (run_partitioned(make, windows, parts)["top"][0] for parts in (1, 3))
+        assert sorted(map(repr, one)) == sorted(map(repr, three)), one
