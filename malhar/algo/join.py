@@ -36,6 +36,7 @@ from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
 from malhar.util.epoch_millis import event_millis
+from malhar.util.null_keys import null_key
 
 __all__ = ["LookupJoin", "StreamJoin"]
 
@@ -102,6 +103,11 @@ class _Join(TypedOutputs, AlgoOperator):
     right_key = Property(str, default=None, doc="key field of the right tuples (default: left_key)")
     budget_bytes = Property(int, default=64 << 20, min=8 << 20, doc="managed-state memory budget")
     schema = SchemaProperty("output", doc="Spark DDL of the joined rows (types output)")
+    null_keys_match = Property(
+        bool,
+        default=False,
+        doc="a None key matches a None key (Spark's eqNullSafe); default: it matches nothing",
+    )
 
     @property
     def _rkey(self) -> str:
@@ -130,6 +136,11 @@ class StreamJoin(_Join):
     is emitted alone when it expires. A pair whose row would have one field twice (the
     left tuple has ``x`` and ``right_x``, the right one ``x``) is not joined: the second
     tuple goes to ``error`` with the field's name, and both count as matched.
+
+    Null keys match nothing, as in SQL: a tuple whose key is None (or a tuple with a None
+    in it) is never paired; an inner side's is dropped, an outer side's is emitted alone
+    when it expires, as any unmatched tuple (as a SQL outer join keeps it, unmatched).
+    ``null_keys_match=True`` pairs None with None (Spark's ``eqNullSafe``).
 
     Keys match as managed state stores them: by value within one type, so ``1``, ``1.0``
     and ``True`` are three keys (a typed column holds one type; normalize untyped keys
@@ -210,9 +221,15 @@ class StreamJoin(_Join):
         if not _storable(k):
             self._error(t, _unstorable(k, "stored"))
             return
+        probe = self.null_keys_match or not null_key(k)
+        if not probe and side not in self._outer:
+            return  # matches nothing and is never emitted alone: not even stored
         other = self._sides[1 - side]
         matched = False
-        for b in range(max(0, self.epoch - self.expiry_windows + 1), self.epoch + 1):
+        # a null key (on an outer side) looks nothing up: stored unmatched below, it is
+        # emitted alone when it expires
+        first = max(0, self.epoch - self.expiry_windows + 1) if probe else self.epoch + 1
+        for b in range(first, self.epoch + 1):
             entries = other.get(k, b)
             if not entries:
                 continue
@@ -293,6 +310,11 @@ class LookupJoin(_Join):
     one field twice (it has ``x`` and ``right_x``, the table row ``x``) goes to ``error``
     with the field's name, one tuple at a time or in a batch.
 
+    Null keys match nothing, as in SQL: a stream tuple whose key is None (or a tuple with a
+    None in it) is treated as one without a row (``inner`` drops it, ``left`` emits it
+    alone), and a table row with such a key is not stored. ``null_keys_match=True`` stores
+    it and joins None with None (Spark's ``eqNullSafe``).
+
     Keys match as managed state stores them: by value within one type, so ``1``, ``1.0``
     and ``True`` are three keys, in one window's updates too (a typed column holds one
     type; normalize untyped keys first when they mix). Keys are of Python's own types: a
@@ -341,6 +363,8 @@ class LookupJoin(_Join):
             k = self._get(t, self._rkey)
             if not _storable(k):
                 raise TypeError(_unstorable(k, "stored"))
+            if not self.null_keys_match and null_key(k):
+                return  # a row no stream tuple can match: kept nowhere
             self.updates[self._table.key_codec.encode(k)] = (k, t)
         except KeyError as exc:
             self._error(t, missing(exc.args[0]))
@@ -366,7 +390,7 @@ class LookupJoin(_Join):
     def _joined(self, t: Any, k: Any) -> dict | None:
         """The row of ``t`` and its key's table row (None: none, or it went to the error
         port)."""
-        row = self._table.get(k)
+        row = self._table.get(k) if self.null_keys_match or not null_key(k) else None
         if row is not None:
             try:
                 return merge_rows(t, row, self.left_key, self._rkey)
@@ -408,7 +432,9 @@ class LookupJoin(_Join):
         key, an Arrow hash join, arrival order kept): the rows :meth:`process_stream` gives,
         as columns. Raises TypeError where the rows do not fit one Arrow table."""
         col = batch.column(self.left_key)
-        if col.null_count and self._table.get(None) is not None:
+        # Arrow's join pairs no nulls: a null key finds no row (as _joined says), unless
+        # null keys match and the table has a row for None (then row by row)
+        if col.null_count and self.null_keys_match and self._table.get(None) is not None:
             raise TypeError("a table row has the key None")
         found = []
         for k in pc.unique(col).drop_null().to_pylist():
@@ -457,5 +483,6 @@ class LookupJoin(_Join):
         for k, row in self.updates.items():
             if type(row) is tuple:  # (key, row); a checkpoint from before: key -> row
                 k, row = row
-            self._table[k] = row
+            if self.null_keys_match or not null_key(k):  # (a checkpoint from before)
+                self._table[k] = row
         self.updates = {}

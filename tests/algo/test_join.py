@@ -114,3 +114,91 @@ def test_an_integer_key_beyond_64_bits_goes_to_the_error_port(tmp_path: Path) ->
         (error,) = h.sink("error").tuples
         assert "cannot be" in error["reason"] and "an integer within 64 bits" in error["reason"]
         h.teardown()
+
+
+# -- null keys: SQL semantics (a None key matches nothing), null_keys_match opts out ---------
+NULL_TABLE = [{"id": None, "name": "NULLROW"}, {"id": 1, "name": "one"}]
+NULL_STREAM = [{"sku": None, "n": 1}, {"sku": 1, "n": 2}, {"sku": None, "n": 3}]
+
+
+@pytest.mark.parametrize("as_batch", [False, True])
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_lookup_join_null_keys_match_nothing(tmp_path: Path, how: str, as_batch: bool) -> None:
+    schema = "sku bigint, n bigint, id bigint, name string"
+    h = _harness(LookupJoin("sku", right_key="id", join_type=how, schema=schema), tmp_path)
+    h.run_window([("table", pa.RecordBatch.from_pylist(NULL_TABLE) if as_batch else NULL_TABLE[0])])
+    if not as_batch:
+        h.run_window([("table", NULL_TABLE[1])])
+    h.run_window(
+        [("stream", pa.RecordBatch.from_pylist(NULL_STREAM))]
+        if as_batch
+        else [("stream", t) for t in NULL_STREAM]
+    )
+    got = [{k: v for k, v in r.items() if v is not None} for r in h.sink("output").tuples]
+    one = {"sku": 1, "n": 2, "id": 1, "name": "one"}
+    # a None key is a stream tuple without a row: dropped (inner), alone (left)
+    assert got == ([one] if how == "inner" else [{"n": 1}, one, {"n": 3}])
+    assert h.sink("error").tuples == []
+    assert h.operator._table.get(None) is None  # the None row was not even stored
+    h.teardown()
+
+
+@pytest.mark.parametrize("as_batch", [False, True])
+def test_lookup_join_null_keys_match_when_asked(tmp_path: Path, as_batch: bool) -> None:
+    h = _harness(LookupJoin("sku", right_key="id", null_keys_match=True), tmp_path)
+    h.run_window([("table", NULL_TABLE[0])])
+    feed = [pa.RecordBatch.from_pylist(NULL_STREAM[:1])] if as_batch else NULL_STREAM[:1]
+    h.run_window([("stream", t) for t in feed])
+    assert h.sink("output").tuples == [{"sku": None, "n": 1, "id": None, "name": "NULLROW"}]
+    h.teardown()
+
+
+def test_lookup_join_a_key_tuple_with_a_none_matches_nothing(tmp_path: Path) -> None:
+    h = _harness(LookupJoin("k", join_type="left"), tmp_path)
+    h.run_window([("table", {"k": (1, None), "name": "half"})])
+    h.run_window([("stream", {"k": (1, None), "n": 1})])
+    assert h.sink("output").tuples == [{"k": (1, None), "n": 1}]
+    h.teardown()
+
+
+@pytest.mark.parametrize("as_batch", [False, True])
+def test_stream_join_null_keys_match_nothing(tmp_path: Path, as_batch: bool) -> None:
+    left = [{"k": None, "a": 1}, {"k": 1, "a": 2}]
+    right = [{"k": None, "b": 3}, {"k": 1, "b": 4}, {"k": None, "b": 5}]
+    got = {}
+    for how in ("inner", "left", "right", "outer"):
+        h = _harness(StreamJoin("k", join_type=how, expiry_windows=2), tmp_path / how)
+        if as_batch:
+            h.run_window([("left", pa.RecordBatch.from_pylist(left))])
+            h.run_window([("right", pa.RecordBatch.from_pylist(right))])
+        else:
+            h.run_window([("left", t) for t in left])
+            h.run_window([("right", t) for t in right])
+        for _ in range(3):
+            h.run_window([])
+        got[how] = h.sink("output").tuples
+        h.teardown()
+    pair = {"k": 1, "a": 2, "b": 4}
+    alone_left = [{"k": None, "a": 1}]
+    alone_right = [{"k": None, "b": 3}, {"k": None, "b": 5}]
+    # emitted alone exactly once, when they expire, as any unmatched tuple of an outer side
+    assert got["inner"] == [pair]
+    assert got["left"] == [pair, *alone_left]
+    assert got["right"] == [pair, *alone_right]
+    assert got["outer"] == [pair, *alone_left, *alone_right]
+
+
+def test_stream_join_null_keys_match_when_asked(tmp_path: Path) -> None:
+    h = _harness(StreamJoin("k", null_keys_match=True), tmp_path)
+    h.run_window([("left", {"k": None, "a": 1}), ("right", {"k": None, "b": 2})])
+    assert h.sink("output").tuples == [{"k": None, "a": 1, "b": 2}]
+    h.teardown()
+
+
+def test_stream_join_null_keys_of_an_inner_side_are_not_stored(tmp_path: Path) -> None:
+    h = _harness(StreamJoin("k", join_type="left", expiry_windows=3), tmp_path)
+    h.run_window([("left", {"k": None, "a": 1}), ("right", {"k": None, "b": 2})])
+    left, right = h.operator._sides
+    assert left.get(None, 0) == [[{"k": None, "a": 1}, False, None]]  # emitted at expiry
+    assert not right.get(None, 0)  # an inner side's null key: kept nowhere
+    h.teardown()

@@ -26,8 +26,10 @@ from malhar.window.accumulation import (
     Average,
     Cogroup,
     Count,
+    FullOuterJoin,
     InnerJoin,
     LeftOuterJoin,
+    RightOuterJoin,
     Sum,
     ToList,
 )
@@ -286,3 +288,101 @@ def test_watermark_generator_per_split_minimum_and_silence() -> None:
     assert marks == [35, 85]
     assert all(c.delivery is DeliveryType.END_WINDOW for c in h.sink("output").controls)
     assert len(h.sink("output").tuples) == 4  # tuples pass through
+
+
+# -- merge operator: null keys match nothing (SQL), null_keys_match opts out --------------------
+NULL_LEFT = [{"id": None, "t": 1, "v": "o0"}, {"id": 1, "t": 2, "v": "o1"},
+             {"id": None, "t": 3, "v": "o2"}]  # fmt: skip
+NULL_RIGHT = [{"id": None, "t": 4, "v": "p0"}, {"id": 1, "t": 5, "v": "p1"}]
+
+
+def _merge_panes(acc, batches: bool = False, **props) -> dict:
+    op = KeyedWindowedMergeOperator(
+        acc, TimeWindows(10), key=props.pop("key", "id"), timestamp="t", value="v", **props
+    )
+    h = harness(op)
+    left, right = NULL_LEFT, NULL_RIGHT
+    if batches:
+        h.run_window([("input", pa.RecordBatch.from_pylist(left)),
+                      ("input2", pa.RecordBatch.from_pylist(right))])  # fmt: skip
+    else:
+        h.run_window([("input", r) for r in left] + [("input2", r) for r in right])
+    watermark(h, 10, port="input")
+    watermark(h, 10, port="input2")
+    h.run_window()
+    return {p[0]: p[3] for p in panes(h)}
+
+
+@pytest.mark.parametrize("batches", [False, True])
+def test_merge_joins_pair_no_null_keys(batches: bool) -> None:
+    pair = [("o1", "p1")]
+    got = {
+        type(acc).__name__: _merge_panes(acc, batches)
+        for acc in (InnerJoin(), LeftOuterJoin(), RightOuterJoin(), FullOuterJoin(), Cogroup())
+    }
+    # the None key's values are unmatched: an inner join pairs none, an outer join each of
+    # its outer side(s) with None, once
+    assert got["InnerJoin"] == {1: pair, None: []}
+    assert got["LeftOuterJoin"] == {1: pair, None: [("o0", None), ("o2", None)]}
+    assert got["RightOuterJoin"] == {1: pair, None: [(None, "p0")]}
+    assert got["FullOuterJoin"] == {1: pair, None: [("o0", None), ("o2", None), (None, "p0")]}
+    # cogroup groups (as Spark's cogroup): the None key is a group
+    assert got["Cogroup"] == {1: (["o1"], ["p1"]), None: (["o0", "o2"], ["p0"])}
+
+
+def test_merge_joins_pair_null_keys_when_asked() -> None:
+    got = _merge_panes(InnerJoin(null_keys_match=True))
+    assert got == {1: [("o1", "p1")], None: [("o0", "p0"), ("o2", "p0")]}
+
+
+def test_merge_join_key_of_several_columns_with_a_none_matches_nothing() -> None:
+    op = KeyedWindowedMergeOperator(InnerJoin(), TimeWindows(10), key=["a", "b"], timestamp="t")
+    h = harness(op)
+    rows = [{"a": 1, "b": None, "t": 1}, {"a": 1, "b": 2, "t": 1}]
+    h.run_window([("input", r) for r in rows] + [("input2", r) for r in rows])
+    watermark(h, 10, port="input")
+    watermark(h, 10, port="input2")
+    h.run_window()
+    got = {p[0]: p[3] for p in panes(h)}
+    assert got == {(1, None): [], (1, 2): [(rows[1], rows[1])]}
+
+
+def test_a_non_keyed_merge_join_pairs_all_of_its_window() -> None:
+    op = WindowedMergeOperator(InnerJoin(), TimeWindows(10), timestamp="t", value="v")
+    h = harness(op)
+    h.run_window([("input", NULL_LEFT[0]), ("input2", NULL_RIGHT[0])])
+    watermark(h, 10, port="input")
+    watermark(h, 10, port="input2")
+    h.run_window()
+    assert [p[3] for p in panes(h)] == [[("o0", "p0")]]  # no key: not a null key
+
+
+def test_a_keyed_merge_join_unifier_pairs_no_null_keys() -> None:
+    def make():
+        return KeyedWindowedMergeOperator(
+            LeftOuterJoin(), TimeWindows(10), key="id", timestamp="t", value="v",
+            combine_partitions=True,
+        )  # fmt: skip
+
+    parts = [harness(make(), partition=p, partitions=2) for p in range(2)]
+    unifier = OperatorHarness(make().get_unifier("output"))
+    parts[0].run_window([("input", r) for r in NULL_LEFT])
+    parts[1].run_window([("input2", r) for r in NULL_RIGHT])
+    senders = [ControlSender("s", "up", p, 2) for p in range(2)]
+    for h in parts:
+        for s in senders:
+            watermark(h, 1000, s, port="input")
+            watermark(h, 1000, s, port="input2")
+        h.run_window(window=1)
+    for w in (0, 1):
+        unifier.begin_window(w)
+        for h in parts:
+            for t in h.sink("output").per_window.get(w, []):
+                unifier.put("input", t)
+        if w == 1:
+            for p, h in enumerate(parts):
+                ctl = h.sink("output").controls[-1]
+                unifier.put_control("input", ctl.payload, ctl.delivery, sender=senders[p])
+        unifier.end_window()
+    got = {p[0]: p[3] for p in panes(unifier)}
+    assert got == {1: [("o1", "p1")], None: [("o0", None), ("o2", None)]}

@@ -1,10 +1,20 @@
 """Merge accumulations for :class:`~malhar.window.WindowedMergeOperator`: joins of two
-streams per window (and key, in the keyed merge operator)."""
+streams per window (and key, in the keyed merge operator).
+
+Null keys match nothing, as in SQL: in the keyed merge operator, the values of a key that
+is None (or a tuple with a None in it: a key of several columns) are never paired with
+each other; the joins output them as unmatched (an inner join nothing, an outer join
+each value of its outer side(s) paired with None), through :meth:`_Join.output_for_key`,
+which the keyed operator calls instead of ``output``. ``null_keys_match=True`` pairs them
+as any key's (Spark's ``eqNullSafe``; Malhar's ``PojoInnerJoin`` & co. did, comparing
+keys with Java's ``equals``).
+:class:`Cogroup` groups, as Spark's ``cogroup`` does: a None key is one group."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from malhar.util.null_keys import null_key
 from malhar.window._order import ordered
 from malhar.window.protocol import MergeAccumulation
 
@@ -34,31 +44,64 @@ class _TwoSides(MergeAccumulation[Any, _Sides, Any]):
         return ordered((a, b) for a in left for b in right)
 
 
-class InnerJoin(_TwoSides):
-    """Every ``(left, right)`` pair of the window (and key), in order."""
+class _Join(_TwoSides):
+    """A join: the values of a null key match nothing (unless ``null_keys_match``)."""
+
+    null_keys_match = False  # (an instance pickled before the option unpickles without it)
+
+    def __init__(self, null_keys_match: bool = False) -> None:
+        self.null_keys_match = bool(null_keys_match)
+
+    def output_for_key(self, key: Any, accumulated: _Sides) -> list[tuple[Any, Any]]:
+        """The output of ``key``'s state (keyed merge operators call this, not
+        ``output``): for a null key, the values as unmatched, both sides' at once."""
+        if self.null_keys_match or not null_key(key):
+            return self.output(accumulated)
+        left, right = accumulated
+        return self._unmatched(left, right)
+
+    def _unmatched(self, left: list[Any], right: list[Any]) -> list[tuple[Any, Any]]:
+        return []
+
+
+class InnerJoin(_Join):
+    """Every ``(left, right)`` pair of the window (and key), in order; none for a null
+    key."""
 
     def output(self, accumulated: _Sides) -> list[tuple[Any, Any]]:
         return self._pairs(*accumulated)
 
 
-class LeftOuterJoin(_TwoSides):
-    """Inner pairs, or ``(left, None)`` for every left value when the right side is empty."""
+class LeftOuterJoin(_Join):
+    """Inner pairs, or ``(left, None)`` for every left value when the right side is empty
+    or the key is null."""
+
+    def _unmatched(self, left: list[Any], right: list[Any]) -> list[tuple[Any, Any]]:
+        return self._pairs(left, [None])
 
     def output(self, accumulated: _Sides) -> list[tuple[Any, Any]]:
         left, right = accumulated
         return self._pairs(left, right or [None])
 
 
-class RightOuterJoin(_TwoSides):
-    """Inner pairs, or ``(None, right)`` for every right value when the left side is empty."""
+class RightOuterJoin(_Join):
+    """Inner pairs, or ``(None, right)`` for every right value when the left side is empty
+    or the key is null."""
+
+    def _unmatched(self, left: list[Any], right: list[Any]) -> list[tuple[Any, Any]]:
+        return self._pairs([None], right)
 
     def output(self, accumulated: _Sides) -> list[tuple[Any, Any]]:
         left, right = accumulated
         return self._pairs(left or [None], right)
 
 
-class FullOuterJoin(_TwoSides):
-    """Inner pairs; a side that is empty is paired as None with the other side's values."""
+class FullOuterJoin(_Join):
+    """Inner pairs; a side that is empty is paired as None with the other side's values;
+    for a null key, each side's values are paired with None (left ones first)."""
+
+    def _unmatched(self, left: list[Any], right: list[Any]) -> list[tuple[Any, Any]]:
+        return self._pairs(left, [None]) + self._pairs([None], right)
 
     def output(self, accumulated: _Sides) -> list[tuple[Any, Any]]:
         left, right = accumulated

@@ -134,6 +134,9 @@ class WindowedCore(WindowedSettings):
                 f"MergeAccumulation (InnerJoin(), Cogroup() ...), got {acc!r}"
             )
         self._acc: Accumulation = acc
+        # per key output (a join: a null key matches nothing), where the cells are per key
+        by_key = getattr(acc, "output_for_key", None)
+        self._output_for_key = by_key if self.keyed else None
         trigger, mode, only = self.trigger, AccumulationMode.DISCARDING, False
         if isinstance(trigger, TriggerOption):
             mode, only = trigger.accumulation_mode, trigger.fire_only_updated_panes
@@ -643,7 +646,8 @@ class WindowedCore(WindowedSettings):
         if cell[ACC] is EMPTY:
             return  # nothing arrived since the last (discarding) pane
         acc = self._acc
-        value = acc.output(cell[ACC])
+        by_key = self._output_for_key
+        value = acc.output(cell[ACC]) if by_key is None else by_key(key, cell[ACC])
         previous = cell[LAST]
         if self._only_updated and previous is not EMPTY and value == previous:
             return

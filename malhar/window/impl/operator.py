@@ -162,7 +162,9 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
                 # the unifier has no key property: its rows name the key as this
                 # operator's do (the key column(s), else "key"), whatever the partitions
                 settings["key_names"] = self._key_names()
-            return WindowedUnifier(**settings)
+            unifier = WindowedUnifier(**settings)
+            unifier.keyed = self.keyed  # its cells are per key as this operator's (joins)
+            return unifier
         return None
 
     # -- input -----------------------------------------------------------------------------------
