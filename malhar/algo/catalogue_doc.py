@@ -81,6 +81,13 @@ None means the tuple itself, and a record of one field (a dict of one entry, or 
 one-column batch) means that field's value: a typed one-column stream arrives as such dicts
 when the operator is fused behind its writer and as batches across a route.
 
+Keys of untyped tuples compare as Python compares dict keys (as `collections.Counter` and
+`pandas` group by): for the math operators, `Distinct` and `TopN`, `1`, `1.0` and `True` are
+one key, shown in the output as whichever arrived first (on its partition, then at the
+unifier), so a stream that mixes them may show another of them with other partitioning.
+Dedup and the joins keep them apart (a key is its type and its value). A typed port or a
+`schema` gives a key field one type, and neither question arises.
+
 A pipeline of catalogue operators, run by the harness:
 
 ```python
