@@ -13,7 +13,14 @@ This module imports nothing from malhar or pyspark: every part of the package
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "ConfigWarning", "MalharError", "OperatorError", "StateError"]
+__all__ = [
+    "ApplicationError",
+    "ConfigError",
+    "ConfigWarning",
+    "MalharError",
+    "OperatorError",
+    "StateError",
+]
 
 
 class MalharError(Exception):
@@ -34,3 +41,13 @@ class StateError(MalharError, TypeError):
 
 class ConfigWarning(MalharError, UserWarning):
     """A setting that has no effect (a config key nothing reads); issued with ``warnings``."""
+
+
+class ApplicationError(MalharError, ValueError):
+    """The application cannot be loaded or built; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[str], app: str | None = None) -> None:
+        self.problems = list(problems)
+        self.app = app
+        head = f"cannot load application {app!r}" if app else "cannot load the application"
+        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
