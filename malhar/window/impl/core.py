@@ -449,39 +449,57 @@ class WindowedCore(WindowedSettings):
         """A batch, vectorized: timestamps, the late filter, window assignment and one
         Arrow hash aggregation per batch. Returns False when the batch cannot be handled
         vectorized (the caller then goes row by row)."""
-        option = self._option
+        if not self._vectorizable(batch, keys, value, port):
+            return False
+        if batch.num_rows == 0:
+            return True
+        ts = self._timestamps(batch, timestamp)
+        if ts is None:
+            return False
+        batch, ts = self._drop_late(batch, ts)
+        if batch.num_rows:
+            self._fold(self._grouped(batch, ts, keys, value), len(keys))
+        return True
+
+    def _vectorizable(
+        self, batch: pa.RecordBatch, keys: Sequence[str], value: str | None, port: int
+    ) -> bool:
+        """Whether Arrow's kernels give what the accumulation gives value by value."""
         acc = self._acc
         # the second input of a merge accumulates value by value (accumulate2)
         if port != 0:
             return False
-        fast = acc.arrow_aggregations is not None
+        option, fast = self._option, acc.arrow_aggregations is not None
         if option is None or option.merging or not (fast or value is not None):
             return False
-        if batch.num_rows == 0:
-            return True
         if any(pa.types.is_nested(batch.schema.field(k).type) for k in keys):
             return False  # Arrow groups by no list or struct: row by row, which says why
-        if (
+        return not (
             fast
             and value is not None
+            and batch.num_rows
             and _arrow_differs(acc.arrow_aggregations or (), batch.column(value))
-        ):
-            return False
-        ts = self._timestamps(batch, timestamp)
-        if ts is None:
-            return False
+        )
+
+    def _drop_late(self, batch: pa.RecordBatch, ts: Any) -> tuple[pa.RecordBatch, Any]:
+        """``batch`` and its times without the rows behind the horizon (each to _late)."""
         horizon = self.horizon()
-        if horizon is not None:
-            late = ts < horizon
-            if late.any():
-                for row in batch.filter(pa.array(late)).to_pylist():
-                    self._late(row)
-                keep = ~late
-                batch = batch.filter(pa.array(keep))
-                ts = ts[keep]
-                if batch.num_rows == 0:
-                    return True
-        rows, starts, ends = option.assign_batch(ts)
+        if horizon is None:
+            return batch, ts
+        late = ts < horizon
+        if not late.any():
+            return batch, ts
+        for row in batch.filter(pa.array(late)).to_pylist():
+            self._late(row)
+        keep = ~late
+        return batch.filter(pa.array(keep)), ts[keep]
+
+    def _grouped(
+        self, batch: pa.RecordBatch, ts: Any, keys: Sequence[str], value: str | None
+    ) -> pa.Table:
+        """One row per (window, key): its count and the accumulation's Arrow aggregates,
+        or the list of its values when the accumulation has none."""
+        rows, starts, ends = self._option.assign_batch(ts)
         take = None if len(rows) == batch.num_rows else pa.array(rows)
         columns: dict[str, Any] = {"__start": starts, "__end": ends}
         for i, name in enumerate(keys):
@@ -490,46 +508,42 @@ class WindowedCore(WindowedSettings):
         if value is not None:
             col = batch.column(value)
             columns["__v"] = col if take is None else col.take(take)
-        table = pa.table(columns)
         group_by = ["__start", "__end", *(f"__k{i}" for i in range(len(keys)))]
         aggregations: list[tuple[Any, str]] = [([], "count_all")]
-        if fast:
-            for fn in acc.arrow_aggregations or ():
-                if fn != "count_all":
-                    aggregations.append(("__v", fn))
-        else:
+        functions = self._acc.arrow_aggregations
+        if functions is None:
             aggregations.append(("__v", "list"))
-        grouped = table.group_by(group_by, use_threads=False).aggregate(aggregations)
-        cols = [grouped.column(i).to_pylist() for i in range(len(group_by))]
+        else:
+            aggregations += [("__v", fn) for fn in functions if fn != "count_all"]
+        return pa.table(columns).group_by(group_by, use_threads=False).aggregate(aggregations)
+
+    def _fold(self, grouped: pa.Table, nk: int) -> None:
+        """Add each (window, key) row of :meth:`_grouped` to the panes."""
+        cols = [grouped.column(i).to_pylist() for i in range(2 + nk)]
         counts = grouped.column("count_all").to_pylist()
-        nk = len(keys)
-        if fast:
+        acc = self._acc
+        functions = acc.arrow_aggregations
+        if functions is not None:
             results = [
                 counts if fn == "count_all" else grouped.column(f"__v_{fn}").to_pylist()
-                for fn in acc.arrow_aggregations or ()
+                for fn in functions
             ]
             from_aggregates = acc.from_aggregates
-            for i, n in enumerate(counts):
-                window = Window(cols[0][i], cols[1][i])
-                key = None if nk == 0 else cols[2][i] if nk == 1 else tuple(c[i] for c in cols[2:])
-                partial = from_aggregates(*(r[i] for r in results))
-                if self._partial:
-                    self._local(window, key, partial, _PARTIAL, n)
-                else:
-                    self._add(window, key, partial, _PARTIAL, n)
-            return True
-        lists = grouped.column("__v_list").combine_chunks()
-        offsets = lists.offsets.to_numpy()
-        flat = lists.values
-        for i, n in enumerate(counts):
+            partials = (from_aggregates(*(r[i] for r in results)) for i in range(len(counts)))
+            kind = _PARTIAL
+        else:
+            lists = grouped.column("__v_list").combine_chunks()
+            offsets, flat = lists.offsets.to_numpy(), lists.values
+            partials = (
+                flat.slice(int(offsets[i]), int(offsets[i + 1] - offsets[i]))
+                for i in range(len(counts))
+            )
+            kind = _BATCH
+        add = self._local if self._partial else self._add
+        for i, (n, partial) in enumerate(zip(counts, partials, strict=True)):
             window = Window(cols[0][i], cols[1][i])
             key = None if nk == 0 else cols[2][i] if nk == 1 else tuple(c[i] for c in cols[2:])
-            values = flat.slice(int(offsets[i]), int(offsets[i + 1] - offsets[i]))
-            if self._partial:
-                self._local(window, key, values, _BATCH, n)
-            else:
-                self._add(window, key, values, _BATCH, n)
-        return True
+            add(window, key, partial, kind, n)
 
     # -- the boundary --------------------------------------------------------------------------
     def _advance_watermark(self) -> None:
