@@ -48,13 +48,12 @@ __all__ = [
 MIN_TIMESTAMP = -(2**63)
 MAX_TIMESTAMP = 2**63 - 1
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-
 
 def to_millis(value: Any, *, what: str = "duration") -> int:
-    """``value`` as integer milliseconds: an int, a float that is a whole number (``10.0``;
-    ``1.5`` is refused, not truncated), a ``timedelta`` (floored to the millisecond) or a
-    ``datetime`` (naive ones are UTC)."""
+    """The duration ``value`` as integer milliseconds: an int, a float that is a whole
+    number (``10.0``), or a ``timedelta`` of whole milliseconds. ``1.5``,
+    ``timedelta(microseconds=1500)`` and points in time (``datetime``) are refused, not
+    truncated."""
     if isinstance(value, bool):
         raise WindowConfigError(
             f"{what}: expected a whole number of milliseconds (int) or a timedelta, got {value!r}"
@@ -70,15 +69,19 @@ def to_millis(value: Any, *, what: str = "duration") -> int:
             "milliseconds or a timedelta (1500 or timedelta(seconds=1.5) for 1.5 s)"
         )
     if isinstance(value, _dt.timedelta):
+        if value.microseconds % 1000:
+            raise WindowConfigError(
+                f"{what}: {value!r} is not a whole number of milliseconds (windows and "
+                "event times are in milliseconds): round it, e.g. timedelta(milliseconds=2)"
+            )
         return (value.days * 86_400 + value.seconds) * 1000 + value.microseconds // 1000
-    if isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.UTC)
-        return to_millis(value - _EPOCH)
     if isinstance(value, np.integer):
         return int(value)
-    if isinstance(value, np.datetime64):
-        return int(value.astype("datetime64[ms]").astype(np.int64))
+    if isinstance(value, _dt.datetime | _dt.date | np.datetime64):
+        raise WindowConfigError(
+            f"{what}: {value!r} is a point in time, not a duration: give an int of "
+            "milliseconds or a timedelta"
+        )
     raise WindowConfigError(
         f"{what}: expected a whole number of milliseconds (int) or a timedelta, got "
         f"{type(value).__name__} {value!r}"

@@ -81,7 +81,11 @@ def test_window_options() -> None:
     assert TimeWindows(10).assign(-1) == [Window(-10, 0)]
     assert SessionWindows(dt.timedelta(seconds=5)).proto(1000) == Window(1000, 6000)
     assert TimeWindows(10).slide_by(5) == TimeWindows(10, 5) != TimeWindows(10)
-    assert to_millis(dt.datetime(1970, 1, 1, 0, 0, 1)) == 1000
+    assert to_millis(dt.timedelta(microseconds=2000)) == 2
+    # a point in time is not a duration; a sub-millisecond part was floored silently
+    for bad_value in (dt.datetime(1970, 1, 1, 0, 0, 1), dt.timedelta(microseconds=1500)):
+        with pytest.raises(WindowConfigError, match=r"not a duration|whole number"):
+            to_millis(bad_value)
     for bad in (lambda: TimeWindows(0), lambda: SessionWindows(-1), lambda: TimeWindows(10, 20)):
         with pytest.raises(WindowConfigError):
             bad()
