@@ -30,6 +30,17 @@ class Stream:
     sinks: list[PortRef] = field(default_factory=list)
 
 
+def declared_codecs(operator: Operator) -> dict[str, Any]:
+    """The stream codecs an operator that partitions by key (``partitioning()`` of kind
+    ``keyed``, as the catalogue's dedup, joins, TopN ... declare) needs on its input ports;
+    empty for any other operator."""
+    how = getattr(operator, "partitioning", None)
+    if how is None:
+        return {}
+    partitioning = how()
+    return dict(partitioning.codecs) if partitioning.kind == "keyed" else {}
+
+
 @dataclass
 class OperatorMeta:
     name: str
@@ -51,6 +62,17 @@ class OperatorMeta:
 
     def port_attr(self, port: str, attribute: A.Attribute) -> Any:
         return self.port_attributes.get(port, {}).get(attribute.name, attribute.default)
+
+    def input_codec(self, port: str, partitions: int) -> Any:
+        """The stream codec that partitions input ``port`` when the operator runs
+        ``partitions`` partitions: the port's ``STREAM_CODEC``; else, on more than one
+        partition, the codec a keyed operator declares for the port (Apex's
+        ``InputPort.getStreamCodec``), so that each key reaches one partition without
+        ``partition_by_key``."""
+        codec = self.port_attr(port, A.STREAM_CODEC)
+        if codec is not None or partitions <= 1:
+            return codec
+        return declared_codecs(self.operator).get(port)
 
     @property
     def partitions(self) -> int:

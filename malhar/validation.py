@@ -40,6 +40,7 @@ def validate(dag: DAG) -> None:
             problems += exc.problems
         else:
             problems += _parallel_partitions(dag)
+            problems += _single_partition(dag)
     if problems:
         raise ValidationError(problems)
 
@@ -161,6 +162,23 @@ def _parallel_partitions(dag: DAG) -> list[str]:
                 f"input port {sink} is PARALLEL_PARTITION but {name!r} sets "
                 f"PARTITIONS={meta.partitions} while {up!r} runs {counts[up]} partitions: "
                 "drop one of the two"
+            )
+    return out
+
+
+def _single_partition(dag: DAG) -> list[str]:
+    """An operator that says it runs on one partition only (``partitioning()`` of kind
+    ``single``) would keep a separate state per partition and give partial results."""
+    out = []
+    for name, count in dag.partition_counts().items():
+        operator = dag.operators[name].operator
+        how = getattr(operator, "partitioning", None)
+        if count > 1 and how is not None and how().kind == "single":
+            why = getattr(operator, "cannot_repartition", lambda: None)()
+            out.append(
+                f"operator {name!r} ({type(operator).__name__}) runs on one partition only"
+                f"{f': {why}' if why else ''}; with {count} partitions each would give a "
+                "partial result: set PARTITIONS=1"
             )
     return out
 

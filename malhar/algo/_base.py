@@ -6,9 +6,12 @@ Partitioning (``Operator.partitioning()``, shown by ``malhar info`` and ``docs/o
 - ``stateless``: any partitioning; the partitions' outputs together are the one-partition output;
 - ``unifier``: any partitioning; the output ports' unifiers merge the partial results into the
   one-partition result;
-- ``keyed``: each key must reach one partition: set ``partitioning().codecs`` on the input
-  ports (:func:`malhar.algo.partition_by_key` does it); with a unifier where one is declared;
-- ``single``: one partition only (the result depends on every tuple in order).
+- ``keyed``: each key must reach one partition: on more than one partition the engine routes
+  the input ports by ``partitioning().codecs`` unless a port's ``STREAM_CODEC`` says
+  otherwise (:func:`malhar.algo.partition_by_key` sets them explicitly); with a unifier where
+  one is declared;
+- ``single``: one partition only (the result depends on every tuple in order); more is
+  refused by ``DAG.validate()``.
 """
 
 from __future__ import annotations

@@ -56,8 +56,8 @@ flagship's counter, has no `error` port: it counts every tuple, and a tuple with
 |---|---|
 | stateless | any partitioning: the partitions' outputs together are the one-partition output |
 | unifier | any partitioning: the output port's unifier merges the partial results |
-| keyed | each key must reach one partition: `malhar.algo.partition_by_key(dag_op)` sets the input ports' stream codecs (`op.partitioning().codecs`) |
-| single | one partition only |
+| keyed | each key must reach one partition: on more than one partition the input ports are routed by the codecs the operator declares (`op.partitioning().codecs`) unless a port's `STREAM_CODEC` says otherwise; `malhar.algo.partition_by_key(dag_op)` sets them explicitly |
+| single | one partition only: `DAG.validate()` refuses more |
 
 The catalogue-wide property test (`tests/algo/test_catalogue_properties.py`) checks, for
 random inputs mixing tuples, batches and bad tuples, that 1, 3 and 8 partitions (with the

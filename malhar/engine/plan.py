@@ -115,7 +115,7 @@ def _needs_shuffle(
     meta = dag.operators[sink.operator]
     if meta.port_attr(sink.port, A.PARALLEL_PARTITION):
         return False
-    if meta.port_attr(sink.port, A.STREAM_CODEC) is not None:
+    if meta.input_codec(sink.port, down_parts) is not None:
         return True
     if up_parts != down_parts:
         return True
@@ -221,7 +221,7 @@ def build_plan(dag: DAG, own_routing: Collection[str] = ()) -> Plan:
                 source=s.source,
                 sink=sink,
                 dest_group=dest.id,
-                codec=dag.operators[sink.operator].port_attr(sink.port, A.STREAM_CODEC),
+                codec=dag.operators[sink.operator].input_codec(sink.port, dest.partitions),
                 unifier=unifier if partitions[up] > 1 else None,
                 upstream_partitions=partitions[up],
                 arrow_schema=None if src_port.schema is None else arrow_schema(src_port.schema),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,3 +61,64 @@ def test_every_catalogue_operator_declares_how_it_partitions() -> None:
         assert declared.split(" ")[0] in (how.kind, "keyed"), (case.name, declared, how.kind)
         if how.kind == "keyed":  # every input port has the codec that keys it
             assert set(how.codecs) == set(ports_of(type(op))[0]), case.name
+
+
+def _dedup_dag(parts: int, *, codec: object = None) -> DAG:
+    from malhar.algo import BoundedDedup
+    from malhar.testing.operators import Collector, ListInput
+
+    dag = DAG("keyed")
+    rows = [[{"id": i % 7, "n": i} for i in range(40)], [{"id": i % 9} for i in range(30)]]
+    src = dag.add_operator("src", ListInput(rows), PARTITIONS=2)
+    dedup = dag.add_operator("dedup", BoundedDedup(key="id"), PARTITIONS=parts)
+    if codec is not None:
+        dedup.input.set_attribute("STREAM_CODEC", codec)
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("rows", src.output, dedup.input)
+    dag.add_stream("unique", dedup.unique, out.input)
+    return dag
+
+
+def test_a_keyed_operator_on_several_partitions_routes_by_its_declared_codec() -> None:
+    from malhar import KeyCodec
+    from malhar.engine.plan import build_plan
+
+    def route_codec(dag: DAG) -> object:
+        return {str(r.sink): r.codec for r in build_plan(dag).routes}.get("dedup.input")
+
+    # without partition_by_key, the rows went round robin (or fused) and a key was kept
+    # by several partitions: each partition let its own first copy through
+    assert repr(route_codec(_dedup_dag(2))) == "FieldCodec('id')"
+    # one partition needs no routing (fused behind its upstream as before)
+    assert route_codec(_dedup_dag(1)) is None
+    # a codec the user sets wins
+    assert repr(route_codec(_dedup_dag(2, codec=KeyCodec("id")))) == "KeyCodec('id',)"
+
+
+def test_an_operator_of_one_partition_only_is_refused_on_several() -> None:
+    from malhar.algo import Change
+    from malhar.testing.operators import Collector, ListInput
+    from malhar.validation import ValidationError
+
+    dag = DAG("single")
+    src = dag.add_operator("src", ListInput([[1, 2]]))
+    base = dag.add_operator("base", ListInput([[1]]))
+    change = dag.add_operator("change", Change(), PARTITIONS=2)
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("data", src.output, change.data)
+    dag.add_stream("base", base.output, change.base)
+    dag.add_stream("changes", change.change, out.input)
+    with pytest.raises(ValidationError, match=r"'change' \(Change\) runs on one partition only"):
+        dag.validate()
+
+
+@pytest.mark.integration
+def test_dedup_on_two_partitions_without_partition_by_key_is_exact(spark, tmp_path) -> None:
+    from malhar import run
+    from malhar.testing.operators import collected
+
+    ckpt = str(tmp_path / "ckpt")
+    run(_dedup_dag(2), windows=2, spark=spark, checkpoint=ckpt, window_ms=100)
+    got = collected(ckpt, "out")
+    # BoundedDedup remembers the ids of earlier windows: each of the 9 ids once
+    assert sorted(r["id"] for w in got.values() for r in w) == list(range(9))
