@@ -1,8 +1,8 @@
 """``malhar services up|down|status``: real services for a shell session.
 
-``up`` starts the services and leaves them running (their state goes to
-``$MALHAR_RUN_DIR/services.json``), so ``export`` lines printed by ``up`` point
-later tests or samples at them through the usual environment variables.
+``up`` starts the services and leaves them running after it exits, until ``down``
+(their state goes to ``$MALHAR_RUN_DIR/services.json``), so ``export`` lines printed
+by ``up`` point later tests or samples at them through the usual environment variables.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from malhar.testing.services import SERVICES, acquire, service_class
 from malhar.testing.services.base import dumps_state, stop_recorded
 from malhar.testing.services.maven import jar_dir, jar_sets
 from malhar.testing.services.paths import run_dir, write_private
+from malhar.testing.services.process import outliving_parent
 
 
 def _state_file() -> Path:
@@ -38,6 +39,14 @@ def _names(names: tuple[str, ...]) -> list[str]:
     return list(names) or list(SERVICES)
 
 
+def _answers(name: str, state: dict[str, Any]) -> bool:
+    """True if the instance recorded by ``up`` answers a real request now."""
+    try:
+        return bool(service_class(name).from_state(state).ping())
+    except Exception:
+        return False
+
+
 @click.group(name="services")
 def services() -> None:
     """Start, inspect and stop real Kafka, PostgreSQL and HDFS servers."""
@@ -47,14 +56,23 @@ def services() -> None:
 @click.argument("names", nargs=-1, type=click.Choice(list(SERVICES)))
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for each.")
 def up(names: tuple[str, ...], timeout: float) -> None:
-    """Start NAMES (all by default) and print how to use them."""
+    """Start NAMES (all by default), leave them running and print how to use them."""
     states = _load()
     for name in _names(names):
-        if name in states:
-            click.echo(f"{name}: already up ({redact_config(states[name]['connection'])})")
-            continue
+        state = states.get(name)
+        if state is not None:
+            shown = redact_config(state["connection"])
+            if _answers(name, state):
+                click.echo(f"{name}: already up ({shown})")
+                continue
+            # a stale record (stopped by hand, killed, a reboot): clear it and start anew
+            stop_recorded(state)
+            del states[name]
+            _save(states)
+            click.echo(f"{name}: recorded instance ({shown}) not answering; removed, restarting")
         done = step(f"{name}: starting")
-        service = acquire(name, timeout=timeout)
+        with outliving_parent():  # the servers must outlive this command, until `down`
+            service = acquire(name, timeout=timeout)
         done()
         states[name] = service.state()
         _save(states)
@@ -87,20 +105,24 @@ def fetch() -> None:
 
 @services.command()
 def status() -> None:
-    """Show which services `up` started and whether they answer."""
+    """Show which services `up` started and whether they answer.
+
+    Exits with status 1 if one of them does not answer.
+    """
     states = _load()
     if not states:
         click.echo("no services up")
+    silent = []
     for name, state in states.items():
-        cls = service_class(name)
-        try:
-            alive = cls.from_state(state).ping()
-        except Exception:
-            alive = False
+        alive = _answers(name, state)
+        if not alive:
+            silent.append(name)
         shown = redact_config(state["connection"])
         click.echo(f"{name}: {'answering' if alive else 'NOT answering'} {shown}")
         for log in state.get("logs", []):
             click.echo(f"  log: {log}")
+    if silent:
+        raise SystemExit(1)
 
 
 def main() -> None:

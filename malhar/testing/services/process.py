@@ -9,7 +9,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +36,26 @@ def die_with_parent(command: Sequence[str]) -> list[str]:
     if not sys.platform.startswith("linux"):
         return list(command)
     return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
+
+
+# True inside ``outliving_parent()``: services started there are not tied to this process.
+_OUTLIVE_PARENT: ContextVar[bool] = ContextVar("malhar_outlive_parent", default=False)
+
+
+@contextmanager
+def outliving_parent() -> Iterator[None]:
+    """Service processes started inside keep running after this process exits.
+
+    For ``malhar services up``, whose servers must outlive the command; they are stopped
+    by ``malhar services down`` (through the recorded pids). Everywhere else (fixtures,
+    ``acquire()`` in a test) a service process dies with the process that started it
+    (:func:`die_with_parent`).
+    """
+    token = _OUTLIVE_PARENT.set(True)
+    try:
+        yield
+    finally:
+        _OUTLIVE_PARENT.reset(token)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -157,7 +179,9 @@ class ManagedProcess:
 
     The child gets its own process group so that stopping it also stops
     whatever it spawned, and so that Ctrl-C in a test run does not reach it
-    before the fixture's orderly shutdown.
+    before the fixture's orderly shutdown. It is killed when the process that
+    started it dies (:func:`die_with_parent`), unless started inside
+    :func:`outliving_parent`.
     """
 
     service: str
@@ -173,8 +197,9 @@ class ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         try:
+            command = self.command if _OUTLIVE_PARENT.get() else die_with_parent(self.command)
             self.popen = subprocess.Popen(
-                die_with_parent(self.command),
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -212,6 +237,9 @@ class ManagedProcess:
             raise ServiceError(
                 self.service, str(exc), command=self.command, log_path=self.log_path
             ) from exc
+        except BaseException:  # Ctrl-C: nothing left running, even outside die_with_parent
+            self.stop()
+            raise
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.popen is None or self.popen.poll() is not None:
