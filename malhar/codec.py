@@ -40,7 +40,14 @@ class StreamCodec:
 
 
 class KeyCodec(StreamCodec):
-    """Partition by the value of one or more columns (sticky key partitioning)."""
+    """Partition by the value of one or more columns (sticky key partitioning).
+
+    A typed stream's batches hash by the columns' Arrow values. An untyped stream's
+    tuples hash by the ``repr`` of their key: equal values of different types (``1``,
+    ``1.0``, ``True``) are different keys there and may reach different partitions.
+    Give such a key one type, or use ``malhar.algo.FieldCodec``, which hashes equal
+    numbers alike as Python's ``==`` does.
+    """
 
     def __init__(self, *columns: str) -> None:
         if not columns:
@@ -61,8 +68,25 @@ class KeyCodec(StreamCodec):
 
     def partition(self, value: Any) -> int:
         # Untyped streams only (typed ones use partition_batch); stable across processes.
-        key = repr(tuple(value[c] for c in self.columns)).encode()
+        try:
+            key = repr(tuple(value[c] for c in self.columns)).encode()
+        except (KeyError, IndexError, TypeError) as exc:
+            raise KeyError(self._unkeyed(value, exc)) from None
         return zlib.crc32(key)
+
+    def _unkeyed(self, value: Any, exc: BaseException) -> str:
+        """Why ``value`` has no key: a missing field, or a tuple that is not a record."""
+        shown = repr(value)
+        shown = shown if len(shown) <= 120 else shown[:117] + "..."
+        if isinstance(value, dict):
+            absent = [c for c in self.columns if c not in value]
+            why = f"it has no field {', '.join(map(repr, absent))} (fields: {list(value)})"
+        else:
+            why = f"{type(value).__name__} is not a record of named fields ({exc})"
+        return (
+            f"{self!r} cannot route {shown}: {why}; the codec is the STREAM_CODEC of the "
+            "input port this stream feeds"
+        )
 
     def hash_keys(self, keys: list[Any], typed: bool | pa.Schema | None) -> np.ndarray:
         """State keys: the column's value, or a tuple of the columns' values. On a typed

@@ -86,3 +86,13 @@ def test_a_batch_emitted_in_other_types_is_hashed_as_the_stream_types() -> None:
     assert codec.partition_batch(_typed(emitted, schema))[0] == codec.hash_keys([-5], schema)[0]
     odd = pa.record_batch({"k": pa.array(["x"]), "v": ["a"]})  # "x" is no int64
     assert _typed(odd, schema).equals(odd)
+
+
+def test_a_tuple_without_the_key_codecs_field_is_named_with_the_codec() -> None:
+    # was a bare KeyError: 'k', reported as the upstream operator's failure
+    with pytest.raises(
+        KeyError, match=r"KeyCodec\('k',\) cannot route \{'x': 1\}: it has no field 'k'"
+    ):
+        KeyCodec("k").partition({"x": 1})
+    with pytest.raises(KeyError, match="str is not a record of named fields"):
+        KeyCodec("k").partition("plain")
