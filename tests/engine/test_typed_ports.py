@@ -106,6 +106,13 @@ def test_harness_checks_emitted_tuples_against_the_port_schema() -> None:
             "field double or decimal",
         ),
         (
+            # Arrow dropped the undeclared field on a route without a word
+            {"word": "a", "n": 1, "extra": 2},
+            "emitted a tuple that does not fit its schema 'word string, n bigint': field(s) "
+            "'extra' not in the schema (it would be dropped): declare them in the port's "
+            "schema or leave them out of the tuple",
+        ),
+        (
             pa.RecordBatch.from_pylist([{"w": "a"}]),
             "emitted a batch that does not fit its schema 'word string, n bigint': its columns "
             "are (w string): ValueError: Target schema's field names are not matching",
