@@ -60,6 +60,10 @@ class RunningApplication:
     def start(self) -> None:
         """Start (or, after a repartitioning, start again) the application's query."""
         if self._first < 0:
+            from malhar.engine.repartition import reconcile
+
+            # PARTITIONS changed since the checkpoint's last run: move the state first
+            reconcile(self.dag, self.checkpoint, self.last_window)
             self._first = self.last_window + 1
         windows = self._windows
         if windows is not None:

@@ -64,6 +64,10 @@ class Generation:
     operators: dict[str, OperatorPartitioning] = field(default_factory=dict)
     #: operator -> the root its managed state lives under (when not the checkpoint's)
     managed_roots: dict[str, str] = field(default_factory=dict)
+    #: operator -> the partition count it last ran with from this checkpoint (every
+    #: operator; written at launch). A launch whose DAG gives an operator outside
+    #: ``operators`` another count moves its state first (``repartition.reconcile``)
+    counts: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -76,6 +80,7 @@ class Generation:
             window=int(raw["window"]),
             operators={k: OperatorPartitioning(**v) for k, v in raw["operators"].items()},
             managed_roots=dict(raw.get("managed_roots", {})),
+            counts={k: int(v) for k, v in raw.get("counts", {}).items()},
         )
 
 

@@ -27,6 +27,7 @@ files are garbage); after it, the new one.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import pickle
 from collections.abc import Callable, Mapping, MutableMapping
@@ -139,9 +140,12 @@ def _redistribute(
     new: list[Partition],
     codec: Any,
     typed: pa.Schema | None,
-    table: tuple[int, list[int]],
+    table: tuple[int, list[int]] | None,
 ) -> None:
-    """Move keyed state fields to the partitions that own their keys; copy the others."""
+    """Move keyed state fields to the partitions that own their keys; copy the others.
+
+    ``table``: the new partitions' routing table (partition keys), or None for the
+    routing of a static partition count (the key's hash modulo the count)."""
     fields = state_fields(type(new[0].operator))
     kept = {id(p.operator) for p in new} & {id(o) for o in old}
     for fname, spec in fields.items():
@@ -167,8 +171,7 @@ def _redistribute(
                         "input has no STREAM_CODEC (KeyCodec) that says which partition owns a key"
                     )
                 keys = list(pool)
-                mask, lookup = table
-                owners = np.asarray(lookup)[np.asarray(codec.hash_keys(keys, typed)) & mask]
+                owners = _owners(np.asarray(codec.hash_keys(keys, typed)), table, len(new))
                 moved: list[dict[Any, Any]] = [{} for _ in new]
                 for key, owner in zip(keys, owners.tolist(), strict=True):
                     moved[owner][key] = pool[key]
@@ -190,6 +193,16 @@ def _redistribute(
                 )
             if values:
                 p.operator.__dict__[fname] = pickle.loads(next(iter(distinct)))
+
+
+def _owners(hashes: np.ndarray, table: tuple[int, list[int]] | None, n: int) -> np.ndarray:
+    """The partition of each hash: through a routing table (partition keys), or modulo
+    ``n`` as a static partition count routes (``malhar.engine.routing``)."""
+    hashes = hashes.astype(np.int64)
+    if table is None:
+        return hashes % n
+    mask, lookup = table
+    return np.asarray(lookup)[hashes & mask]
 
 
 def _empty_like(spec: State, values: list[Any]) -> Any:
@@ -222,14 +235,20 @@ def _followers(dag: DAG, chain: list[str], name: str) -> list[str]:
 
 class _ManagedOwner:
     """The new partition of managed-state keys (as ``AUTO_KEY`` encodes them): the stream
-    codec's hash of the key through the new routing table. ``many`` hashes a list at once
-    (a ``KeyCodec`` on a typed stream builds a batch per call: one per key took ~250 µs)."""
+    codec's hash of the key through the new routing table (None: a static count of ``n``
+    partitions, hash modulo ``n``). ``many`` hashes a list at once (a ``KeyCodec`` on a
+    typed stream builds a batch per call: one per key took ~250 µs)."""
 
     def __init__(
-        self, name: str, codec: Any, typed: pa.Schema | None, mask: int, lookup: list[int]
+        self,
+        name: str,
+        codec: Any,
+        typed: pa.Schema | None,
+        table: tuple[int, list[int]] | None,
+        n: int,
     ) -> None:
         self.name, self.codec, self.typed = name, codec, typed
-        self.mask, self.lookup = mask, np.asarray(lookup)
+        self.table, self.n = table, n
 
     def __call__(self, encoded: bytes) -> int:
         return self.many([encoded])[0]
@@ -250,7 +269,7 @@ class _ManagedOwner:
                 "key codec (AUTO_KEY), so the engine cannot tell its partition"
             ) from exc
         hashes = np.asarray(self.codec.hash_keys(keys, self.typed), dtype=np.int64)
-        return self.lookup[hashes & self.mask].tolist()
+        return _owners(hashes, self.table, self.n).tolist()
 
 
 def check_requests(
@@ -309,6 +328,7 @@ def repartition(
         window=window,
         operators=dict(old_gen.operators),
         managed_roots=dict(old_gen.managed_roots),
+        counts=dict(old_gen.counts),
     )
     changed: dict[str, list[Partition]] = {}
     partitioners: dict[str, Partitioner] = {}
@@ -317,6 +337,7 @@ def repartition(
             dag, name, request, old_plan, old_gen, new_gen, snapshots, stats or {}, changed
         )
     STEP_HOOK("partitioned")
+    new_gen.counts.update((name, len(parts)) for name, parts in changed.items())
 
     new_plan = planned(dag, checkpoint, new_gen)
     root = generations.state_root(checkpoint, new_gen.generation)
@@ -482,10 +503,216 @@ def _repartition_managed(
             continue  # the operator keeps no managed state
         old_n = old_plan.groups[old_plan.group_of[name]].partitions
         codec, typed = _codec_of(old_plan, name)
-        mask, lookup = routing_table([p.keys for p in partitions])  # type: ignore[misc]
-
-        owner = _ManagedOwner(name, codec, typed, mask, lookup)
+        table = routing_table([p.keys for p in partitions])  # type: ignore[misc]
+        owner = _ManagedOwner(name, codec, typed, table, len(partitions))
         ManagedState.repartition(
             old_root, name, window, old_n, len(partitions), owner, signer=signer, target_root=root
         )
         new_gen.managed_roots[name] = root
+
+
+# -- a launch whose DAG changed a partition count ---------------------------------------------
+def reconcile(dag: DAG, checkpoint: str, window: int) -> generations.Generation | None:
+    """Before a launch's first query: move the state of operators whose ``PARTITIONS`` (or
+    the count they follow) differs from the count they last ran with from ``checkpoint``.
+
+    ``window``: the last completed window (-1: none, nothing to move). Operators of the
+    generation manifest (dynamically repartitioned) keep the partitioning recorded there,
+    as before. For the others the manifest records the counts of every launch
+    (``Generation.counts``; a checkpoint written before that record is read from its
+    snapshot folders). A changed count is applied as a repartitioning after ``window``:
+    keyed ``State`` fields and managed state move by key to the partitions that now
+    receive the key (the static routing: the stream codec's hash modulo the count), a
+    new generation holds the snapshots of the new plan, the manifest commits it. State
+    the engine cannot move (an operator that says ``cannot_repartition()``, a custom
+    ``snapshot()``, a differing field that is not keyed, a key held by two partitions)
+    refuses the launch before anything is written. Input operators keep their snapshots
+    by partition number (their own ``open`` checks the count). Returns the generation
+    written, or None when no state moved.
+    """
+    gen = generations.load(checkpoint)
+    configured = planned(dag, checkpoint, gen)
+    counts = {n: configured.groups[configured.group_of[n]].partitions for n in dag.operators}
+    old_counts = dict(gen.counts) or _counts_in_folders(checkpoint, gen, set(dag.operators))
+    moved = sorted(
+        n
+        for n in dag.operators
+        if n not in gen.operators and n in old_counts and old_counts[n] != counts[n]
+    )
+    if window < 0 or not moved:
+        if gen.counts != counts:
+            generations.commit(checkpoint, dataclasses.replace(gen, counts=counts))
+        return None
+
+    shape = generations.Generation(
+        operators={n: generations.OperatorPartitioning(old_counts[n]) for n in moved}
+    )
+    old_plan = planned(generations.partitioned_dag(dag, shape), checkpoint, gen)
+    for name in moved:
+        ran = old_plan.groups[old_plan.group_of[name]].partitions
+        if ran != old_counts[name]:
+            raise StateError(
+                f"operator {name!r}: the checkpoint {checkpoint} ran it with "
+                f"{old_counts[name]} partitions, but the DAG cannot be planned with that count "
+                f"({ran}); restart with the partition counts it last ran with"
+            )
+    snapshots = _Snapshots(old_plan, window)
+    changed: dict[str, list[Partition]] = {}
+    for name in moved:
+        try:
+            news = _moved_by_count(dag, name, old_plan, configured, snapshots, window)
+        except (StateError, ConfigError) as exc:
+            raise type(exc)(
+                f"operator {name!r}: PARTITIONS is now {counts[name]}, but the checkpoint "
+                f"{checkpoint} ran it with {old_counts[name]} partitions, and its state cannot "
+                f"move to the new count: {exc}. To go on, launch with the count it ran with "
+                f"({old_counts[name]}), or start from a new checkpoint"
+            ) from exc
+        if news is not None:
+            changed[name] = news
+    regrouped = [  # fused differently now: their snapshots go to their new groups
+        n
+        for n in dag.operators
+        if old_plan.groups[old_plan.group_of[n]].key
+        != configured.groups[configured.group_of[n]].key
+        and any(
+            _holds_state(dag.operators[n].operator, snapshots.get(n, p))
+            for p in range(old_plan.groups[old_plan.group_of[n]].partitions)
+        )
+    ]
+    if not changed and not regrouped:  # nothing held state: the new count starts empty
+        generations.commit(checkpoint, dataclasses.replace(gen, counts=counts))
+        return None
+
+    new_gen = generations.Generation(
+        generation=gen.generation + 1,
+        window=window,
+        operators=dict(gen.operators),
+        managed_roots=dict(gen.managed_roots),
+        counts=counts,
+    )
+    new_plan = planned(dag, checkpoint, new_gen)
+    root = generations.state_root(checkpoint, new_gen.generation)
+    _write_snapshots(new_plan, root, window, changed, snapshots)
+    _move_managed(old_plan, configured, new_gen, changed, window, root)
+    generations.commit(checkpoint, new_gen)
+    generations.remove_other_generations(checkpoint, new_gen)
+    log.warning(
+        "malhar: %s: partition counts changed since the checkpoint's last run; their "
+        "state moved by key after window %d (generation %d)",
+        ", ".join(f"{n}: {old_counts[n]} -> {counts[n]}" for n in moved),
+        window,
+        new_gen.generation,
+    )
+    return new_gen
+
+
+def _moved_by_count(
+    dag: DAG, name: str, old_plan: Plan, new_plan: Plan, snapshots: _Snapshots, window: int
+) -> list[Partition] | None:
+    """The new partitions of ``name`` at its configured static count with its state moved
+    by key, or None when it holds no state to move (or is an input)."""
+    meta = dag.operators[name]
+    if isinstance(meta.operator, InputOperator):
+        return None  # snapshots stay by partition number, as before; the input checks
+    old_n = old_plan.groups[old_plan.group_of[name]].partitions
+    new_n = new_plan.groups[new_plan.group_of[name]].partitions
+    snaps = [snapshots.get(name, p) for p in range(old_n)]
+    if not (_has_managed(old_plan, name) or any(_holds_state(meta.operator, s) for s in snaps)):
+        return None
+    why = meta.operator.cannot_repartition()
+    if why:
+        raise ConfigError(f"{type(meta.operator).__name__} cannot be repartitioned: {why}")
+    _refuse_custom_state(name, name, old_n, snapshots)
+    every = int(meta.attr(A.APPLICATION_WINDOW_COUNT))
+    if every > 1 and (window + 1) % every:
+        raise StateError(
+            f"its last completed window {window} ends inside an application window of "
+            f"{every} streaming windows, whose state would move mid-way (RunningApplication."
+            "repartition waits for the end of the application window)"
+        )
+    olds = [_restored(meta.operator, s) for s in snaps]
+    news = [Partition(meta.operator.clone(), None) for _ in range(new_n)]
+    # the stream codec of its group's first operator routes its tuples (PARALLEL_PARTITION)
+    codec, typed = _codec_of(new_plan, new_plan.groups[new_plan.group_of[name]].operators[0])
+    _redistribute(name, olds, news, codec, typed, None)
+    return news
+
+
+def _holds_state(template: Any, snapshot: dict[str, Any]) -> bool:
+    """Whether a partition's snapshot holds anything but its fields' initial values."""
+    if snapshot.get("custom") is not None:
+        return True
+    fields = state_fields(type(template))
+    for fname, value in snapshot.get("fields", {}).items():
+        spec = fields.get(fname)
+        initial = spec.initial() if spec is not None else None
+        try:
+            if value != initial:
+                return True
+        except Exception:  # a value that cannot be compared: move it to be safe
+            return True
+    return False
+
+
+def _has_managed(plan: Plan, name: str) -> bool:
+    from malhar.util.fs import filesystem_for
+    from malhar.util.state.manager import operator_dir
+
+    fs, base = filesystem_for(plan.managed_roots.get(name, plan.checkpoint or ""))
+    return bool(fs.exists(operator_dir(fs, base, name)))
+
+
+def _move_managed(
+    old_plan: Plan,
+    new_plan: Plan,
+    new_gen: generations.Generation,
+    changed: Mapping[str, list[Partition]],
+    window: int,
+    root: str,
+) -> None:
+    """Rewrite the managed state of ``changed`` under ``root`` by key, for the static
+    routing of their new counts (hash modulo the count)."""
+    from malhar import secrets
+    from malhar.util.state import ManagedState
+
+    checkpoint = old_plan.checkpoint or ""
+    signer = secrets.resolve(old_plan.integrity_key, "CHECKPOINT_INTEGRITY_KEY")
+    for name, partitions in changed.items():
+        if not _has_managed(old_plan, name):
+            continue
+        old_root = old_plan.managed_roots.get(name, checkpoint)
+        old_n = old_plan.groups[old_plan.group_of[name]].partitions
+        codec, typed = _codec_of(new_plan, new_plan.groups[new_plan.group_of[name]].operators[0])
+        owner = _ManagedOwner(name, codec, typed, None, len(partitions))
+        ManagedState.repartition(
+            old_root, name, window, old_n, len(partitions), owner, signer=signer, target_root=root
+        )
+        new_gen.managed_roots[name] = root
+
+
+def _counts_in_folders(
+    checkpoint: str, gen: generations.Generation, names: set[str]
+) -> dict[str, int]:
+    """The partition counts a checkpoint written before ``Generation.counts`` ran its
+    operators with: the partition folders of the groups' snapshots."""
+    from malhar.util.fs import filesystem_for
+    from malhar.util.fs.names import decode_segment
+
+    fs, base = filesystem_for(generations.state_root(checkpoint, gen.generation))
+    parent = fs.join(base, "malhar", "state")
+    if not fs.exists(parent):
+        return {}
+    out: dict[str, int] = {}
+    for entry in fs.list(parent):
+        try:
+            key = decode_segment(entry.name)
+        except Exception:
+            continue
+        found = [int(e.name) for e in fs.list(entry.path) if e.name.isdigit()]
+        if not found:
+            continue
+        for member in key.split("+"):
+            if member in names:
+                out[member] = max(found) + 1
+    return out

@@ -1,0 +1,113 @@
+"""Restarting from a checkpoint with another static partition count (PARTITIONS): keyed
+state moves by key, as a dynamic repartitioning moves it, or the launch is refused."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from malhar import DAG, InputPort, KeyCodec, Operator, OutputPort, State, run
+from malhar import attributes as A
+from malhar.engine import generations
+from malhar.errors import StateError
+from malhar.testing.operators import Collector, collected
+from tests.engine.ops import KeyedRunningCount, ManagedKeyCount, RatedKeys, keyed_items
+
+
+class PerPartitionSeen(KeyedRunningCount):
+    """A keyed counter with per-partition state that is not keyed: it cannot move."""
+
+    seen = State(set)  # the keys this partition saw: differs between partitions
+
+    def process(self, row: dict[str, Any]) -> None:
+        super().process(row)
+        self.seen.add(row["key"])
+
+
+class Stateless(Operator):
+    input = InputPort()
+    output = OutputPort()
+
+    def process(self, row: Any) -> None:
+        self.output.emit(row)
+
+
+def _expected(window: int) -> list[tuple[str, int]]:
+    totals: Counter = Counter()
+    for w in range(window + 1):
+        totals.update(r["key"] for r in keyed_items(w, 100, 50))
+    return sorted((k, totals[k]) for k in {r["key"] for r in keyed_items(window, 100, 50)})
+
+
+def _dag(counter: Any, partitions: int) -> DAG:
+    dag = DAG("restart-partitions")
+    src = dag.add_operator("src", RatedKeys(), PARTITIONS=2)
+    count = dag.add_operator("count", counter, PARTITIONS=partitions)
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("items", src.output, count.input)
+    dag.add_stream("counts", count.output, out.input)
+    count.input.set_attribute(A.STREAM_CODEC, KeyCodec("key"))
+    return dag
+
+
+def _runs(spark: Any, checkpoint: str, make: Any, counts: list[int], windows: int = 3) -> None:
+    for n in counts:
+        run(_dag(make(), n), windows=windows, spark=spark, checkpoint=checkpoint, window_ms=100)
+
+
+def _check_exact(checkpoint: str, windows: int) -> None:
+    got = collected(checkpoint, "out")
+    assert sorted(got) == list(range(windows)), "a window is missing or repeated"
+    for w, pairs in got.items():
+        # a key held by two partitions shows up twice, a lost count shows up short
+        assert sorted(map(tuple, pairs)) == _expected(w), f"window {w}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make", [KeyedRunningCount, ManagedKeyCount], ids=["state", "managed"])
+def test_a_keyed_counter_restarted_with_more_then_fewer_partitions_counts_exactly(
+    spark, tmp_path: Path, make: Any
+) -> None:
+    checkpoint = str(tmp_path / "ck")
+    _runs(spark, checkpoint, make, [2, 3, 2])
+    _check_exact(checkpoint, 9)
+    gen = generations.load(checkpoint)
+    assert gen.generation == 2 and "count" not in gen.operators  # still a static count
+    assert gen.counts["count"] == 2
+
+
+@pytest.mark.slow
+def test_a_restart_that_cannot_move_the_state_is_refused_and_the_old_count_goes_on(
+    spark, tmp_path: Path
+) -> None:
+    checkpoint = str(tmp_path / "ck")
+    _runs(spark, checkpoint, PerPartitionSeen, [2])
+    with pytest.raises(
+        StateError,
+        match=r"operator 'count': PARTITIONS is now 3, but the checkpoint .* ran it with 2 "
+        r"partitions.*field 'seen' differs.*launch with the count it ran with \(2\)",
+    ):
+        run(_dag(PerPartitionSeen(), 3), windows=3, spark=spark, checkpoint=checkpoint)
+    _runs(spark, checkpoint, PerPartitionSeen, [2])
+    _check_exact(checkpoint, 6)
+
+
+@pytest.mark.slow
+def test_a_stateless_operator_changes_its_count_between_runs(spark, tmp_path: Path) -> None:
+    checkpoint = str(tmp_path / "ck")
+    for n in (2, 3, 1):
+        dag = DAG("restart-stateless")
+        src = dag.add_operator("src", RatedKeys(), PARTITIONS=2)
+        mid = dag.add_operator("mid", Stateless(), PARTITIONS=n)
+        out = dag.add_operator("out", Collector())
+        dag.add_stream("items", src.output, mid.input)
+        dag.add_stream("rows", mid.output, out.input)
+        run(dag, windows=2, spark=spark, checkpoint=checkpoint, window_ms=100)
+    got = collected(checkpoint, "out")
+    assert sorted(got) == list(range(6))
+    for w, rows in got.items():
+        assert sorted(r["key"] for r in rows) == sorted(r["key"] for r in keyed_items(w, 100, 50))
+    assert generations.load(checkpoint).generation == 0  # nothing to move
