@@ -5,10 +5,17 @@ Used by the Kafka output's store (:mod:`malhar.io.kafka.producer`); the serializ
 :mod:`malhar.io.kafka.serializers`. Work is per column where Arrow allows it (the key and
 value serializers encode whole columns; the column partitioner hashes each distinct value
 once).
+
+A window of tuples that Arrow cannot hold as they are (rows with other fields, values of
+other types in one field, integers past 64 bits ...: one table would drop fields, invent
+nulls or change types) reaches the encoder as the tuples themselves, in the hidden column
+:data:`ROWS` (see :func:`pack_rows`): each row is then encoded as itself, and a row lacking
+the key / value / partition column is refused, whatever the window's other rows are.
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +26,17 @@ import pyarrow.compute as pc
 from malhar.io.kafka.output_settings import KafkaOutputSettings
 from malhar.io.kafka.serializers import _SINGLE, Serializer
 
-__all__ = ["WINDOW_HEADER", "WRITER_HEADER", "EncodedRecords", "RecordEncoder", "murmur2_partition"]
+__all__ = [
+    "ROWS",
+    "WINDOW_HEADER",
+    "WRITER_HEADER",
+    "EncodedRecords",
+    "RecordEncoder",
+    "murmur2_partition",
+    "pack_rows",
+    "row_at",
+    "unpack_rows",
+]
 
 #: the header holding the window id (ASCII digits), on every record in every delivery mode
 WINDOW_HEADER = "malhar.window"
@@ -27,6 +44,38 @@ WINDOW_HEADER = "malhar.window"
 WRITER_HEADER = "malhar.writer"
 
 Header = tuple[str, bytes | None]
+
+#: the only column of a window table that carries its rows as Python objects (pickled dicts,
+#: made and read in the same process): rows Arrow would not give back as they are
+ROWS = "__malhar_rows__"
+
+
+def pack_rows(rows: list[dict[str, Any]]) -> tuple[pa.Table, dict[int, str]]:
+    """``rows`` as a :data:`ROWS` table, and those that cannot be kept (index -> reason)."""
+    packed: list[bytes] = []
+    refused: dict[int, str] = {}
+    dumps, protocol = pickle.dumps, pickle.HIGHEST_PROTOCOL
+    for i, row in enumerate(rows):
+        try:
+            packed.append(dumps(row, protocol))
+        except Exception as exc:  # an object that cannot be copied cannot be a record either
+            refused[i] = f"cannot be a record: {type(exc).__name__}: {exc}"
+    return pa.table({ROWS: pa.array(packed, pa.binary())}), refused
+
+
+def unpack_rows(table: pa.Table) -> list[dict[str, Any]] | None:
+    """The rows of a :data:`ROWS` table (None for any other table)."""
+    if table.column_names != [ROWS]:
+        return None
+    loads = pickle.loads
+    return [loads(b) for b in table.column(0).to_pylist()]
+
+
+def row_at(table: pa.Table, i: int) -> dict[str, Any]:
+    """Row ``i`` of a window table, as a dict (a :data:`ROWS` table's row as it came)."""
+    if table.column_names == [ROWS]:
+        return pickle.loads(table.column(0)[i].as_py())
+    return table.slice(i, 1).to_pylist()[0]
 
 
 @dataclass
@@ -122,6 +171,9 @@ class RecordEncoder:
         )
 
     def encode(self, rows: pa.Table) -> EncodedRecords:
+        items = unpack_rows(rows)
+        if items is not None:
+            return self.encode_rows(items)
         n = rows.num_rows
         rejected: dict[int, str] = {}
         names = rows.column_names
@@ -139,6 +191,74 @@ class RecordEncoder:
         partitions = self._partitions(rows, rejected, keys)
         headers = self._headers(rows, rejected)
         return EncodedRecords(keys, values, partitions, headers, rejected)
+
+    def encode_rows(self, items: list[dict[str, Any]]) -> EncodedRecords:
+        """:meth:`encode` of rows as Python dicts, each as itself (the window's other rows
+        change nothing: a row lacking the key, value or partition column is refused)."""
+        n = len(items)
+        rejected: dict[int, str] = {}
+        s = self.settings
+        keys: list[bytes | None] = [None] * n
+        if s.key_column and self.key_serializer is not None:
+            at, values = _field(items, s.key_column, rejected, "no key_column")
+            encoded, bad = self.key_serializer.serialize_values(values, s.key_column)
+            _place(keys, at, encoded, rejected, bad, "key")
+        values_out: list[bytes | None] = [None] * n
+        source = self.value_source
+        if source is None:
+            meta = self.meta_columns
+            whole = [{k: v for k, v in r.items() if k not in meta} if meta else r for r in items]
+            encoded, bad = self.value_serializer.serialize_rows(whole)
+            _place(values_out, list(range(n)), encoded, rejected, bad, "value")
+        else:
+            at, values = _field(items, source, rejected, "no value column")
+            encoded, bad = self.value_serializer.serialize_values(values, source)
+            _place(values_out, at, encoded, rejected, bad, "value")
+        partitions: list[int | None] | None = None
+        if s.partitioner != "key":
+            column = s.partition_column
+            assert column is not None
+            at, values = _field(items, column, rejected, "no partition_column")
+            partitions = [None] * n
+            found = self._partition_values(values, column)
+            for j, i in enumerate(at):
+                p = found[j]
+                partitions[i] = p if isinstance(p, int) else None
+                if isinstance(p, str):
+                    rejected.setdefault(i, p)
+        headers: list[list[Header] | None] | None = None
+        if s.headers_column and any(s.headers_column in r for r in items):
+            headers = self._header_values([r.get(s.headers_column) for r in items], rejected)
+        return EncodedRecords(keys, values_out, partitions, headers, rejected)
+
+    def _partition_values(self, values: list[Any], column: str) -> list[int | str | None]:
+        """Per value: its partition, None (the producer decides) or the reason it is none."""
+        s = self.settings
+        out: list[int | str | None] = []
+        cache: dict[Any, int] = {}  # by (type, value): 1, 1.0 and True hash alike
+        for v in values:
+            if v is None:
+                out.append(None)
+            elif s.partitioner == "explicit":
+                if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < self.partitions:
+                    out.append(v)
+                else:
+                    out.append(
+                        f"partition {v!r} in column {column!r} is not a partition of topic "
+                        f"{s.topic!r} (0..{self.partitions - 1})"
+                    )
+            else:
+                key = (type(v), v)
+                try:
+                    p = cache.get(key)
+                except TypeError:  # unhashable: hashed each time
+                    key, p = None, None
+                if p is None:
+                    p = murmur2_partition(_as_bytes(v), self.partitions)
+                    if key is not None:
+                        cache[key] = p
+                out.append(p)
+        return out
 
     def _values(self, rows: pa.Table, rejected: dict[int, str]) -> list[bytes | None]:
         n = rows.num_rows
@@ -202,8 +322,14 @@ class RecordEncoder:
             return None
         if column not in rows.column_names:
             return None  # no per-row headers in this window
+        return self._header_values(rows.column(column).to_pylist(), rejected)
+
+    def _header_values(
+        self, values: list[Any], rejected: dict[int, str]
+    ) -> list[list[Header] | None]:
+        column = self.settings.headers_column
         out: list[list[Header] | None] = []
-        for i, v in enumerate(rows.column(column).to_pylist()):
+        for i, v in enumerate(values):
             if v is None:
                 out.append(None)
                 continue
@@ -228,6 +354,34 @@ def _one(rows: pa.Table, column: str, serializer: Serializer) -> pa.Table:
     ``{column: value}``)."""
     data = rows.select([column])
     return data if serializer.single_column else data.rename_columns([_SINGLE])
+
+
+def _field(
+    items: list[dict[str, Any]], column: str, rejected: dict[int, str], missing: str
+) -> tuple[list[int], list[Any]]:
+    """The rows that have ``column`` and their values; the others are refused."""
+    at: list[int] = []
+    values: list[Any] = []
+    for i, row in enumerate(items):
+        if column in row:
+            at.append(i)
+            values.append(row[column])
+        else:
+            rejected.setdefault(i, f"{missing} {column!r} (the row has {list(row)})")
+    return at, values
+
+
+def _place(
+    out: list[bytes | None],
+    at: list[int],
+    encoded: list[bytes | None],
+    rejected: dict[int, str],
+    bad: dict[int, str],
+    what: str,
+) -> None:
+    for j, i in enumerate(at):
+        out[i] = encoded[j]
+    _merge(rejected, {at[j]: reason for j, reason in bad.items()}, what)
 
 
 def _reject_all(rejected: dict[int, str], n: int, reason: str) -> None:

@@ -17,23 +17,16 @@ from typing import Any
 import pyarrow as pa
 
 from malhar.io.base.output import WindowKey, rejected_row
-from malhar.io.base.output_operator import TransactionalOutputOperator
+from malhar.io.base.output_operator import TransactionalOutputOperator, WindowBuffer
 from malhar.io.base.rejected_log import RejectedLog
+from malhar.io.kafka.encoding import pack_rows
 from malhar.io.kafka.output_settings import KafkaOutputSettings
 from malhar.io.kafka.producer import KafkaOutputStore
+from malhar.io.kafka.serializers import _ARROW_ERRORS, faithful_table
 from malhar.operator import OperatorContext
 from malhar.state import State
 
 __all__ = ["KafkaOutputOperator"]
-
-# UnicodeError: a str with a lone surrogate (json.loads("\"\\ud800\""), surrogateescape) has no UTF-8
-_ARROW_ERRORS = (
-    pa.ArrowInvalid,
-    pa.ArrowTypeError,
-    pa.ArrowNotImplementedError,
-    OverflowError,
-    UnicodeError,
-)
 
 
 class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
@@ -95,8 +88,50 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
             self._positions = dict(store.positions)
 
     def tuples_table(self, tuples: list[Any]) -> tuple[pa.Table | None, list[dict[str, Any]]]:
-        """Tuples as rows (``str`` / ``bytes`` as ``{"value": ...}``); tuples that are not
-        rows, or whose fields do not fit one table, are refused."""
+        """Tuples as rows (``str`` / ``bytes`` as ``{"value": ...}``; tuples that are not
+        rows are refused): one Arrow table when it gives every row back as it is (the usual
+        window: rows of one shape), otherwise the rows themselves (an
+        :data:`~malhar.io.kafka.encoding.ROWS` table), each then encoded as itself."""
+        rows, bad = self._rows(tuples)
+        if not rows:
+            return None, bad
+        table = _fast_table(rows)
+        if table is not None:
+            return table, bad
+        packed, refused = _packed(rows)
+        return packed, bad + refused
+
+    def window_rows(self, buffer: WindowBuffer) -> tuple[pa.Table, list[dict[str, Any]]]:
+        """The window's rows: Arrow batches and runs of tuples as one table when they share
+        a schema and Arrow holds the tuples as they are (no per-row work for a typed
+        stream); otherwise every row as itself (a union of schemas would invent nulls)."""
+        pieces: list[tuple[pa.Table | None, list[dict[str, Any]] | None]] = []
+        bad: list[dict[str, Any]] = []
+        for piece in buffer.pieces:
+            if isinstance(piece, list):
+                rows, refused = self._rows(piece)
+                bad.extend(refused)
+                if rows:
+                    pieces.append((_fast_table(rows), rows))
+            elif piece.num_rows:
+                table = (
+                    pa.Table.from_batches([piece]) if isinstance(piece, pa.RecordBatch) else piece
+                )
+                pieces.append((table, None))
+        if not pieces:
+            return pa.table({}), bad
+        tables = [t for t, _ in pieces]
+        first = tables[0]
+        if all(t is not None and t.schema.equals(first.schema) for t in tables):
+            assert first is not None
+            return (first if len(tables) == 1 else pa.concat_tables(tables)), bad
+        rows = []
+        for table, own in pieces:
+            rows.extend(own if own is not None else table.to_pylist())  # type: ignore[union-attr]
+        packed, refused = _packed(rows)
+        return packed, bad + refused
+
+    def _rows(self, tuples: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         rows: list[dict[str, Any]] = []
         bad: list[dict[str, Any]] = []
         headers = self.headers_column
@@ -113,10 +148,21 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
                 )
             else:
                 rows.append(row)
-        if not rows:
-            return None, bad
-        table, refused = _rows_table(rows)
-        return table, bad + refused
+        return rows, bad
+
+
+def _fast_table(rows: list[dict[str, Any]]) -> pa.Table | None:
+    """``rows`` as one Arrow table, when it gives each of them back as it is (None: not)."""
+    try:
+        table = pa.Table.from_pylist(rows)
+    except _ARROW_ERRORS:
+        return None
+    return table if faithful_table(rows, table) else None
+
+
+def _packed(rows: list[dict[str, Any]]) -> tuple[pa.Table, list[dict[str, Any]]]:
+    table, refused = pack_rows(rows)
+    return table, [rejected_row(rows[i], why) for i, why in sorted(refused.items())]
 
 
 def _as_row(value: Any) -> dict[str, Any] | None:
@@ -148,55 +194,3 @@ def _header_list(value: Any) -> Any:
         return out
     except (TypeError, ValueError):
         return value
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    return type(value).__name__
-
-
-def _rows_table(rows: list[dict[str, Any]]) -> tuple[pa.Table, list[dict[str, Any]]]:
-    """One table of ``rows``; when their fields disagree in type, the rows that disagree with
-    the first row having that field are refused."""
-    try:
-        return pa.Table.from_pylist(rows), []
-    except _ARROW_ERRORS:
-        pass
-    kinds: dict[str, str] = {}
-    good: list[dict[str, Any]] = []
-    bad: list[dict[str, Any]] = []
-    for row in rows:
-        clash = None
-        for k, v in row.items():
-            kind = _kind(v)
-            if kind == "null":
-                continue
-            first = kinds.setdefault(k, kind)
-            if first != kind:
-                clash = f"field {k!r} is {kind} here but {first} in an earlier row of the window"
-                break
-        if clash is None:
-            good.append(row)
-        else:
-            bad.append(rejected_row(row, clash))
-    try:
-        return pa.Table.from_pylist(good), bad
-    except _ARROW_ERRORS as exc:  # nested values that still disagree: refuse them one by one
-        kept, refused = [], list(bad)
-        for row in good:
-            try:
-                pa.Table.from_pylist([row])
-                kept.append(row)
-            except _ARROW_ERRORS as one:
-                refused.append(rejected_row(row, f"cannot be a row: {one}"))
-        try:
-            return pa.Table.from_pylist(kept), refused
-        except _ARROW_ERRORS:
-            return pa.table({}), refused + [
-                rejected_row(r, f"cannot be a row: {exc}") for r in kept
-            ]

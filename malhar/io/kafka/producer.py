@@ -71,6 +71,7 @@ from malhar.io.kafka.encoding import (
     WRITER_HEADER,
     EncodedRecords,
     RecordEncoder,
+    row_at,
 )
 from malhar.io.kafka.errors import KafkaOutputConfigError
 from malhar.io.kafka.output_settings import KafkaOutputSettings
@@ -333,11 +334,7 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
                 raise KafkaException(txn.errors[0])
         if not rejected:
             return []
-        table = rows.select([c for c in rows.column_names])
-        return [
-            rejected_row(table.slice(i, 1).to_pylist()[0], why)
-            for i, why in sorted(rejected.items())
-        ]
+        return [rejected_row(row_at(rows, i), why) for i, why in sorted(rejected.items())]
 
     def _produce(
         self,

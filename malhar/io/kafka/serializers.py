@@ -11,7 +11,8 @@ Built in, by name:
 - ``string``: any scalar column as UTF-8 text (Arrow's cast: numbers, dates, decimals ...);
 - ``json``: one column's values, or the whole row as an object, as compact UTF-8 JSON.
   Dates and times are ISO 8601 text, decimals are strings (exact: ``"12.30"``),
-  ``bytes`` and non-finite floats (NaN, infinity) cannot be encoded.
+  ``bytes`` and non-finite floats (NaN, infinity) cannot be encoded. Each row is encoded as
+  itself: its own fields and value types, whatever the other rows of the window hold.
 
 Hooks (Avro, Protobuf, anything): a :class:`Serializer` instance, or ``"module:factory"``
 whose factory (called where the output runs, with no argument) returns a
@@ -74,6 +75,45 @@ class Serializer(ABC):
     def serialize(self, data: pa.Table) -> Encoded:
         """One value per row of ``data`` (None for a null), and the rows that cannot be
         encoded (index -> reason; their value is None)."""
+
+    def serialize_values(self, values: list[Any], column: str) -> Encoded:
+        """Python values of ``column`` (the tuples of a window that Arrow cannot hold as they
+        are), each encoded as itself: one Arrow column when it gives the values back exactly,
+        otherwise one value at a time. A value Arrow cannot hold is refused with the reason."""
+        name = column if self.single_column else _SINGLE
+        return self._by_tables(values, lambda vs: pa.table({name: pa.array(vs)}), column)
+
+    def serialize_rows(self, rows: list[dict[str, Any]]) -> Encoded:
+        """Whole rows (dicts), each encoded as itself (its own fields and value types): one
+        table when Arrow gives every row back exactly, otherwise one row at a time."""
+        return self._by_tables(rows, pa.Table.from_pylist, None)
+
+    def _by_tables(
+        self, items: list[Any], table: Callable[[list[Any]], pa.Table], column: str | None
+    ) -> Encoded:
+        if not items:
+            return [], {}
+        try:
+            data = table(items)
+            back = data.column(0).to_pylist() if column is not None else data.to_pylist()
+            if same_values(back, items):
+                return self.serialize(data)
+        except _ARROW_ERRORS:
+            pass
+        out: list[bytes | None] = []
+        errors: dict[int, str] = {}
+        for i, item in enumerate(items):
+            try:
+                one = table([item])
+            except _ARROW_ERRORS as exc:
+                out.append(None)
+                errors[i] = f"cannot be an Arrow value for the {self.name} serializer: {exc}"
+                continue
+            values, bad = self.serialize(one)
+            out.append(values[0])
+            if 0 in bad:
+                errors[i] = bad[0]
+        return out, errors
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -141,11 +181,14 @@ class _JsonEncoder(json.JSONEncoder):
                 "a bytes value cannot be encoded as JSON (convert it to text, e.g. base64, "
                 "or use the bytes serializer on its column)"
             )
+        if type(o).__module__ == "numpy" and callable(getattr(o, "tolist", None)):
+            return o.tolist()  # a numpy scalar or array: as Arrow would have given it
         return super().default(o)
 
 
 class JsonSerializer(Serializer):
-    """Compact UTF-8 JSON: one column's values, or each row as an object."""
+    """Compact UTF-8 JSON: one column's values, or each row as an object (a tuple of the
+    window: itself, its own fields and value types, whatever the window's other rows are)."""
 
     name = "json"
     single_column = False
@@ -154,13 +197,22 @@ class JsonSerializer(Serializer):
         self._encoder = _JsonEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
     def serialize(self, data: pa.Table) -> Encoded:
-        encode = self._encoder.encode
         if data.num_columns == 1 and data.column_names[0] == _SINGLE:
             items: list[Any] = data.column(0).to_pylist()
             nulls = True
         else:
             items = data.to_pylist()
             nulls = False
+        return self._encode(items, nulls)
+
+    def serialize_values(self, values: list[Any], column: str) -> Encoded:
+        return self._encode(values, True)
+
+    def serialize_rows(self, rows: list[dict[str, Any]]) -> Encoded:
+        return self._encode(rows, False)
+
+    def _encode(self, items: list[Any], nulls: bool) -> Encoded:
+        encode = self._encoder.encode
         out: list[bytes | None] = []
         errors: dict[int, str] = {}
         for i, item in enumerate(items):
@@ -184,6 +236,88 @@ class JsonSerializer(Serializer):
 #: the column name under which a single value column reaches a whole-row serializer (JSON of
 #: the value, not of ``{"value": ...}``)
 _SINGLE = "__malhar_value__"
+
+# UnicodeError: a str with a lone surrogate (json.loads("\"\\ud800\""), surrogateescape) has no UTF-8
+_ARROW_ERRORS = (
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    OverflowError,
+    UnicodeError,
+)
+#: types whose values Arrow gives back as they are when a column holds only them
+_PLAIN = frozenset((str, int, float, bool))
+_TEXT_EXACT = frozenset((Decimal, dt.datetime, dt.date, dt.time, dt.timedelta))
+
+
+def same_value(back: Any, original: Any) -> bool:
+    """True when ``back`` (a value that went through Arrow) encodes as ``original`` does:
+    same type (a tuple comes back as a list), same fields in the same order, the same text
+    for decimals, dates and times (scale, time zone), the same float (``-0.0``, NaN)."""
+    kind = type(original)
+    if kind is dict:
+        return (
+            type(back) is dict
+            and len(back) == len(original)
+            and all(
+                type(k) is type(j) and k == j and same_value(v, w)
+                for (k, v), (j, w) in zip(back.items(), original.items(), strict=True)
+            )
+        )
+    if kind is list or kind is tuple:
+        return (
+            type(back) is list
+            and len(back) == len(original)
+            and all(map(same_value, back, original))
+        )
+    if type(back) is not kind:
+        return False
+    if kind is float:
+        return repr(back) == repr(original)
+    if kind in _TEXT_EXACT:
+        return str(back) == str(original)
+    return bool(back == original)
+
+
+def _one_zone(values: list[Any]) -> bool:
+    """True when the datetimes (and Nones) of ``values`` share one time zone (or none), with
+    no ``fold`` (a repeated wall-clock hour, which Arrow's conversion may not keep)."""
+    zones = {v.tzinfo for v in values if v is not None}
+    return len(zones) == 1 and not any(v.fold for v in values if v is not None)
+
+
+def same_values(back: list[Any], originals: list[Any]) -> bool:
+    """:func:`same_value` for every pair."""
+    return len(back) == len(originals) and all(map(same_value, back, originals))
+
+
+def faithful_table(rows: list[dict[str, Any]], table: pa.Table) -> bool:
+    """True when ``table`` (``pa.Table.from_pylist(rows)``) gives every row back as it is:
+    each row has the table's fields in its order, and each column holds values of one type
+    that Arrow keeps (checked value by value only for the columns of other types: dates,
+    decimals, nested values ...). Cheap for the usual window (rows of one shape)."""
+    fields = tuple(rows[0])
+    if tuple(table.column_names) != fields:
+        return False
+    for row in rows:
+        if tuple(row) != fields:
+            return False
+    for name, column in zip(fields, table.columns, strict=True):
+        values = [row[name] for row in rows]
+        kinds = set(map(type, values))
+        kinds.discard(type(None))
+        if not kinds:
+            continue
+        if len(kinds) > 1:
+            return False
+        kind = next(iter(kinds))
+        if kind in _PLAIN or kind is dt.date:
+            continue
+        if kind is dt.datetime and _one_zone(values):
+            continue  # Arrow keeps the instant and the (one) time zone: the same text
+        if not same_values(column.to_pylist(), values):
+            return False
+    return True
 
 
 class FunctionSerializer(Serializer):
@@ -209,6 +343,15 @@ class FunctionSerializer(Serializer):
 
     def serialize(self, data: pa.Table) -> Encoded:
         items = data.to_pylist() if self.rows else _one_column(data, self.label).to_pylist()
+        return self._call(items)
+
+    def serialize_values(self, values: list[Any], column: str) -> Encoded:
+        return super().serialize_values(values, column) if self.rows else self._call(values)
+
+    def serialize_rows(self, rows: list[dict[str, Any]]) -> Encoded:
+        return self._call(rows) if self.rows else super().serialize_rows(rows)
+
+    def _call(self, items: list[Any]) -> Encoded:
         out: list[bytes | None] = []
         errors: dict[int, str] = {}
         fn = self.fn
