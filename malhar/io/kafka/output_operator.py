@@ -22,7 +22,7 @@ from malhar.io.base.rejected_log import RejectedLog
 from malhar.io.kafka.encoding import pack_rows
 from malhar.io.kafka.output_settings import KafkaOutputSettings
 from malhar.io.kafka.producer import KafkaOutputStore
-from malhar.io.kafka.serializers import _ARROW_ERRORS, faithful_table
+from malhar.io.kafka.serializers import ARROW_ERRORS, faithful_table
 from malhar.operator import OperatorContext
 from malhar.state import State
 
@@ -155,7 +155,7 @@ def _fast_table(rows: list[dict[str, Any]]) -> pa.Table | None:
     """``rows`` as one Arrow table, when it gives each of them back as it is (None: not)."""
     try:
         table = pa.Table.from_pylist(rows)
-    except _ARROW_ERRORS:
+    except ARROW_ERRORS:
         return None
     return table if faithful_table(rows, table) else None
 

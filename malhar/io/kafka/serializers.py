@@ -98,14 +98,14 @@ class Serializer(ABC):
             back = data.column(0).to_pylist() if column is not None else data.to_pylist()
             if same_values(back, items):
                 return self.serialize(data)
-        except _ARROW_ERRORS:
+        except ARROW_ERRORS:
             pass
         out: list[bytes | None] = []
         errors: dict[int, str] = {}
         for i, item in enumerate(items):
             try:
                 one = table([item])
-            except _ARROW_ERRORS as exc:
+            except ARROW_ERRORS as exc:
                 out.append(None)
                 errors[i] = f"cannot be an Arrow value for the {self.name} serializer: {exc}"
                 continue
@@ -237,8 +237,9 @@ class JsonSerializer(Serializer):
 #: the value, not of ``{"value": ...}``)
 _SINGLE = "__malhar_value__"
 
-# UnicodeError: a str with a lone surrogate (json.loads("\"\\ud800\""), surrogateescape) has no UTF-8
-_ARROW_ERRORS = (
+#: what converting rows to Arrow raises for rows it cannot hold (UnicodeError: a str with a
+#: lone surrogate, json.loads("\"\\ud800\"") or surrogateescape, has no UTF-8)
+ARROW_ERRORS = (
     pa.ArrowInvalid,
     pa.ArrowTypeError,
     pa.ArrowNotImplementedError,
