@@ -30,6 +30,14 @@ Managed state (``context.managed_state()``) works when the context names a
 checkpoint folder: the harness checkpoints it after every ``end_window`` like the
 engine, and :meth:`OperatorHarness.restored` brings it back to the window of the
 :meth:`checkpoint`.
+
+After every ``end_window`` the harness also snapshots the operator's state (its
+``State`` fields and ``snapshot()``) with the engine's own code
+(:class:`~malhar.engine.snapshots.PartitionSnapshots`), so a value that cannot be
+checkpointed (a lock, an open file, a client in a ``State`` field) raises the
+engine's :class:`~malhar.errors.StateError` naming the field, in the window that put
+it there. ``OperatorHarness(op, check_state=False)`` skips that (one pickling of the
+state per window), e.g. for a test of many windows over a large state.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from malhar.attributes import MAX_TUPLES_PER_WINDOW
 from malhar.control import ControlSender, ControlTuple, DeliveryType
 from malhar.engine.dispatch import Dispatcher
 from malhar.engine.managed import ManagedStates
+from malhar.engine.snapshots import PartitionSnapshots
 from malhar.engine.typed_rows import (
     arrow_text,
     cast_batch,
@@ -111,9 +120,17 @@ class OperatorHarness:
     """Calls an operator's lifecycle directly and captures every output port."""
 
     def __init__(
-        self, operator: Operator, context: OperatorContext | None = None, *, window: int = -1
+        self,
+        operator: Operator,
+        context: OperatorContext | None = None,
+        *,
+        window: int = -1,
+        check_state: bool = True,
     ) -> None:
         self.operator = operator
+        #: snapshot the state after every window as the engine does (see the module docstring)
+        self.check_state = check_state
+        self._snapshots = PartitionSnapshots(_LastSnapshot())  # type: ignore[arg-type]
         context = context or OperatorContext(name=type(operator).__name__)
         self.managed = ManagedStates(context.checkpoint, context.partition, context.integrity_key)
         self.context = dataclasses.replace(context, managed=self._managed_state)
@@ -131,14 +148,19 @@ class OperatorHarness:
 
     @classmethod
     def restored(
-        cls, operator: Operator, checkpoint: bytes, context: OperatorContext | None = None
+        cls,
+        operator: Operator,
+        checkpoint: bytes,
+        context: OperatorContext | None = None,
+        *,
+        check_state: bool = True,
     ) -> OperatorHarness:
         """A harness over ``operator`` (freshly configured) with the state of a
         :meth:`checkpoint` put back, as the engine rebuilds a partition after a failure
         (managed state included, from the same context's checkpoint folder)."""
         saved = pickle.loads(checkpoint)
         restore_window_snapshot(operator, saved["operator"])
-        return cls(operator, context, window=saved["window"])
+        return cls(operator, context, window=saved["window"], check_state=check_state)
 
     def _managed_state(self, operator: str, **options: Any) -> Any:
         return self.managed.get(operator, self.window, **options)
@@ -209,6 +231,11 @@ class OperatorHarness:
         self.dispatcher.end_window_controls(self.name)
         self.operator.end_window()
         self.managed.checkpoint(self.window)
+        if self.check_state:
+            # the engine's snapshot of the window: raises its StateError naming the field
+            # that will not pickle
+            ops = {self.name: self.operator}
+            self._snapshots.save(self.window, ops, {}, {}, iter(ops.items()))
         if isinstance(self.operator, CheckpointListener):
             self.operator.checkpointed(self.window)
 
@@ -258,6 +285,22 @@ class OperatorHarness:
             self.operator.deactivate()
         self.operator.teardown()
         self.managed.close()
+
+
+class _LastSnapshot:
+    """The store of the harness's :class:`PartitionSnapshots`: the last snapshot, in memory."""
+
+    def __init__(self) -> None:
+        self.saved: tuple[int, bytes] | None = None
+
+    def describe(self, window: int) -> str:
+        return f"the harness's snapshot after window {window}"
+
+    def load(self, before: int) -> tuple[int, bytes] | None:
+        return self.saved if self.saved is not None and self.saved[0] <= before else None
+
+    def save(self, window: int, data: bytes) -> None:
+        self.saved = (window, data)
 
 
 class _PortCheck:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from hashlib import sha1
 from typing import Any
 
+from malhar.errors import ConfigError
 from malhar.util.fs import WindowOrderError, filesystem_for
 from malhar.util.fs.base import FileSystem
 from malhar.util.state.cache import ENTRY_OVERHEAD, MISSING, ReadCache
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 
 _FILTER_MIN_KEYS = 32  # many-key reads of fewer keys (after the overlay) skip the filter
 _BULK_MIN = 256  # many-key writes of at least this many items try the bulk path
+#: the smallest ``budget_bytes``: RocksDB's share has a floor of 4 MiB, and the
+#: overlay and the read cache need the rest
+MIN_BUDGET_BYTES = 8 << 20
 
 
 def encode_name(name: str) -> str:
@@ -115,8 +119,17 @@ class ManagedState:
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must be >= 0, got {partition}")
-        if budget_bytes < (8 << 20):
-            raise ValueError(f"budget_bytes must be at least 8 MiB, got {budget_bytes}")
+        if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool):
+            raise ConfigError(
+                f"budget_bytes must be an int (bytes), got {type(budget_bytes).__name__} "
+                f"{budget_bytes!r}; e.g. budget_bytes=64 << 20 for 64 MiB"
+            )
+        if budget_bytes < MIN_BUDGET_BYTES:
+            # RocksDB's share has a floor of 4 MiB (``_init_runtime``): below 8 MiB it
+            # would leave the overlay and the read cache next to nothing
+            raise ConfigError(
+                f"budget_bytes must be at least 8 MiB ({MIN_BUDGET_BYTES}), got {budget_bytes}"
+            )
         self.root = root
         self.operator = operator
         self.partition = partition
