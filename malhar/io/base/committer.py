@@ -148,9 +148,12 @@ class WindowCommitter(Generic[Txn]):
                 f"{self.store.key}: window {window} re-ran with other input than when it was "
                 f"committed (rows:fingerprint {digest} now, {mark.digest} then) into "
                 f"{self.store.describe()}. Its committed rows are kept and the re-run is "
-                "refused: the input of a micro-batch must be the same when it re-runs "
-                "(no round-robin repartition() or other nondeterministic step before the "
-                "sink; use repartition(n, columns) or write without repartitioning)"
+                "refused. Either the input of a micro-batch changed when it re-ran (a "
+                "round-robin repartition() or other nondeterministic step before the sink: "
+                "use repartition(n, columns) or write without repartitioning), or the "
+                "application restarted with a new checkpoint under a name that already has "
+                "committed windows, so its window (batch) ids started again from 0 (keep the "
+                "checkpoint, or give the application or query a new name)"
             )
         return True
 

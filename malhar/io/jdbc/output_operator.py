@@ -13,7 +13,7 @@ from malhar.io.base.output import WindowKey
 from malhar.io.base.output_operator import TransactionalOutputOperator, WindowBuffer
 from malhar.io.jdbc.config import JdbcSettings
 from malhar.io.jdbc.errors import db_message, is_timeout
-from malhar.io.jdbc.rows import window_table
+from malhar.io.jdbc.rows import Originals, window_table
 from malhar.io.jdbc.store import JdbcStore, timeout_hint
 from malhar.operator import OperatorContext
 from malhar.properties import properties_of
@@ -37,7 +37,8 @@ class JdbcOutputOperator(TransactionalOutputOperator, JdbcSettings):
     Input ``input``: dicts (by column), tuples (positional in ``columns``), or Arrow
     record batches from a typed stream (written without per-row work).
     Output ``error`` (error port): each row that cannot be written, as a dict of the
-    row plus ``"error"``: the reason (a tuple of the wrong shape, an unknown column, a
+    row (its values as they were emitted, even when they went to the database as
+    text) plus ``"error"``: the reason (a tuple of the wrong shape, an unknown column, a
     value with no text form, or the database's message). The other rows of the window
     still commit. With ``error_table`` set, the rows are also kept with the window, and
     a replay of the window re-emits them.
@@ -79,13 +80,23 @@ class JdbcOutputOperator(TransactionalOutputOperator, JdbcSettings):
         fit them (for the error port)."""
         store: JdbcStore = self._store
         columns = store.info.columns
+        store.originals = Originals()  # a rejected row goes out as it was emitted
         return window_table(
             buffer.pieces,
             columns=self.column_names,
             default=columns,
             allowed=columns if store.target is not None else None,
             required=store.required_fields(),
+            originals=store.originals,
         )
+
+    def end_window(self) -> None:
+        try:
+            super().end_window()
+        finally:
+            store = getattr(self, "_store", None)
+            if store is not None:
+                store.originals = None  # the window's tuples are not kept past it
 
     def on_retry(self, attempt: int, delay: float, error: BaseException) -> None:
         """Called when the database is unavailable (or a bounded wait ran out), before

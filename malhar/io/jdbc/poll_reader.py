@@ -21,10 +21,12 @@ multi-dimensional array) makes its row an error row, with its key.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import re
 import time
 from collections.abc import Iterator, Sequence
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -184,6 +186,56 @@ def _str_elements(value: Any) -> Any:
     return [e if e is None or isinstance(e, str | list | tuple) else str(e) for e in value]
 
 
+def _shown(value: Any) -> str:
+    shown = str(value) if isinstance(value, Decimal) else repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def misfit(name: str, value: Any, typ: pa.DataType | None, why: Any) -> str:
+    """Why ``value`` of column ``name`` does not fit ``typ``, and the fix: for a decimal in
+    the column's and the value's words (its digits against the type's), else with Arrow's
+    reason.
+
+    Example:
+        >>> print(misfit("big", Decimal("1E+30"), DEFAULT_DECIMAL, "(Arrow's reason)"))
+        column 'big': 1E+30 has 31 digits before the decimal point; an unbounded numeric maps to decimal128(38, 18) by default, which holds at most 20. Set column_types={"big": "string"} (or a "decimal(P,S)" with P-S >= 31, P <= 38), or cast the column in the query
+    """
+    if typ is None or not pa.types.is_decimal(typ) or not isinstance(value, Decimal):
+        return f"column {name!r}: cannot convert {_shown(value)} to {typ}: {why}"
+    precision, scale = typ.precision, typ.scale
+    if typ == DEFAULT_DECIMAL:
+        held = f"an unbounded numeric maps to {typ} by default, which"
+    else:
+        held = typ
+    wider = ""
+    if not value.is_finite():
+        what = f"{value} has no decimal form; {held} holds numbers only"
+    else:
+        digits, exponent = value.as_tuple()[1:]
+        before = max(len(digits) + int(exponent), 0)
+        after = max(-int(exponent), 0)
+        if before > precision - scale:
+            what = (
+                f"{_shown(value)} has {before} digits before the decimal point; {held} "
+                f"holds at most {precision - scale}"
+            )
+            if before <= 38:
+                wider = f' (or a "decimal(P,S)" with P-S >= {before}, P <= 38)'
+        elif after > scale:
+            what = (
+                f"{_shown(value)} has {after} digits after the decimal point; {held} "
+                f"holds at most {scale}"
+            )
+            if before + after <= 38:
+                wider = f' (or a "decimal(P,S)" with S >= {after}, P-S >= {before}, P <= 38)'
+        else:
+            what = f"{_shown(value)} does not fit {typ}"
+    return (
+        f'column {name!r}: {what}. Set column_types={{{json.dumps(name)}: "string"}}'
+        f"{wider}, or cast the column in the query"
+    )
+
+
 def rows_to_batch(
     rows: Sequence[Sequence[Any]],
     names: Sequence[str],
@@ -212,9 +264,7 @@ def rows_to_batch(
                             f"Python ({odd.reason})"
                         )
                         continue
-                    shown = repr(v)
-                    shown = shown if len(shown) <= 80 else shown[:77] + "..."
-                    bad[i] = f"column {name!r}: cannot convert {shown} to {typ}: {why}"
+                    bad[i] = misfit(name, v, typ, why)
         arrays.append(array)
     if bad:
         keep = [i for i in range(len(rows)) if i not in bad]

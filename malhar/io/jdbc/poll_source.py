@@ -111,10 +111,16 @@ class _Core(JdbcPollInputOperator):
                 batch, errors = rows_to_batch(chunk, self._names, self._types, self._key_index)
                 if errors:
                     e = errors[0]
+                    fix = (
+                        ""
+                        if "column_types" in e["error"]
+                        else "; set column_types or cast in a query"
+                    )
                     raise JdbcError(
                         f"{SOURCE_NAME}: the row with {self.key_column} = {e['key']} of "
-                        f"{self.source} cannot be read: {e['error']} ({len(errors)} such "
-                        "row(s) in this chunk); set column_types or cast in a query"
+                        f"{self.source} cannot be read ({len(errors)} such row(s) in this "
+                        f"chunk; a data source has no error port, so the query fails): "
+                        f"{e['error']}{fix}"
                     )
                 yield batch
         finally:

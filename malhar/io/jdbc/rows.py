@@ -14,6 +14,11 @@ have in the hidden column :data:`FIELDS` (null for a row with every column), and
 store writes each set of fields with its own column list (:func:`split_by_fields`).
 A window whose rows all have every column (Arrow batches of one schema, positional
 tuples, complete dicts) has no :data:`FIELDS` column and no extra work.
+
+The table may hold a tuple's values converted (a column mixing types, or holding a value
+its Arrow type cannot, becomes text the database parses). So that the error port gets a
+row the database rejects *as it was emitted*, the operator passes an :class:`Originals`:
+the rows built from tuples then carry their index there in the hidden column :data:`ROW`.
 """
 
 from __future__ import annotations
@@ -35,6 +40,13 @@ from malhar.util.arrow_types import is_text
 #: The hidden column of the rows that lack some of the window's columns: the JSON list of
 #: the fields they have (sorted); null for a row with every column.
 FIELDS = "__malhar_fields"
+
+#: The hidden column of the rows built from tuples when the caller keeps the tuples
+#: (:class:`Originals`): the row's index there (null for the rows of an Arrow batch).
+ROW = "__malhar_row"
+
+#: the columns of a window's table that are not written
+HIDDEN = (FIELDS, ROW)
 
 _CONVERSION_ERRORS = (
     pa.ArrowInvalid,
@@ -59,6 +71,43 @@ def _as_mapping(value: Any) -> dict[str, Any] | None:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return None
+
+
+class Originals:
+    """The tuples a window's table was built from, by their :data:`ROW` index: a row the
+    database rejects goes to the error port with its values as they were emitted (the
+    table may hold them as text), not as they were converted for the database.
+
+    Example:
+        >>> kept = Originals()
+        >>> table, bad = window_table([[{"k": "a", "n": 2**70}, {"k": "b", "n": "x"}]],
+        ...                           originals=kept)
+        >>> table.column("n").to_pylist()  # too big for int64, and mixed: text
+        ['1180591620717411303424', 'x']
+        >>> kept.rejected(table.column(ROW)[0].as_py(), "out of range")
+        {'k': 'a', 'n': 1180591620717411303424, 'error': 'out of range'}
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []  # mappings, or positional tuples in ``order``
+        self.order: list[str] = []
+
+    def add(self, rows: Sequence[Any]) -> pa.Array:
+        """Keep ``rows``; the :data:`ROW` column of their table."""
+        start = len(self.rows)
+        self.rows.extend(rows)
+        return pa.array(range(start, len(self.rows)), pa.int64())
+
+    def row(self, index: int) -> Any:
+        """The tuple kept at ``index`` (a positional one by column name)."""
+        row = self.rows[index]
+        if type(row) in (tuple, list):
+            return dict(zip(self.order, row, strict=False))
+        return row
+
+    def rejected(self, index: int, reason: str) -> dict[str, Any]:
+        """The error-port row of the tuple kept at ``index``."""
+        return rejected_row(self.row(index), reason)
 
 
 def text_value(value: Any) -> Any:
@@ -112,6 +161,7 @@ def window_table(
     default: Sequence[str] = (),
     allowed: Sequence[str] | None = None,
     required: Sequence[str] = (),
+    originals: Originals | None = None,
 ) -> tuple[pa.Table, list[dict[str, Any]]]:
     """A window's tuples and batches as one table, and the tuples that cannot be written.
 
@@ -125,6 +175,8 @@ def window_table(
         allowed: the fields a row may have when ``columns`` is empty (the table's
             columns); None: any.
         required: fields every row must have (the conflict key, the statement's binds).
+        originals: keeps the tuples of the table's rows (their index in the hidden
+            column :data:`ROW`), for the error port; None: no :data:`ROW` column.
 
     Returns:
         The table, and each refused tuple as an error-port row with the reason: a tuple
@@ -143,7 +195,7 @@ def window_table(
     """
     tables: list[pa.Table] = []
     bad: list[dict[str, Any]] = []
-    shape = _Shape(columns, default, allowed, required)
+    shape = _Shape(columns, default, allowed, required, originals)
     for piece in pieces:
         table = shape.rows(piece, bad) if isinstance(piece, list) else shape.batch(piece, bad)
         if table is not None and table.num_rows:
@@ -151,10 +203,13 @@ def window_table(
     if not tables:
         return pa.table({c: pa.nulls(0) for c in columns}), bad
     wanted = list(columns) or list(
-        dict.fromkeys(n for t in tables for n in t.column_names if n != FIELDS)
+        dict.fromkeys(n for t in tables for n in t.column_names if n not in HIDDEN)
     )
-    marked = any(FIELDS in t.column_names or len(t.column_names) < len(wanted) for t in tables)
-    aligned = [_select(_marked(t, wanted) if marked else t, wanted, marked) for t in tables]
+    marked = any(FIELDS in t.column_names or _width(t) < len(wanted) for t in tables)
+    tracked = any(ROW in t.column_names for t in tables)
+    aligned = [
+        _select(_marked(t, wanted) if marked else t, wanted, marked, tracked) for t in tables
+    ]
     if len(aligned) == 1:
         return aligned[0], bad
     try:
@@ -172,9 +227,13 @@ class _Shape:
         default: Sequence[str],
         allowed: Sequence[str] | None,
         required: Sequence[str],
+        originals: Originals | None = None,
     ) -> None:
         self.columns = list(columns)
         self.order = list(columns) or list(default)
+        self.originals = originals
+        if originals is not None:
+            originals.order = self.order
         self.allowed = None if columns or allowed is None else frozenset(allowed)
         self.required = tuple(required)
 
@@ -248,6 +307,8 @@ class _Shape:
             fields = self._fields(kept, order)
             if fields is not None:
                 arrays[FIELDS] = fields
+            if self.originals is not None:
+                arrays[ROW] = self.originals.add([m for _, m in kept])
             return pa.table(arrays)
         for i, reason in sorted(refused.items()):
             bad.append(rejected_row(kept[i][0], f"cannot convert the value of {reason}"))
@@ -261,6 +322,8 @@ class _Shape:
             if why:  # rare: convert row by row to name the bad rows
                 pairs = [(r, dict(zip(self.order, r, strict=True))) for r in rows]
                 return self._build(pairs, self.order, bad)
+        if self.originals is not None:
+            arrays[ROW] = self.originals.add(rows)
         return pa.table(arrays)
 
     def batch(self, piece: pa.RecordBatch | pa.Table, bad: list[dict[str, Any]]) -> pa.Table | None:
@@ -276,6 +339,11 @@ class _Shape:
             return table
         table = _marked(table, self.columns)
         return _select(table, self.columns, FIELDS in table.column_names)
+
+
+def _width(table: pa.Table) -> int:
+    """The number of ``table``'s columns that are written (not :data:`HIDDEN`)."""
+    return sum(1 for c in table.column_names if c not in HIDDEN)
 
 
 def _fields_of(fields: Any) -> str:
@@ -294,16 +362,22 @@ def _marked(table: pa.Table, wanted: list[str]) -> pa.Table:
     return table.append_column(FIELDS, pa.array([mine] * table.num_rows, pa.string()))
 
 
-def _select(table: pa.Table, wanted: list[str], marked: bool = False) -> pa.Table:
+_HIDDEN_TYPES = {FIELDS: pa.string(), ROW: pa.int64()}
+
+
+def _select(
+    table: pa.Table, wanted: list[str], marked: bool = False, tracked: bool = False
+) -> pa.Table:
     """``table``'s columns ``wanted`` (nulls for the missing ones), then its
-    :data:`FIELDS` when ``marked`` (nulls when it has none)."""
-    names = [*wanted, FIELDS] if marked else wanted
+    :data:`FIELDS` when ``marked`` and its :data:`ROW` when ``tracked`` (nulls when it
+    has none)."""
+    names = [*wanted, *([FIELDS] if marked else []), *([ROW] if tracked else [])]
     if table.column_names == names:
         return table
     arrays = [
         table.column(c)
         if c in table.column_names
-        else pa.nulls(table.num_rows, pa.string() if c == FIELDS else pa.null())
+        else pa.nulls(table.num_rows, _HIDDEN_TYPES.get(c, pa.null()))
         for c in names
     ]
     return pa.table(arrays, names=names)
@@ -311,7 +385,7 @@ def _select(table: pa.Table, wanted: list[str], marked: bool = False) -> pa.Tabl
 
 def split_by_fields(rows: pa.Table, *, in_order: bool) -> list[pa.Table]:
     """``rows`` as tables that each hold rows with the same fields, with only these
-    columns (and no :data:`FIELDS`).
+    columns (and no :data:`FIELDS`; a :data:`ROW` column is kept).
 
     Args:
         rows: a window's rows (:func:`window_table`).
@@ -337,7 +411,7 @@ def split_by_fields(rows: pa.Table, *, in_order: bool) -> list[pa.Table]:
     def columns(mark: str | None) -> list[str]:
         if mark is None:
             return names
-        have = set(json.loads(mark))
+        have = {*json.loads(mark), ROW}
         return [c for c in names if c in have]
 
     parts: list[pa.Table] = []
@@ -358,9 +432,12 @@ def split_by_fields(rows: pa.Table, *, in_order: bool) -> list[pa.Table]:
 
 
 def _as_text(table: pa.Table) -> pa.Table:
+    """``table``'s columns as text the database parses (the :data:`HIDDEN` ones as they are)."""
     return pa.table(
         {
-            c: pa.array([text_value(v) for v in table.column(c).to_pylist()], pa.string())
+            c: table.column(c)
+            if c in HIDDEN
+            else pa.array([text_value(v) for v in table.column(c).to_pylist()], pa.string())
             for c in table.column_names
         }
     )

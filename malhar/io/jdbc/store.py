@@ -47,7 +47,7 @@ from malhar.io.jdbc.errors import (
     is_transient,
 )
 from malhar.io.jdbc.meta_store import ErrorTable, MetaTable, StageTable
-from malhar.io.jdbc.rows import FIELDS, split_by_fields
+from malhar.io.jdbc.rows import FIELDS, ROW, Originals, split_by_fields
 
 __all__ = ["JdbcStore", "TargetInfo"]
 
@@ -93,6 +93,9 @@ class JdbcStore(TransactionalStore[sa.Connection]):
         self.engine: sa.Engine | None = None
         self.info = TargetInfo(None, "", (), ())
         self._stage: StageTable | None = None
+        #: the tuples of the window being written (set by the operator): a rejected row
+        #: goes to the error port as it was emitted, not as converted for the database
+        self.originals: Originals | None = None
 
     # -- what the operator needs to shape rows --------------------------------------------
     @property
@@ -213,7 +216,7 @@ class JdbcStore(TransactionalStore[sa.Connection]):
         else:
             parts = split_by_fields(rows, in_order=s.mode == "upsert")
         writer = chunk_writer(txn, s, self.target)
-        for columns in dict.fromkeys(tuple(p.column_names) for p in parts):
+        for columns in dict.fromkeys(tuple(_written(p).column_names) for p in parts):
             writer.check_columns(columns)
             writer.prepare(txn, columns)  # before any savepoint (a staging table)
         rejected: list[dict[str, Any]] = []
@@ -234,19 +237,30 @@ class JdbcStore(TransactionalStore[sa.Connection]):
         chunk until each rejected row stands alone and goes to ``rejected``."""
         try:
             with conn.begin_nested():
-                writer.write(conn, chunk)
+                writer.write(conn, _written(chunk))
             return
         except Exception as exc:
             if not is_row_error(exc):
                 raise
             if chunk.num_rows == 1:
-                row = chunk.to_pylist()[0]
-                row["error"] = db_message(exc)
-                rejected.append(row)
+                rejected.append(self._rejected(chunk, db_message(exc)))
                 return
         half = (chunk.num_rows + 1) // 2
         self._isolate(conn, writer, chunk.slice(0, half), rejected)
         self._isolate(conn, writer, chunk.slice(half), rejected)
+
+    def _rejected(self, chunk: pa.Table, reason: str) -> dict[str, Any]:
+        """The error-port row of the one row of ``chunk``: the tuple as it was emitted when
+        the operator kept it (:class:`~malhar.io.jdbc.rows.Originals`), else the row's
+        values (an Arrow batch's, as they are)."""
+        if ROW in chunk.column_names:
+            index = chunk.column(ROW)[0].as_py()
+            if index is not None and self.originals is not None:
+                return self.originals.rejected(index, reason)
+            chunk = chunk.drop_columns([ROW])
+        row = chunk.to_pylist()[0]
+        row["error"] = reason
+        return row
 
     def store_rejected(self, txn: sa.Connection, window: int, rows: list[dict[str, Any]]) -> None:
         assert self.errors is not None
@@ -320,6 +334,11 @@ class JdbcStore(TransactionalStore[sa.Connection]):
 
     def drop_staged(self, txn: sa.Connection, window: int) -> None:
         self._staging().drop(txn, self.key, window)
+
+
+def _written(chunk: pa.Table) -> pa.Table:
+    """``chunk`` without its :data:`~malhar.io.jdbc.rows.ROW` column (never written)."""
+    return chunk.drop_columns([ROW]) if ROW in chunk.column_names else chunk
 
 
 def timeout_hint(settings: JdbcSettings) -> str:
