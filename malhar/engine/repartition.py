@@ -534,6 +534,16 @@ def reconcile(dag: DAG, checkpoint: str, window: int) -> generations.Generation 
     configured = planned(dag, checkpoint, gen)
     counts = {n: configured.groups[configured.group_of[n]].partitions for n in dag.operators}
     old_counts = dict(gen.counts) or _counts_in_folders(checkpoint, gen, set(dag.operators))
+    static = dag.partition_counts()
+    for name, kept in sorted(gen.operators.items()):
+        if name in static and static[name] != kept.partitions:
+            log.info(
+                "malhar: operator %r runs %d partitions, as its last repartitioning left it "
+                "(the checkpoint's manifest); its PARTITIONS=%d is not applied",
+                name,
+                kept.partitions,
+                static[name],
+            )
     moved = sorted(
         n
         for n in dag.operators

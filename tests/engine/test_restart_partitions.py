@@ -111,3 +111,23 @@ def test_a_stateless_operator_changes_its_count_between_runs(spark, tmp_path: Pa
     for w, rows in got.items():
         assert sorted(r["key"] for r in rows) == sorted(r["key"] for r in keyed_items(w, 100, 50))
     assert generations.load(checkpoint).generation == 0  # nothing to move
+
+
+def test_a_static_count_the_manifest_overrides_is_said(tmp_path: Path, caplog) -> None:
+    from malhar.engine.repartition import reconcile
+
+    checkpoint = str(tmp_path / "ckpt")
+    # the state a running repartition left: 'count' on 4 partitions
+    generations.commit(
+        checkpoint,
+        generations.Generation(
+            generation=1, operators={"count": generations.OperatorPartitioning(4)}
+        ),
+    )
+    with caplog.at_level("INFO", logger="malhar"):
+        reconcile(_dag(KeyedRunningCount(), 2), checkpoint, -1)
+    said = [r.getMessage() for r in caplog.records if "is not applied" in r.getMessage()]
+    assert said == [
+        "malhar: operator 'count' runs 4 partitions, as its last repartitioning left it "
+        "(the checkpoint's manifest); its PARTITIONS=2 is not applied"
+    ]
