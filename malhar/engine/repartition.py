@@ -38,7 +38,7 @@ import pyarrow as pa
 from pyspark import cloudpickle
 
 from malhar import attributes as A
-from malhar.dag import DAG
+from malhar.dag import DAG, PortRef, declared_codecs
 from malhar.engine import generations
 from malhar.engine.plan import Plan, build_plan
 from malhar.engine.state_store import StateStore
@@ -131,6 +131,11 @@ def _codec_of(plan: Plan, name: str) -> tuple[Any, pa.Schema | None]:
     for route in plan.routes:
         if route.sink.operator == name and route.codec is not None:
             return route.codec, route.arrow_schema
+    # one partition routes nothing by key; on more, a keyed operator's inputs go by the
+    # codecs it declares (``OperatorMeta.input_codec``): its state is placed by them too
+    for port, codec in declared_codecs(plan.dag.operators[name].operator).items():
+        schemas = [r.arrow_schema for r in plan.routes if r.sink == PortRef(name, port)]
+        return codec, schemas[0] if schemas else None
     return None, None
 
 

@@ -160,7 +160,7 @@ def test_a_keyed_counter_goes_from_one_to_four_to_two_partitions_exactly(
     assert first.window < second.window < max(got)
 
 
-def _join_dag() -> DAG:
+def _join_dag(partitions: int = 2, *, by_key: bool = True) -> DAG:
     from malhar.algo import StreamJoin, partition_by_key
 
     dag = DAG("join-repartition")
@@ -168,7 +168,9 @@ def _join_dag() -> DAG:
     right = dag.add_operator("right", RatedKeys().configure(keys=20, per_window=30))
     # tuples stay joinable for 3 windows: the state a repartitioning moves decides matches
     join = StreamJoin("key", "key", expiry_windows=3)
-    join_op = partition_by_key(dag.add_operator("join", join, PARTITIONS=2))
+    join_op = dag.add_operator("join", join, PARTITIONS=partitions)
+    if by_key:
+        partition_by_key(join_op)
     out = dag.add_operator("out", Collector())
     dag.add_stream("l", left.output, join_op.left)
     dag.add_stream("r", right.output, join_op.right)
@@ -207,6 +209,30 @@ def test_a_stream_join_gives_what_it_gives_unrepartitioned_over_repartitionings(
     moved_rows, still_rows = per_window(moved), per_window(still)
     assert sum(sum(c.values()) for c in still_rows.values()) > 0
     assert moved_rows == still_rows
+
+
+@pytest.mark.integration
+def test_a_keyed_operator_of_one_partition_without_codec_repartitions_by_its_own(
+    spark, tmp_path: Path
+) -> None:
+    # on one partition nothing routes by key; the repartitioning failed to place the
+    # state ("no STREAM_CODEC") although on two partitions the join routes by the codecs
+    # it declares
+    moved = str(tmp_path / "moved")
+    app, _ = _repartitioned(spark, _join_dag(1, by_key=False), moved, "join", [2], 2, 2)
+    last = app.last_window
+    still = str(tmp_path / "still")
+    app = launch(_join_dag(1, by_key=False), spark=spark, checkpoint=still, window_ms=100)
+    try:
+        app.await_window(last)
+    finally:
+        app.stop()
+    moved_rows, still_rows = (collected(c, "out") for c in (moved, still))
+    assert sum(len(still_rows.get(w, [])) for w in range(last + 1)) > 0
+    for w in range(last + 1):
+        assert Counter(r["key"] for r in moved_rows.get(w, [])) == Counter(
+            r["key"] for r in still_rows.get(w, [])
+        ), w
 
 
 @pytest.mark.integration
