@@ -64,11 +64,12 @@ class OperatorMeta:
         return self.port_attributes.get(port, {}).get(attribute.name, attribute.default)
 
     def input_codec(self, port: str, partitions: int) -> Any:
-        """The stream codec that partitions input ``port`` when the operator runs
+        """The stream codec of a route into input ``port`` when the operator runs
         ``partitions`` partitions: the port's ``STREAM_CODEC``; else, on more than one
         partition, the codec a keyed operator declares for the port (Apex's
         ``InputPort.getStreamCodec``), so that each key reaches one partition without
-        ``partition_by_key``."""
+        ``partition_by_key``. It does not decide whether there is a route: an operator
+        fused by equal counts stays fused (``malhar.engine.plan``)."""
         codec = self.port_attr(port, A.STREAM_CODEC)
         if codec is not None or partitions <= 1:
             return codec

@@ -6,10 +6,11 @@ Partitioning (``Operator.partitioning()``, shown by ``malhar info`` and ``docs/o
 - ``stateless``: any partitioning; the partitions' outputs together are the one-partition output;
 - ``unifier``: any partitioning; the output ports' unifiers merge the partial results into the
   one-partition result;
-- ``keyed``: each key must reach one partition: on more than one partition the engine routes
-  the input ports by ``partitioning().codecs`` unless a port's ``STREAM_CODEC`` says
-  otherwise (:func:`malhar.algo.partition_by_key` sets them explicitly); with a unifier where
-  one is declared;
+- ``keyed``: each key must reach one partition: on more than one partition a route into an
+  input port goes by ``partitioning().codecs`` unless the port's ``STREAM_CODEC`` says
+  otherwise; fused behind an upstream of as many partitions it stays fused, with a warning
+  (:func:`malhar.algo.partition_by_key` routes by key always); with a unifier where one is
+  declared;
 - ``single``: one partition only (the result depends on every tuple in order); more is
   refused by ``DAG.validate()``.
 """

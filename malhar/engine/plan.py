@@ -14,16 +14,19 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from malhar import attributes as A
 from malhar.codec import StreamCodec
-from malhar.dag import DAG, PortRef
+from malhar.dag import DAG, PortRef, declared_codecs
 from malhar.engine.murmur3 import partition_keys
 from malhar.operator import Operator, PassThroughUnifier, Unifier
 from malhar.schema import arrow_schema
+
+log = logging.getLogger("malhar")
 
 
 @dataclass
@@ -115,11 +118,29 @@ def _needs_shuffle(
     meta = dag.operators[sink.operator]
     if meta.port_attr(sink.port, A.PARALLEL_PARTITION):
         return False
-    if meta.input_codec(sink.port, down_parts) is not None:
+    # an explicit codec only: fusing by equal counts stays as it was (a keyed operator's
+    # declared codecs route it where a route exists anyway, see ``input_codec``), so a
+    # checkpoint's groups and the snapshots under them keep their shape
+    if meta.port_attr(sink.port, A.STREAM_CODEC) is not None:
         return True
     if up_parts != down_parts:
         return True
-    return up_parts > 1 and any(ref.startswith(f"{up}.") for ref in unifiers)
+    if up_parts > 1 and any(ref.startswith(f"{up}.") for ref in unifiers):
+        return True
+    if down_parts > 1 and sink.port in declared_codecs(meta.operator):
+        log.warning(
+            "malhar: operator %r (%s) needs each key on one partition but runs fused behind "
+            "%r (%d partitions each, no STREAM_CODEC or PARALLEL_PARTITION on %s): each key "
+            "must come from one partition of %r. Say so with PARALLEL_PARTITION=True on "
+            "the port, or route by key with malhar.algo.partition_by_key",
+            sink.operator,
+            type(meta.operator).__name__,
+            up,
+            down_parts,
+            sink,
+            up,
+        )
+    return False
 
 
 def cascade_fans(upstream: int, limit: int) -> list[int]:

@@ -41,7 +41,7 @@ from malhar import attributes as A
 from malhar.dag import DAG, PortRef, declared_codecs
 from malhar.engine import generations
 from malhar.engine.plan import Plan, build_plan
-from malhar.engine.state_store import StateStore
+from malhar.engine.state_store import SNAPSHOT_SUFFIX, StateStore
 from malhar.errors import ConfigError, StateError
 from malhar.operator import InputOperator
 from malhar.partitioning import (
@@ -598,6 +598,17 @@ def reconcile(dag: DAG, checkpoint: str, window: int) -> generations.Generation 
     if not changed and not regrouped:  # nothing held state: the new count starts empty
         generations.commit(checkpoint, dataclasses.replace(gen, counts=counts))
         return None
+    for name, meta in dag.operators.items():
+        every = int(meta.attr(A.APPLICATION_WINDOW_COUNT))
+        if every > 1 and (window + 1) % every and not meta.is_input:
+            # the rewritten snapshots would close its open application window (its buffered
+            # windows lost): a running repartition waits for the boundary instead
+            raise StateError(
+                f"operator {name!r}: the checkpoint {checkpoint}'s last completed window "
+                f"{window} ends inside its application window of {every} streaming windows, "
+                "and the partition counts changed since its last run: launch with the "
+                "counts it last ran with until the application window ends, then change them"
+            )
 
     new_gen = generations.Generation(
         generation=gen.generation + 1,
@@ -724,10 +735,28 @@ def _counts_in_folders(
             key = decode_segment(entry.name)
         except Exception:
             continue
-        found = [int(e.name) for e in fs.list(entry.path) if e.name.isdigit()]
-        if not found:
+        newest = {
+            int(e.name): _newest_snapshot(fs, e.path)
+            for e in fs.list(entry.path)
+            if e.name.isdigit()
+        }
+        latest = max(newest.values(), default=None)
+        if latest is None:
             continue
+        # folders of an earlier, larger count stay behind with older snapshots: only the
+        # partitions that wrote the group's latest window count
+        current = [p for p, w in newest.items() if w == latest]
         for member in key.split("+"):
             if member in names:
-                out[member] = max(found) + 1
+                out[member] = max(current) + 1
     return out
+
+
+def _newest_snapshot(fs: Any, path: str) -> int | None:
+    """The window of the newest snapshot in a partition folder (None: none)."""
+    windows = [
+        int(e.name[: -len(SNAPSHOT_SUFFIX)])
+        for e in fs.list(path)
+        if e.name.endswith(SNAPSHOT_SUFFIX) and e.name[: -len(SNAPSHOT_SUFFIX)].isdigit()
+    ]
+    return max(windows, default=None)

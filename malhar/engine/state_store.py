@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-_SUFFIX = ".state"
+SNAPSHOT_SUFFIX = ".state"
 _STARTED = ".started"
 
 
@@ -72,16 +72,16 @@ class StateStore:
     def describe(self, window: int) -> str:
         """The snapshot file of ``window``, for error messages."""
         fs, path = self._fs
-        return fs.join(path, f"{window:020d}{_SUFFIX}")
+        return fs.join(path, f"{window:020d}{SNAPSHOT_SUFFIX}")
 
     def load(self, before: int) -> tuple[int, bytes] | None:
         """The newest snapshot with window ``<= before``, or None."""
         fs, path = self._fs
-        candidates = [w for w in self._windows(_SUFFIX) if w <= before]
+        candidates = [w for w in self._windows(SNAPSHOT_SUFFIX) if w <= before]
         if not candidates:
             return None
         w = candidates[-1]
-        where = fs.join(path, f"{w:020d}{_SUFFIX}")
+        where = fs.join(path, f"{w:020d}{SNAPSHOT_SUFFIX}")
         data = fs.read_all(where)
         if self._signer is not None:
             data = self._signer.verify(
@@ -93,7 +93,7 @@ class StateStore:
         fs, path = self._fs
         if self._signer is not None:
             data = self._signer.sign(data, self._context(window))
-        fs.write_atomic(fs.join(path, f"{window:020d}{_SUFFIX}"), data, overwrite=True)
+        fs.write_atomic(fs.join(path, f"{window:020d}{SNAPSHOT_SUFFIX}"), data, overwrite=True)
 
     def mark_started(self, window: int) -> bool:
         """Record that ``window`` began here; True if it had begun before (a replay)."""
@@ -107,9 +107,9 @@ class StateStore:
     def purge(self, committed: int) -> None:
         """Drop snapshots no restore can need: all but the newest ``<= committed``."""
         fs, path = self._fs
-        keep = [w for w in self._windows(_SUFFIX) if w <= committed]
+        keep = [w for w in self._windows(SNAPSHOT_SUFFIX) if w <= committed]
         for w in keep[:-1]:
-            fs.delete(fs.join(path, f"{w:020d}{_SUFFIX}"))
+            fs.delete(fs.join(path, f"{w:020d}{SNAPSHOT_SUFFIX}"))
         for w in self._windows(_STARTED):
             if w <= committed:
                 fs.delete(fs.join(path, f"{w:020d}{_STARTED}"))

@@ -63,13 +63,13 @@ def test_every_catalogue_operator_declares_how_it_partitions() -> None:
             assert set(how.codecs) == set(ports_of(type(op))[0]), case.name
 
 
-def _dedup_dag(parts: int, *, codec: object = None) -> DAG:
+def _dedup_dag(parts: int, *, codec: object = None, src_parts: int = 1) -> DAG:
     from malhar.algo import BoundedDedup
     from malhar.testing.operators import Collector, ListInput
 
     dag = DAG("keyed")
     rows = [[{"id": i % 7, "n": i} for i in range(40)], [{"id": i % 9} for i in range(30)]]
-    src = dag.add_operator("src", ListInput(rows), PARTITIONS=2)
+    src = dag.add_operator("src", ListInput(rows), PARTITIONS=src_parts)
     dedup = dag.add_operator("dedup", BoundedDedup(key="id"), PARTITIONS=parts)
     if codec is not None:
         dedup.input.set_attribute("STREAM_CODEC", codec)
@@ -93,6 +93,18 @@ def test_a_keyed_operator_on_several_partitions_routes_by_its_declared_codec() -
     assert route_codec(_dedup_dag(1)) is None
     # a codec the user sets wins
     assert repr(route_codec(_dedup_dag(2, codec=KeyCodec("id")))) == "KeyCodec('id',)"
+
+
+def test_a_keyed_operator_fused_by_equal_counts_stays_fused_and_is_warned_of(caplog) -> None:
+    from malhar.engine.plan import build_plan
+
+    # fused as before (a checkpoint's groups keep their shape), but the user hears that each
+    # key must then come from one upstream partition
+    with caplog.at_level("WARNING", logger="malhar"):
+        plan = build_plan(_dedup_dag(2, src_parts=2))
+    assert plan.groups[0].operators == ["src", "dedup"]
+    said = [r.getMessage() for r in caplog.records if "needs each key" in r.getMessage()]
+    assert len(said) == 1 and "PARALLEL_PARTITION=True" in said[0], said
 
 
 def test_an_operator_of_one_partition_only_is_refused_on_several() -> None:

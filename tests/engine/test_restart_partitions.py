@@ -131,3 +131,41 @@ def test_a_static_count_the_manifest_overrides_is_said(tmp_path: Path, caplog) -
         "malhar: operator 'count' runs 4 partitions, as its last repartitioning left it "
         "(the checkpoint's manifest); its PARTITIONS=2 is not applied"
     ]
+
+
+def test_counts_of_an_old_checkpoint_ignore_folders_of_an_earlier_larger_count(
+    tmp_path: Path,
+) -> None:
+    from malhar.engine.repartition import _counts_in_folders
+    from malhar.util.fs.names import encode_segment
+
+    # an old checkpoint ran 'count' with 8 partitions, later with 4: folders 4..7 stayed
+    group = tmp_path / "ck" / "malhar" / "state" / encode_segment("src+count")
+    for p, window in [(0, 5), (1, 5), (2, 5), (3, 5), (4, 2), (5, 2), (6, 2), (7, 2)]:
+        (group / str(p)).mkdir(parents=True)
+        (group / str(p) / f"{window:020d}.state").write_bytes(b"x")
+    got = _counts_in_folders(str(tmp_path / "ck"), generations.Generation(), {"src", "count"})
+    assert got == {"src": 4, "count": 4}
+
+
+@pytest.mark.slow
+def test_a_count_change_inside_an_application_window_is_refused(spark, tmp_path: Path) -> None:
+    # the rewritten snapshots closed every open application window: an output's buffered
+    # windows were lost
+    checkpoint = str(tmp_path / "ck")
+
+    def dag(partitions: int) -> DAG:
+        d = DAG("restart-partitions")
+        src = d.add_operator("src", RatedKeys(), PARTITIONS=2)
+        count = d.add_operator("count", KeyedRunningCount(), PARTITIONS=partitions)
+        passing = d.add_operator("pass", Stateless(), APPLICATION_WINDOW_COUNT=5)
+        out = d.add_operator("out", Collector())
+        d.add_stream("items", src.output, count.input)
+        d.add_stream("counts", count.output, passing.input)
+        d.add_stream("passed", passing.output, out.input)
+        count.input.set_attribute(A.STREAM_CODEC, KeyCodec("key"))
+        return d
+
+    run(dag(2), windows=3, spark=spark, checkpoint=checkpoint, window_ms=100)
+    with pytest.raises(StateError, match=r"'pass'.*inside its application window of 5"):
+        run(dag(3), windows=3, spark=spark, checkpoint=checkpoint, window_ms=100)
