@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from malhar.codec import StreamCodec
+from malhar.dag import declared_codecs
 from malhar.errors import ConfigError
 from malhar.operator import Operator
 from malhar.ports import BoundOutput, OutputPort
@@ -534,11 +535,7 @@ def partition_by_key(handle: Any) -> Any:
         >>> dag.operators["uvc"].port_attributes["data"]["STREAM_CODEC"]
         FieldCodec('user')
     """
-    operator = handle.operator
-    how = getattr(operator, "partitioning", None)
-    if how is None:
-        return handle
-    for port, codec in how().codecs.items():
+    for port, codec in declared_codecs(handle.operator).items():
         getattr(handle, port).set_attribute("STREAM_CODEC", codec)
     return handle
 
