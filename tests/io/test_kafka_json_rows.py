@@ -15,6 +15,7 @@ import math
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pytest
@@ -97,6 +98,15 @@ def test_rows_of_one_shape_keep_the_arrow_fast_path() -> None:
     assert values == [as_json({**r, "at": when.isoformat()}) for r in rows]
 
 
+def test_a_wall_clock_time_in_a_dst_gap_keeps_its_own_text() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    rows = [{"at": dt.datetime(2026, 3, 29, h, 30, tzinfo=berlin)} for h in (1, 2, 4)]
+    _, values, rejected = encode(rows)
+    assert rejected == {}
+    assert values == [as_json({"at": r["at"].isoformat()}) for r in rows]
+    assert '"2026-03-29T02:30:00+01:00"' in values[1]
+
+
 def test_a_row_lacking_the_key_column_is_refused_alone() -> None:
     _, values, rejected = encode([{"w": "a", "n": 1}, {"n": 2}, {"w": 3, "n": 4}], key_column="w")
     assert [values[0], values[2]] == ['{"w":"a","n":1}', '{"w":3,"n":4}']
@@ -107,6 +117,43 @@ def test_tuples_and_an_arrow_batch_of_other_fields_keep_their_own_fields() -> No
     batch = pa.RecordBatch.from_pylist([{"a": 1}])
     _, values, rejected = encode([{"b": "x"}, batch, {"b": "y"}])
     assert (values, rejected) == (['{"b":"x"}', '{"a":1}', '{"b":"y"}'], {})
+
+
+def keys_of(pieces: list[Any], **props: Any) -> list[bytes | None]:
+    op = KafkaOutputOperator("localhost:1", "t", key_column="k", **props)
+    buffer = WindowBuffer()
+    buffer.begin(0, False)
+    for p in pieces:
+        buffer.add(p)
+    table, refused = op.window_rows(buffer)
+    assert refused == []
+    s = op.settings()
+    encoder = RecordEncoder(s, get_serializer(s.key_serializer), get_serializer("json"), 3)
+    records = encoder.encode(table)
+    assert records.rejected == {}
+    return records.keys
+
+
+def test_a_batch_next_to_tuples_keeps_its_declared_types_in_either_order() -> None:
+    """A float32 key encodes as Arrow gives it (``1.1``), not as the Python float it would
+    become in a row (``1.100000023841858``): a replay whose pieces arrive in another order
+    writes the same keys, hence the same partitions."""
+    batch = pa.RecordBatch.from_pydict(
+        {"k": pa.array([1.1, 2.5], pa.float32()), "n": pa.array([1, 2], pa.int8())}
+    )
+    alone = keys_of([batch])
+    assert alone == [b"1.1", b"2.5"]
+    assert keys_of([{"k": "a"}, batch]) == [b"a", *alone]
+    assert keys_of([batch, {"k": "a", "x": 1}]) == [*alone, b"a"]
+    odd = [{"k": "x", "v": 1.5}, {"k": 1, "v": 1}]  # Arrow cannot hold it: each row as itself
+    assert keys_of([*odd, batch, {"k": "b"}]) == [b"x", b"1", *alone, b"b"]
+
+
+def test_mixed_pieces_keep_each_rows_value_and_reject_by_window_index() -> None:
+    batch = pa.RecordBatch.from_pydict({"k": pa.array([0.5], pa.float32()), "v": [None]})
+    table, values, rejected = encode([{"k": "a", "v": math.nan}, batch, {"k": "b"}], key_column="k")
+    assert values == [None, '{"k":0.5,"v":null}', '{"k":"b"}']
+    assert list(rejected) == [0] and "cannot encode as JSON" in rejected[0]
 
 
 # -- through the operator, with a broker ---------------------------------------------------------

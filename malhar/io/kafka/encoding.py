@@ -11,12 +11,17 @@ other types in one field, integers past 64 bits ...: one table would drop fields
 nulls or change types) reaches the encoder as the tuples themselves, in the hidden column
 :data:`ROWS` (see :func:`pack_rows`): each row is then encoded as itself, and a row lacking
 the key / value / partition column is refused, whatever the window's other rows are.
+
+A window whose pieces have different schemas (Arrow batches of a typed stream next to runs of
+tuples) reaches it as :class:`WindowPieces`: each piece is encoded as it is, a batch with its
+declared Arrow types, so that a row's record (its key's bytes, hence its partition) never
+depends on the window's other rows or on the order the pieces arrived in.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +37,8 @@ __all__ = [
     "WRITER_HEADER",
     "EncodedRecords",
     "RecordEncoder",
+    "Window",
+    "WindowPieces",
     "murmur2_partition",
     "pack_rows",
     "row_at",
@@ -48,6 +55,32 @@ Header = tuple[str, bytes | None]
 #: the only column of a window table that carries its rows as Python objects (pickled dicts,
 #: made and read in the same process): rows Arrow would not give back as they are
 ROWS = "__malhar_rows__"
+
+
+class WindowPieces:
+    """A window's rows as pieces of different schemas, in arrival order: Arrow tables (a
+    typed stream's batches, runs of tuples Arrow holds as they are) and :data:`ROWS` tables.
+    Row ``i`` of the window is row ``i`` of the pieces one after another."""
+
+    def __init__(self, tables: Sequence[pa.Table]) -> None:
+        self.tables = tuple(tables)
+        #: the window's rows, as :attr:`pyarrow.Table.num_rows` (what the committer counts)
+        self.num_rows = sum(t.num_rows for t in self.tables)
+
+    def locate(self, i: int) -> tuple[pa.Table, int]:
+        """The piece holding window row ``i``, and the row's index in it."""
+        for table in self.tables:
+            if i < table.num_rows:
+                return table, i
+            i -= table.num_rows
+        raise IndexError(f"row {i} is past the window's {self.num_rows} rows")
+
+    def __repr__(self) -> str:
+        return f"WindowPieces({[t.num_rows for t in self.tables]} rows)"
+
+
+#: what the encoder takes for a window: one table, or pieces of different schemas
+Window = pa.Table | WindowPieces
 
 
 def pack_rows(rows: list[dict[str, Any]]) -> tuple[pa.Table, dict[int, str]]:
@@ -71,8 +104,10 @@ def unpack_rows(table: pa.Table) -> list[dict[str, Any]] | None:
     return [loads(b) for b in table.column(0).to_pylist()]
 
 
-def row_at(table: pa.Table, i: int) -> dict[str, Any]:
-    """Row ``i`` of a window table, as a dict (a :data:`ROWS` table's row as it came)."""
+def row_at(table: Window, i: int) -> dict[str, Any]:
+    """Row ``i`` of a window, as a dict (a :data:`ROWS` table's row as it came)."""
+    if isinstance(table, WindowPieces):
+        table, i = table.locate(i)
     if table.column_names == [ROWS]:
         return pickle.loads(table.column(0)[i].as_py())
     return table.slice(i, 1).to_pylist()[0]
@@ -170,7 +205,10 @@ class RecordEncoder:
             {settings.partition_column} if settings.partitioner == "explicit" else set()
         )
 
-    def encode(self, rows: pa.Table) -> EncodedRecords:
+    def encode(self, rows: Window) -> EncodedRecords:
+        """The records of a window (each piece of :class:`WindowPieces` as it is)."""
+        if isinstance(rows, WindowPieces):
+            return _joined([self.encode(t) for t in rows.tables])
         items = unpack_rows(rows)
         if items is not None:
             return self.encode_rows(items)
@@ -347,6 +385,29 @@ class RecordEncoder:
                 out.append(None)
                 rejected.setdefault(i, f"headers in column {column!r} are not usable: {exc}")
         return out
+
+
+def _joined(parts: list[EncodedRecords]) -> EncodedRecords:
+    """The records of pieces one after another (row indexes shifted to the window's)."""
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    partitions: list[int | None] | None = None
+    headers: list[list[Header] | None] | None = None
+    rejected: dict[int, str] = {}
+    for part in parts:
+        start, n = len(values), len(part.values)
+        keys += part.keys
+        values += part.values
+        if part.partitions is not None or partitions is not None:
+            if partitions is None:
+                partitions = [None] * start
+            partitions += part.partitions if part.partitions is not None else [None] * n
+        if part.headers is not None or headers is not None:
+            if headers is None:
+                headers = [None] * start
+            headers += part.headers if part.headers is not None else [None] * n
+        rejected.update((start + i, why) for i, why in part.rejected.items())
+    return EncodedRecords(keys, values, partitions, headers, rejected)
 
 
 def _one(rows: pa.Table, column: str, serializer: Serializer) -> pa.Table:

@@ -19,7 +19,7 @@ import pyarrow as pa
 from malhar.io.base.output import WindowKey, rejected_row
 from malhar.io.base.output_operator import TransactionalOutputOperator, WindowBuffer
 from malhar.io.base.rejected_log import RejectedLog
-from malhar.io.kafka.encoding import pack_rows
+from malhar.io.kafka.encoding import Window, WindowPieces, pack_rows
 from malhar.io.kafka.output_settings import KafkaOutputSettings
 from malhar.io.kafka.producer import KafkaOutputStore
 from malhar.io.kafka.serializers import ARROW_ERRORS, faithful_table
@@ -87,49 +87,39 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
         if store.delivery == "scan" and store.positions != self._positions:
             self._positions = dict(store.positions)
 
-    def tuples_table(self, tuples: list[Any]) -> tuple[pa.Table | None, list[dict[str, Any]]]:
-        """Tuples as rows (``str`` / ``bytes`` as ``{"value": ...}``; tuples that are not
-        rows are refused): one Arrow table when it gives every row back as it is (the usual
-        window: rows of one shape), otherwise the rows themselves (an
-        :data:`~malhar.io.kafka.encoding.ROWS` table), each then encoded as itself."""
-        rows, bad = self._rows(tuples)
-        if not rows:
-            return None, bad
-        table = _fast_table(rows)
-        if table is not None:
-            return table, bad
-        packed, refused = _packed(rows)
-        return packed, bad + refused
-
-    def window_rows(self, buffer: WindowBuffer) -> tuple[pa.Table, list[dict[str, Any]]]:
-        """The window's rows: Arrow batches and runs of tuples as one table when they share
-        a schema and Arrow holds the tuples as they are (no per-row work for a typed
-        stream); otherwise every row as itself (a union of schemas would invent nulls)."""
-        pieces: list[tuple[pa.Table | None, list[dict[str, Any]] | None]] = []
+    def window_rows(self, buffer: WindowBuffer) -> tuple[Window, list[dict[str, Any]]]:
+        """The window's rows: one Arrow table when its pieces share a schema (no per-row
+        work for a typed stream), otherwise :class:`~malhar.io.kafka.encoding.WindowPieces`,
+        each encoded as it is: an Arrow batch with its declared types, a run of tuples as
+        one table when Arrow gives its rows back as they are, else each row as itself (a
+        union of schemas would invent nulls; converting a batch to Python values would
+        change how its values encode, e.g. a ``float32`` key as text)."""
+        tables: list[pa.Table] = []
         bad: list[dict[str, Any]] = []
         for piece in buffer.pieces:
             if isinstance(piece, list):
                 rows, refused = self._rows(piece)
                 bad.extend(refused)
                 if rows:
-                    pieces.append((_fast_table(rows), rows))
+                    table = _fast_table(rows)
+                    if table is None:
+                        table, refused = _packed(rows)
+                        bad.extend(refused)
+                    tables.append(table)
             elif piece.num_rows:
-                table = (
+                tables.append(
                     pa.Table.from_batches([piece]) if isinstance(piece, pa.RecordBatch) else piece
                 )
-                pieces.append((table, None))
-        if not pieces:
+        runs: list[list[pa.Table]] = []
+        for table in tables:  # consecutive pieces of one schema are encoded together
+            if runs and runs[-1][0].schema.equals(table.schema):
+                runs[-1].append(table)
+            else:
+                runs.append([table])
+        joined = [run[0] if len(run) == 1 else pa.concat_tables(run) for run in runs]
+        if not joined:
             return pa.table({}), bad
-        tables = [t for t, _ in pieces]
-        first = tables[0]
-        if all(t is not None and t.schema.equals(first.schema) for t in tables):
-            assert first is not None
-            return (first if len(tables) == 1 else pa.concat_tables(tables)), bad
-        rows = []
-        for table, own in pieces:
-            rows.extend(own if own is not None else table.to_pylist())  # type: ignore[union-attr]
-        packed, refused = _packed(rows)
-        return packed, bad + refused
+        return (joined[0] if len(joined) == 1 else WindowPieces(joined)), bad
 
     def _rows(self, tuples: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         rows: list[dict[str, Any]] = []

@@ -71,6 +71,7 @@ from malhar.io.kafka.encoding import (
     WRITER_HEADER,
     EncodedRecords,
     RecordEncoder,
+    Window,
     row_at,
 )
 from malhar.io.kafka.errors import KafkaOutputConfigError
@@ -306,7 +307,7 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
             return self.read_committed()
         return self._mark
 
-    def write(self, txn: KafkaTxn, rows: pa.Table) -> list[dict[str, Any]]:
+    def write(self, txn: KafkaTxn, rows: Window) -> list[dict[str, Any]]:
         assert self.encoder is not None
         records = self.encoder.encode(rows)
         rejected = dict(records.rejected)

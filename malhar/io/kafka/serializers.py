@@ -282,9 +282,20 @@ def same_value(back: Any, original: Any) -> bool:
 
 def _one_zone(values: list[Any]) -> bool:
     """True when the datetimes (and Nones) of ``values`` share one time zone (or none), with
-    no ``fold`` (a repeated wall-clock hour, which Arrow's conversion may not keep)."""
+    no ``fold`` (a repeated wall-clock hour, which Arrow's conversion may not keep) and no
+    wall-clock time in a zone's gap (``02:30`` on a spring-forward day comes back ``03:30``)."""
     zones = {v.tzinfo for v in values if v is not None}
-    return len(zones) == 1 and not any(v.fold for v in values if v is not None)
+    if len(zones) != 1 or any(v.fold for v in values if v is not None):
+        return False
+    zone = next(iter(zones))
+    if zone is None or isinstance(zone, dt.timezone):
+        return True  # naive or a fixed offset: no gaps
+    utc = dt.UTC
+    return all(
+        v is None
+        or v.astimezone(utc).astimezone(zone).replace(tzinfo=None) == v.replace(tzinfo=None)
+        for v in values
+    )
 
 
 def same_values(back: list[Any], originals: list[Any]) -> bool:
