@@ -33,6 +33,9 @@ class OperatorContext:
         checkpoint: the application's checkpoint root (local path or ``hdfs://``).
         integrity_key: the application's ``CHECKPOINT_INTEGRITY_KEY`` (HMAC over what is
             written under the checkpoint), or None.
+        checkpoint_id: the checkpoint's identity, a token created with it
+            (:mod:`malhar.engine.checkpoint_identity`): outputs record it with each
+            committed window, to tell a replay from a new checkpoint under an old name.
     """
 
     name: str
@@ -42,6 +45,7 @@ class OperatorContext:
     attributes: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None
     integrity_key: str | bytes | None = field(default=None, repr=False)
+    checkpoint_id: str | None = None
     #: set by the engine (or the harness): ``(operator, **options) -> ManagedState``
     managed: Any = field(default=None, repr=False, compare=False)
 

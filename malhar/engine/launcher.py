@@ -26,6 +26,7 @@ from malhar.dag import DAG
 from malhar.engine import envelope as E
 from malhar.engine import generations
 from malhar.engine.application import RunningApplication
+from malhar.engine.checkpoint_identity import checkpoint_identity
 from malhar.engine.plan import Plan, build_plan
 from malhar.engine.progress import ProgressListener, StatsDispatcher
 from malhar.engine.secret_shipping import ship_secrets
@@ -234,6 +235,7 @@ def start_query(
     plan = build_plan(dag, own_routing=generation.operators)
     generations.apply(plan, generation)
     plan.id = uuid.uuid4().hex
+    plan.checkpoint_id = checkpoint_identity(checkpoint)
     shipped, literal = ship_secrets(_for_executors(dag), spark.sparkContext.environment)
     plan.dag = shipped
     if literal:

@@ -81,6 +81,8 @@ class Plan:
     idle_timeout_ms: int = 60_000
     #: CHECKPOINT_INTEGRITY_KEY: HMAC key (bytes or a secret reference) of checkpoint files
     integrity_key: str | bytes | None = None
+    #: the checkpoint's identity (``malhar.engine.checkpoint_identity``), set per launch
+    checkpoint_id: str | None = None
     #: the partitioning generation (``malhar.engine.generations``) and where its snapshots
     #: live; operators whose managed state lives elsewhere than the checkpoint root
     generation: int = 0

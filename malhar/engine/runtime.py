@@ -92,6 +92,7 @@ class PartitionRuntime:
             },
             checkpoint=self.plan.checkpoint,
             integrity_key=self.plan.integrity_key,
+            checkpoint_id=self.plan.checkpoint_id,
             managed=self._managed_state,
         )
 

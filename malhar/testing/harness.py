@@ -52,6 +52,7 @@ import pyarrow as pa
 
 from malhar.attributes import MAX_TUPLES_PER_WINDOW
 from malhar.control import ControlSender, ControlTuple, DeliveryType
+from malhar.engine.checkpoint_identity import checkpoint_identity
 from malhar.engine.dispatch import Dispatcher
 from malhar.engine.managed import ManagedStates
 from malhar.engine.snapshots import PartitionSnapshots
@@ -133,7 +134,12 @@ class OperatorHarness:
         self._snapshots = PartitionSnapshots(_LastSnapshot())  # type: ignore[arg-type]
         context = context or OperatorContext(name=type(operator).__name__)
         self.managed = ManagedStates(context.checkpoint, context.partition, context.integrity_key)
-        self.context = dataclasses.replace(context, managed=self._managed_state)
+        identity = context.checkpoint_id
+        if identity is None and context.checkpoint is not None:
+            identity = checkpoint_identity(context.checkpoint)  # as the engine's launch does
+        self.context = dataclasses.replace(
+            context, managed=self._managed_state, checkpoint_id=identity
+        )
         self.name = self.context.name
         self.window = window  #: the last window begun (the state is after it)
         self.inputs, outputs = ports_of(type(operator))

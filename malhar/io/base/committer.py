@@ -114,24 +114,34 @@ class WindowCommitter(Generic[Txn]):
         self.store.close()
         self.opened = False
 
-    def is_committed(self, window: int, committed: int | None = None) -> bool:
-        """True when ``window`` is already committed (a replay: skip it).
+    def is_committed(self, window: int, committed: CommitMark | None = None) -> bool:
+        """True when ``window`` is already committed (a replay: skip it); ``committed``:
+        the mark to compare with (default: the last one read or written).
 
         Raises:
-            WindowRegressionError: ``window`` is older than the committed one and
-                ``skip_older_windows`` is off.
+            WindowRegressionError: ``window`` is older than the committed one, or the same
+                one committed by another checkpoint, and ``skip_older_windows`` is off.
         """
-        done = self.mark.window if committed is None else committed
-        if window < done and not self.skip_older_windows:
-            raise WindowRegressionError(
-                f"{self.store.key}: window {window} is older than window {done}, already "
-                f"committed in {self.store.describe()}. Window ids went backwards: the "
-                "application restarted with a new checkpoint under a name that already has "
-                "committed windows. Keep the checkpoint, give the application a new name, or "
-                "delete its committed-window records (or set skip_older_windows to skip "
-                "such windows)"
+        mark = self.mark if committed is None else committed
+        done = mark.window
+        if self.skip_older_windows or window > done:
+            return window <= done
+        if window < done:
+            why = f"window {window} is older than window {done}, already committed"
+        elif mark.by_other_checkpoint(self.run):
+            why = (
+                f"window {window} was already committed by another checkpoint "
+                f"({mark.run}; this one is {self.run})"
             )
-        return window <= done
+        else:
+            return True  # a replay
+        raise WindowRegressionError(
+            f"{self.store.key}: {why} in {self.store.describe()}. Window ids went backwards: "
+            "the application restarted with a new checkpoint under a name that already has "
+            "committed windows. Keep the checkpoint, give the application a new name, or "
+            "delete its committed-window records (or set skip_older_windows to skip such "
+            "windows)"
+        )
 
     def verify(self, window: int, digest: str | None, mark: CommitMark | None = None) -> bool:
         """Compare ``digest`` with the one committed for ``window``; True when they were
@@ -212,7 +222,7 @@ class WindowCommitter(Generic[Txn]):
             aborted = False
             try:
                 found = store.read_committed_locked(txn)
-                if self.is_committed(window, found.window):
+                if self.is_committed(window, found):
                     self._remember(found)
                     self.verify(window, digest, found)
                     aborted = True

@@ -62,6 +62,8 @@ __all__ = [
     "WindowRegressionError",
     "batch_digest",
     "check_application_name",
+    "checkpoint_run",
+    "is_checkpoint_run",
     "rejected_row",
 ]
 
@@ -118,12 +120,35 @@ class CommitMark:
         window: the window id (``NO_WINDOW`` when nothing is committed).
         digest: a fingerprint of the window's input (:func:`batch_digest`), when the writer
             verifies re-runs (the Spark sink); None otherwise.
-        run: which execution committed it (the Spark sink's per-execution token).
+        run: who committed it: the Spark sink's per-execution token, or an output
+            operator's checkpoint (:func:`checkpoint_run`).
     """
 
     window: int = NO_WINDOW
     digest: str | None = None
     run: str | None = None
+
+    def by_other_checkpoint(self, run: str | None) -> bool:
+        """True when this window was committed by another checkpoint than the one ``run``
+        (a :func:`checkpoint_run`) names; False when either does not name a checkpoint
+        (marks written before checkpoints were recorded, the Spark sink's runs)."""
+        return is_checkpoint_run(run) and is_checkpoint_run(self.run) and run != self.run
+
+
+#: how a checkpoint's identity is written as a :attr:`CommitMark.run` (the Spark sink's
+#: tokens are plain hex: never taken for one)
+_CHECKPOINT_RUN = "checkpoint:"
+
+
+def checkpoint_run(identity: str | None) -> str | None:
+    """The :attr:`CommitMark.run` an output operator records for the checkpoint of identity
+    ``identity`` (:mod:`malhar.engine.checkpoint_identity`); None without one."""
+    return None if identity is None else f"{_CHECKPOINT_RUN}{identity}"
+
+
+def is_checkpoint_run(run: str | None) -> bool:
+    """True when ``run`` names a checkpoint (:func:`checkpoint_run`), not a Spark sink's run."""
+    return run is not None and run.startswith(_CHECKPOINT_RUN)
 
 
 def rejected_row(row: Any, reason: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from malhar.io.base.output import (
     TransactionalSettings,
     TransactionalStore,
     check_application_name,
+    checkpoint_run,
     rejected_row,
 )
 from malhar.operator import ActivationListener, CheckpointListener, Operator, OperatorContext
@@ -165,6 +166,8 @@ class TransactionalOutputOperator(
             retry=self.retry_policy(),
             skip_older_windows=bool(self.skip_older_windows),
             on_retry=self.on_retry,
+            # recorded with each window: a new checkpoint's window 0 is not a replay
+            run=checkpoint_run(context.checkpoint_id),
         )
         self._committer.open()
         log.info(

@@ -57,7 +57,13 @@ from typing import Any
 import pyarrow as pa
 
 from malhar.errors import MalharError
-from malhar.io.base.output import NO_WINDOW, CommitMark, TransactionalStore, WindowKey
+from malhar.io.base.output import (
+    NO_WINDOW,
+    CommitMark,
+    TransactionalStore,
+    WindowKey,
+    is_checkpoint_run,
+)
 from malhar.io.base.staged_batches import StagedBatches
 from malhar.io.fs.encoders import create_encoded
 from malhar.io.fs.errors import FileOutputConfigError
@@ -352,7 +358,9 @@ class FileStore(TransactionalStore[_Txn]):
             and table.num_rows > 0
             and not txn.rejected
             and mark.digest is None
-            and mark.run is None
+            # a whole file records no run: fine for a checkpoint's (only compared when both
+            # marks have one), not for the Spark sink's per-execution runs
+            and (mark.run is None or is_checkpoint_run(mark.run))
         )
 
     def store_rejected(self, txn: _Txn, window: int, rows: list[dict[str, Any]]) -> None:

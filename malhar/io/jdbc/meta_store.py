@@ -18,7 +18,7 @@ partition's batch and the execution that committed it.
         window_id     BIGINT       NOT NULL,
         updated_at    TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT CURRENT_TIMESTAMP,
         target_id     VARCHAR(512),            -- schema.table written
-        run_id        VARCHAR(64),             -- Spark sink: the execution that committed
+        run_id        VARCHAR(64),             -- who committed: the Spark sink's run, or checkpoint:<id>
         window_digest VARCHAR(64),             -- Spark sink: rows:fingerprint of the batch
         PRIMARY KEY (app_id, operator_id, partition_id)
     )
