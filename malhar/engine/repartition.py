@@ -41,7 +41,7 @@ from malhar import attributes as A
 from malhar.dag import DAG, PortRef, declared_codecs
 from malhar.engine import generations
 from malhar.engine.plan import Plan, build_plan
-from malhar.engine.state_store import SNAPSHOT_SUFFIX, StateStore
+from malhar.engine.state_store import StateStore, windows_in
 from malhar.errors import ConfigError, StateError
 from malhar.operator import InputOperator
 from malhar.partitioning import (
@@ -736,13 +736,13 @@ def _counts_in_folders(
         except Exception:
             continue
         newest = {
-            int(e.name): _newest_snapshot(fs, e.path)
+            int(e.name): max(found)
             for e in fs.list(entry.path)
-            if e.name.isdigit()
+            if e.name.isdigit() and (found := windows_in(fs, e.path))
         }
-        latest = max(newest.values(), default=None)
-        if latest is None:
+        if not newest:
             continue
+        latest = max(newest.values())
         # folders of an earlier, larger count stay behind with older snapshots: only the
         # partitions that wrote the group's latest window count
         current = [p for p, w in newest.items() if w == latest]
@@ -750,13 +750,3 @@ def _counts_in_folders(
             if member in names:
                 out[member] = max(current) + 1
     return out
-
-
-def _newest_snapshot(fs: Any, path: str) -> int | None:
-    """The window of the newest snapshot in a partition folder (None: none)."""
-    windows = [
-        int(e.name[: -len(SNAPSHOT_SUFFIX)])
-        for e in fs.list(path)
-        if e.name.endswith(SNAPSHOT_SUFFIX) and e.name[: -len(SNAPSHOT_SUFFIX)].isdigit()
-    ]
-    return max(windows, default=None)

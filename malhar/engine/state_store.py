@@ -16,6 +16,17 @@ SNAPSHOT_SUFFIX = ".state"
 _STARTED = ".started"
 
 
+def windows_in(fs: Any, path: str, suffix: str = SNAPSHOT_SUFFIX) -> list[int]:
+    """The windows of the ``<window><suffix>`` files in a partition folder, ascending
+    (temporary files, ``.<name>.<uuid>.tmp``, are not windows)."""
+    out = []
+    for entry in fs.list(path):
+        stem = entry.name[: -len(suffix)]
+        if entry.name.endswith(suffix) and stem.isdigit():
+            out.append(int(stem))
+    return sorted(out)
+
+
 class StateStore:
     """The snapshots of one group partition.
 
@@ -62,12 +73,7 @@ class StateStore:
         return f"{self.group_key}\0{self.partition}\0{window}".encode()
 
     def _windows(self, suffix: str) -> list[int]:
-        fs, path = self._fs
-        out = []
-        for entry in fs.list(path):
-            if entry.name.endswith(suffix) and not entry.name.startswith("."):
-                out.append(int(entry.name[: -len(suffix)]))
-        return sorted(out)
+        return windows_in(*self._fs, suffix)
 
     def describe(self, window: int) -> str:
         """The snapshot file of ``window``, for error messages."""
