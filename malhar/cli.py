@@ -5,7 +5,8 @@
 - ``malhar info NAME``: one operator's ports, properties and constructor arguments;
 - ``malhar validate APP``: load and validate an application, print its physical plan;
 - ``malhar run APP``: run it on Spark, for ``--windows N`` or until Ctrl-C;
-- ``malhar services ...``: real Kafka, PostgreSQL and HDFS servers for a shell session.
+- ``malhar services ...``: real Kafka, PostgreSQL and HDFS servers for a shell session;
+- ``malhar state list|clean``: managed state's local stores on this host (caches).
 
 Exit codes: 0 success, 1 the application failed while running, 2 the application
 cannot be loaded or is not valid (or the command line is wrong).
@@ -29,6 +30,7 @@ import click
 
 from malhar import registry
 from malhar.app import ApplicationError, load_application, parse_config
+from malhar.cli_state import state
 from malhar.engine.failure import ApplicationFailed, reason_of
 from malhar.engine.failure import summary as failure_summary  # noqa: F401 - public name
 from malhar.engine.stop_signals import StopSignals
@@ -83,6 +85,7 @@ def cli(debug: bool) -> None:
 
 
 cli.add_command(services)
+cli.add_command(state)
 
 
 # -- list / info -----------------------------------------------------------------------------

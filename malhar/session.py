@@ -83,6 +83,15 @@ def session_conf(
         # operators' configuration, so it is masked wherever Spark prints plans (UI, logs)
         "spark.sql.redaction.options.regex": "(?i)url|^plan$|integrity",
     }
+    from malhar.util.state.local_dirs import STATE_DIR_ENV  # not at import: a big package
+
+    state_dir = os.environ.get(STATE_DIR_ENV)
+    if state_dir:
+        # executors of a cluster do not inherit the driver's environment (local and
+        # local-cluster ones do); absolute, since an executor's working directory is another
+        settings[f"spark.executorEnv.{STATE_DIR_ENV}"] = os.path.abspath(
+            os.path.expanduser(state_dir)
+        )
     jar_list = [str(j) for j in jars]
     if jar_list:
         settings["spark.jars"] = ",".join(jar_list)

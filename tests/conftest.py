@@ -7,6 +7,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,18 @@ os.environ.setdefault(
     f"--conf 'spark.executor.extraJavaOptions={_JVM_OPTS}' "
     f"--conf 'spark.local.dir={_SCRATCH}' pyspark-shell",
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Managed state's default local stores go to this run's temporary folder (pytest keeps
+    the last three runs' folders), not to ``/tmp/malhar-state-<uid>``, which nothing empties.
+    Set before any test starts a Spark JVM or a driver subprocess: autouse session fixtures
+    come first, and both inherit ``os.environ`` (xdist workers: one folder each)."""
+    path = tmp_path_factory.mktemp("malhar-state", numbered=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MALHAR_STATE_DIR", str(path))
+        yield path
 
 
 def _rank(item: pytest.Item) -> int:

@@ -29,6 +29,17 @@ def test_defaults() -> None:
     assert session_conf(jars=["/a.jar", "/b.jar"])["spark.jars"] == "/a.jar,/b.jar"
 
 
+def test_executors_get_the_drivers_state_dir_absolute(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # managed state's local stores: an executor's working directory is not the driver's
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MALHAR_STATE_DIR", "state")
+    assert session_conf()["spark.executorEnv.MALHAR_STATE_DIR"] == str(tmp_path / "state")
+    monkeypatch.delenv("MALHAR_STATE_DIR")
+    assert "spark.executorEnv.MALHAR_STATE_DIR" not in session_conf()
+
+
 def test_an_unreachable_standalone_master_is_named_before_the_jvm_starts() -> None:
     # Spark retried for about a minute and printed some 200 lines, then exit 1
     with socket.socket() as free:
@@ -99,6 +110,28 @@ def test_local_cluster_runs_on_two_executor_processes(tmp_path: Path) -> None:
     # Python workers are forked by a daemon per executor: two distinct parent processes.
     assert len(info["jvms"]) == 2
     assert info["driver"] not in info["jvms"]
+
+
+@pytest.mark.integration
+def test_local_cluster_executors_keep_their_local_stores_under_the_drivers_state_dir(
+    tmp_path: Path,
+) -> None:
+    # relative, as a user may set it: the executors run in the worker's directory
+    script = textwrap.dedent(
+        f"""
+        import json, os
+        os.chdir({str(tmp_path)!r})
+        from malhar import build_session
+        spark = build_session("local-cluster[1,1,1024]", app_name="state-dir")
+        def where(_):
+            from malhar.util.state.manager import default_local_dir
+            return default_local_dir("/ckpt", "op", 0)
+        print(json.dumps(spark.sparkContext.parallelize([0], 1).map(where).collect()))
+        spark.stop()
+        """
+    )
+    (path,) = run_spark_script(script, env={"MALHAR_STATE_DIR": "state"})
+    assert path.startswith(f"{tmp_path}/state/"), path
 
 
 @pytest.mark.integration

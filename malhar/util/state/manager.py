@@ -29,9 +29,7 @@ from __future__ import annotations
 import heapq
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from hashlib import sha1
 from typing import Any
 
 from malhar.errors import ConfigError
@@ -43,6 +41,7 @@ from malhar.util.state.codecs import AUTO_KEY, AUTO_VALUE, INT_VALUE, Codec, Key
 from malhar.util.state.errors import StateError
 from malhar.util.state.fileformat import ROOT, FileReader, FileWriter, Node, new_uid, parse_name
 from malhar.util.state.keys import KIND_NAMES
+from malhar.util.state.local_dirs import mark_store, root_dir
 from malhar.util.state.replica import Columns, Replica
 from malhar.util.state.store import IngestBatch, LocalStore
 from malhar.util.state.store_keys import StoreKeyFilter
@@ -73,17 +72,12 @@ def operator_dir(fs: FileSystem, base: str, operator: str) -> str:
 
 
 def default_local_dir(root: str, operator: str, partition: int) -> str:
-    """Where a partition's local store lives by default: the temporary directory, by a
-    hash of ``root``, the operator and the partition. The engine passes the application's
-    checkpoint as ``root`` (not a repartitioning's generation root), so a new partitioning
-    reuses (and rebuilds) the directories of the old one instead of leaving them behind."""
-    return os.path.join(
-        tempfile.gettempdir(),
-        f"malhar-state-{os.getuid() if hasattr(os, 'getuid') else 0}",
-        sha1(root.encode()).hexdigest()[:12],
-        encode_name(operator),
-        str(partition),
-    )
+    """Where a partition's local store lives by default: under ``$MALHAR_STATE_DIR`` or the
+    temporary directory (:mod:`malhar.util.state.local_dirs`), by a hash of ``root``, the
+    operator and the partition. The engine passes the application's checkpoint as ``root``
+    (not a repartitioning's generation root), so a new partitioning reuses (and rebuilds)
+    the directories of the old one instead of leaving them behind."""
+    return os.path.join(root_dir(root), encode_name(operator), str(partition))
 
 
 class ManagedState:
@@ -92,8 +86,9 @@ class ManagedState:
     ``root``: the application's checkpoint root (local path or ``hdfs://``/``webhdfs://``
     URL); ``budget_bytes``: memory for the overlay, the read cache and the local
     store's own caches together; ``local_dir``: where the local store lives (default:
-    a per-host temporary directory derived from root, operator and partition, so a
-    new process on the same host catches up from it instead of rebuilding);
+    a per-host directory under ``$MALHAR_STATE_DIR`` or the temporary directory, derived
+    from root, operator and partition, so a new process on the same host catches up from
+    it instead of rebuilding; ``malhar state clean`` removes those of deleted checkpoints);
     ``signer``: an HMAC key: checkpoint files are signed and verified with it;
     ``fs_options``: options of :func:`malhar.util.fs.filesystem_for`;
     ``compaction_ratio``: see :func:`malhar.util.state.chain.plan_merge`;
@@ -346,6 +341,7 @@ class ManagedState:
         """The local store (opened on first use) as this manager lays it out."""
         if self._replica is None:
             path = self.local_dir or default_local_dir(self.root, self.operator, self.partition)
+            mark_store(path, self.root)  # so `malhar state clean` knows whose cache it is
             try:
                 self._replica = Replica(LocalStore(path, memory_bytes=self._store_mem))
                 self._store_private = False
