@@ -277,7 +277,7 @@ def test_validate_a_json_app_with_a_windowed_operator(site: FakeSite, tmp_path: 
                 "accumulation": {"TopN": {"n": 2}},
                 "window_option": {"TimeWindows": {"duration": 10000, "slide": 5000}},
                 "trigger": {"AfterAny": [{"AfterCount": 3}, "AfterWatermark"]},
-                "storage": {"SpillableWindowedStorage": {"budget_bytes": 1048576}},
+                "storage": {"SpillableWindowedStorage": {"budget_bytes": 16777216}},
                 "timestamp": "ts",
                 "value": "user",
             },

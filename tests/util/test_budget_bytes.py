@@ -29,3 +29,14 @@ def test_budget_bytes_at_the_minimum_is_accepted(tmp_path: Path) -> None:
     ms = ManagedState(str(tmp_path), "op", partition=0, budget_bytes=8 << 20)
     assert ms.budget_bytes == 8 << 20
     ms.close()
+
+
+def test_spillable_window_storage_refuses_a_small_budget_when_built() -> None:
+    """Found when the application is built (``malhar validate``), not in a task's setup."""
+    from malhar.window import WindowedOperator
+    from malhar.window.impl.spillable import SpillableWindowedStorage
+
+    with pytest.raises(ConfigError, match=r"SpillableWindowedStorage: budget_bytes must be at"):
+        SpillableWindowedStorage(32 << 10)
+    with pytest.raises(ConfigError, match=r"budget_bytes must be at least 8 MiB .*got 1000"):
+        WindowedOperator().configure(storage={"SpillableWindowedStorage": {"budget_bytes": 1000}})

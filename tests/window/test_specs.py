@@ -60,8 +60,8 @@ def test_window_options_triggers_and_storages() -> None:
     any_of = trigger_from_json({"AfterAny": [{"AfterCount": 5}, "AfterWatermark"]})
     assert isinstance(any_of, AfterAny)
     assert isinstance(storage_from_json("InMemoryWindowedStorage"), InMemoryWindowedStorage)
-    spill = storage_from_json({"SpillableWindowedStorage": {"budget_bytes": 1 << 20}})
-    assert isinstance(spill, SpillableWindowedStorage) and spill.budget_bytes == 1 << 20
+    spill = storage_from_json({"SpillableWindowedStorage": {"budget_bytes": 16 << 20}})
+    assert isinstance(spill, SpillableWindowedStorage) and spill.budget_bytes == 16 << 20
 
 
 @pytest.mark.parametrize(

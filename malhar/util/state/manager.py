@@ -80,6 +80,23 @@ def default_local_dir(root: str, operator: str, partition: int) -> str:
     return os.path.join(root_dir(root), encode_name(operator), str(partition))
 
 
+def check_budget_bytes(budget_bytes: Any, where: str = "") -> None:
+    """Refuse a managed-state budget that is not an int of at least 8 MiB (``where``: who
+    was given it, for the message)."""
+    who = f"{where}: " if where else ""
+    if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool):
+        raise ConfigError(
+            f"{who}budget_bytes must be an int (bytes), got {type(budget_bytes).__name__} "
+            f"{budget_bytes!r}; e.g. budget_bytes=64 << 20 for 64 MiB"
+        )
+    if budget_bytes < MIN_BUDGET_BYTES:
+        # RocksDB's share has a floor of 4 MiB (``_init_runtime``): below 8 MiB it
+        # would leave the overlay and the read cache next to nothing
+        raise ConfigError(
+            f"{who}budget_bytes must be at least 8 MiB ({MIN_BUDGET_BYTES}), got {budget_bytes}"
+        )
+
+
 class ManagedState:
     """Managed state of one operator partition (see the module docstring for the protocol).
 
@@ -114,17 +131,7 @@ class ManagedState:
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must be >= 0, got {partition}")
-        if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool):
-            raise ConfigError(
-                f"budget_bytes must be an int (bytes), got {type(budget_bytes).__name__} "
-                f"{budget_bytes!r}; e.g. budget_bytes=64 << 20 for 64 MiB"
-            )
-        if budget_bytes < MIN_BUDGET_BYTES:
-            # RocksDB's share has a floor of 4 MiB (``_init_runtime``): below 8 MiB it
-            # would leave the overlay and the read cache next to nothing
-            raise ConfigError(
-                f"budget_bytes must be at least 8 MiB ({MIN_BUDGET_BYTES}), got {budget_bytes}"
-            )
+        check_budget_bytes(budget_bytes)
         self.root = root
         self.operator = operator
         self.partition = partition

@@ -52,6 +52,9 @@ class SpillableWindowedStorage(WindowedStorage):
     live = False
 
     def __init__(self, budget_bytes: int = 64 << 20) -> None:
+        from malhar.util.state.manager import check_budget_bytes
+
+        check_budget_bytes(budget_bytes, "SpillableWindowedStorage")  # found by validate
         self.budget_bytes = budget_bytes
         self._cells: Any = None
 
