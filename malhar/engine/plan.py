@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,9 +180,49 @@ def build_plan(dag: DAG, own_routing: Collection[str] = ()) -> Plan:
     dag.validate()
     order = dag.topological_order()
     unifiers = unifiers_of(dag)
+    partitions = dag.partition_counts()
+    groups, group_of = _groups(dag, order, partitions, unifiers, own_routing)
+    routes, local_edges = _routes(dag, groups, group_of, partitions, unifiers)
+    n_levels = 1 + max(g.level for g in groups)
+    levels = [0] * n_levels
+    for g in groups:
+        g.slot_offset = levels[g.level]
+        levels[g.level] += g.partitions
+
+    error_ports = [
+        f"{name}.{pname}"
+        for name in order
+        for pname, port in dag.operators[name].outputs.items()
+        if port.error
+    ]
+    return Plan(
+        app=dag.attr(A.APPLICATION_NAME),
+        dag=dag,
+        groups=groups,
+        routes=routes,
+        levels=levels,
+        pkeys=[partition_keys(n) for n in levels],
+        local_edges=local_edges,
+        error_ports=error_ports,
+        checkpoint=dag.attr(A.CHECKPOINT),
+        window_ms=dag.attr(A.STREAMING_WINDOW_MS),
+        group_of=group_of,
+        idle_timeout_ms=int(dag.attr(A.IDLE_RUNTIME_TIMEOUT_MS)),
+        integrity_key=dag.attr(A.CHECKPOINT_INTEGRITY_KEY),
+    )
+
+
+def _groups(
+    dag: DAG,
+    order: list[str],
+    partitions: Mapping[str, int],
+    unifiers: Mapping[str, Unifier],
+    own_routing: Collection[str],
+) -> tuple[list[Group], dict[str, int]]:
+    """The fused groups in topological order (an operator joins its only upstream group
+    when none of its inputs needs a shuffle), with their levels; operator -> group id."""
     groups: list[Group] = []
     group_of: dict[str, int] = {}
-    partitions = dag.partition_counts()
     for name in order:
         meta = dag.operators[name]
         in_streams = [
@@ -225,6 +265,18 @@ def build_plan(dag: DAG, own_routing: Collection[str] = ()) -> Plan:
     for g in groups:
         g.key = "+".join(g.operators)
 
+    return groups, group_of
+
+
+def _routes(
+    dag: DAG,
+    groups: list[Group],
+    group_of: Mapping[str, int],
+    partitions: Mapping[str, int],
+    unifiers: Mapping[str, Unifier],
+) -> tuple[list[Route], dict[str, list[PortRef]]]:
+    """The routes between groups (with their unifier cascades, appended to ``groups``) and
+    the fused edges inside them ("op.port" -> sinks)."""
     routes: list[Route] = []
     local_edges: dict[str, list[PortRef]] = {}
     for s in dag.streams.values():
@@ -268,33 +320,7 @@ def build_plan(dag: DAG, own_routing: Collection[str] = ()) -> Plan:
                     groups.append(level_group)
                     route.cascade.append(level_group.id)
 
-    n_levels = 1 + max(g.level for g in groups)
-    levels = [0] * n_levels
-    for g in groups:
-        g.slot_offset = levels[g.level]
-        levels[g.level] += g.partitions
-
-    error_ports = [
-        f"{name}.{pname}"
-        for name in order
-        for pname, port in dag.operators[name].outputs.items()
-        if port.error
-    ]
-    return Plan(
-        app=dag.attr(A.APPLICATION_NAME),
-        dag=dag,
-        groups=groups,
-        routes=routes,
-        levels=levels,
-        pkeys=[partition_keys(n) for n in levels],
-        local_edges=local_edges,
-        error_ports=error_ports,
-        checkpoint=dag.attr(A.CHECKPOINT),
-        window_ms=dag.attr(A.STREAMING_WINDOW_MS),
-        group_of=group_of,
-        idle_timeout_ms=int(dag.attr(A.IDLE_RUNTIME_TIMEOUT_MS)),
-        integrity_key=dag.attr(A.CHECKPOINT_INTEGRITY_KEY),
-    )
+    return routes, local_edges
 
 
 def describe(plan: Plan) -> str:

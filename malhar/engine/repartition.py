@@ -539,16 +539,7 @@ def reconcile(dag: DAG, checkpoint: str, window: int) -> generations.Generation 
     configured = planned(dag, checkpoint, gen)
     counts = {n: configured.groups[configured.group_of[n]].partitions for n in dag.operators}
     old_counts = dict(gen.counts) or _counts_in_folders(checkpoint, gen, set(dag.operators))
-    static = dag.partition_counts()
-    for name, kept in sorted(gen.operators.items()):
-        if name in static and static[name] != kept.partitions:
-            log.info(
-                "malhar: operator %r runs %d partitions, as its last repartitioning left it "
-                "(the checkpoint's manifest); its PARTITIONS=%d is not applied",
-                name,
-                kept.partitions,
-                static[name],
-            )
+    _say_where_the_manifest_wins(dag, gen)
     moved = sorted(
         n
         for n in dag.operators
@@ -559,18 +550,7 @@ def reconcile(dag: DAG, checkpoint: str, window: int) -> generations.Generation 
             generations.commit(checkpoint, dataclasses.replace(gen, counts=counts))
         return None
 
-    shape = generations.Generation(
-        operators={n: generations.OperatorPartitioning(old_counts[n]) for n in moved}
-    )
-    old_plan = planned(generations.partitioned_dag(dag, shape), checkpoint, gen)
-    for name in moved:
-        ran = old_plan.groups[old_plan.group_of[name]].partitions
-        if ran != old_counts[name]:
-            raise StateError(
-                f"operator {name!r}: the checkpoint {checkpoint} ran it with "
-                f"{old_counts[name]} partitions, but the DAG cannot be planned with that count "
-                f"({ran}); restart with the partition counts it last ran with"
-            )
+    old_plan = _plan_as_it_ran(dag, checkpoint, gen, moved, old_counts)
     snapshots = _Snapshots(old_plan, window)
     changed: dict[str, list[Partition]] = {}
     for name in moved:
@@ -585,30 +565,11 @@ def reconcile(dag: DAG, checkpoint: str, window: int) -> generations.Generation 
             ) from exc
         if news is not None:
             changed[name] = news
-    regrouped = [  # fused differently now: their snapshots go to their new groups
-        n
-        for n in dag.operators
-        if old_plan.groups[old_plan.group_of[n]].key
-        != configured.groups[configured.group_of[n]].key
-        and any(
-            _holds_state(dag.operators[n].operator, snapshots.get(n, p))
-            for p in range(old_plan.groups[old_plan.group_of[n]].partitions)
-        )
-    ]
-    if not changed and not regrouped:  # nothing held state: the new count starts empty
+    if not changed and not _regrouped(dag, old_plan, configured, snapshots):
+        # nothing held state: the new count starts empty
         generations.commit(checkpoint, dataclasses.replace(gen, counts=counts))
         return None
-    for name, meta in dag.operators.items():
-        every = int(meta.attr(A.APPLICATION_WINDOW_COUNT))
-        if every > 1 and (window + 1) % every and not meta.is_input:
-            # the rewritten snapshots would close its open application window (its buffered
-            # windows lost): a running repartition waits for the boundary instead
-            raise StateError(
-                f"operator {name!r}: the checkpoint {checkpoint}'s last completed window "
-                f"{window} ends inside its application window of {every} streaming windows, "
-                "and the partition counts changed since its last run: launch with the "
-                "counts it last ran with until the application window ends, then change them"
-            )
+    _refuse_inside_application_windows(dag, checkpoint, window)
 
     new_gen = generations.Generation(
         generation=gen.generation + 1,
@@ -631,6 +592,73 @@ def reconcile(dag: DAG, checkpoint: str, window: int) -> generations.Generation 
         new_gen.generation,
     )
     return new_gen
+
+
+def _say_where_the_manifest_wins(dag: DAG, gen: generations.Generation) -> None:
+    """Log the operators whose static PARTITIONS the manifest of a running repartition
+    overrides."""
+    static = dag.partition_counts()
+    for name, kept in sorted(gen.operators.items()):
+        if name in static and static[name] != kept.partitions:
+            log.info(
+                "malhar: operator %r runs %d partitions, as its last repartitioning left it "
+                "(the checkpoint's manifest); its PARTITIONS=%d is not applied",
+                name,
+                kept.partitions,
+                static[name],
+            )
+
+
+def _plan_as_it_ran(
+    dag: DAG,
+    checkpoint: str,
+    gen: generations.Generation,
+    moved: list[str],
+    old_counts: Mapping[str, int],
+) -> Plan:
+    """The plan the checkpoint last ran: ``moved`` at their old counts."""
+    shape = generations.Generation(
+        operators={n: generations.OperatorPartitioning(old_counts[n]) for n in moved}
+    )
+    old_plan = planned(generations.partitioned_dag(dag, shape), checkpoint, gen)
+    for name in moved:
+        ran = old_plan.groups[old_plan.group_of[name]].partitions
+        if ran != old_counts[name]:
+            raise StateError(
+                f"operator {name!r}: the checkpoint {checkpoint} ran it with "
+                f"{old_counts[name]} partitions, but the DAG cannot be planned with that count "
+                f"({ran}); restart with the partition counts it last ran with"
+            )
+    return old_plan
+
+
+def _regrouped(dag: DAG, old_plan: Plan, new_plan: Plan, snapshots: _Snapshots) -> list[str]:
+    """Operators fused differently now that hold state: their snapshots go to their new
+    groups."""
+    out = []
+    for name in dag.operators:
+        old_group = old_plan.groups[old_plan.group_of[name]]
+        if old_group.key == new_plan.groups[new_plan.group_of[name]].key:
+            continue
+        template = dag.operators[name].operator
+        if any(_holds_state(template, snapshots.get(name, p)) for p in range(old_group.partitions)):
+            out.append(name)
+    return out
+
+
+def _refuse_inside_application_windows(dag: DAG, checkpoint: str, window: int) -> None:
+    """Refuse a move after ``window`` when it ends inside an operator's application window:
+    the rewritten snapshots would close it (its buffered windows lost); a running
+    repartition waits for the boundary instead."""
+    for name, meta in dag.operators.items():
+        every = int(meta.attr(A.APPLICATION_WINDOW_COUNT))
+        if every > 1 and (window + 1) % every and not meta.is_input:
+            raise StateError(
+                f"operator {name!r}: the checkpoint {checkpoint}'s last completed window "
+                f"{window} ends inside its application window of {every} streaming windows, "
+                "and the partition counts changed since its last run: launch with the "
+                "counts it last ran with until the application window ends, then change them"
+            )
 
 
 def _moved_by_count(
