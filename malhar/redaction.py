@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 __all__ = [
     "MASK",
@@ -65,6 +66,18 @@ def redact_url(url: str) -> str:
         >>> redact_url("postgresql://app:pw@db:5432/shop?sslmode=require&sslpassword=k")
         'postgresql://app:***@db:5432/shop?sslmode=require&sslpassword=***'
     """
+    masked = _mask_url(url)
+    if "%" in masked:
+        # a URL inside a query value, percent-encoded (``?webhdfs=http%3A%2F%2Fu%3Apw%40nn``):
+        # its password shows once decoded, so it is masked in the decoded text
+        decoded = unquote(masked)
+        again = _mask_url(decoded)
+        if again != decoded:
+            return again
+    return masked
+
+
+def _mask_url(url: str) -> str:
     masked = _URL.sub(rf"\g<head>{MASK}@", url)
     if "=" not in masked:
         return masked

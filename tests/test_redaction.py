@@ -21,6 +21,12 @@ from malhar.redaction import redact_url
         ),
         ("see http://h/x?a=1 and ?token=zz;next", "see http://h/x?a=1 and ?token=***;next"),
         ("select * from t where a=1", "select * from t where a=1"),
+        # a URL percent-encoded in a query value: its password shows once decoded
+        (
+            "hdfs://nn:8020/ck?webhdfs=http%3A%2F%2Fu%3Apw%40nn%3A9870",
+            "hdfs://nn:***@nn:9870",
+        ),
+        ("hdfs://nn:8020/ck%20x?user=a", "hdfs://nn:8020/ck%20x?user=a"),
     ],
 )
 def test_redact_url_masks_user_and_query_passwords(url: str, shown: str) -> None:

@@ -11,11 +11,15 @@ new one would otherwise look like a replay of the old one's window 0.
 
 from __future__ import annotations
 
+import re
 import uuid
+
+from malhar.errors import StateError
 
 __all__ = ["checkpoint_identity"]
 
 IDENTITY_FILE = "identity"
+_TOKEN = re.compile(rb"[0-9a-f]{32}")
 
 
 def checkpoint_identity(checkpoint: str) -> str:
@@ -26,11 +30,22 @@ def checkpoint_identity(checkpoint: str) -> str:
     fs, base = filesystem_for(checkpoint)
     folder = fs.join(base, "malhar")
     path = fs.join(folder, IDENTITY_FILE)
-    if fs.exists(path):
-        return fs.read_all(path).decode("ascii").strip()
-    fs.mkdirs(folder)
-    try:
-        fs.write_atomic(path, uuid.uuid4().hex.encode("ascii"), overwrite=False)
-    except StorageExistsError:
-        pass  # another launcher made it first: its token is the checkpoint's
-    return fs.read_all(path).decode("ascii").strip()
+    if not fs.exists(path):
+        fs.mkdirs(folder)
+        try:
+            fs.write_atomic(path, uuid.uuid4().hex.encode("ascii"), overwrite=False)
+        except StorageExistsError:
+            pass  # another launcher made it first: its token is the checkpoint's
+    return _checked(fs.read_all(path), fs.join(folder, IDENTITY_FILE), checkpoint)
+
+
+def _checked(data: bytes, path: str, checkpoint: str) -> str:
+    token = data.strip()
+    if not _TOKEN.fullmatch(token):
+        raise StateError(
+            f"the checkpoint identity {path} of {checkpoint} is damaged (expected 32 hex "
+            f"digits, got {len(data)} bytes). It is written once when the checkpoint is "
+            "created and never changed; restore it from a copy of the checkpoint, or start "
+            "from a new checkpoint"
+        )
+    return token.decode("ascii")

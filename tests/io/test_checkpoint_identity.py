@@ -13,6 +13,7 @@ import pytest
 
 from malhar import DAG, OperatorContext, run
 from malhar.engine.checkpoint_identity import checkpoint_identity
+from malhar.errors import StateError
 from malhar.io.base.output import CommitMark, checkpoint_run
 from malhar.io.jdbc import JdbcOutputOperator, WindowRegressionError
 from malhar.testing.harness import OperatorHarness
@@ -26,6 +27,13 @@ def test_identity_is_created_once_and_kept(tmp_path: Path) -> None:
     assert checkpoint_identity(str(tmp_path / "ck")) == first
     assert checkpoint_identity(str(tmp_path / "other")) != first
     assert (tmp_path / "ck" / "malhar" / "identity").read_text() == first
+
+
+def test_a_damaged_identity_is_named_with_the_fix(tmp_path: Path) -> None:
+    checkpoint_identity(str(tmp_path))
+    (tmp_path / "malhar" / "identity").write_bytes(b"\xff\xfe not a token")
+    with pytest.raises(StateError, match=r"identity .* is damaged \(expected 32 hex digits"):
+        checkpoint_identity(str(tmp_path))
 
 
 def test_marks_compare_only_checkpoint_runs() -> None:
@@ -83,3 +91,36 @@ def test_a_new_checkpoint_under_an_old_name_fails_through_the_engine(
     with pytest.raises(Exception, match="already committed by another checkpoint"):
         run(dag(), windows=1, spark=spark, checkpoint=str(tmp_path / "b"), window_ms=100)
     assert run_sql(pg, f"SELECT k, n FROM {table}") == [("x", 1)]
+
+
+# -- Kafka, scan mode (no transactions: the writer header names the checkpoint) ---------------
+@pytest.mark.integration
+def test_kafka_scan_mode_refuses_a_new_checkpoints_window_over_the_old_ones(
+    kafka_client: Any, tmp_path: Path
+) -> None:
+    from malhar.io.kafka import KafkaOutputOperator
+    from tests.io.conftest import kafka_unique
+    from tests.io.test_kafka_output import quick, read_topic
+
+    bs = kafka_client.bootstrap
+    topic = kafka_client.topic("identscan", partitions=1)
+    app = kafka_unique("identscan")
+
+    def window(checkpoint: Path, rows: list[dict[str, Any]], **props: Any) -> None:
+        op = KafkaOutputOperator(bs, topic, delivery="scan", key_column="k", **quick(**props))
+        ctx = OperatorContext(name="out", application=app, checkpoint=str(checkpoint))
+        h = OperatorHarness(op, ctx)
+        try:
+            h.run_window([("input", r) for r in rows], window=0)
+        finally:
+            h.teardown()
+
+    window(tmp_path / "a", [{"k": "a1"}, {"k": "a2"}])
+    window(tmp_path / "a", [{"k": "a1"}, {"k": "a2"}])  # a replay: found in the topic
+    with pytest.raises(WindowRegressionError, match="already committed by another checkpoint"):
+        window(tmp_path / "b", [{"k": "a1"}, {"k": "b2"}])
+    window(tmp_path / "b", [{"k": "a1"}, {"k": "b2"}], skip_older_windows=True)
+    got = read_topic(bs, topic, committed=False)
+    assert sorted(r.key for r in got) == [b"a1", b"a2"]
+    tag = checkpoint_identity(str(tmp_path / "a"))[:12]
+    assert {dict(r.headers)["malhar.writer"] for r in got} == {f"{app}/out/0#{tag}".encode()}

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from malhar.io.base.output import WindowKey, rejected_row
+from malhar.io.base.output import WindowKey, checkpoint_run, rejected_row
 from malhar.io.base.output_operator import TransactionalOutputOperator, WindowBuffer
 from malhar.io.base.rejected_log import RejectedLog
 from malhar.io.kafka.encoding import Window, WindowPieces, pack_rows
@@ -79,7 +79,13 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
                 context.checkpoint, context.name, context.partition, context.partitions
             )
         )
-        return KafkaOutputStore(self.settings(), key, positions=self._positions, rejected=rejected)
+        return KafkaOutputStore(
+            self.settings(),
+            key,
+            positions=self._positions,
+            rejected=rejected,
+            run=checkpoint_run(context.checkpoint_id),
+        )
 
     def end_window(self) -> None:
         super().end_window()

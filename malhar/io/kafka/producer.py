@@ -60,6 +60,7 @@ from malhar.io.base.output import (
     OutputError,
     TransactionalStore,
     WindowKey,
+    checkpoint_run,
     rejected_row,
 )
 from malhar.io.base.rejected_log import RejectedLog
@@ -86,7 +87,7 @@ from malhar.io.kafka.producer_errors import (
     needs_new_producer,
     output_failure,
 )
-from malhar.io.kafka.scan_recovery import ScanRecovery
+from malhar.io.kafka.scan_recovery import ScanRecovery, checkpoint_tag, writer_header
 from malhar.io.kafka.serializers import get_serializer
 from malhar.io.kafka.topic_limits import (
     DEFAULT_MESSAGE_MAX,
@@ -137,6 +138,8 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
             operator's; None: not kept, as in the Spark sink, which fails the batch).
         staging: the Spark sink's place for the rows of a partly committed batch
             (exactly_once; None: such a batch is not staged, see :attr:`stages_batches`).
+        run: the output operator's checkpoint run (:func:`~malhar.io.base.output.
+            checkpoint_run`), which scan mode records in each record's writer header.
     """
 
     def __init__(
@@ -147,8 +150,11 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         positions: dict[int, int] | None = None,
         rejected: RejectedLog | None = None,
         staging: StagedBatches | None = None,
+        run: str | None = None,
     ) -> None:
         super().__init__(key)
+        #: the operator's checkpoint run (scan mode writes its tag into the writer header)
+        self.run = run
         self._rejected = rejected
         self.records_rejected = rejected is not None
         settings.check_settings()
@@ -200,7 +206,11 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         self.encoder = RecordEncoder(s, key_ser, value_ser, self.partitions)
         # the writer header only where the restart scan needs it: each header costs about
         # as much as the rest of a produce() call in confluent-kafka (docs/connectors/kafka.md)
-        writer = [(WRITER_HEADER, self.writer.encode())] if self.delivery == "scan" else []
+        writer = (
+            [(WRITER_HEADER, writer_header(self.writer, self.run))]
+            if self.delivery == "scan"
+            else []
+        )
         self._base_headers = writer + [
             (k, v.encode() if isinstance(v, str) else v) for k, v in (s.headers or {}).items()
         ]
@@ -557,7 +567,14 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         (:meth:`~malhar.io.kafka.scan_recovery.ScanRecovery.scan`)."""
         newest, ends = self._recovery.scan(self.partitions, self.positions)
         self.positions.update(ends)
-        if newest != NO_WINDOW:
+        if newest == NO_WINDOW:
+            return
+        tag, own = self._recovery.newest_tag, checkpoint_tag(self.run)
+        if tag is not None and own is not None and tag != own:
+            # another checkpoint's window, not this writer's to complete: committed by it
+            self._recovery.partial = None
+            self._mark = CommitMark(newest, run=f"{checkpoint_run(tag)}...")
+        else:
             self._mark = CommitMark(newest - 1)
 
 

@@ -10,6 +10,13 @@ counts of its records; when that window is replayed, :meth:`ScanRecovery.already
 names the rows whose records are already there. A retry in the same process (a window
 whose flush timed out) first waits for the records still in flight
 (:meth:`ScanRecovery.aborted`), and skips those that landed.
+
+The writer header also names the writer's checkpoint (``<application>/<operator>/<partition>
+#<12 hex digits of its identity>``; :func:`writer_header`): a newest window written by
+another checkpoint under the same name is not this writer's to complete, and the store
+takes it for committed by that checkpoint (a window of this one at or below it is then a
+``WindowRegressionError``, as in the other stores). Records written before the header named
+checkpoints count as this writer's.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
 
-from malhar.io.base.output import NO_WINDOW, WindowKey
+from malhar.io.base.output import NO_WINDOW, WindowKey, is_checkpoint_run
 from malhar.io.kafka.client import KafkaClient
 from malhar.io.kafka.config import RetryPolicy
 from malhar.io.kafka.encoding import WINDOW_HEADER, WRITER_HEADER, EncodedRecords
@@ -30,7 +37,26 @@ from malhar.io.kafka.output_settings import KafkaOutputSettings
 if TYPE_CHECKING:
     from malhar.io.kafka.producer import KafkaTxn
 
-__all__ = ["ScanRecovery"]
+__all__ = ["ScanRecovery", "writer_header"]
+
+#: how much of a checkpoint's identity the writer header carries (13 bytes per record)
+_TAG_CHARS = 12
+
+
+def writer_header(writer: str, run: str | None) -> bytes:
+    """The writer header's value: ``writer``, and the tag of the checkpoint ``run`` names
+    (:func:`~malhar.io.base.output.checkpoint_run`; other runs are not written)."""
+    tag = checkpoint_tag(run)
+    return (writer if tag is None else f"{writer}#{tag}").encode()
+
+
+def checkpoint_tag(run: str | None) -> str | None:
+    """What of a checkpoint run the writer header carries (None: not a checkpoint's)."""
+    if not is_checkpoint_run(run):
+        return None
+    assert run is not None
+    return run.split(":", 1)[1][:_TAG_CHARS]
+
 
 # the output store's logger: the scan's messages are the store's
 log = logging.getLogger("malhar.io.kafka.output")
@@ -52,6 +78,9 @@ class ScanRecovery:
         self.settings = settings
         self.key = key
         self.writer = writer
+        #: the checkpoint tag of the newest window found (None: none, or written before
+        #: the header named checkpoints)
+        self.newest_tag: str | None = None
         self.timeout = timeout
         #: the newest window found written and (key, value) counts of its records
         self.partial: tuple[int, Counter] | None = None
@@ -85,8 +114,8 @@ class ScanRecovery:
                 known = positions.get(tp[1])
                 start = known if known is not None else high - s.scan_back_records
                 ranges[tp] = (min(max(low, start), high), high)
-            newest, found, scanned = NO_WINDOW, Counter(), 0
-            writer = self.writer.encode()
+            newest, found, scanned, tag = NO_WINDOW, Counter(), 0, None
+            writer, tagged = self.writer.encode(), f"{self.writer}#".encode()
             for chunk in client.iter_ranges(ranges, 10_000):
                 scanned += len(chunk)
                 for msg in chunk:
@@ -94,14 +123,19 @@ class ScanRecovery:
                     if not headers:
                         continue
                     h = dict(headers)
-                    if h.get(WRITER_HEADER) != writer:
+                    value = h.get(WRITER_HEADER)
+                    if value == writer:
+                        own = None  # written before the header named checkpoints
+                    elif value is not None and value.startswith(tagged):
+                        own = value[len(tagged) :].decode()
+                    else:
                         continue
                     try:
                         w = int(h.get(WINDOW_HEADER) or b"")
                     except ValueError:
                         continue
                     if w > newest:
-                        newest, found = w, Counter()
+                        newest, found, tag = w, Counter(), own
                     if w == newest:
                         found[(msg.key(), msg.value())] += 1
         finally:
@@ -109,6 +143,7 @@ class ScanRecovery:
         ends = {p: high for (_, p), (_, high) in marks.items()}
         if newest != NO_WINDOW:
             self.partial = (newest, found)
+            self.newest_tag = tag
         log.info(
             "%s: scanned %d record(s) of %s: newest window written %s",
             self.key,

@@ -290,12 +290,8 @@ def _one_zone(values: list[Any]) -> bool:
     zone = next(iter(zones))
     if zone is None or isinstance(zone, dt.timezone):
         return True  # naive or a fixed offset: no gaps
-    utc = dt.UTC
-    return all(
-        v is None
-        or v.astimezone(utc).astimezone(zone).replace(tzinfo=None) == v.replace(tzinfo=None)
-        for v in values
-    )
+    # the two readings of a wall-clock time differ only in a gap or a repeated hour
+    return all(v is None or v.utcoffset() == v.replace(fold=1).utcoffset() for v in values)
 
 
 def same_values(back: list[Any], originals: list[Any]) -> bool:

@@ -144,12 +144,35 @@ class StoreDir:
 
 def scan(base: str | None = None) -> list[StoreDir]:
     """Every ``<hash>`` directory under ``base`` (default :func:`state_base`), with the
-    status of its checkpoint. Other entries of ``base`` are not malhar's and are ignored."""
+    status of its checkpoint. Other entries of ``base`` are not malhar's and are ignored:
+    a directory counts only with a marker or the stores' layout
+    (``<operator>/<partition>``, nothing else), in case ``base`` is shared."""
     base = base or state_base()
     if not os.path.isdir(base):
         return []
     paths = (os.path.join(base, name) for name in sorted(os.listdir(base)) if _HASH.fullmatch(name))
-    return [_inspect(p) for p in paths if os.path.isdir(p) and not os.path.islink(p)]
+    return [_inspect(p) for p in paths if _is_store_dir(p)]
+
+
+#: a partition's store, or the private one of a process that found it in use
+_PARTITION = re.compile(r"\d+(\.\d+-[0-9a-f]+)?")
+
+
+def _is_store_dir(path: str) -> bool:
+    if not os.path.isdir(path) or os.path.islink(path):
+        return False
+    if os.path.exists(os.path.join(path, MARKER)):
+        return True
+    try:
+        operators = [os.path.join(path, name) for name in os.listdir(path)]
+        return all(  # an empty one: what a removal interrupted left
+            os.path.isdir(op)
+            and not os.path.islink(op)
+            and all(_PARTITION.fullmatch(name) for name in os.listdir(op))
+            for op in operators
+        )
+    except OSError:
+        return False
 
 
 def _inspect(path: str) -> StoreDir:
@@ -207,7 +230,12 @@ def _named(store: StoreDir, checkpoints: list[str]) -> bool:
         spellings = {root, root.rstrip("/"), *([local] if local else [])}
         if os.path.basename(store.path) in {root_hash(s) for s in spellings}:
             return True
-        if store.checkpoint == recorded["checkpoint"] or (local and store.local_path == local):
+        if local and store.local_path == local:
+            return True
+        # a masked URL may stand for several checkpoints (``hdfs://nn:***@...``): only an
+        # unmasked one names this one
+        checkpoint = recorded["checkpoint"]
+        if checkpoint and MASK not in checkpoint and store.checkpoint == checkpoint:
             return True
     return False
 

@@ -150,6 +150,30 @@ def test_an_hdfs_checkpoint_that_cannot_be_checked_is_kept(
     assert clean() == []
 
 
+def test_a_masked_checkpoint_names_only_its_own_stores(base: Path) -> None:
+    """Two HDFS roots whose credentials mask them alike: naming one removes only its own."""
+    one = "hdfs://nn.invalid:8020/ck1?webhdfs=http://u:pw@nn.invalid:9870"
+    two = "hdfs://nn.invalid:8020/ck2?webhdfs=http://u:pw@nn.invalid:9870"
+    first, second = _store(one), _store(two)
+    assert _marker(first)["checkpoint"] == _marker(second)["checkpoint"]  # masked alike
+    assert [s.path for s in clean(checkpoints=[one])] == [str(first)]
+    assert second.exists()
+
+
+def test_a_directory_that_only_looks_like_a_hash_is_not_a_store(base: Path) -> None:
+    """In a shared ``$MALHAR_STATE_DIR``, a 12-hex-digit name alone is not malhar's."""
+    other = base / "abcdef012345"
+    (other / "photos").mkdir(parents=True)
+    (other / "photos" / "cat.jpg").write_bytes(b"x")
+    (other / "notes.txt").write_text("mine")
+    old = base / "0123456789ab" / "op"  # made before markers, a private store beside
+    (old / "0").mkdir(parents=True)
+    (old / "1.4242-0a1b2c3d").mkdir()
+    assert [s.path for s in scan()] == [str(base / "0123456789ab")]
+    clean(unmarked=True)
+    assert other.exists() and not old.exists()
+
+
 def test_the_cli_prints_what_it_removes_and_the_bytes_freed(base: Path, tmp_path: Path) -> None:
     live = tmp_path / "live"
     live.mkdir()
