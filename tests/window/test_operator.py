@@ -880,3 +880,38 @@ def test_a_key_that_cannot_be_one_names_the_setting_from_tuples_and_batches() ->
         h = harness(KeyedWindowedOperator(Count(), TimeWindows(10), key="tags", timestamp="t"))
         h.run_window(inputs)
         assert re.search(r"\['x', 'y'\] \(list\) cannot be a key.*'key'", reasons(h)[0])
+
+
+# -- restarts with other settings ------------------------------------------------------------
+def test_a_restart_with_another_window_size_is_refused_while_cells_are_held() -> None:
+    """The cells of 60 s windows would fire beside the new 30 s ones, silently."""
+    h = harness(keyed(option=TimeWindows(60)))
+    put(h, ("a", 5))
+    saved = h.checkpoint()
+    changed = OperatorHarness.restored(keyed(option=TimeWindows(30)), saved, h.context)
+    with pytest.raises(
+        WindowConfigError,
+        match=r"window_option TimeWindows\(60\) -> TimeWindows\(30\) since the checkpoint, "
+        r"which holds 1 window cell",
+    ):
+        changed.setup()
+    with pytest.raises(WindowConfigError, match=r"accumulation Count -> Sum"):
+        OperatorHarness.restored(keyed(Sum(), TimeWindows(60)), saved, h.context).setup()
+    # the same settings (other lateness is fine) go on
+    same = OperatorHarness.restored(keyed(option=TimeWindows(60)), saved, h.context)
+    put(same, ("a", 6))
+    # no cell held (all purged): the new size starts on empty state
+    empty = harness(keyed(option=TimeWindows(60)))
+    put(empty)
+    OperatorHarness.restored(keyed(option=TimeWindows(30)), empty.checkpoint(), h.context).setup()
+
+
+def test_a_trigger_without_its_own_repr_restarts_on_its_checkpoint() -> None:
+    class Plain(AfterCount):  # repr by address: another text in every process
+        __repr__ = object.__repr__
+
+    h = harness(keyed(trigger=Plain(2)))
+    put(h, ("a", 5))
+    again = OperatorHarness.restored(keyed(trigger=Plain(2)), h.checkpoint(), h.context)
+    put(again, ("a", 6))
+    assert [p[3] for p in panes(again)] == [2]

@@ -77,6 +77,13 @@ class Partial:
     n: int
 
 
+def _described(value: Any) -> str:
+    """``repr(value)`` when it says what the value is, else its type's name (a default
+    ``repr`` holds an address, another in every process)."""
+    text = repr(value)
+    return type(value).__qualname__ if " at 0x" in text else text
+
+
 class Book:
     """Everything a windowed operator remembers besides its cells (checkpointed)."""
 
@@ -98,6 +105,8 @@ class Book:
         self.dirty: set[tuple[Window, Any]] = set()
         #: retractions of windows merged away (sessions), emitted at the next boundary
         self.retractions: list[tuple[Window, Any, Any, PaneInfo]] = []
+        #: what the cells were made with (see ``WindowedCore._check_shape``)
+        self.shape: dict[str, str] | None = None
         #: partial mode: (window, key) -> [accumulation, tuples] since the last boundary
         self.partials: dict[tuple[Window, Any], list[Any]] = {}
         #: tuples beyond the allowed lateness (sent to the late port)
@@ -186,6 +195,7 @@ class WindowedCore(WindowedSettings):
             template = self.storage if self.storage is not None else InMemoryWindowedStorage()
             self._store = template.empty()
         self._store.setup(context, sessions=self._sessions)
+        self._check_shape(context.name)
         self._name = context.name
         self._metrics_base = (self._book.late, self._book.dropped)
         # runtime aliases of the two State fields (never reassigned after setup): the hot
@@ -193,6 +203,30 @@ class WindowedCore(WindowedSettings):
         self._bk: Book = self._book
         self._st: WindowedStorage = self._store
         self._out = self.output.emit  # type: ignore[attr-defined]
+
+    def _check_shape(self, name: str) -> None:
+        """Refuse a restart whose window option, accumulation or trigger differs from what
+        the checkpointed cells were made with: the old windows would fire beside the new
+        ones (60 s panes next to 30 s ones) or hold another accumulator or trigger state."""
+        shape = {
+            "window_option": _described(self._option),
+            "accumulation": type(self._acc).__name__,
+            "trigger": _described(self._trigger),
+        }
+        held = getattr(self._book, "shape", None)  # None: an older checkpoint
+        if held is not None and held != shape and len(self._store):
+            changed = ", ".join(
+                f"{field} {held.get(field)} -> {shape[field]}"
+                for field in shape
+                if held.get(field) != shape[field]
+            )
+            raise WindowConfigError(
+                f"{type(self).__name__} {name!r}: {changed} since the checkpoint, which holds "
+                f"{len(self._store)} window cell(s) made with the old setting; they would fire "
+                "beside the new ones. Restart with the old setting, or start from a new "
+                "checkpoint (or give the operator a new name, with empty state)"
+            )
+        self._book.shape = shape
 
     def _key_names(self) -> Any:
         if self.key_names is not None:
