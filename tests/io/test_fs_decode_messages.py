@@ -131,3 +131,39 @@ def test_a_csv_row_neither_utf8_nor_of_the_right_width_is_reported_silently(
         ]
     assert unraisable == []
     assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_json_timestamps_as_spark_reads_them(tmp_path) -> None:
+    """An empty string is no timestamp (an error row, as Spark's JSON reader, not a null
+    the windowed operator later calls "a null timestamp"); digits past microseconds are
+    truncated, as Spark does; a missing field is null. CSV keeps "" as null (nullValue)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    text = (
+        '{"u":"a","ts":"2026-11-29T10:00:05.123456789Z"}\n'
+        '{"u":"b","ts":""}\n'
+        '{"u":"c","ts":"2026-11-29T10:00:05.1234567"}\n'
+        '{"u":"d"}\n'
+    )
+    (folder / "a.jsonl").write_text(text)
+    op = JsonLinesFileInput(str(folder), schema="u string, ts timestamp", scan_interval_ms=0)
+    rows, errors = _errors(op, tmp_path)
+    shown = [(r["u"], r["ts"] and r["ts"].isoformat()) for r in rows]
+    assert shown == [
+        ("a", "2026-11-29T10:00:05.123456+00:00"),
+        ("c", "2026-11-29T10:00:05.123456+00:00"),
+        ("d", None),
+    ]
+    assert [(e["offset"], e["error"]) for e in errors] == [
+        (text.index('{"u":"b"'), "field 'ts' (timestamp): cannot convert \"\""),
+    ]
+    csv = tmp_path / "csv"
+    csv.mkdir()
+    (csv / "a.csv").write_text("u,ts\ne,\nf,2026-11-29T10:00:05.123456789Z\n")
+    op = CsvFileInput(str(csv), schema="u string, ts timestamp", scan_interval_ms=0)
+    rows, errors = _errors(op, tmp_path / "c")
+    assert [(r["u"], r["ts"] and r["ts"].isoformat()) for r in rows] == [
+        ("e", None),
+        ("f", "2026-11-29T10:00:05.123456+00:00"),
+    ]
+    assert errors == []

@@ -340,17 +340,31 @@ def _zoned(t: pa.DataType) -> bool:
     return pa.types.is_timestamp(t) and t.tz is not None
 
 
-def to_timestamps(column: Any, target: pa.DataType) -> Any:
+def to_timestamps(column: Any, target: pa.DataType, *, empty_is_null: bool = True) -> Any:
     """Text -> a zoned timestamp column: values with an offset (``...Z``, ``+01:00``) as
     given, values without one in the target's zone (UTC for Spark's ``timestamp`` in a
-    UTC session), as Spark's CSV and JSON readers do. A column mixing both raises (the
-    decoder then bisects down to lines, each of one kind)."""
-    column = pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column)
+    UTC session), as Spark's CSV and JSON readers do; digits of a second past the target's
+    unit (``.123456789``) truncated, as Spark does. A column mixing both raises (the
+    decoder then bisects down to lines, each of one kind). ``empty_is_null``: ``""`` is
+    null (CSV, as Spark's ``nullValue``); otherwise it does not convert (JSON, as Spark)."""
+    if empty_is_null:
+        column = pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column)
+    try:
+        return _text_to_time(column, target)
+    except pa.ArrowInvalid:
+        naive = _text_to_time(column, pa.timestamp(target.unit))
+        return pc.assume_timezone(naive, target.tz)
+
+
+def _text_to_time(column: Any, target: pa.DataType) -> Any:
     try:
         return pc.cast(column, target)
     except pa.ArrowInvalid:
-        naive = pc.cast(column, pa.timestamp(target.unit))
-        return pc.assume_timezone(naive, target.tz)
+        if target.unit == "ns":
+            raise
+        # more digits than the unit holds: read as nanoseconds, then truncate
+        finer = pc.cast(column, pa.timestamp("ns", target.tz))
+        return finer.cast(target, safe=False)
 
 
 def zone_naive(column: Any, target: pa.DataType) -> Any:
@@ -361,15 +375,16 @@ def zone_naive(column: Any, target: pa.DataType) -> Any:
     return pc.assume_timezone(column, target.tz).cast(target)
 
 
-def _finish(table: pa.Table, schema: pa.Schema) -> pa.Table:
+def _finish(table: pa.Table, schema: pa.Schema, *, empty_is_null: bool = True) -> pa.Table:
     """Convert the zoned timestamp columns read as text or as naive timestamps, then cast
-    to ``schema``."""
+    to ``schema`` (``empty_is_null``: see :func:`to_timestamps`)."""
     for i, f in enumerate(schema):
         if not _zoned(f.type):
             continue
         have = table.schema.field(f.name).type
         if pa.types.is_string(have):
-            table = table.set_column(i, f.name, to_timestamps(table.column(f.name), f.type))
+            times = to_timestamps(table.column(f.name), f.type, empty_is_null=empty_is_null)
+            table = table.set_column(i, f.name, times)
         elif pa.types.is_timestamp(have) and have.tz is None:
             table = table.set_column(i, f.name, zone_naive(table.column(f.name), f.type))
     return table.cast(schema) if table.schema != schema else table
@@ -585,7 +600,7 @@ class JsonLinesDecoder(_TabularDecoder):
                 explicit_schema=self.parse_schema, unexpected_field_behavior="ignore"
             ),
         )
-        return _finish(table.select(self.schema.names), self.schema), []
+        return _finish(table.select(self.schema.names), self.schema, empty_is_null=False), []
 
     def explain(self, line: bytes, message: str) -> str | None:
         # the field: pyarrow's kind errors give its path, a value of the right kind that
@@ -616,7 +631,7 @@ class JsonLinesDecoder(_TabularDecoder):
                     unexpected_field_behavior="ignore",
                 ),
             )
-            _finish(table, pa.schema([f]))
+            _finish(table, pa.schema([f]), empty_is_null=False)
         except _PARSE_EXCEPTIONS:
             return False
         return True
