@@ -23,16 +23,15 @@ import pytest
 from malhar import DAG, run
 from malhar.io.base.output_operator import WindowBuffer
 from malhar.io.kafka import KafkaOutputOperator
-from malhar.io.kafka.encoding import RecordEncoder
+from malhar.io.kafka.encoding import EncodedRecords, RecordEncoder
 from malhar.io.kafka.serializers import get_serializer
 from malhar.testing.operators import ListInput
 from tests.io.conftest import kafka_unique
 from tests.io.test_kafka_output import harness, quick, read_topic
 
 
-def encode(tuples: list[Any], **props: Any) -> tuple[pa.Table, list[Any], dict[int, str]]:
-    """The window's table, each row's value (JSON text, or None) and the rejected rows (by
-    index of the rows that are not refused before the encoder)."""
+def records_of(tuples: list[Any], **props: Any) -> tuple[Any, EncodedRecords]:
+    """The window's rows (as the operator gives them to its store) and their records."""
     op = KafkaOutputOperator("localhost:1", "t", **props)
     buffer = WindowBuffer()
     buffer.begin(0, False)
@@ -42,7 +41,13 @@ def encode(tuples: list[Any], **props: Any) -> tuple[pa.Table, list[Any], dict[i
     assert refused == []
     s = op.settings()
     key = get_serializer(s.key_serializer) if s.key_column else None
-    records = RecordEncoder(s, key, get_serializer(s.value_serializer), 3).encode(table)
+    return table, RecordEncoder(s, key, get_serializer(s.value_serializer), 3).encode(table)
+
+
+def encode(tuples: list[Any], **props: Any) -> tuple[pa.Table, list[Any], dict[int, str]]:
+    """The window's table, each row's value (JSON text, or None) and the rejected rows (by
+    index of the rows that are not refused before the encoder)."""
+    table, records = records_of(tuples, **props)
     values = [None if v is None else v.decode() for v in records.values]
     return table, values, records.rejected
 
@@ -120,16 +125,7 @@ def test_tuples_and_an_arrow_batch_of_other_fields_keep_their_own_fields() -> No
 
 
 def keys_of(pieces: list[Any], **props: Any) -> list[bytes | None]:
-    op = KafkaOutputOperator("localhost:1", "t", key_column="k", **props)
-    buffer = WindowBuffer()
-    buffer.begin(0, False)
-    for p in pieces:
-        buffer.add(p)
-    table, refused = op.window_rows(buffer)
-    assert refused == []
-    s = op.settings()
-    encoder = RecordEncoder(s, get_serializer(s.key_serializer), get_serializer("json"), 3)
-    records = encoder.encode(table)
+    _, records = records_of(pieces, key_column="k", **props)
     assert records.rejected == {}
     return records.keys
 
