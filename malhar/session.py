@@ -169,6 +169,9 @@ TASK_FAILURE_LOGGERS = (
     "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
     "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
 )
+#: Spark's loggers that warn on a clean stop ("Failed to cancel job group ... Cannot find
+#: active jobs": the query stopped between its batches), which new users read as a failure
+STOP_NOISE_LOGGERS = ("org.apache.spark.scheduler.DAGScheduler",)
 
 
 def set_logger_levels(spark: SparkSession, levels: Mapping[str, str]) -> None:
