@@ -1,5 +1,6 @@
 """How a file-output partition makes its committed rows visible: the final files' names,
-one file per value of ``partition_by`` (Hive layout), written under a hidden in-progress
+one file per directory of ``partition_by`` (Hive layout, nested when it names several
+columns: ``user=ann/d=2026-11-29/``), written under a hidden in-progress
 name and renamed into place, or a window staged as its own file renamed into place.
 
 Every step is idempotent: a final file already there is left as it is, so publishing
@@ -63,7 +64,7 @@ class Publisher:
     def publish_group(
         self, group: Group, table: pa.Table, before: Callable[[list[str]], None] | None = None
     ) -> list[str]:
-        """Publish a group's rows as its final file(s), one per ``partition_by`` value;
+        """Publish a group's rows as its final file(s), one per ``partition_by`` directory;
         ``before(files)`` is told the files (relative to the root) before any is written."""
         name = self.name(group)
         parts = self.split(table)
@@ -76,8 +77,13 @@ class Publisher:
         return path[len(self.root) + 1 :]
 
     def recorded(self) -> dict[str, Any]:
-        """The settings a publication is recorded with (see :meth:`resumed`)."""
-        return {name: getattr(self.settings, name) for name in NAMING_SETTINGS}
+        """The settings a publication is recorded with (see :meth:`resumed`): as JSON reads
+        them back (a tuple of columns as a list), so that a record compares equal to its
+        own reread."""
+        out = {name: getattr(self.settings, name) for name in NAMING_SETTINGS}
+        if isinstance(out["partition_by"], tuple):
+            out["partition_by"] = list(out["partition_by"])
+        return out
 
     def resumed(self, recorded: dict[str, Any]) -> Publisher:
         """A publisher with the naming settings a publication was recorded with."""
@@ -121,15 +127,16 @@ class Publisher:
         return final
 
     def split(self, table: pa.Table) -> list[tuple[str, pa.Table]]:
-        """(directory, rows) per directory of ``partition_by`` (the column dropped), in
-        order. Rows are grouped by their directory's name, not by value: values written
-        alike (a null and ``""``, or the text ``__HIVE_DEFAULT_PARTITION__``) share one file,
-        and each row is in exactly one (``-0.0`` equals ``0.0`` but has its own folder)."""
-        column = self.settings.partition_by
-        if not column:
+        """(directory, rows) per directory of ``partition_by`` (its columns dropped), in
+        order: ``<root>/a=1/b=x`` for columns ``a`` and ``b``. Rows are grouped by their
+        directory's name, not by value: values written alike (a null and ``""``, or the
+        text ``__HIVE_DEFAULT_PARTITION__``) share one file, and each row is in exactly one
+        (``-0.0`` equals ``0.0`` but has its own folder)."""
+        columns = self.settings.partition_columns
+        if not columns:
             return [(self.root, table)]
-        folders = hive_segments(column, table.column(column))
-        rest = table.drop_columns([column])
+        folders = folder_names(table, columns)
+        rest = table.drop_columns(list(columns))
         out = []
         for folder in pc.unique(folders).to_pylist():
             out.append((f"{self.root}/{folder}", rest.filter(pc.equal(folders, folder))))
@@ -165,6 +172,15 @@ class Publisher:
                 if entry.name.startswith(f".{name}.") and entry.name.endswith(".inprogress"):
                     delete_quietly(fs, entry.path)
         return final
+
+
+def folder_names(table: pa.Table, columns: tuple[str, ...]) -> pa.ChunkedArray:
+    """Each row's directory below the root: its :func:`hive_segments`, outermost first,
+    joined by ``/`` (one column: that column's segment, the layout of every release)."""
+    segments = [hive_segments(c, table.column(c)) for c in columns]
+    if len(segments) == 1:
+        return segments[0]
+    return pc.binary_join_element_wise(*segments, "/")
 
 
 def delete_quietly(fs: Any, path: str) -> None:

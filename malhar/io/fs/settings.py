@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 import posixpath
 import re
 from typing import Any
@@ -24,9 +25,10 @@ from malhar.io.base.spark_sink import TransactionalSinkSettings
 from malhar.io.fs.decoders import DECODE_POLICIES
 from malhar.io.fs.errors import FileConfigError, FileOutputConfigError
 from malhar.io.fs.paths import is_hidden, location, split_glob
-from malhar.properties import Configurable, Property
+from malhar.properties import Configurable, Property, PropertyError
 from malhar.redaction import redact_url
 from malhar.schema import SchemaError, arrow_schema, to_struct_type
+from malhar.suggest import did_you_mean
 from malhar.util.arrow_types import is_binary
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "FileOutputSettings",
     "FileSinkSettings",
     "parse_schema",
+    "partition_columns",
 ]
 
 #: the record formats of the connectors
@@ -122,6 +125,54 @@ def _rescanned(path: str, move_to: str, recursive: bool) -> str | None:
     if len(rel) > len(globs) and recursive:
         return "inside the recursively scanned path"
     return None
+
+
+def partition_columns(value: Any) -> tuple[str, ...]:
+    """The columns of a ``partition_by`` value, outermost directory first: a str is one
+    column (as Spark's ``partitionBy("a")``), a list or tuple its columns in order.
+
+    Example:
+        >>> partition_columns("day"), partition_columns(["user", "d"]), partition_columns(None)
+        (('day',), ('user', 'd'), ())
+    """
+    if not value:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _check_partition_by(value: Any) -> str | None:
+    if isinstance(value, str):
+        return None
+    if not value:
+        return "an empty list names no column: give one or more (or None)"
+    for column in value:
+        if not isinstance(column, str) or not column:
+            return f"{list(value)!r} holds {column!r}: each item must be a column name (a str)"
+    twice = sorted({c for c in value if list(value).count(c) > 1})
+    if twice:
+        return f"{list(value)!r} names {', '.join(map(repr, twice))} more than once"
+    return None
+
+
+class _ColumnsProperty(Property[Any]):
+    """A str or a list of column names; as text (``-c``, Spark options, JSON config given
+    a string) a JSON array or ``"a,b"`` is a list, a plain name one column (the base class
+    keeps any text as it is when ``str`` is one of the types)."""
+
+    def parse(self, text: Any) -> Any:
+        if not isinstance(text, str):
+            return text
+        raw = text.strip()
+        if raw.startswith("["):
+            try:
+                return list(json.loads(raw))
+            except (ValueError, TypeError):
+                raise PropertyError(
+                    f"property {self.name!r}: cannot read {text!r} as a JSON array"
+                ) from None
+        if "," in raw:
+            return [p.strip() for p in raw.split(",") if p.strip()]
+        return text
 
 
 class FileInputSettings(Configurable):
@@ -242,11 +293,13 @@ class FileOutputSettings(TransactionalSettings):
         doc="Spark DDL of the rows (required for csv and parquet); rows that do not fit go "
         "to the error port",
     )
-    partition_by = Property(
-        str,
+    partition_by = _ColumnsProperty(
+        (str, list, tuple),
         default=None,
-        doc="a column whose value names a Hive-style directory (date=2026-11-23/...); it "
-        "is not stored in the files",
+        check=_check_partition_by,
+        doc="a column, or a list of columns, whose values name Hive-style directories, "
+        "nested in that order (user=ann/date=2026-11-23/...); they are not stored in the "
+        "files (as text: a JSON array or 'user,date')",
     )
     roll_bytes = Property(
         int,
@@ -305,20 +358,10 @@ class FileOutputSettings(TransactionalSettings):
         if self.partition_by:
             if not self.schema:
                 out.append("partition_by needs a schema")
-            if schema is not None and self.partition_by not in schema.names:
-                out.append(f"partition_by {self.partition_by!r} is not a column of the schema")
-            elif schema is not None and len(schema) < 2:
-                out.append("partition_by needs at least one other column to write")
             if self.format == "lines":
                 out.append("format 'lines' writes one column: it cannot be partitioned")
-            if schema is not None and self.partition_by in schema.names:
-                kind = schema.field(self.partition_by).type
-                if _nested(kind) or _binary(kind):
-                    out.append(
-                        f"partition_by column {self.partition_by!r} is of type {kind}: a "
-                        "directory name holds a number, a date, a timestamp, a boolean or a "
-                        "string, not a list, struct, map or binary value"
-                    )
+            if schema is not None:
+                out.extend(self.partition_problems(schema))
         if self.format == "lines" and schema is not None and len(schema) != 1:
             out.append("format 'lines' writes one string column: give a one-column schema")
         if self.format in ("csv", "lines") and schema is not None:
@@ -329,6 +372,32 @@ class FileOutputSettings(TransactionalSettings):
                         f"{field.type} (a list, struct or map): use jsonl or parquet"
                     )
         return out
+
+    def partition_problems(self, schema: pa.Schema) -> list[str]:
+        """Why ``partition_by`` cannot name directories for rows of ``schema``."""
+        columns = partition_columns(self.partition_by)
+        missing = [c for c in columns if c not in schema.names]
+        out = [
+            f"partition_by {c!r} is not a column of the schema (columns: {schema.names})"
+            + did_you_mean(c, schema.names)
+            for c in missing
+        ]
+        if not missing and len(schema) <= len(set(columns)):
+            out.append("partition_by needs at least one other column to write")
+        for column in (c for c in columns if c not in missing):
+            kind = schema.field(column).type
+            if _nested(kind) or _binary(kind):
+                out.append(
+                    f"partition_by column {column!r} is of type {kind}: a directory name "
+                    "holds a number, a date, a timestamp, a boolean or a string, not a "
+                    "list, struct, map or binary value"
+                )
+        return out
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        """The ``partition_by`` columns, outermost directory first (none: not partitioned)."""
+        return partition_columns(self.partition_by)
 
     @property
     def codec(self) -> str:

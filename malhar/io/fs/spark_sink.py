@@ -133,4 +133,10 @@ class FileSink(DataSource):
             settings.path = path
         settings.check_settings()
         arrow = settings.arrow_schema if settings.schema else arrow_schema(schema)
+        if not settings.schema and settings.partition_by:
+            # checked against the query's schema here: without this a typo failed the
+            # first batch's publication with a KeyError
+            problems = settings.partition_problems(arrow)
+            if problems:
+                raise settings.config_error(f"invalid {SINK_NAME} options: " + "; ".join(problems))
         return FileStreamWriter(settings, arrow).planned(options)

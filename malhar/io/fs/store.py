@@ -4,7 +4,7 @@ committed (Malhar's ``AbstractFileOutputOperator``, on
 
 Layout of an output directory ``<path>``::
 
-    <path>/[<column>=<value>/]<prefix>-<app>-<op>-<partition>-<first>-<last>.<ext>   final files
+    <path>/[<column>=<value>/...]<prefix>-<app>-<op>-<partition>-<first>-<last>.<ext>   final files
     <path>/_malhar/<app>/<op>/<partition>/w<window>.arrow     a committed window (staged)
     <path>/_malhar/<app>/<op>/<partition>/finalized.json      the last window made visible
     <path>/_malhar/<app>/<op>/<partition>/publishing.json     the last group being published
@@ -28,7 +28,7 @@ and the group is closed.
 
 **Finalization** runs on ``committed(w)``, when every window up to ``w`` is durable in the
 whole application: each closed group whose last window is ``<= w`` is written as the final
-file(s) (one per value of ``partition_by``), first under a hidden in-progress name
+file(s) (one per directory of ``partition_by``), first under a hidden in-progress name
 (``.<name>.<uuid>.inprogress``) and then renamed into place; a file already there is left as
 it is, so a finalization interrupted by a crash and run again after the restart neither
 loses nor duplicates a row. ``publishing.json`` records the group's files and the settings
