@@ -320,6 +320,10 @@ def test_missing_table_and_wrong_credentials_are_clear(postgres_service) -> None
         op = JdbcOutputOperator(pg.sqlalchemy_url, table=table, mode="upsert", key_columns="k")
         _harness(op, "x").setup()
 
+    clash = new_table(pg, "clash", "k text, __malhar_row bigint")  # the output's own name
+    with pytest.raises(JdbcConfigError, match=r"has the column\(s\) \['__malhar_row'\]"):
+        _harness(JdbcOutputOperator(pg.sqlalchemy_url, table=clash), "x").setup()
+
 
 # -- database outage ---------------------------------------------------------------------------
 class RetryWatch(JdbcOutputOperator):

@@ -208,3 +208,9 @@ def test_application_writes_mixed_rows_read_committed(
         {"value": "plain text line"},
     ]
     assert {k: n for k, n in result.error_counts(0).items() if n} == {}
+
+
+def test_a_users_column_named_like_the_hidden_one_is_written_as_a_column() -> None:
+    batch = pa.RecordBatch.from_pydict({"__malhar_rows__": pa.array([b"x"], pa.binary())})
+    _, values, rejected = encode([batch], value_serializer="bytes", value_column="__malhar_rows__")
+    assert (values, rejected) == (["x"], {})

@@ -47,7 +47,7 @@ from malhar.io.jdbc.errors import (
     is_transient,
 )
 from malhar.io.jdbc.meta_store import ErrorTable, MetaTable, StageTable
-from malhar.io.jdbc.rows import FIELDS, ROW, Originals, split_by_fields
+from malhar.io.jdbc.rows import FIELDS, HIDDEN, ROW, Originals, split_by_fields
 
 __all__ = ["JdbcStore", "TargetInfo"]
 
@@ -157,6 +157,13 @@ class JdbcStore(TransactionalStore[sa.Connection]):
                 "(malhar creates only its bookkeeping tables; create the target table first)"
             ) from None
         known = set(table.c.keys())
+        reserved = sorted(known.intersection(HIDDEN))
+        if reserved:
+            raise JdbcConfigError(
+                f"table {s.table!r} has the column(s) {reserved}, names the JDBC output keeps "
+                "for its own bookkeeping in a window's rows; rename them, or write through a "
+                "view that renames them"
+            )
         for what, cols in (("columns", s.column_names), ("key_columns", s.keys)):
             unknown = [c for c in cols if c not in known]
             if unknown:

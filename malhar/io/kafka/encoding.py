@@ -83,6 +83,14 @@ class WindowPieces:
 Window = pa.Table | WindowPieces
 
 
+#: the schema metadata that marks a :data:`ROWS` table (a user's column of that name is none)
+_PACKED = {b"malhar.rows": b"pickled"}
+
+
+def _is_packed(table: pa.Table) -> bool:
+    return table.column_names == [ROWS] and table.schema.metadata == _PACKED
+
+
 def pack_rows(rows: list[dict[str, Any]]) -> tuple[pa.Table, dict[int, str]]:
     """``rows`` as a :data:`ROWS` table, and those that cannot be kept (index -> reason)."""
     packed: list[bytes] = []
@@ -93,12 +101,12 @@ def pack_rows(rows: list[dict[str, Any]]) -> tuple[pa.Table, dict[int, str]]:
             packed.append(dumps(row, protocol))
         except Exception as exc:  # an object that cannot be copied cannot be a record either
             refused[i] = f"cannot be a record: {type(exc).__name__}: {exc}"
-    return pa.table({ROWS: pa.array(packed, pa.binary())}), refused
+    return pa.table({ROWS: pa.array(packed, pa.binary())}, metadata=_PACKED), refused
 
 
 def unpack_rows(table: pa.Table) -> list[dict[str, Any]] | None:
     """The rows of a :data:`ROWS` table (None for any other table)."""
-    if table.column_names != [ROWS]:
+    if not _is_packed(table):
         return None
     loads = pickle.loads
     return [loads(b) for b in table.column(0).to_pylist()]
@@ -108,7 +116,7 @@ def row_at(table: Window, i: int) -> dict[str, Any]:
     """Row ``i`` of a window, as a dict (a :data:`ROWS` table's row as it came)."""
     if isinstance(table, WindowPieces):
         table, i = table.locate(i)
-    if table.column_names == [ROWS]:
+    if _is_packed(table):
         return pickle.loads(table.column(0)[i].as_py())
     return table.slice(i, 1).to_pylist()[0]
 

@@ -118,7 +118,7 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
                 )
         runs: list[list[pa.Table]] = []
         for table in tables:  # consecutive pieces of one schema are encoded together
-            if runs and runs[-1][0].schema.equals(table.schema):
+            if runs and runs[-1][0].schema.equals(table.schema, check_metadata=True):
                 runs[-1].append(table)
             else:
                 runs.append([table])
