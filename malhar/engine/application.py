@@ -63,7 +63,8 @@ class RunningApplication:
             from malhar.engine.repartition import reconcile
 
             # PARTITIONS changed since the checkpoint's last run: move the state first
-            reconcile(self.dag, self.checkpoint, self.last_window)
+            last = self.last_window
+            reconcile(self.dag, self.checkpoint, last, stopped=self.log.stopped_after(last))
             self._first = self.last_window + 1
         windows = self._windows
         if windows is not None:

@@ -517,7 +517,9 @@ def _repartition_managed(
 
 
 # -- a launch whose DAG changed a partition count ---------------------------------------------
-def reconcile(dag: DAG, checkpoint: str, window: int) -> generations.Generation | None:
+def reconcile(
+    dag: DAG, checkpoint: str, window: int, *, stopped: bool = True
+) -> generations.Generation | None:
     """Before a launch's first query: move the state of operators whose ``PARTITIONS`` (or
     the count they follow) differs from the count they last ran with from ``checkpoint``.
 
@@ -532,7 +534,10 @@ def reconcile(dag: DAG, checkpoint: str, window: int) -> generations.Generation 
     the engine cannot move (an operator that says ``cannot_repartition()``, a custom
     ``snapshot()``, a differing field that is not keyed, a key held by two partitions)
     refuses the launch before anything is written. Input operators keep their snapshots
-    by partition number (their own ``open`` checks the count). Returns the generation
+    by partition number (their own ``open`` checks the count). ``stopped``: the last run
+    stopped cleanly after ``window``; otherwise window ``window + 1`` may be partly
+    committed by outputs, and a count change is refused (its replay would route rows to
+    other output partitions than the ones that committed them). Returns the generation
     written, or None when no state moved.
     """
     gen = generations.load(checkpoint)
@@ -549,6 +554,16 @@ def reconcile(dag: DAG, checkpoint: str, window: int) -> generations.Generation 
         if gen.counts != counts:
             generations.commit(checkpoint, dataclasses.replace(gen, counts=counts))
         return None
+    if not stopped:
+        raise StateError(
+            f"{', '.join(f'{n}: {old_counts[n]} -> {counts[n]}' for n in moved)}: the "
+            f"partition counts changed since the last run on {checkpoint}, which did not "
+            f"stop cleanly after window {window} (it crashed or was killed). Window "
+            f"{window + 1} may be partly committed by its outputs, and replaying it with "
+            "other counts would send its rows to other output partitions (rows written "
+            "twice). Restart with the counts it ran with, stop it (Ctrl-C, "
+            "RunningApplication.stop()), then change PARTITIONS"
+        )
 
     old_plan = _plan_as_it_ran(dag, checkpoint, gen, moved, old_counts)
     snapshots = _Snapshots(old_plan, window)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark import TaskContext, cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from malhar.engine.window_log import WindowLog
+from malhar.engine.window_log import FINAL, WindowLog
 from malhar.util.fs.urls import child_url
 
 if TYPE_CHECKING:
@@ -124,7 +124,8 @@ class MalharStreamReader(DataSourceStreamReader):
             # the batch ending at ``start`` is in its commit log; ``commit(start)`` would
             # come with a next batch, and there is none: record the last window here.
             if not self.final_recorded:
-                self.log.record(window, {})
+                # the run's last window: it stopped cleanly after it (see ``WindowLog``)
+                self.log.record(window, {FINAL: True})
                 self.final_recorded = True
             return start
         if self.first is None:

@@ -1,6 +1,6 @@
 """A small application for crash tests, run as a separate driver process.
 
-    python -m tests.engine.crash_app CHECKPOINT MASTER WINDOWS
+    python -m tests.engine.crash_app CHECKPOINT MASTER WINDOWS [JOURNAL_PARTITIONS]
 
 WINDOWS=0 runs until killed. The ``Journal`` operator appends one line per
 window (window, running total, pid) without ever overwriting, so the journal
@@ -39,11 +39,11 @@ class Journal(Operator):
             f.write(json.dumps(line) + "\n")
 
 
-def build() -> DAG:
+def build(journal_partitions: int = 1) -> DAG:
     dag = DAG("crash")
     src = dag.add_operator("src", Numbers(), PARTITIONS=2)
     tot = dag.add_operator("total", RunningTotal())
-    journal = dag.add_operator("journal", Journal())
+    journal = dag.add_operator("journal", Journal(), PARTITIONS=journal_partitions)
     out = dag.add_operator("out", Collector())
     dag.add_stream("items", src.output, tot.input)
     dag.add_stream("totals", tot.output, journal.input, out.input)
@@ -52,10 +52,15 @@ def build() -> DAG:
 
 def main() -> None:
     checkpoint, master, windows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    journals = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     os.environ["CRASH_RUN_ID"] = f"{os.getpid()}"  # inherited by the JVM and its Python workers
     spark = build_session(master, app_name="malhar-crash", shuffle_partitions=2)
     app = launch(
-        build(), spark=spark, checkpoint=checkpoint, windows=windows or None, window_ms=100
+        build(journals),
+        spark=spark,
+        checkpoint=checkpoint,
+        windows=windows or None,
+        window_ms=100,
     )
     if windows:
         app.await_completion()

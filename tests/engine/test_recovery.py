@@ -26,8 +26,10 @@ from tests.engine.ops import window_items
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _start(checkpoint: Path, master: str = "local[2]", windows: int = 0) -> subprocess.Popen:
-    args = [str(checkpoint), master, str(windows)]
+def _start(
+    checkpoint: Path, master: str = "local[2]", windows: int = 0, journals: int = 1
+) -> subprocess.Popen:
+    args = [str(checkpoint), master, str(windows), str(journals)]
     return start_driver("tests.engine.crash_app", *args, log=checkpoint.parent / "driver.log")
 
 
@@ -96,3 +98,28 @@ def test_local_and_local_cluster_give_identical_results(tmp_path: Path) -> None:
         results[master] = collected(str(checkpoint), "out")
     assert results["local[2]"] == results["local-cluster[2,1,1024]"]
     assert results["local[2]"] == {w: [_expected_total(w)] for w in range(4)}
+
+
+def test_a_count_change_after_a_crash_waits_for_a_clean_stop(tmp_path: Path) -> None:
+    """The window in flight at a SIGKILL may be committed by some output partitions: its
+    replay with other counts would route its rows to others (written twice). So a count
+    change is refused until a run with the old counts stopped cleanly."""
+    checkpoint = tmp_path / "ckpt"
+    log = tmp_path / "driver.log"
+    proc = _start(checkpoint)
+    wait_until(
+        lambda: any(e["w"] >= 2 for e in _journal(tmp_path)),
+        timeout=180,
+        what="window 2 in the journal",
+        alive=lambda: None if proc.poll() is None else f"driver exited {proc.returncode}",
+    )
+    _kill(proc)
+    changed = _start(checkpoint, windows=2, journals=2)
+    assert changed.wait(timeout=300) != 0
+    assert "journal: 1 -> 2: the partition counts changed" in log.read_text()
+    assert "did not stop cleanly after window" in log.read_text()
+    assert _start(checkpoint, windows=2).wait(timeout=300) == 0, log.read_text()[-3000:]
+    assert _start(checkpoint, windows=2, journals=2).wait(timeout=300) == 0, log.read_text()[-3000:]
+    final = collected(str(checkpoint), "out")
+    assert sorted(final) == list(range(max(final) + 1))
+    assert all(final[w] == [_expected_total(w)] for w in final)
