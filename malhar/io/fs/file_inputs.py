@@ -36,7 +36,7 @@ class LinesFileInput(FileInputOperator):
         [{'line': 'one'}, {'line': 'two'}]
     """
 
-    output = OutputPort("line string")
+    output = OutputPort("line string", control_aware=True)  # idleness: see idle_input
     typed_by_schema: ClassVar[bool] = False
 
     def make_decoder(self) -> LineDecoder:

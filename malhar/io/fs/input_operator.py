@@ -66,6 +66,7 @@ from malhar.io.fs.errors import (
     FileReplayError,
     UnreadableSplit,
 )
+from malhar.io.fs.idle_input import IdleWhenNothingToRead
 from malhar.io.fs.parquet_rows import ParquetRows
 from malhar.io.fs.partitions import deal
 from malhar.io.fs.post_actions import PostActions
@@ -105,8 +106,9 @@ log = logging.getLogger("malhar.io.fs")
 
 #: a window record: {"ranges": [entry, ...], "new": [[path, size, mtime], ...]}; an entry is
 #: a range {"f": path, "i": split, "s": start, "e": end, "n": items, "last": bool} or an
-#: error event {"f", "i", "o": offset, "err": reason, "text": str | None, "last": bool}
-Record = dict[str, list[Any]]
+#: error event {"f", "i", "o": offset, "err": reason, "text": str | None, "last": bool}; plus
+#: "quiet": n and "idle": true when the window had nothing to read (idle_input)
+Record = dict[str, Any]
 
 
 def _typed(cls: type, ddl: str) -> type:
@@ -118,7 +120,7 @@ def _typed(cls: type, ddl: str) -> type:
             cls.__name__,
             (cls,),
             {
-                "output": OutputPort(ddl),
+                "output": OutputPort(ddl, control_aware=True),
                 "__module__": cls.__module__,
                 "__qualname__": f"{cls.__qualname__}<{ddl}>",
                 "__doc__": cls.__doc__,
@@ -137,6 +139,7 @@ class FileInputOperator(
     CompressedStreams,
     ParquetRows,
     PostActions,
+    IdleWhenNothingToRead,
     DealtPositions,
     ReplayableInput[Record],
     FileInputSettings,
@@ -146,7 +149,8 @@ class FileInputOperator(
     :class:`~malhar.io.fs.CsvFileInput`, :class:`~malhar.io.fs.JsonLinesFileInput` or
     :class:`~malhar.io.fs.ParquetFileInput`."""
 
-    output = OutputPort()
+    #: control aware: an idle partition says so (WatermarkIdle, :mod:`~malhar.io.fs.idle_input`)
+    output = OutputPort(control_aware=True)
     error = OutputPort(ERROR_DDL, error=True)
 
     #: "text" (lines of bytes) or "parquet" (rows of row groups)
@@ -289,7 +293,13 @@ class FileInputOperator(
             edges = entry.pop(_EDGES, None)
             if edges is not None:
                 entry["c"] = _edges_crc(*edges)
-        return {"ranges": self._ranges, "new": self._new}
+        record: Record = {"ranges": self._ranges, "new": self._new}
+        self._note_quiet(record)  # whether the window sends WatermarkIdle, for its replay
+        return record
+
+    def end_window(self) -> None:
+        super().end_window()  # the record saved (a new window) or advanced past (a replay)
+        self._say_if_idle()
 
     def replay(self, record: Record) -> int:
         total = 0
@@ -321,6 +331,7 @@ class FileInputOperator(
         return total
 
     def advance_past(self, record: Record) -> None:
+        self._replayed_quiet(record)
         for path, size, mtime in record.get("new", []):
             if path not in self._seen:
                 self._discover(path, int(size), float(mtime))

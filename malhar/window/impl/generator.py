@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from malhar.control import DeliveryType
+from malhar.control import ControlSender, DeliveryType
 from malhar.operator import Operator, OperatorContext
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
@@ -17,7 +17,7 @@ from malhar.util.epoch_millis import epoch_millis
 from malhar.window.errors import BadTupleError, WindowConfigError
 from malhar.window.impl.fields import extractor, has_columns, tuple_millis
 from malhar.window.impl.settings import check_extractor, check_millis
-from malhar.window.watermark import Watermark
+from malhar.window.watermark import Watermark, WatermarkIdle
 from malhar.window.windows import to_millis
 
 log = logging.getLogger("malhar.window")
@@ -38,6 +38,16 @@ class WatermarkGenerator(Operator):
     partition that receives nothing stays silent, which a downstream operator's
     ``idle_timeout_windows`` treats as idle.
 
+    An upstream partition with nothing to read may say so (``WatermarkIdle``: a file input
+    out of files, a Kafka reader with no Kafka partition): in a window in which no tuple
+    arrived and every upstream partition feeding this one said so, the generator sends
+    ``WatermarkIdle`` itself, so that the windowed operators downstream leave it out of
+    their minimum at once; it counts again with its next watermark. Watermarks from
+    upstream (a Kafka input with ``event_time``) pass through with their senders, and so
+    does the idleness of a sender that sent watermarks through here; the idleness of one
+    that never did (a file input) is this generator's, not passed on, since downstream
+    holds no watermark of that sender to leave out.
+
     The output port is untyped; for a typed stream, subclass and redeclare ``output =
     OutputPort(<schema>, control_aware=True)`` so that batches keep their columns.
 
@@ -49,7 +59,7 @@ class WatermarkGenerator(Operator):
         Watermark(timestamp=95)
     """
 
-    input = InputPort()
+    input = InputPort(control_aware=True)
     output = OutputPort(control_aware=True)
 
     timestamp = Property(object, not_null=True, check=check_extractor, doc="event time (ms)")
@@ -62,6 +72,8 @@ class WatermarkGenerator(Operator):
 
     #: split value -> the largest event time seen
     highest = State(dict)
+    #: upstream senders (stream, partition) whose watermarks passed through here
+    _marking = State(set)
 
     def __init__(self, **properties: Any) -> None:
         self.configure(**properties)
@@ -79,6 +91,25 @@ class WatermarkGenerator(Operator):
     def begin_window(self, window_id: int) -> None:
         self._seen = False
         self._bad = 0
+        #: stream -> (upstream partitions feeding this one, those that said idle this window)
+        self._idle: dict[str, tuple[int, set[int]]] = {}
+
+    def process_control(self, payload: Any, sender: ControlSender | None) -> bool:
+        """Take note of upstream idleness; True when the copy goes no further."""
+        s = sender or ControlSender("", "", 0, 1)
+        key = (s.stream, s.partition)
+        if isinstance(payload, Watermark):
+            self._marking.add(key)
+        elif isinstance(payload, WatermarkIdle):
+            self._idle.setdefault(s.stream, (s.partitions, set()))[1].add(s.partition)
+            # downstream tracks the watermarks of a sender that sent some: it must hear of
+            # its idleness too; one that never sent any is known only through this one
+            return key not in self._marking
+        return False  # passed on as it came, with its sender
+
+    def _upstream_idle(self) -> bool:
+        """Whether every upstream partition feeding this one said idle in this window."""
+        return bool(self._idle) and all(len(said) >= n for n, said in self._idle.values())
 
     def process(self, value: Any) -> None:
         self.output.emit(value)
@@ -149,3 +180,5 @@ class WatermarkGenerator(Operator):
         if self._seen and self.highest:
             mark = min(self.highest.values()) - self._bound
             self.output.emit_control(Watermark(mark), DeliveryType.END_WINDOW)
+        elif not self._seen and self._upstream_idle():
+            self.output.emit_control(WatermarkIdle(), DeliveryType.END_WINDOW)
