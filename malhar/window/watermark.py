@@ -177,6 +177,10 @@ class WatermarkTracker:
         since = window if self.since is None else self.since
         return unheard > 0 and window - since == idle_windows
 
+    def highest(self) -> int | None:
+        """The largest watermark any partition sent (idle ones included; None: none)."""
+        return max((ts for ts, _ in self.latest.values()), default=None)
+
     def all_idle(self, window: int | None = None, idle_windows: int | None = None) -> bool:
         """Whether no partition counts: each declared itself idle or, given ``window`` and
         ``idle_windows``, has been silent for that many streaming windows (one never heard

@@ -915,3 +915,22 @@ def test_a_trigger_without_its_own_repr_restarts_on_its_checkpoint() -> None:
     again = OperatorHarness.restored(keyed(trigger=Plain(2)), h.checkpoint(), h.context)
     put(again, ("a", 6))
     assert [p[3] for p in panes(again)] == [2]
+
+
+def test_when_every_sender_is_idle_the_largest_watermark_they_sent_counts() -> None:
+    """Two file partitions that ran out of files in the same window: the windows between
+    the slower one's last watermark and the faster one's fire (as Flink's valve does)."""
+    h = harness(keyed())
+    p0, p1 = (ControlSender("s", "up", p, 2) for p in (0, 1))
+    put(h, ("a", 5), ("a", 15), ("a", 25))
+    watermark(h, 30, p0)
+    watermark(h, 12, p1)
+    put(h)
+    assert sent(h) == [12] and [p[1] for p in panes(h)] == [0]
+    idle(h, p0)
+    idle(h, p1)
+    put(h)
+    assert h.operator.watermark == 30 and [p[1] for p in panes(h)] == [0, 10, 20]
+    watermark(h, 20, p1)  # active again, behind: nothing goes back
+    put(h)
+    assert h.operator.watermark == 30

@@ -587,12 +587,15 @@ class WindowedCore(WindowedSettings):
         else:
             # an input whose every sender is idle (declared, or silent past the timeout)
             # does not hold the others back
-            values = [
-                t.combined(book.cur, self.idle_timeout_windows)
-                for t in book.trackers
-                if not t.all_idle(book.cur, self.idle_timeout_windows)
-            ]
-            candidate = None if not values or None in values else min(values)  # type: ignore[type-var]
+            live = [t for t in book.trackers if not t.all_idle(book.cur, self.idle_timeout_windows)]
+            if live:
+                values = [t.combined(book.cur, self.idle_timeout_windows) for t in live]
+                candidate = None if None in values else min(values)  # type: ignore[type-var]
+            else:
+                # every sender idle: nothing they hold can be behind what they last said, so
+                # the largest of it counts (as Flink's valve flushes when all channels idle)
+                highest = [h for t in book.trackers if (h := t.highest()) is not None]
+                candidate = max(highest, default=None)
         if candidate is not None and (book.watermark is None or candidate > book.watermark):
             book.watermark = candidate
 
