@@ -87,6 +87,29 @@ def _apply_key(dag: DAG, key: str, value: Any, problems: list[str]) -> None:
     problems.append(_bad_key(key))
 
 
+def configured_properties(config: Mapping[str, Any], app: str, op: str) -> dict[str, Any]:
+    """The properties ``config`` sets on operator ``op`` of application ``app`` (name ->
+    value as given), as :func:`apply_config` will apply them."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        prefix = next((p for p in CONFIG_PREFIXES if str(key).startswith(p)), None)
+        if prefix is None:
+            continue
+        parts = str(key)[len(prefix) :].split(".")
+        if parts[0] == "application" and len(parts) > 2:
+            if parts[1] not in (app, "*"):
+                continue
+            parts = parts[2:]
+        if (
+            len(parts) == 4
+            and parts[0] == "operator"
+            and parts[1] in (op, "*")
+            and parts[2] == "prop"
+        ):
+            out[parts[3]] = value
+    return out
+
+
 def _bad_key(key: str) -> str:
     return (
         f"config {key}: not understood; use dt.attr.NAME, dt.operator.OP.attr.NAME, "

@@ -10,6 +10,7 @@ from typing import Any
 from malhar import attributes as A
 from malhar import registry
 from malhar.app.config import (
+    configured_properties,
     hide,
     set_app_attribute,
     set_operator_attribute,
@@ -19,6 +20,7 @@ from malhar.app.config import (
 from malhar.dag import DAG, OperatorHandle, PortHandle
 from malhar.errors import ApplicationError
 from malhar.ports import ports_of
+from malhar.properties import PropertyError, properties_of
 from malhar.suggest import did_you_mean
 
 _TOP_KEYS = {"name", "description", "attributes", "operators", "streams"}
@@ -26,7 +28,13 @@ _OPERATOR_KEYS = {"class", "args", "properties", "attributes", "port_attributes"
 _STREAM_KEYS = {"from", "to", "description"}
 
 
-def application_from_json(doc: Any, *, name: str | None = None, source: str = "") -> DAG:
+def application_from_json(
+    doc: Any,
+    *,
+    name: str | None = None,
+    source: str = "",
+    config: Mapping[str, Any] | None = None,
+) -> DAG:
     """Build a DAG from a JSON application description.
 
     Example (``"to"`` may also be a single string; ``"args"`` are constructor
@@ -46,8 +54,11 @@ def application_from_json(doc: Any, *, name: str | None = None, source: str = ""
 
     ``class`` is a name registered in ``malhar.operators`` / ``malhar.connectors``
     (see ``malhar list``) or ``module:Class``. Every problem is collected and
-    raised together in one :class:`ApplicationError`.
+    raised together in one :class:`ApplicationError`. ``config``: the ``dt.*`` settings
+    applied afterwards; a required property they (or ``"properties"``) set is given to
+    a constructor that refuses to build the operator without it.
     """
+    config = config or {}
     where = source or "<json>"
     if not isinstance(doc, Mapping):
         raise ApplicationError([f"{where}: the top level must be a JSON object"], name)
@@ -70,7 +81,8 @@ def application_from_json(doc: Any, *, name: str | None = None, source: str = ""
     operators = _mapping(doc, "operators", where, problems)
     loaded: list[str] = []  # operators created with every property set
     for op, spec in operators.items():
-        handle = _json_operator(dag, op, spec, found, problems, where, loaded)
+        given = configured_properties(config, dag.name, op)
+        handle = _json_operator(dag, op, spec, found, problems, where, loaded, given)
         if handle is not None:
             handles[op] = handle
     for stream, spec in _mapping(doc, "streams", where, problems).items():
@@ -84,9 +96,11 @@ def application_from_json(doc: Any, *, name: str | None = None, source: str = ""
         from malhar.validation import operator_problems
 
         for op in loaded:
+            given = configured_properties(config, dag.name, op)  # not applied yet
             problems += [
                 f"{where}: operator {op!r}: {p}"
                 for p in operator_problems(dag.operators[op].operator)
+                if not any(p.startswith(f"property {g!r} must be set") for g in given)
             ]
         raise ApplicationError(problems, dag.name)
     return dag
@@ -108,6 +122,7 @@ def _json_operator(
     problems: list[str],
     where: str,
     loaded: list[str] | None = None,
+    given: Mapping[str, Any] | None = None,
 ) -> OperatorHandle | None:
     here = f"{where}: operator {op!r}"
     if isinstance(spec, str):
@@ -127,13 +142,19 @@ def _json_operator(
         problems.append(f"{here}: {exc}")
         return None
     args = spec.get("args", {})
+    settings = {**(given or {}), **_mapping(spec, "properties", here, [])}
     try:
-        operator = cls(**args) if isinstance(args, Mapping) else cls(*args)
+        operator = _construct(cls, args, settings)
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
         if isinstance(args, Mapping):
             for key, value in args.items():
                 text = hide(text, str(key), value)
+        if isinstance(exc, PropertyError) and "must be set" in text:
+            text += (
+                f' (give it in the operator\'s "args" or "properties", or as '
+                f"-c dt.operator.{op}.prop.NAME=...)"
+            )
         problems.append(f"{here}: cannot create {cls.__name__} with its 'args': {text}")
         return None
     before = len(problems)
@@ -151,6 +172,26 @@ def _json_operator(
         for key, value in attrs.items():
             set_port_attribute(dag, op, str(port), str(key), value, problems, here)
     return handle
+
+
+def _construct(cls: type, args: Any, settings: Mapping[str, Any]) -> Any:
+    """``cls(*args)`` / ``cls(**args)``; when that refuses a required property that
+    ``settings`` (the operator's ``"properties"`` and config) set, again with it: a
+    constructor may check them, while the settings are applied after it."""
+    if not isinstance(args, Mapping):
+        return cls(*args)
+    try:
+        return cls(**args)
+    except PropertyError as exc:
+        known = properties_of(cls)
+        required = {
+            name: known[name].parse(value)
+            for name, value in settings.items()
+            if name in known and known[name].not_null and name not in args
+        }
+        if not required or "must be set" not in str(exc):
+            raise
+        return cls(**args, **required)
 
 
 def _json_port(

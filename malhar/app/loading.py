@@ -244,7 +244,7 @@ def load_application(
         raise ApplicationError([f"{spec}: import failed: {type(exc).__name__}: {exc}"]) from exc
     handed: ReadConfig | None = None
     if found.json_doc is not None:
-        dag = application_from_json(found.json_doc, name=name, source=spec)
+        dag = application_from_json(found.json_doc, name=name, source=spec, config=config)
     elif isinstance(found.obj, DAG):
         dag = found.obj
         if name:
