@@ -137,6 +137,15 @@ class Property(Generic[T]):
     def _problem(self, value: Any) -> str | None:
         if value is None or value is _UNSET:
             return "must be set (it is required)" if self.not_null else None
+        if not self.references and isinstance(value, str) and value.startswith("${"):
+            from malhar.secrets import is_reference
+
+            if is_reference(value):  # it would be used as it is: a host named "${env:..."
+                return (
+                    f"{value!r} is a reference, which only secret properties read (passwords, "
+                    "URLs, client configs); give the value itself (from a shell: -c "
+                    f'dt.operator.OP.prop.{self.name}="$VARIABLE")'
+                )
         if not isinstance(value, self.type) or (
             isinstance(value, bool) and self.type in (int, float)
         ):

@@ -37,3 +37,15 @@ def test_a_referenced_jdbc_url_is_named_masked(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("DEMO_DB_URL", "postgresql://app:pw@db:5432/shop?password=pw")
     settings = JdbcConnectionSettings().configure(url="${env:DEMO_DB_URL}")
     assert settings.redacted_url == "postgresql://app:***@db:5432/shop?password=***"
+
+
+def test_a_reference_in_a_property_that_reads_none_is_refused_when_set() -> None:
+    """``${env:...}`` in Kafka's bootstrap_servers was taken as a host name: validate said
+    valid and the run failed after 30 s with librdkafka's "Failed to resolve '${env:0'"."""
+    from malhar.io.jdbc import JdbcOutputOperator
+    from malhar.io.kafka import KafkaOutputOperator
+    from malhar.properties import PropertyError
+
+    with pytest.raises(PropertyError, match=r"'\$\{env:BOOT\}' is a reference, which only"):
+        KafkaOutputOperator(bootstrap_servers="${env:BOOT}", topic="t")
+    assert JdbcOutputOperator("${env:DB_URL}", table="t").url == "${env:DB_URL}"  # read later
