@@ -444,7 +444,7 @@ def test_replayed_window_has_exactly_the_same_tuples(kafka_client: Any, tmp_path
     assert by_key(everything) == by_key(sent + fresh)
 
 
-def test_initial_offset_modes(kafka_client: Any, tmp_path: Path) -> None:
+def test_initial_offset_modes(kafka_client: Any, tmp_path: Path, caplog: Any) -> None:
     topic = kafka_client.topic("modes", partitions=2)
     old = kafka_client.produce_numbers(topic, 2, 6)
     group = kafka_unique("g")
@@ -459,7 +459,10 @@ def test_initial_offset_modes(kafka_client: Any, tmp_path: Path) -> None:
         return [r for w in windows for r in kafka_run_window(h, w)]
 
     earliest = start("EARLIEST", "e")
-    latest = start("LATEST", "l")
+    with caplog.at_level("WARNING", logger="malhar.io.kafka"):
+        latest = start("LATEST", "l")
+    said = [r.getMessage() for r in caplog.records if "are not read" in r.getMessage()]
+    assert len(said) == 1 and "the 6 record(s) already there are not read" in said[0]
     app_latest = start("APPLICATION_OR_LATEST", "al")  # the group has no offsets yet: latest
     app_earliest = start("APPLICATION_OR_EARLIEST", "ae")  # ... earliest
     new = kafka_client.produce_numbers(topic, 2, 4, start=6)
@@ -480,14 +483,18 @@ def test_initial_offset_modes(kafka_client: Any, tmp_path: Path) -> None:
     for h in (earliest, latest, app_latest, app_earliest):
         h.teardown()
     newer = kafka_client.produce_numbers(topic, 2, 2, start=10)
+    caplog.clear()
     for mode, expected in (
         ("APPLICATION_OR_EARLIEST", newer),
         ("APPLICATION_OR_LATEST", newer),
         ("EARLIEST", old + new + newer),
     ):
-        h = start(mode, f"second-{mode}")
+        with caplog.at_level("WARNING", logger="malhar.io.kafka"):
+            h = start(mode, f"second-{mode}")
         assert by_key(read(h, range(3))) == by_key(expected), mode
         h.teardown()
+    # from the group's position: nothing skipped, nothing said
+    assert not [r for r in caplog.records if "are not read" in r.getMessage()]
 
 
 def test_committed_window_commits_offsets_and_purges(kafka_client: Any, tmp_path: Path) -> None:

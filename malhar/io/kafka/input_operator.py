@@ -273,6 +273,24 @@ class KafkaInputOperator(DealtPositions, EventTimeInput, ReplayableInput[Ranges]
                 found,
                 "new partitions: earliest" if restored else self.initial_offset,
             )
+            if not restored and str(self.initial_offset).endswith("LATEST"):
+                self._say_skipped(found)
+
+    def _say_skipped(self, found: dict[TP, int]) -> None:
+        """Warn that a first launch at the end skips the records already in the topic
+        (Malhar's default, and a surprise to whoever expected to read them)."""
+        marks = self._client.watermarks(found)
+        at_end = {tp: marks[tp][1] - marks[tp][0] for tp, at in found.items() if at == marks[tp][1]}
+        skipped = sum(at_end.values())  # a partition started at the group's position is not
+        if skipped:
+            log.warning(
+                "%s: starts at the end of %s (initial_offset=%s): the %d record(s) already "
+                "there are not read; initial_offset='APPLICATION_OR_EARLIEST' reads them",
+                self.label,
+                format_tps([tp for tp, n in at_end.items() if n]),
+                self.initial_offset,
+                skipped,
+            )
 
     def _discover(self) -> None:
         """Take on partitions added to the topics since the last look (new windows only: a
