@@ -10,9 +10,15 @@ incrementally with every window, see ``docs/state.md``).
 Both need a checkpoint location (a running application, or an ``OperatorHarness`` whose
 context names a ``checkpoint`` folder) and are partitioned by key.
 
+Null keys (``null_keys``): by default (``"match"``) a None key is one key like any other,
+as in Spark's ``dropDuplicates``: the second tuple without a key is a duplicate.
+``"error"`` sends a tuple whose key is null to ``error``; ``"unique"`` passes it as unique
+and remembers nothing.
+
 Batches: an Arrow batch whose key column is integers, strings or binaries (no nulls) is
 decided at once, with the same decisions and final state as its rows one at a time. Other
-key columns go one key at a time.
+key columns go one key at a time. With ``null_keys`` ``"error"`` or ``"unique"`` the null
+rows of a batch are set apart (vectorized) and the others decided as such a batch.
 
 - TimeBasedDedup keeps int, str and bytes keys in sorted runs per time bucket
   (``malhar.util.state.key_sets``): a batch is decided and stored in numpy, without Python
@@ -49,6 +55,7 @@ from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.state import State
 from malhar.util.epoch_millis import epoch_millis, event_millis
+from malhar.util.null_keys import null_key
 from malhar.util.state import INT, INT_VALUE
 from malhar.util.state.arrow_keys import encode_keys
 from malhar.util.state.key_set_kinds import I64_MAX, MAX_KEY_BYTES
@@ -61,6 +68,11 @@ _UNDECIDED = "undecided"
 
 #: the label of a row whose key the state codec refuses (to the error port)
 _REFUSED = 3
+#: the label of a row whose key is null with null_keys="error" (to the error port)
+_NULL = 4
+
+#: what ``null_keys`` may be (see :class:`_Dedup`)
+NULL_KEYS = ("match", "error", "unique")
 
 
 class _Dedup(TypedOutputs, AlgoOperator):
@@ -76,6 +88,13 @@ class _Dedup(TypedOutputs, AlgoOperator):
     )
     budget_bytes = Property(int, default=64 << 20, min=8 << 20, doc="managed-state memory budget")
     schema = SchemaProperty("unique", "duplicate", doc="Spark DDL of the stream")
+    null_keys = Property(
+        str,
+        default="match",
+        one_of=NULL_KEYS,
+        doc="a null key (None, or a tuple key with a None): match (one key, as Spark's "
+        "dropDuplicates), error (to the error port) or unique (never remembered)",
+    )
 
     def partitioning(self) -> Partitioning:
         return Partitioning("keyed", {"input": FieldCodec(self.key)})
@@ -96,11 +115,50 @@ class _Dedup(TypedOutputs, AlgoOperator):
     def _refuse(self, t: Any, k: Any) -> None:
         self._error(t, f"the key {k!r} cannot be stored: {STORABLE_KEYS}")
 
+    def _null(self, k: Any) -> bool:
+        """Whether ``k`` is a null key that ``null_keys`` sets apart (not ``"match"``)."""
+        return self._apart and null_key(k)
+
+    def _refuse_null(self, t: Any, k: Any) -> None:
+        field = "the key" if self.key is None else f"the key field {self.key!r}"
+        what = "is null" if k is None else f"has a null part: {k!r}"
+        self._error(t, f"{field} {what} (null_keys='error')")
+
+    def _null_rows(self, keys: pa.Array) -> np.ndarray | None:
+        """The mask of a batch's rows whose key ``null_keys`` sets apart (None: no such row)."""
+        if self.null_keys == "match" or not keys.null_count:
+            return None
+        return keys.is_null().to_numpy(zero_copy_only=False)
+
     def _refuse_rows(self, batch: pa.RecordBatch, keys: pa.Array, labels: np.ndarray) -> None:
-        """The rows labelled :data:`_REFUSED` to the error port, as :meth:`process` sends
-        them: one bad key costs its row, not the batch."""
-        for i in np.flatnonzero(labels == _REFUSED).tolist():
-            self._refuse(batch.slice(i, 1).to_pylist()[0], keys[i].as_py())
+        """The rows labelled :data:`_REFUSED` or :data:`_NULL` to the error port, as
+        :meth:`process` sends them: one bad key costs its row, not the batch."""
+        labels = np.asarray(labels)
+        for i in np.flatnonzero(labels >= _REFUSED).tolist():
+            row = batch.slice(i, 1).to_pylist()[0]
+            if labels[i] == _NULL:
+                self._refuse_null(row, keys[i].as_py())
+            else:
+                self._refuse(row, keys[i].as_py())
+
+    def _labels(
+        self,
+        keys: pa.Array,
+        decide: Callable[[pa.Array, np.ndarray | None], np.ndarray],
+        apart: Callable[[np.ndarray], np.ndarray],
+    ) -> np.ndarray:
+        """The labels of a batch's rows: ``decide(keys, rows)`` those of the rows (None: all)
+        whose key is not set apart as null, ``apart(rows)`` those of the others."""
+        nulls = self._null_rows(keys)
+        if nulls is None:
+            return np.asarray(decide(keys, None), np.int8)
+        labels = np.empty(len(keys), np.int8)
+        rest = np.flatnonzero(~nulls)
+        if len(rest):
+            labels[rest] = decide(keys.take(pa.array(rest)), rest)
+        gone = np.flatnonzero(nulls)
+        labels[gone] = apart(gone)
+        return labels
 
     def _emit_split(
         self, batch: pa.RecordBatch, labels: list[int] | np.ndarray, ports: list[Any]
@@ -128,6 +186,17 @@ class TimeBasedDedup(_Dedup):
     Decimal, a date, an integer past 64 bits) sends its tuple to ``error``, in a batch
     too (the rest of the batch is decided); so does a time that is no epoch-ms int
     (a uint64 past ``2**63 - 1``).
+
+    **Null keys** (``null_keys``, default ``"match"``): a None key is a key like any other,
+    as in Spark's ``dropDuplicates`` (which keeps one row of the null key): the first tuple
+    without a key is unique, every later one in its bucket a ``duplicate``; two different
+    records that lack their id (a JSON record without ``order_id`` parsed with a schema,
+    say) collapse into one. ``null_keys="error"`` sends a tuple whose key is null to
+    ``error`` (the reason names the key field; counted as errors); ``"unique"`` passes each
+    as unique and remembers none (SQL's view: a null equals nothing), though one behind the
+    horizon still goes to ``expired``. A key of several fields (a tuple key) is null when
+    any part is None, as the joins' null keys are (``malhar.util.null_keys``); with
+    ``"match"`` each part is a value, as in ``dropDuplicates(["a", "b"])``.
 
     ``bucket_span`` is kept with the checkpoint: restarting with another span raises
     StateError (the stored buckets are counted in the old one); change it with a new
@@ -180,6 +249,7 @@ class TimeBasedDedup(_Dedup):
         )
 
     def setup(self, context: Any) -> None:
+        self._apart = self.null_keys != "match"  # read per tuple: not through the Property
         state = context.managed_state(budget_bytes=self.budget_bytes)
         self._seen = state.time_buckets("seen", bucket_span=self.bucket_span, value_codec=INT_VALUE)
         self._ints = state.int_sets("seen-ints", bucket_span=self.bucket_span)
@@ -197,9 +267,12 @@ class TimeBasedDedup(_Dedup):
             newest = [t for t in (self.max_time, self.window_max) if t is not None]
             self.keys_in_seen_to = max(newest) // self.bucket_span if newest else None
 
+    def _expired(self, ts: int) -> bool:
+        return (self._horizon is not None and ts < self._horizon) or self._ints.is_expired(ts)
+
     def _classify(self, k: Any, ts: int) -> int:
         """0 unique, 1 duplicate, 2 expired."""
-        if (self._horizon is not None and ts < self._horizon) or self._ints.is_expired(ts):
+        if self._expired(ts):
             return 2
         sets = self._sets_of.get(type(k))
         if sets is not None and (held := sets.key(k)) is not None:
@@ -229,7 +302,13 @@ class TimeBasedDedup(_Dedup):
         kt = self._read(t)
         if kt is None:
             return
-        label = self._label(*kt)
+        if self._null(kt[0]):
+            if self.null_keys == "error":
+                self._refuse_null(t, kt[0])
+                return
+            label = 2 if self._expired(kt[1]) else 0  # "unique": nothing remembered
+        else:
+            label = self._label(*kt)
         if label == _REFUSED:
             self._refuse(t, kt[0])
             return
@@ -263,24 +342,42 @@ class TimeBasedDedup(_Dedup):
                 self.process(row)
             return
         stamps = epoch_millis(times)  # floored to the millisecond, as a tuple's time is
-        sets, held, rest = self._held_keys(keys)
-        if sets is None:
-            labels = self._classify_rows(keys, stamps)
-        elif rest is None:
-            labels = self._classify_sets(keys, sets, held, stamps)
-        else:
-            # str or bytes keys too long for the key sets are another key's, in seen: the
-            # two groups are decided apart (expiry does not move inside a window)
-            labels = np.empty(len(stamps), np.int8)
-            fit = np.flatnonzero(~rest)
-            labels[fit] = self._classify_sets(keys, sets, held, stamps[fit], fit)
-            long = np.flatnonzero(rest)
-            labels[long] = self._classify_rows(keys.take(long), stamps[long])
+
+        def decide(keys: pa.Array, rows: np.ndarray | None) -> np.ndarray:
+            return self._decide(keys, stamps if rows is None else stamps[rows])
+
+        labels = self._labels(keys, decide, lambda rows: self._null_labels(stamps[rows]))
         live = stamps[labels < 2]
         if len(live):
             self._newest(int(live.max()))
         self._refuse_rows(batch, keys, labels)
         self._emit_split(batch, labels, [self.unique, self.duplicate, self.expired])
+
+    def _decide(self, keys: pa.Array, stamps: np.ndarray) -> np.ndarray:
+        """The labels of :meth:`_label` for a batch's keys and times, vectorized where the
+        key sets hold the keys."""
+        sets, held, rest = self._held_keys(keys)
+        if sets is None:
+            return self._classify_rows(keys, stamps)
+        if rest is None:
+            return self._classify_sets(keys, sets, held, stamps)
+        # str or bytes keys too long for the key sets are another key's, in seen: the
+        # two groups are decided apart (expiry does not move inside a window)
+        labels = np.empty(len(stamps), np.int8)
+        fit = np.flatnonzero(~rest)
+        labels[fit] = self._classify_sets(keys, sets, held, stamps[fit], fit)
+        long = np.flatnonzero(rest)
+        labels[long] = self._classify_rows(keys.take(long), stamps[long])
+        return labels
+
+    def _null_labels(self, stamps: np.ndarray) -> np.ndarray:
+        """The labels of null-key rows set apart: :data:`_NULL` ("error"), or unique unless
+        expired ("unique"), as :meth:`process` decides them."""
+        if self.null_keys == "error":
+            return np.full(len(stamps), _NULL, np.int8)
+        labels, _ = self._alive(stamps)
+        labels[labels == 1] = 0
+        return labels
 
     def _alive(self, stamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Labels with the expired rows (2) and the rest duplicates (1) for now, and the row
@@ -410,6 +507,16 @@ class BoundedDedup(_Dedup):
     is unique again when it comes back. A key managed state cannot store (a Decimal, a
     date, an integer past 64 bits) sends its tuple to ``error``, in a batch too.
 
+    **Null keys** (``null_keys``, default ``"match"``): a None key is a key like any other,
+    as in Spark's ``dropDuplicates`` (which keeps one row of the null key): the first tuple
+    without a key is unique, every later one a ``duplicate`` while None is remembered; two
+    different records that lack their id collapse into one. ``null_keys="error"`` sends a
+    tuple whose key is null to ``error`` (the reason names the key field; counted as
+    errors); ``"unique"`` passes each as unique and remembers none (SQL's view: a null
+    equals nothing). A key of several fields (a tuple key) is null when any part is None,
+    as the joins' null keys are (``malhar.util.null_keys``); with ``"match"`` each part is
+    a value, as in ``dropDuplicates(["a", "b"])``.
+
     Example:
         >>> import tempfile
         >>> from malhar import OperatorContext
@@ -439,6 +546,7 @@ class BoundedDedup(_Dedup):
         )
 
     def setup(self, context: Any) -> None:
+        self._apart = self.null_keys != "match"  # read per tuple: not through the Property
         state = context.managed_state(budget_bytes=self.budget_bytes)
         self._keys = state.map("keys", value_codec=INT_VALUE)
         self._order = state.map("order", key_codec=INT)
@@ -464,6 +572,12 @@ class BoundedDedup(_Dedup):
         except (KeyError, IndexError, TypeError) as exc:
             self._error(t, missing(exc.args[0] if exc.args else self.key))
             return
+        if self._null(k):
+            if self.null_keys == "error":
+                self._refuse_null(t, k)
+            else:  # "unique": nothing remembered
+                self.unique.emit(t)
+            return
         label = self._label(k)
         if label == _REFUSED:
             self._refuse(t, k)
@@ -485,13 +599,19 @@ class BoundedDedup(_Dedup):
             for row in batch.to_pylist():
                 self.process(row)
             return
+        unique = 0 if self.null_keys == "unique" else _NULL
+        labels = self._labels(
+            keys, lambda keys, _: self._decide(keys), lambda rows: np.full(len(rows), unique)
+        )
+        self._refuse_rows(batch, keys, labels)
+        self._emit_split(batch, labels, [self.unique, self.duplicate])
+
+    def _decide(self, keys: pa.Array) -> np.ndarray:
+        """The labels of :meth:`_label` for a batch's keys (:data:`_REFUSED` included)."""
         encoded = encode_keys(self._keys.key_codec, keys)
         if encoded is None:  # a key type without a vectorized encoding: one key at a time
-            labels = np.array([self._label(k) for k in keys.to_pylist()], np.int8)
-            self._refuse_rows(batch, keys, labels)
-        else:
-            labels = self._classify_batch(keys, encoded)
-        self._emit_split(batch, labels, [self.unique, self.duplicate])
+            return np.array([self._label(k) for k in keys.to_pylist()], np.int8)
+        return np.asarray(self._classify_batch(keys, encoded), np.int8)
 
     def _classify_batch(self, keys: pa.Array, encoded: list[bytes]) -> list[int]:
         """The labels of :meth:`_classify` for a whole batch, and the same final state, with

@@ -6,7 +6,9 @@
   pair also needs event times at most ``within`` apart. An outer side's tuple that found
   no partner is emitted alone when it expires.
 - :class:`LookupJoin`: a stream-table join: ``table`` tuples upsert rows by key, ``stream``
-  tuples are joined with the row of their key as of the end of the previous window.
+  tuples are joined with the row of their key as of the end of the previous window. Stream
+  tuples without a row (misses) and table rows not stored (null keys) are counted in
+  ``metrics()``; ``miss_policy="error"`` (Enricher's name) sends misses to ``error``.
 
 Retention counted in windows is the same in every partition and on every replay, so the
 result does not depend on the partitioning or on crashes.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,7 +44,11 @@ from malhar.util.null_keys import null_key
 __all__ = ["LookupJoin", "StreamJoin"]
 
 JOIN_TYPES = ("inner", "left", "right", "outer")
-_POS, _KEY = "__malhar_pos", "__malhar_key"
+_POS, _KEY, _HIT = "__malhar_pos", "__malhar_key", "__malhar_hit"
+
+#: LookupJoin's miss_policy values: Enricher's names (malhar.algo.enrich.MISS_POLICIES) that
+#: an inner join can take ("null" and "pass" are what join_type="left" does)
+LOOKUP_MISS_POLICIES = ("drop", "error")
 
 
 def _ragged() -> Any:
@@ -310,6 +317,16 @@ class LookupJoin(_Join):
     one field twice (it has ``x`` and ``right_x``, the table row ``x``) goes to ``error``
     with the field's name, one tuple at a time or in a batch.
 
+    **Misses**: a stream tuple that finds no row -- its key has none yet (a row sent in
+    the same window is not in force before the window ends), or its key is null -- is
+    counted in ``metrics()["misses"]`` (per window, whatever the join type); a table row
+    not stored because its key is null (a record parsed with a schema but without the key
+    field, say) in ``metrics()["table_null_keys"]``. ``miss_policy`` (``Enricher``'s
+    names) says what an ``inner`` join does with a miss: ``None`` (the default) or
+    ``"drop"`` drops it, counted only; ``"error"`` sends it to ``error`` with the reason
+    ``no row for {'<left_key>': <key>}``, as ``Enricher`` does. ``left`` emits misses
+    alone and takes no ``miss_policy`` (setup raises ConfigError).
+
     Null keys match nothing, as in SQL: a stream tuple whose key is None (or a tuple with a
     None in it) is treated as one without a row (``inner`` drops it, ``left`` emits it
     alone), and a table row with such a key is not stored. ``null_keys_match=True`` stores
@@ -338,6 +355,13 @@ class LookupJoin(_Join):
     table = InputPort()
 
     join_type = Property(str, default="inner", one_of=("inner", "left"), doc="inner or left")
+    miss_policy = Property(
+        str,
+        default=None,
+        one_of=LOOKUP_MISS_POLICIES,
+        doc="an inner join's stream tuple without a table row: drop (None: the default) or "
+        "error (to the error port, as Enricher's miss_policy)",
+    )
 
     #: the state codec's bytes of a key -> (key, its table row received in the open
     #: application window), in force at its end: keys as the table tells them apart
@@ -355,8 +379,38 @@ class LookupJoin(_Join):
         )
 
     def setup(self, context: Any) -> None:
+        if self.miss_policy is not None and self.join_type != "inner":
+            raise ConfigError(
+                f"{context.name}: miss_policy={self.miss_policy!r} is for join_type='inner'; "
+                f"join_type={self.join_type!r} emits a stream tuple without a row alone"
+            )
         state = context.managed_state(budget_bytes=self.budget_bytes)
         self._table = state.map("table")
+        self.begin_window(-1)
+
+    def begin_window(self, window_id: int) -> None:
+        # this window's counts (metrics)
+        self._misses = 0
+        self._table_null_keys = 0
+
+    def metrics(self) -> dict[str, float]:
+        """This window's errors, stream tuples without a table row, and table rows not
+        stored because their key is null."""
+        return {
+            **super().metrics(),
+            "misses": float(getattr(self, "_misses", 0)),
+            "table_null_keys": float(getattr(self, "_table_null_keys", 0)),
+        }
+
+    def _miss(self, t: Any, k: Any) -> None:
+        """``t`` (key ``k``) found no table row: counted; to ``error`` with
+        ``miss_policy="error"``."""
+        self._misses += 1
+        if self.miss_policy == "error":
+            reason = f"no row for {{{self.left_key!r}: {k!r}}}"
+            if null_key(k) and not self.null_keys_match:
+                reason += " (a null key matches nothing; null_keys_match=True matches None)"
+            self._error(t, reason)
 
     def process_table(self, t: Any) -> None:
         try:
@@ -364,6 +418,7 @@ class LookupJoin(_Join):
             if not _storable(k):
                 raise TypeError(_unstorable(k, "stored"))
             if not self.null_keys_match and null_key(k):
+                self._table_null_keys += 1
                 return  # a row no stream tuple can match: kept nowhere
             self.updates[self._table.key_codec.encode(k)] = (k, t)
         except KeyError as exc:
@@ -397,6 +452,7 @@ class LookupJoin(_Join):
             except FieldClash as exc:
                 self._error(t, f"{exc} with the table row {row!r}: rename a field")
                 return None
+        self._miss(t, k)
         if self.join_type == "left":
             return merge_rows(t, None, self.left_key, self._rkey)
         return None
@@ -406,10 +462,11 @@ class LookupJoin(_Join):
             return
         if self.output.port.schema is not None and self.left_key in batch.schema.names:
             try:
-                joined = self._join_batch(batch)
+                joined, hit = self._join_batch(batch)
             except (pa.ArrowException, TypeError, ValueError):
                 joined = None  # keys or rows Arrow cannot join: row by row below
             if joined is not None:
+                self._batch_misses(batch, hit)
                 emit_table(self.output, joined)
                 return
         out = []
@@ -427,10 +484,23 @@ class LookupJoin(_Join):
                 out.append(row)
         self._emit_rows(out)
 
-    def _join_batch(self, batch: pa.RecordBatch) -> pa.Table:
+    def _batch_misses(self, batch: pa.RecordBatch, hit: np.ndarray) -> None:
+        """The rows of ``batch`` that found no table row (``hit`` False): counted, and to
+        the error port with ``miss_policy="error"``, as :meth:`_joined` does them."""
+        missed = np.flatnonzero(~hit)
+        if not len(missed):
+            return
+        if self.miss_policy != "error":
+            self._misses += len(missed)
+            return
+        for t in batch.take(pa.array(missed)).to_pylist():
+            self._miss(t, t[self.left_key])
+
+    def _join_batch(self, batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray]:
         """``batch`` joined with the table rows of its distinct keys (one state read per
         key, an Arrow hash join, arrival order kept): the rows :meth:`process_stream` gives,
-        as columns. Raises TypeError where the rows do not fit one Arrow table."""
+        as columns, and which rows found a table row. Raises TypeError where the rows do not
+        fit one Arrow table."""
         col = batch.column(self.left_key)
         # Arrow's join pairs no nulls: a null key finds no row (as _joined says), unless
         # null keys match and the table has a row for None (then row by row)
@@ -446,9 +516,10 @@ class LookupJoin(_Join):
         left = pa.Table.from_batches([batch])
         left = left.append_column(_POS, pa.array(range(batch.num_rows), pa.int64()))
         if not found:
+            none = np.zeros(batch.num_rows, bool)
             if self.join_type == "inner":
-                return left.slice(0, 0).drop_columns([_POS])
-            return left.drop_columns([_POS])
+                return left.slice(0, 0).drop_columns([_POS]), none
+            return left.drop_columns([_POS]), none
         fields = list(found[0][1])
         names = list(batch.schema.names)
         columns: dict[str, list] = {_KEY: [k for k, _ in found]}
@@ -460,6 +531,7 @@ class LookupJoin(_Join):
                 raise TypeError(f"the joined field {name!r} clashes")
             names.append(name)
             columns[name] = [r[f] if list(r) == fields else _ragged() for _, r in found]
+        columns[_HIT] = [True] * len(found)
         right = pa.table(
             {
                 n: pa.array(v, type=col.type) if n == _KEY else pa.array(v)
@@ -469,11 +541,12 @@ class LookupJoin(_Join):
         how = "inner" if self.join_type == "inner" else "left outer"
         joined = left.join(
             right, keys=self.left_key, right_keys=_KEY, join_type=how, use_threads=False
-        )
-        joined = joined.sort_by(_POS).drop_columns(
-            [c for c in (_POS, _KEY) if c in joined.column_names]
-        )
-        return joined.select([n for n in names if n in joined.column_names])
+        ).sort_by(_POS)
+        hit = np.zeros(batch.num_rows, bool)
+        hits = joined.filter(pc.is_valid(joined.column(_HIT))).column(_POS)
+        hit[hits.to_numpy()] = True
+        joined = joined.drop_columns([c for c in (_POS, _KEY, _HIT) if c in joined.column_names])
+        return joined.select([n for n in names if n in joined.column_names]), hit
 
     def process_batch_table(self, batch: pa.RecordBatch) -> None:
         for row in batch.to_pylist():
