@@ -137,7 +137,7 @@ class Property(Generic[T]):
     def _problem(self, value: Any) -> str | None:
         if value is None or value is _UNSET:
             return "must be set (it is required)" if self.not_null else None
-        if not self.references and isinstance(value, str) and value.startswith("${"):
+        if not self.references and isinstance(value, str) and value.lstrip().startswith("${"):
             from malhar.secrets import is_reference
 
             if is_reference(value):  # it would be used as it is: a host named "${env:..."

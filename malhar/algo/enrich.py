@@ -80,7 +80,9 @@ class JdbcLookup(Configurable):
     """A lookup table in a database, read with SQLAlchemy (``url`` as for the JDBC output,
     e.g. ``postgresql+psycopg2://user@host/db``; ``password`` may be a secret reference)."""
 
-    url = Property(str, default=None, not_null=True, doc="SQLAlchemy URL")
+    url = Property(
+        str, default=None, not_null=True, references=True, doc="SQLAlchemy URL (or a reference)"
+    )
     table = Property(str, default=None, not_null=True, doc="table or view (schema.table)")
     password = Property(str, default=None, secret=True, doc="password, if not in the url")
 

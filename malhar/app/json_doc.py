@@ -191,7 +191,10 @@ def _construct(cls: type, args: Any, settings: Mapping[str, Any]) -> Any:
         }
         if not required or "must be set" not in str(exc):
             raise
-        return cls(**args, **required)
+        try:
+            return cls(**args, **required)
+        except TypeError:  # a constructor that names its arguments otherwise
+            raise exc from None
 
 
 def _json_port(

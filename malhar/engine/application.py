@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from malhar import attributes as A
 from malhar.dag import DAG
 from malhar.engine.failure import ApplicationFailed, explain
-from malhar.engine.spark_io import shutdown_flag_path
+from malhar.engine.spark_io import shutdown_flag_path, stopped_after
 from malhar.engine.window_log import WindowLog
 from malhar.stats import OperatorMetrics, OperatorStats, Response, StatsListener
 
@@ -64,7 +64,8 @@ class RunningApplication:
 
             # PARTITIONS changed since the checkpoint's last run: move the state first
             last = self.last_window
-            reconcile(self.dag, self.checkpoint, last, stopped=self.log.stopped_after(last))
+            stopped = stopped_after(self.checkpoint, last)
+            reconcile(self.dag, self.checkpoint, last, stopped=stopped)
             self._first = self.last_window + 1
         windows = self._windows
         if windows is not None:

@@ -34,6 +34,7 @@ from malhar.engine.slot_claims import claims_root, level0_tasks
 from malhar.engine.spark_io import (
     SOURCE_NAME,
     MalharSource,
+    clear_stopped_mark,
     encode_plan,
     integrity_options,
     shutdown_flag_path,
@@ -247,6 +248,7 @@ def start_query(
     fs, claims = claims_root(checkpoint)  # an earlier launch's slot claims
     fs.delete(claims, recursive=True)
     clear_shutdown_flag(checkpoint)
+    clear_stopped_mark(checkpoint)  # a window may be in flight from now until a clean stop
     df = build_dataframe(spark, plan, windows)
     period = int(dag.attr(A.STREAMING_WINDOW_MS))
     name = f"malhar-{dag.name}-{uuid.uuid4().hex[:6]}"

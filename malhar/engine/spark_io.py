@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark import TaskContext, cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from malhar.engine.window_log import FINAL, WindowLog
+from malhar.engine.window_log import WindowLog
 from malhar.util.fs.urls import child_url
 
 if TYPE_CHECKING:
@@ -61,6 +61,43 @@ def integrity_options(key: str | bytes | None) -> dict[str, str]:
 
 def shutdown_flag_path(checkpoint: str) -> str:
     return child_url(checkpoint, "malhar", "control", "shutdown")  # a URL's ?query stays last
+
+
+def _stopped_path(checkpoint: str) -> str:
+    return child_url(checkpoint, "malhar", "control", "stopped")
+
+
+def mark_stopped(checkpoint: str, window: int) -> None:
+    """Record that the run stops cleanly after ``window``: no later window is in flight
+    (written by the source when it delivers its last window; deleted by every launch)."""
+    from malhar.util.fs import filesystem_for
+
+    fs, path = filesystem_for(_stopped_path(checkpoint))
+    fs.mkdirs(fs.dirname(path))
+    fs.write_atomic(path, str(window).encode(), overwrite=True)
+
+
+def clear_stopped_mark(checkpoint: str) -> None:
+    """A query starts: from now on a window may be in flight until it stops cleanly."""
+    from malhar.util.fs import filesystem_for
+
+    fs, path = filesystem_for(_stopped_path(checkpoint))
+    fs.delete(path)
+
+
+def stopped_after(checkpoint: str, window: int) -> bool:
+    """Whether the last run stopped cleanly after ``window`` (False: it crashed or was
+    killed, with ``window + 1`` possibly in flight, or it predates this record)."""
+    from malhar.util.fs import filesystem_for
+    from malhar.util.fs.errors import StorageNotFoundError
+
+    if window < 0:
+        return True  # nothing ran
+    fs, path = filesystem_for(_stopped_path(checkpoint))
+    try:
+        return fs.read(path).strip() == str(window).encode()
+    except StorageNotFoundError:
+        return False
 
 
 @dataclass
@@ -124,8 +161,8 @@ class MalharStreamReader(DataSourceStreamReader):
             # the batch ending at ``start`` is in its commit log; ``commit(start)`` would
             # come with a next batch, and there is none: record the last window here.
             if not self.final_recorded:
-                # the run's last window: it stopped cleanly after it (see ``WindowLog``)
-                self.log.record(window, {FINAL: True})
+                self.log.record(window, {})
+                mark_stopped(self.checkpoint, window)  # no window in flight after it
                 self.final_recorded = True
             return start
         if self.first is None:

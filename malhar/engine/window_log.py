@@ -15,8 +15,6 @@ from functools import cached_property
 from typing import Any
 
 APP_OPERATOR = "__app__"
-#: the info of the window a run stopped cleanly after (no window was in flight)
-FINAL = "final"
 
 
 class WindowLog:
@@ -68,13 +66,6 @@ class WindowLog:
 
     def get(self, window: int) -> dict[str, Any] | None:
         return self._manager.retrieve(window)
-
-    def stopped_after(self, window: int) -> bool:
-        """Whether a run stopped cleanly after ``window`` (False: it crashed or was killed,
-        with ``window + 1`` possibly in flight, or the log predates this record)."""
-        if window < 0:
-            return True  # nothing ran
-        return bool((self.get(window) or {}).get(FINAL))
 
     def purge(self, committed: int) -> None:
         self._manager.committed(committed)

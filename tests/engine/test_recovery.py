@@ -119,6 +119,18 @@ def test_a_count_change_after_a_crash_waits_for_a_clean_stop(tmp_path: Path) -> 
     assert "journal: 1 -> 2: the partition counts changed" in log.read_text()
     assert "did not stop cleanly after window" in log.read_text()
     assert _start(checkpoint, windows=2).wait(timeout=300) == 0, log.read_text()[-3000:]
+    # the clean stop's mark does not outlive the next launch: killed again, refused again
+    seen = len(_journal(tmp_path))
+    proc = _start(checkpoint)
+    wait_until(
+        lambda: len(_journal(tmp_path)) > seen,
+        timeout=180,
+        what="a window of the next run in the journal",
+        alive=lambda: None if proc.poll() is None else f"driver exited {proc.returncode}",
+    )
+    _kill(proc)
+    assert _start(checkpoint, windows=2, journals=2).wait(timeout=300) != 0
+    assert _start(checkpoint, windows=2).wait(timeout=300) == 0, log.read_text()[-3000:]
     assert _start(checkpoint, windows=2, journals=2).wait(timeout=300) == 0, log.read_text()[-3000:]
     final = collected(str(checkpoint), "out")
     assert sorted(final) == list(range(max(final) + 1))

@@ -144,6 +144,7 @@ def test_json_timestamps_as_spark_reads_them(tmp_path) -> None:
         '{"u":"b","ts":""}\n'
         '{"u":"c","ts":"2026-11-29T10:00:05.1234567"}\n'
         '{"u":"d"}\n'
+        '{"u":"e","ts":"1969-12-31T23:59:59.9999999Z"}\n'  # cut toward earlier, as Spark
     )
     (folder / "a.jsonl").write_text(text)
     op = JsonLinesFileInput(str(folder), schema="u string, ts timestamp", scan_interval_ms=0)
@@ -153,6 +154,7 @@ def test_json_timestamps_as_spark_reads_them(tmp_path) -> None:
         ("a", "2026-11-29T10:00:05.123456+00:00"),
         ("c", "2026-11-29T10:00:05.123456+00:00"),
         ("d", None),
+        ("e", "1969-12-31T23:59:59.999999+00:00"),
     ]
     assert [(e["offset"], e["error"]) for e in errors] == [
         (text.index('{"u":"b"'), "field 'ts' (timestamp): cannot convert \"\""),

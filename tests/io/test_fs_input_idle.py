@@ -111,6 +111,13 @@ def test_the_generator_says_idle_once_every_upstream_partition_did() -> None:
         (IDLE, kafka),
         (IDLE, None),
     ]
+    # a reader of that stream dealt no Kafka partition says only idle, never a watermark:
+    # passed on too, or the operators downstream, which count the stream's readers, would
+    # wait for it
+    empty = ControlSender("records", "kafka", 1, 2)
+    h.put_control("input", IDLE, end, sender=empty)
+    h.run_window()
+    assert (out.controls[-1].payload, out.senders[-1]) == (IDLE, empty)
 
 
 # -- through the engine ---------------------------------------------------------------------------

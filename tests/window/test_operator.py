@@ -934,3 +934,15 @@ def test_when_every_sender_is_idle_the_largest_watermark_they_sent_counts() -> N
     watermark(h, 20, p1)  # active again, behind: nothing goes back
     put(h)
     assert h.operator.watermark == 30
+
+
+def test_a_merge_operator_whose_inputs_are_all_idle_takes_the_smaller_input() -> None:
+    op = WindowedMergeOperator(Cogroup(), TimeWindows(10), timestamp="t", timestamp2="t")
+    h = harness(op)
+    watermark(h, 30, port="input")
+    watermark(h, 10, port="input2")
+    h.run_window()
+    idle(h, port="input")
+    idle(h, port="input2")
+    h.run_window()
+    assert h.operator.watermark == 10  # the max within an input, the min across inputs

@@ -362,9 +362,11 @@ def _text_to_time(column: Any, target: pa.DataType) -> Any:
     except pa.ArrowInvalid:
         if target.unit == "ns":
             raise
-        # more digits than the unit holds: read as nanoseconds, then truncate
+        # more digits than the unit holds: read as nanoseconds, then cut the extra digits
+        # as Spark does (toward earlier times, also before 1970)
         finer = pc.cast(column, pa.timestamp("ns", target.tz))
-        return finer.cast(target, safe=False)
+        unit = {"s": "second", "ms": "millisecond", "us": "microsecond"}[target.unit]
+        return pc.floor_temporal(finer, unit=unit).cast(target)
 
 
 def zone_naive(column: Any, target: pa.DataType) -> Any:

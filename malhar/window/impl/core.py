@@ -592,10 +592,11 @@ class WindowedCore(WindowedSettings):
                 values = [t.combined(book.cur, self.idle_timeout_windows) for t in live]
                 candidate = None if None in values else min(values)  # type: ignore[type-var]
             else:
-                # every sender idle: nothing they hold can be behind what they last said, so
-                # the largest of it counts (as Flink's valve flushes when all channels idle)
-                highest = [h for t in book.trackers if (h := t.highest()) is not None]
-                candidate = max(highest, default=None)
+                # every sender idle: nothing an input's senders hold can be behind the largest
+                # watermark they sent (Flink's valve flushes it when all channels go idle);
+                # across the inputs of a merge operator, the smallest of those
+                highest = [t.highest() for t in book.trackers]
+                candidate = None if None in highest else min(highest)  # type: ignore[type-var]
         if candidate is not None and (book.watermark is None or candidate > book.watermark):
             book.watermark = candidate
 

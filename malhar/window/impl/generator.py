@@ -44,9 +44,9 @@ class WatermarkGenerator(Operator):
     ``WatermarkIdle`` itself, so that the windowed operators downstream leave it out of
     their minimum at once; it counts again with its next watermark. Watermarks from
     upstream (a Kafka input with ``event_time``) pass through with their senders, and so
-    does the idleness of a sender that sent watermarks through here; the idleness of one
-    that never did (a file input) is this generator's, not passed on, since downstream
-    holds no watermark of that sender to leave out.
+    does the idleness of the senders of a stream whose watermarks passed through here; the
+    idleness of a stream that never sent one (a file input) is this generator's, not passed
+    on, since downstream holds no watermark of that stream to leave out.
 
     The output port is untyped; for a typed stream, subclass and redeclare ``output =
     OutputPort(<schema>, control_aware=True)`` so that batches keep their columns.
@@ -102,9 +102,11 @@ class WatermarkGenerator(Operator):
             self._marking.add(key)
         elif isinstance(payload, WatermarkIdle):
             self._idle.setdefault(s.stream, (s.partitions, set()))[1].add(s.partition)
-            # downstream tracks the watermarks of a sender that sent some: it must hear of
-            # its idleness too; one that never sent any is known only through this one
-            return key not in self._marking
+            # downstream tracks the watermarks of a stream some of whose senders sent them
+            # (a Kafka input with event_time; a reader with no Kafka partition only ever
+            # says idle): it must hear of their idleness; a stream that never sent one (a
+            # file input) is known downstream only through this generator
+            return not any(stream == s.stream for stream, _ in self._marking)
         return False  # passed on as it came, with its sender
 
     def _upstream_idle(self) -> bool:
