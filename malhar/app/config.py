@@ -54,15 +54,25 @@ def apply_config(dag: DAG, config: Mapping[str, Any]) -> None:
         raise ApplicationError(problems, dag.name)
 
 
-def _apply_key(dag: DAG, key: str, value: Any, problems: list[str]) -> None:
+def _scoped(key: str, app: str) -> tuple[str, list[str]] | None:
+    """A ``dt.*`` key of application ``app`` without its ``application.APP.`` scope, and its
+    parts after the prefix (None: not a ``dt.*`` key, or another application's)."""
     prefix = next((p for p in CONFIG_PREFIXES if key.startswith(p)), None)
     if prefix is None:
-        return
+        return None
     parts = key[len(prefix) :].split(".")
-    if parts[0] == "application" and len(parts) > 2:
-        if parts[1] in (dag.name, "*"):
-            _apply_key(dag, prefix + ".".join(parts[2:]), value, problems)
+    while parts[0] == "application" and len(parts) > 2:
+        if parts[1] not in (app, "*"):
+            return None
+        parts = parts[2:]
+    return prefix + ".".join(parts), parts
+
+
+def _apply_key(dag: DAG, key: str, value: Any, problems: list[str]) -> None:
+    scoped = _scoped(key, dag.name)
+    if scoped is None:
         return
+    key, parts = scoped
     if parts[0] == "attr" and len(parts) == 2:
         set_app_attribute(dag, parts[1], value, problems, f"config {key}")
         return
@@ -92,14 +102,10 @@ def configured_properties(config: Mapping[str, Any], app: str, op: str) -> dict[
     value as given), as :func:`apply_config` will apply them."""
     out: dict[str, Any] = {}
     for key, value in config.items():
-        prefix = next((p for p in CONFIG_PREFIXES if str(key).startswith(p)), None)
-        if prefix is None:
+        scoped = _scoped(str(key), app)
+        if scoped is None:
             continue
-        parts = str(key)[len(prefix) :].split(".")
-        if parts[0] == "application" and len(parts) > 2:
-            if parts[1] not in (app, "*"):
-                continue
-            parts = parts[2:]
+        parts = scoped[1]
         if (
             len(parts) == 4
             and parts[0] == "operator"
