@@ -147,6 +147,8 @@ class StreamJoin(_Join):
     Null keys match nothing, as in SQL: a tuple whose key is None (or a tuple with a None
     in it) is never paired; an inner side's is dropped, an outer side's is emitted alone
     when it expires, as any unmatched tuple (as a SQL outer join keeps it, unmatched).
+    The dropped ones are counted per window in ``metrics()["left_null_keys"]`` and
+    ``metrics()["right_null_keys"]`` (by input port, one tuple at a time or in a batch).
     ``null_keys_match=True`` pairs None with None (Spark's ``eqNullSafe``).
 
     Keys match as managed state stores them: by value within one type, so ``1``, ``1.0``
@@ -206,9 +208,21 @@ class StreamJoin(_Join):
         outer = {"inner": (), "left": (0,), "right": (1,), "outer": (0, 1)}[self.join_type]
         self._outer = outer
         self._out: list[dict] = []  # rows of the call in progress (emitted before it returns)
+        self._null_keys = [0, 0]  # this window's dropped null-key tuples, per side (metrics)
 
     def begin_window(self, window_id: int) -> None:
         self.epoch += 1
+        self._null_keys = [0, 0]
+
+    def metrics(self) -> dict[str, float]:
+        """This window's errors, and the tuples of an inner side dropped because their key
+        is null (per input port)."""
+        left, right = getattr(self, "_null_keys", (0, 0))
+        return {
+            **super().metrics(),
+            "left_null_keys": float(left),
+            "right_null_keys": float(right),
+        }
 
     def _close(self, a: Any, b: Any, side: int) -> bool:
         if self.within is None:
@@ -230,7 +244,9 @@ class StreamJoin(_Join):
             return
         probe = self.null_keys_match or not null_key(k)
         if not probe and side not in self._outer:
-            return  # matches nothing and is never emitted alone: not even stored
+            # matches nothing and is never emitted alone: not even stored, counted
+            self._null_keys[side] += 1
+            return
         other = self._sides[1 - side]
         matched = False
         # a null key (on an outer side) looks nothing up: stored unmatched below, it is
