@@ -180,9 +180,9 @@ def test_the_input_repartitions_only_to_a_count_and_every_state_field_is_dealt(
     dealt = deal([LinesFileInput(str(tmp_path))], 2)[1]
     assert set(state_fields(LinesFileInput)) == {
         "_seen", "_queue", "_awaiting", "_newest", "_partitions", "_cut", "_unreleased",
-        "_released"
+        "_released", "_sealed"
     }  # fmt: skip
-    assert dealt._partitions == 2 and dealt._released == -1
+    assert dealt._partitions == 2 and dealt._released == -1 and dealt._sealed is False
     assert dealt._cut == [CUT_RULE, 64 << 20]  # the default block_size
 
 

@@ -58,6 +58,7 @@ class IdleWhenNothingToRead:
 
     # provided by the operator
     _queue: list[Any]
+    _holds_until_sealed: Any  # () -> bool: not idle before the last listing (end_of_input)
     _ranges: list[dict[str, Any]]
     output: Any
 
@@ -74,7 +75,9 @@ class IdleWhenNothingToRead:
         # a split still queued is data to come (a slow or unavailable store): not idle
         self._quiet = 0 if read or self._queue else self._quiet + 1
         limit = self.watermark_idle_windows
-        self._idle_now = limit is not None and self._quiet >= limit
+        self._idle_now = (
+            limit is not None and self._quiet >= limit and not self._holds_until_sealed()
+        )
         if self._quiet:
             record["quiet"] = self._quiet
         if self._idle_now:
@@ -87,7 +90,7 @@ class IdleWhenNothingToRead:
         self._idle_now = bool(record.get("idle", False))
 
     def _say_if_idle(self) -> None:
-        if not getattr(self, "_idle_now", False):
+        if not getattr(self, "_idle_now", False) or getattr(self, "_ended_now", False):
             return
         if not self.output.port.control_aware:
             return  # a subclass redeclared ``output`` without control tuples: it cannot say

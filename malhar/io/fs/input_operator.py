@@ -59,6 +59,7 @@ from malhar.io.fs.decoders import (
     LineDecoder,
     error_row,
 )
+from malhar.io.fs.end_of_input import EndOfInput
 from malhar.io.fs.errors import (
     UNREADABLE,
     FileConfigError,
@@ -140,6 +141,7 @@ class FileInputOperator(
     ParquetRows,
     PostActions,
     IdleWhenNothingToRead,
+    EndOfInput,
     DealtPositions,
     ReplayableInput[Record],
     FileInputSettings,
@@ -275,6 +277,7 @@ class FileInputOperator(
         self._ranges = []
         self._new = []
         self._counts = {"files": 0, "bytes": 0, "errors": 0}
+        self._new_window_unsealed()
 
     def read(self, limit: int) -> int:
         n = self._maybe_scan()  # error rows about changed files
@@ -294,11 +297,13 @@ class FileInputOperator(
             if edges is not None:
                 entry["c"] = _edges_crc(*edges)
         record: Record = {"ranges": self._ranges, "new": self._new}
+        self._note_end(record)  # whether the window ends the input, for its replay
         self._note_quiet(record)  # whether the window sends WatermarkIdle, for its replay
         return record
 
     def end_window(self) -> None:
         super().end_window()  # the record saved (a new window) or advanced past (a replay)
+        self._say_if_ended()
         self._say_if_idle()
 
     def replay(self, record: Record) -> int:
@@ -331,6 +336,7 @@ class FileInputOperator(
         return total
 
     def advance_past(self, record: Record) -> None:
+        self._replayed_end(record)
         self._replayed_quiet(record)
         for path, size, mtime in record.get("new", []):
             if path not in self._seen:
@@ -363,7 +369,9 @@ class FileInputOperator(
 
     # -- metrics ------------------------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
-        return dict(getattr(self, "_counts", {}))
+        """``files``, ``bytes`` and ``errors`` of the window; ``ended``: 1 once the
+        partition has read everything before its ``end_marker``."""
+        return {**getattr(self, "_counts", {}), "ended": float(getattr(self, "_ended_now", False))}
 
     def backlog(self) -> int | None:
         return len(self._queue)
@@ -404,10 +412,11 @@ class FileInputOperator(
         """List the path (at most every ``scan_interval_ms``) and queue this partition's
         splits of new files; return the error rows emitted."""
         now = time.monotonic()
-        if now - self._last_scan < self.scan_interval_ms / 1000:
-            return 0
+        if self._sealed or now - self._last_scan < self.scan_interval_ms / 1000:
+            return 0  # sealed: the last listing is made (end_marker)
         self._last_scan = now
         try:
+            last = self._last_listing()
             found = self._scanner.scan()
         except StorageError as exc:
             if not isinstance(exc, StorageUnavailableError | StoragePermissionError):
@@ -463,6 +472,7 @@ class FileInputOperator(
             old = horizon is not None and seen[SEEN_MTIME] < horizon
             if finished and (path not in listed or old):
                 del self._seen[path]
+        self._sealed_by(last)
         return reported
 
     def _report_changed(self, f: Any, size: int, mtime: float) -> int:

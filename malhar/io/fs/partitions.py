@@ -64,6 +64,7 @@ def deal(inputs: list[FileInputOperator], count: int) -> list[FileInputOperator]
         for split in op._queue:
             pending[split[PATH]].append(list(split))
     newest = max(op._newest for op in inputs)
+    sealed = all(op._sealed for op in inputs)  # else every new partition lists once more
     released = max(max([op._released, *op._unreleased]) for op in inputs)
     first = inputs[0]
     cutter = _Cutter(first, old)
@@ -74,6 +75,7 @@ def deal(inputs: list[FileInputOperator], count: int) -> list[FileInputOperator]
         op._seen, op._queue, op._awaiting = {}, [], {}
         op._newest, op._partitions, op._cut = newest, count, list(cut)
         op._unreleased, op._released = [], released
+        op._sealed = sealed
     for path, holders in seen.items():
         any_seen = next(iter(holders.values()))
         size, mtime = any_seen[SIZE], any_seen[SEEN_MTIME]

@@ -18,7 +18,7 @@ from malhar.window.errors import BadTupleError, WindowConfigError
 from malhar.window.impl.fields import extractor, has_columns, tuple_millis
 from malhar.window.impl.settings import check_extractor, check_millis
 from malhar.window.watermark import Watermark, WatermarkIdle
-from malhar.window.windows import to_millis
+from malhar.window.windows import MAX_TIMESTAMP, to_millis
 
 log = logging.getLogger("malhar.window")
 
@@ -47,6 +47,11 @@ class WatermarkGenerator(Operator):
     does the idleness of the senders of a stream whose watermarks passed through here; the
     idleness of a stream that never sent one (a file input) is this generator's, not passed
     on, since downstream holds no watermark of that stream to leave out.
+
+    The end of a bounded input (``Watermark(MAX_TIMESTAMP)``, a file input's ``end_marker``)
+    counts as idle until every upstream partition feeding this one has sent it; from then
+    on the generator sends it itself at the end of every window, after the window's tuples,
+    so that the windowed operators downstream fire every window.
 
     The output port is untyped; for a typed stream, subclass and redeclare ``output =
     OutputPort(<schema>, control_aware=True)`` so that batches keep their columns.
@@ -93,11 +98,19 @@ class WatermarkGenerator(Operator):
         self._bad = 0
         #: stream -> (upstream partitions feeding this one, those that said idle this window)
         self._idle: dict[str, tuple[int, set[int]]] = {}
+        #: stream -> (upstream partitions feeding this one, those that sent the end of input)
+        self._ended: dict[str, tuple[int, set[int]]] = {}
 
     def process_control(self, payload: Any, sender: ControlSender | None) -> bool:
         """Take note of upstream idleness; True when the copy goes no further."""
         s = sender or ControlSender("", "", 0, 1)
         key = (s.stream, s.partition)
+        if isinstance(payload, Watermark) and payload.timestamp == MAX_TIMESTAMP:
+            # the end of an input (a file input's end_marker): this generator ends once every
+            # upstream partition feeding it has ended; idle in the meantime, as those have
+            self._idle.setdefault(s.stream, (s.partitions, set()))[1].add(s.partition)
+            self._ended.setdefault(s.stream, (s.partitions, set()))[1].add(s.partition)
+            return not any(stream == s.stream for stream, _ in self._marking)
         if isinstance(payload, Watermark):
             self._marking.add(key)
         elif isinstance(payload, WatermarkIdle):
@@ -110,8 +123,13 @@ class WatermarkGenerator(Operator):
         return False  # passed on as it came, with its sender
 
     def _upstream_idle(self) -> bool:
-        """Whether every upstream partition feeding this one said idle in this window."""
-        return bool(self._idle) and all(len(said) >= n for n, said in self._idle.values())
+        """Whether every upstream partition feeding this one said idle (or ended) in this
+        window."""
+        return _all_said(self._idle)
+
+    def _upstream_ended(self) -> bool:
+        """Whether every upstream partition feeding this one sent the end of its input."""
+        return _all_said(self._ended)
 
     def process(self, value: Any) -> None:
         self.output.emit(value)
@@ -179,8 +197,15 @@ class WatermarkGenerator(Operator):
         self._seen = True
 
     def end_window(self) -> None:
-        if self._seen and self.highest:
+        if self._upstream_ended():  # after this window's tuples: every window may fire
+            self.output.emit_control(Watermark(MAX_TIMESTAMP), DeliveryType.END_WINDOW)
+        elif self._seen and self.highest:
             mark = min(self.highest.values()) - self._bound
             self.output.emit_control(Watermark(mark), DeliveryType.END_WINDOW)
         elif not self._seen and self._upstream_idle():
             self.output.emit_control(WatermarkIdle(), DeliveryType.END_WINDOW)
+
+
+def _all_said(said: dict[str, tuple[int, set[int]]]) -> bool:
+    """Whether, in every stream heard from, every upstream partition said so."""
+    return bool(said) and all(len(who) >= n for n, who in said.values())

@@ -1,0 +1,207 @@
+"""A bounded file input (``end_marker``): once the marker is there, each partition lists the
+path once more, reads what it holds, then sends the end-of-input watermark
+(``Watermark(MAX_TIMESTAMP)``), so that an event-time pipeline over a finished set of files
+fires its last windows; a replay and a restart do the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from malhar import DAG, run
+from malhar.control import ControlSender, DeliveryType
+from malhar.io.fs import JsonLinesFileInput, LinesFileInput
+from malhar.io.fs.errors import FileConfigError
+from malhar.io.fs.partitions import deal
+from malhar.testing import OperatorHarness
+from malhar.testing.operators import Collector, collected
+from malhar.window import (
+    MAX_TIMESTAMP,
+    GlobalWindow,
+    KeyedWindowedOperator,
+    TimeWindows,
+    Watermark,
+    WatermarkGenerator,
+    WatermarkIdle,
+)
+from malhar.window.accumulation import Count
+from tests.io.fs_support import harness
+from tests.io.test_fs_input_idle import MINUTE, T0, _write, window_controls
+
+END = Watermark(MAX_TIMESTAMP)
+IDLE = WatermarkIdle()
+
+
+def _input(folder: Path, **props: Any) -> LinesFileInput:
+    return LinesFileInput(str(folder), end_marker="_SUCCESS", scan_interval_ms=0, **props)
+
+
+def _lines(h: OperatorHarness, window: int) -> list[str]:
+    return [t["line"] for t in h.sink("output").per_window.get(window, [])]
+
+
+def test_the_marker_ends_the_input_after_one_more_listing_and_later_files_are_not_read(
+    tmp_path: Path,
+) -> None:
+    folder, ckpt = tmp_path / "in", str(tmp_path / "ck")
+    folder.mkdir()
+    h = harness(_input(folder), ckpt)
+    saved = h.checkpoint()  # before window 0
+    # nothing to read, no marker: not idle (another partition could end first), not ended
+    got = window_controls(h, [0])
+    (folder / "a.txt").write_text("a0\na1\n")
+    (folder / "_SUCCESS").write_text("")
+    got |= window_controls(h, [1])  # the last listing: a.txt is in it, read, ended
+    (folder / "b.txt").write_text("late\n")  # after the marker: not part of the input
+    got |= window_controls(h, [2, 3])
+    assert got == {0: [], 1: [END], 2: [END], 3: [END]}
+    assert _lines(h, 1) == ["a0", "a1"] and _lines(h, 2) == _lines(h, 3) == []
+    assert h.operator.metrics()["ended"] == 1.0
+    record = h.operator.window_data_manager.retrieve(1)
+    assert record["sealed"] is True and record["end"] is True
+    assert "idle" not in h.operator.window_data_manager.retrieve(0)
+    after = h.checkpoint()
+    h.teardown()
+
+    # replayed from the records (b.txt is there now): the same lines and the same ends
+    again = harness(_input(folder), ckpt, saved=saved)
+    assert window_controls(again, [0, 1, 2, 3]) == got
+    assert _lines(again, 1) == ["a0", "a1"] and _lines(again, 2) == []
+    again.teardown()
+
+    # restarted from a checkpoint taken after the end: it lists nothing more
+    later = harness(_input(folder), ckpt, saved=after)
+    assert window_controls(later, [4, 5]) == {4: [END], 5: [END]}
+    assert _lines(later, 4) == _lines(later, 5) == []
+
+
+def test_a_partition_ends_only_once_it_has_read_what_its_last_listing_gave_it(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.txt").write_text("".join(f"line {i}\n" for i in range(10)))
+    (folder / "_SUCCESS").write_text("")
+    h = harness(_input(folder, max_records_per_window=4), str(tmp_path / "ck"))
+    got = window_controls(h, [0, 1, 2, 3])
+    assert got == {0: [], 1: [], 2: [END], 3: [END]}
+    assert [len(_lines(h, w)) for w in range(4)] == [4, 4, 2, 0]
+
+
+def test_the_marker_is_looked_for_in_the_directory_of_a_glob_or_where_a_path_says(
+    tmp_path: Path,
+) -> None:
+    folder, elsewhere = tmp_path / "in", tmp_path / "flags"
+    folder.mkdir()
+    elsewhere.mkdir()
+    (folder / "a.csv").write_text("x\n")
+    glob = LinesFileInput(str(folder / "*.csv"), end_marker="_DONE", scan_interval_ms=0)
+    h = harness(glob, str(tmp_path / "ck1"))
+    (folder / "_DONE").write_text("")
+    assert window_controls(h, [0]) == {0: [END]}
+
+    marker = str(elsewhere / "ready")
+    named = LinesFileInput(str(folder), end_marker=marker, scan_interval_ms=0)
+    h = harness(named, str(tmp_path / "ck2"))
+    assert window_controls(h, [0]) == {0: []}
+    (elsewhere / "ready").write_text("")
+    assert window_controls(h, [1]) == {1: [END]}
+
+
+def test_a_marker_the_scanner_would_read_as_data_is_refused_with_the_fix(tmp_path: Path) -> None:
+    h = harness(LinesFileInput(str(tmp_path), end_marker="DONE"), str(tmp_path / "ck"))
+    with pytest.raises(FileConfigError, match=r"end_marker 'DONE' would be read as an input file"):
+        h.run_window()
+    # a name the scanner skips, or one the file pattern does not match, is fine
+    for props in ({"end_marker": "_SUCCESS"}, {"end_marker": "DONE", "pattern": r".*\.txt"}):
+        assert LinesFileInput(str(tmp_path), **props).settings_problems() == []
+
+
+# -- the generator after it -----------------------------------------------------------------------
+def test_the_generator_ends_once_every_upstream_partition_did_after_the_windows_tuples() -> None:
+    h = OperatorHarness(WatermarkGenerator(timestamp="t"))
+    end_window = DeliveryType.END_WINDOW
+    p0, p1 = ControlSender("files", "in", 0, 2), ControlSender("files", "in", 1, 2)
+    h.put_control("input", END, end_window, sender=p0)
+    h.put_control("input", IDLE, end_window, sender=p1)
+    h.run_window()  # partition 1 idle, not ended: the generator is idle
+    h.put_control("input", END, end_window, sender=p0)
+    h.run_window([("input", {"t": 50})])  # partition 1 may still read: a watermark
+    h.put_control("input", END, end_window, sender=p0)
+    h.put_control("input", END, end_window, sender=p1)
+    h.run_window([("input", {"t": 70})])  # both ended, with the last tuples
+    out = h.sink("output")
+    assert [c.payload for c in out.controls] == [IDLE, Watermark(50), END]
+    assert out.senders == [None, None, None]  # its own: the file input's ends are not passed
+    assert [t["t"] for t in out.per_window[2]] == [70]
+
+
+# -- through the engine ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_every_event_time_window_of_a_finished_set_of_files_fires(
+    spark: Any, tmp_path: Path
+) -> None:
+    folder, ckpt = tmp_path / "in", str(tmp_path / "ck")
+    folder.mkdir()
+    for k in range(4):  # minutes 0..3, spread over both partitions
+        _write(folder, k % 2, f"p{k}", k, mtime=1_000 + k)
+    (folder / "_SUCCESS").write_text("")
+    dag = DAG("bounded-files")
+    src = dag.add_operator(
+        "in",
+        JsonLinesFileInput(
+            str(folder),
+            schema="user string, ts timestamp",
+            scan_interval_ms=0,
+            end_marker="_SUCCESS",
+            max_records_per_window=2,
+        ),
+        PARTITIONS=2,
+    )
+    gen = dag.add_operator(
+        "wm", WatermarkGenerator(timestamp="ts", max_out_of_orderness=5_000), PARTITIONS=2
+    )
+    per_minute = dag.add_operator(
+        "minutes",
+        KeyedWindowedOperator(
+            Count(), TimeWindows(MINUTE), key="user", timestamp="ts", output_format="row"
+        ),
+    )
+    total = dag.add_operator(
+        "total",
+        KeyedWindowedOperator(
+            Count(), GlobalWindow(), key="user", timestamp="ts", output_format="row"
+        ),
+    )
+    out, everything = dag.add_operator("out", Collector()), dag.add_operator("all", Collector())
+    dag.add_stream("clicks", src.output, gen.input)
+    dag.add_stream("timed", gen.output, per_minute.input, total.input)
+    dag.add_stream("panes", per_minute.output, out.input)
+    dag.add_stream("totals", total.output, everything.input)
+    run(dag, windows=6, spark=spark, checkpoint=ckpt, window_ms=100)
+    panes = [p for rows in collected(ckpt, "out").values() for p in rows]
+    start = int(T0.timestamp() * 1000)
+    fired = sorted(((p["window_start"] - start) // MINUTE, p["value"]) for p in panes)
+    # the last minute too: without the marker no later event time moves the watermark past it
+    assert fired == [(m, 2) for m in range(4)]
+    assert {p["timing"] for p in panes} == {"ON_TIME"}
+    totals = [p for rows in collected(ckpt, "all").values() for p in rows]
+    assert [(p["user"], p["value"]) for p in totals] == [("ann", 8)]
+
+
+def test_repartitioned_ended_partitions_stay_ended_and_unsealed_ones_list_again(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    (folder / "_SUCCESS").write_text("")
+    old = [harness(_input(folder), str(tmp_path / "ck"), partition=p, partitions=2) for p in (0, 1)]
+    for h in old:
+        h.run_window()
+    ended = deal([h.operator for h in old], 3)
+    assert [op._sealed for op in ended] == [True, True, True]
+    old[1].operator._sealed = False  # as if partition 1 had not listed with the marker yet
+    assert [op._sealed for op in deal([h.operator for h in old], 3)] == [False, False, False]
