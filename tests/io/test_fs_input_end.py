@@ -27,7 +27,7 @@ from malhar.window import (
     WatermarkIdle,
 )
 from malhar.window.accumulation import Count
-from tests.io.fs_support import harness
+from tests.io.fs_support import Place, harness, place_fixture  # noqa: F401
 from tests.io.test_fs_input_idle import MINUTE, T0, _write, window_controls
 
 END = Watermark(MAX_TIMESTAMP)
@@ -109,18 +109,62 @@ def test_the_marker_is_looked_for_in_the_directory_of_a_glob_or_where_a_path_say
     (elsewhere / "ready").write_text("")
     assert window_controls(h, [1]) == {1: [END]}
 
+    # a directory whose name has glob characters is read literally: the marker is in it
+    odd = tmp_path / "in[1]"
+    odd.mkdir()
+    (tmp_path / "_SUCCESS").write_text("")  # beside it: not its marker
+    h = harness(_input(odd), str(tmp_path / "ck3"))
+    assert window_controls(h, [0]) == {0: []}
+    (odd / "_SUCCESS").write_text("")
+    assert window_controls(h, [1]) == {1: [END]}
+
 
 def test_a_marker_the_scanner_would_read_as_data_is_refused_with_the_fix(tmp_path: Path) -> None:
     h = harness(LinesFileInput(str(tmp_path), end_marker="DONE"), str(tmp_path / "ck"))
     with pytest.raises(FileConfigError, match=r"end_marker 'DONE' would be read as an input file"):
         h.run_window()
-    # a name the scanner skips, or one the file pattern does not match, is fine
-    for props in ({"end_marker": "_SUCCESS"}, {"end_marker": "DONE", "pattern": r".*\.txt"}):
-        assert LinesFileInput(str(tmp_path), **props).settings_problems() == []
+    inside = str(tmp_path / "DONE")
+    assert (
+        "would be read" in LinesFileInput(str(tmp_path), end_marker=inside).settings_problems()[0]
+    )
+    # a name the scanner skips, one the pattern or the glob does not match, or one elsewhere
+    fine = [
+        (str(tmp_path), {"end_marker": "_SUCCESS"}),
+        (str(tmp_path), {"end_marker": "DONE", "pattern": r".*\.txt"}),
+        (str(tmp_path / "*.csv"), {"end_marker": "DONE"}),
+        (str(tmp_path), {"end_marker": str(tmp_path.parent / "DONE")}),
+    ]
+    for path, props in fine:
+        assert LinesFileInput(path, **props).settings_problems() == [], (path, props)
+
+
+def test_files_modified_after_the_marker_are_left_out_by_every_partition(place: Place) -> None:
+    """Partitions make their last listing at different times: a file that came in between
+    is read by none (not in part by the later one), on the local filesystem and HDFS."""
+    place.write("in/a.txt", "a\n", mtime=1_000)
+    place.write("in/_SUCCESS", "", mtime=2_000)
+
+    def op() -> LinesFileInput:
+        return LinesFileInput(
+            place.url("in"), end_marker="_SUCCESS", scan_interval_ms=0, block_size=8
+        )
+
+    ckpt = place.url("ck")
+    first = harness(op(), ckpt, partition=0, partitions=2)
+    first.run_window()  # partition 0 makes its last listing
+    place.write("in/b.txt", "".join(f"b{i}\n" for i in range(20)), mtime=3_000)
+    second = harness(op(), ckpt, partition=1, partitions=2)
+    second.run_window()  # partition 1 lists b.txt: newer than the marker, left out
+    for h in (first, second):
+        h.run_window()
+        h.run_window()
+    lines = [t["line"] for h in (first, second) for t in h.sink("output").tuples]
+    assert lines == ["a"]
+    assert [h.sink("output").controls[-1].payload for h in (first, second)] == [END, END]
 
 
 # -- the generator after it -----------------------------------------------------------------------
-def test_the_generator_ends_once_every_upstream_partition_did_after_the_windows_tuples() -> None:
+def test_the_generator_ends_once_every_upstream_partition_did_in_a_window_without_tuples() -> None:
     h = OperatorHarness(WatermarkGenerator(timestamp="t"))
     end_window = DeliveryType.END_WINDOW
     p0, p1 = ControlSender("files", "in", 0, 2), ControlSender("files", "in", 1, 2)
@@ -129,13 +173,15 @@ def test_the_generator_ends_once_every_upstream_partition_did_after_the_windows_
     h.run_window()  # partition 1 idle, not ended: the generator is idle
     h.put_control("input", END, end_window, sender=p0)
     h.run_window([("input", {"t": 50})])  # partition 1 may still read: a watermark
-    h.put_control("input", END, end_window, sender=p0)
-    h.put_control("input", END, end_window, sender=p1)
-    h.run_window([("input", {"t": 70})])  # both ended, with the last tuples
+    for tuples in ([("input", {"t": 70})], []):
+        # both ended: with the last tuples a watermark (they might come from a stream that
+        # never ends), then, in a window without tuples, the end
+        h.put_control("input", END, end_window, sender=p0)
+        h.put_control("input", END, end_window, sender=p1)
+        h.run_window(tuples)
     out = h.sink("output")
-    assert [c.payload for c in out.controls] == [IDLE, Watermark(50), END]
-    assert out.senders == [None, None, None]  # its own: the file input's ends are not passed
-    assert [t["t"] for t in out.per_window[2]] == [70]
+    assert [c.payload for c in out.controls] == [IDLE, Watermark(50), Watermark(70), END]
+    assert out.senders == [None] * 4  # its own: the file input's ends are not passed on
 
 
 # -- through the engine ---------------------------------------------------------------------------

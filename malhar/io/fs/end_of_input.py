@@ -10,8 +10,9 @@ Spark's ``_SUCCESS``, or any name) the producer says when the set is complete:
    first listing made after the marker was found is the partition's last (its window record
    says ``"sealed": true``, so a replay and a restart agree): a producer that writes the
    marker after its files has them all in that listing, whichever partition lists first.
-2. A sealed partition reads the splits it holds and lists nothing more (files added after
-   the marker are not read).
+   Files modified after the marker are left out of it: partitions make their last listings
+   at different times, and a file that came in between would otherwise be read in part.
+2. A sealed partition reads the splits it holds and lists nothing more.
 3. A sealed partition with nothing left to read has *ended*: at the end of that window and
    of every later one it sends ``Watermark(MAX_TIMESTAMP)`` (END_WINDOW), the end-of-input
    watermark (Flink's ``MAX_WATERMARK`` at the end of a bounded source, Beam's end of
@@ -48,12 +49,13 @@ Example:
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import re
 from typing import Any
 
 from malhar.control import DeliveryType
-from malhar.io.fs.paths import is_hidden, resolve
+from malhar.io.fs.paths import is_hidden, location, resolve, split_glob
 from malhar.properties import Property
 from malhar.state import State
 
@@ -66,12 +68,24 @@ def _check_marker(value: Any) -> str | None:
     return None
 
 
-def marker_problem(marker: str | None, pattern: str | None) -> str | None:
-    """Why ``end_marker`` would itself be read as an input file (None: it would not)."""
-    if marker is None or "/" in marker or is_hidden(marker):
+def marker_problem(marker: str | None, pattern: str | None, path: str | None) -> str | None:
+    """Why ``end_marker`` would itself be read as an input file of ``path`` (None: it would
+    not)."""
+    if marker is None:
         return None
-    if pattern is not None and not re.fullmatch(pattern, marker):
+    name = posixpath.basename(marker)
+    if is_hidden(name) or (pattern is not None and not re.fullmatch(pattern, name)):
         return None
+    if path:
+        folder = location(path)[1].rstrip("/")
+        base, globs = split_glob(folder)
+        if marker.startswith("/") or "://" in marker:  # read only if it is in the directory
+            if posixpath.dirname(location(marker)[1]) not in (folder, base):
+                return None
+        elif "/" in marker:
+            return None  # in a subdirectory: read only by a recursive input, left to it
+        if globs and not fnmatch.fnmatchcase(name, globs[-1]):
+            return None
     return (
         f"end_marker {marker!r} would be read as an input file: give it a name starting with "
         "'_' or '.' (as Hadoop's '_SUCCESS'), which the scanner skips, or a pattern it does "
@@ -93,7 +107,8 @@ class EndOfInput:
         default=None,
         check=_check_marker,
         doc="a file whose presence ends the input (e.g. _SUCCESS; a name: in the input "
-        "directory, a glob's: in the directory before its first glob component): each "
+        "directory, a glob's: in the directory before its first glob component; an "
+        "absolute path: on the input's filesystem; or a URL): each "
         "partition lists the path once more after finding it, reads what it holds, then "
         "sends the end-of-input watermark, so event-time windows all fire; None: the input "
         "never ends",
@@ -109,34 +124,48 @@ class EndOfInput:
 
     def settings_problems(self) -> list[str]:
         out: list[str] = super().settings_problems()  # type: ignore[misc]
-        problem = marker_problem(self.end_marker, self.pattern)  # type: ignore[attr-defined]
+        problem = marker_problem(self.end_marker, self.pattern, self.path)  # type: ignore[attr-defined]
         return out if problem is None else [*out, problem]
 
-    def _last_listing(self) -> bool:
-        """Whether the scan about to be made is this partition's last: the marker is there.
-        Looked for before the listing, so that the listing holds every file written before
-        the marker."""
+    def _last_listing(self) -> float | None:
+        """The marker's modification time when it is there (the scan about to be made is
+        then this partition's last), else None. Looked for before the listing, so that the
+        listing holds every file written before the marker; files modified after it are
+        left out of the listing (:meth:`_before_marker`), so that partitions listing at
+        different times agree on the files."""
         if self.end_marker is None:
-            return False
+            return None
         fs, path = self._marker_location()
-        return fs.status(path) is not None
+        status = fs.status(path)
+        return None if status is None else status.mtime
+
+    @staticmethod
+    def _before_marker(found: list[Any], marker_mtime: float | None) -> list[Any]:
+        if marker_mtime is None:
+            return found
+        return [f for f in found if f.mtime <= marker_mtime]
 
     def _marker_location(self) -> tuple[Any, str]:
+        """Where the marker is: a URL as written; an absolute path on the input's
+        filesystem; a name (or relative path) in the input directory: the path itself, a
+        file's directory, or a glob's directory before its first glob component."""
         marker = self.end_marker
         assert marker is not None
-        if "/" in marker:  # a path or URL of its own
+        if "://" in marker:
             return resolve(marker)
         scanner = self._scanner
-        if scanner.globs:
-            return scanner.fs, posixpath.join(scanner.base, marker)
-        status = scanner.fs.status(scanner.literal)
-        single = status is not None and not status.is_dir  # a file: the marker beside it
-        folder = posixpath.dirname(scanner.literal) if single else scanner.literal
-        return scanner.fs, posixpath.join(folder, marker)
+        if marker.startswith("/"):
+            return scanner.fs, marker
+        status = scanner.fs.status(scanner.literal)  # as the scanner: literal when it exists
+        if status is not None:
+            folder = scanner.literal if status.is_dir else posixpath.dirname(scanner.literal)
+        else:
+            folder = scanner.base if scanner.globs else scanner.literal
+        return scanner.fs, posixpath.normpath(posixpath.join(folder, marker))
 
-    def _sealed_by(self, last: bool) -> None:
+    def _sealed_by(self, marker_mtime: float | None) -> None:
         """After a listing: seal the partition when it was the last."""
-        if last and not self._sealed:
+        if marker_mtime is not None and not self._sealed:
             self._sealed = True
             self._sealed_now = True
 

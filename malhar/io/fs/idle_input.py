@@ -12,7 +12,8 @@ queued, none read in the window; 1 by default: the first such window) sends
 ``WatermarkIdle()`` (END_WINDOW) at the end of each such window: the generator passes the
 idleness on, and the windowed operator leaves the partition out of its minimum at once. The
 partition counts again from the first window in which it reads a file (the generator's next
-watermark). What a window sent is saved in its record (``"idle": true``, with ``"quiet"``,
+watermark). With an ``end_marker`` (:mod:`~malhar.io.fs.end_of_input`) a partition says
+nothing until it has listed the path with the marker there. What a window sent is saved in its record (``"idle": true``, with ``"quiet"``,
 the quiet windows in a row through it), so a replayed window sends the same
 (docs/connectors/files.md, "Event time").
 
@@ -53,7 +54,8 @@ class IdleWhenNothingToRead:
         min=1,
         doc="a partition with nothing to read (no file queued) for this many streaming "
         "windows in a row declares itself idle (WatermarkIdle) to event-time operators "
-        "downstream until it reads again; None: never (it holds their watermark back)",
+        "downstream until it reads again (with end_marker: only once it has listed the path "
+        "with the marker there); None: never (it holds their watermark back)",
     )
 
     # provided by the operator

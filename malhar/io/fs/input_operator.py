@@ -416,13 +416,17 @@ class FileInputOperator(
             return 0  # sealed: the last listing is made (end_marker)
         self._last_scan = now
         try:
-            last = self._last_listing()
-            found = self._scanner.scan()
+            marker = self._last_listing()
+            found = self._before_marker(self._scanner.scan(), marker)
         except StorageError as exc:
             if not isinstance(exc, StorageUnavailableError | StoragePermissionError):
                 raise
             log.warning(
-                "%s: cannot list %s now (%s); trying again later", self.label, self.shown_path, exc
+                "%s: cannot list %s%s now (%s); trying again later",
+                self.label,
+                self.shown_path,
+                "" if self.end_marker is None else " or look for its end_marker",
+                exc,
             )
             return 0
         listed = set()
@@ -472,7 +476,7 @@ class FileInputOperator(
             old = horizon is not None and seen[SEEN_MTIME] < horizon
             if finished and (path not in listed or old):
                 del self._seen[path]
-        self._sealed_by(last)
+        self._sealed_by(marker)
         return reported
 
     def _report_changed(self, f: Any, size: int, mtime: float) -> int:

@@ -50,8 +50,10 @@ class WatermarkGenerator(Operator):
 
     The end of a bounded input (``Watermark(MAX_TIMESTAMP)``, a file input's ``end_marker``)
     counts as idle until every upstream partition feeding this one has sent it; from then
-    on the generator sends it itself at the end of every window, after the window's tuples,
-    so that the windowed operators downstream fire every window.
+    on the generator sends it itself at the end of every window without tuples, so that the
+    windowed operators downstream fire every window. Streams that say nothing of their end
+    (a Kafka or JDBC input merged into the same generator) are unknown to it: give each
+    input its own generator, before any merge, as above.
 
     The output port is untyped; for a typed stream, subclass and redeclare ``output =
     OutputPort(<schema>, control_aware=True)`` so that batches keep their columns.
@@ -197,7 +199,9 @@ class WatermarkGenerator(Operator):
         self._seen = True
 
     def end_window(self) -> None:
-        if self._upstream_ended():  # after this window's tuples: every window may fire
+        if self._upstream_ended() and not self._seen:
+            # not in a window with tuples: they may come from a stream that says nothing of
+            # its end (another input merged in), which the end would make late
             self.output.emit_control(Watermark(MAX_TIMESTAMP), DeliveryType.END_WINDOW)
         elif self._seen and self.highest:
             mark = min(self.highest.values()) - self._bound
