@@ -495,6 +495,19 @@ class Boom(Operator):
 def failing(dag, config):
     src = dag.add_operator("src", ListInput(windows=[[1], [2]]))
     dag.add_stream("numbers", src.output, dag.add_operator("boom", Boom()).input)
+
+
+class Picky(Operator):
+    input = InputPort()
+    error = OutputPort(error=True)
+
+    def process(self, value):
+        self.error.emit({"value": value, "error": f"{value} is odd"})
+
+
+def erring(dag, config):
+    src = dag.add_operator("src", ListInput(windows=[[1], [3]]))
+    dag.add_stream("numbers", src.output, dag.add_operator("picky", Picky()).input)
 """
 
 
@@ -724,6 +737,26 @@ def test_run_of_a_failing_app_exits_1_with_the_operator_error(
         debug, env=site.env(), capture_output=True, text=True, timeout=600, cwd=tmp_path
     )
     assert loud.returncode == 1 and " ERROR Executor" in loud.stderr, loud.stderr
+
+
+@pytest.mark.integration
+def test_the_first_tuple_of_an_error_port_no_stream_reads_is_logged_with_its_reason(
+    site: FakeSite, tmp_path: Path
+) -> None:
+    (tmp_path / "myapp.py").write_text(FILE_APP)
+    command = [*malhar_command(), "run", "myapp.py:erring", "--windows", "2"]
+    command += ["--master", "local[1]", "--checkpoint", str(tmp_path / "ckpt")]
+    done = subprocess.run(
+        command, env=site.env(), capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = (
+        "operator 'picky' partition 0: a tuple went to its error port 'error', which no "
+        "stream reads (counted in the metrics and dropped; add a stream from picky.error "
+        "to keep them); the first: 1 is odd"
+    )
+    assert done.stderr.count(said) == 1, done.stderr  # once: not "3 is odd" too
+    assert "tuples on error ports: picky.error=2" in done.stdout + done.stderr
 
 
 def test_a_property_value_error_names_the_property_once(site: FakeSite, tmp_path: Path) -> None:

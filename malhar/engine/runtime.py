@@ -25,6 +25,7 @@ from malhar.engine.plan import Group, Plan
 from malhar.engine.routing import FanOut, LocalSink, RouteBuffer
 from malhar.engine.snapshots import PartitionSnapshots, restore_into
 from malhar.engine.state_store import StateStore
+from malhar.engine.unread_errors import FirstErrorLogged
 from malhar.operator import (
     ActivationListener,
     CheckpointListener,
@@ -158,6 +159,8 @@ class PartitionRuntime:
                 bound = getattr(op, pname)
                 if targets:
                     bound.emitter = targets[0] if len(targets) == 1 else FanOut(targets)
+                elif bound.port.error:
+                    bound.emitter = FirstErrorLogged(name, pname, self.partition)
         for rid, u in self.unifiers.items():
             route = self.plan.routes[rid]
             output = _bound_outputs(u)[0]

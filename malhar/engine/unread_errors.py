@@ -1,0 +1,57 @@
+"""An error port that no stream reads: its tuples are counted (metrics, the CLI's last line)
+and dropped, and the first one of each operator partition is logged with its reason, so that
+a wrong column name does not turn into empty output without a word."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pyarrow as pa
+
+from malhar.control import ControlSender, ControlTuple
+from malhar.ports import Emitter
+
+__all__ = ["FirstErrorLogged"]
+
+log = logging.getLogger("malhar.engine")
+
+#: characters of a tuple shown in the log line (error rows hold the input's text)
+SHOWN = 300
+
+
+class FirstErrorLogged(Emitter):
+    """Drops what an unconnected error port emits; logs the first tuple (WARNING)."""
+
+    def __init__(self, operator: str, port: str, partition: int) -> None:
+        self.operator, self.port, self.partition = operator, port, partition
+        self.said = False
+
+    def tuple(self, value: Any) -> None:
+        if not self.said:
+            self._say(value)
+
+    def batch(self, batch: pa.RecordBatch) -> None:
+        if not self.said and batch.num_rows:
+            self._say(batch.slice(0, 1).to_pylist()[0])
+
+    def control(self, ctl: ControlTuple, sender: ControlSender | None = None) -> None:
+        pass
+
+    def _say(self, value: Any) -> None:
+        self.said = True
+        reason = value.get("error") if isinstance(value, dict) else None
+        shown = str(reason) if reason is not None else repr(value)
+        if len(shown) > SHOWN:
+            shown = shown[:SHOWN] + "..."
+        log.warning(
+            "operator %r partition %d: a tuple went to its error port %r, which no stream "
+            "reads (counted in the metrics and dropped; add a stream from %s.%s to keep "
+            "them); the first: %s",
+            self.operator,
+            self.partition,
+            self.port,
+            self.operator,
+            self.port,
+            shown,
+        )
