@@ -403,10 +403,10 @@ def run(
     )
     if not _debug() and log_level in ("WARN", "ERROR", "FATAL", "OFF"):
         # a failure is printed once, at the end (malhar --debug run shows Spark's copies)
-        from malhar.session import STOP_NOISE_LOGGERS, TASK_FAILURE_LOGGERS, set_logger_levels
+        from malhar.session import NOISE_LOGGERS, TASK_FAILURE_LOGGERS, set_logger_levels
 
         set_logger_levels(spark, dict.fromkeys(TASK_FAILURE_LOGGERS, "OFF"))
-        set_logger_levels(spark, dict.fromkeys(STOP_NOISE_LOGGERS, "ERROR"))
+        set_logger_levels(spark, dict.fromkeys(NOISE_LOGGERS, "ERROR"))
     try:
         with StopSignals() as stop:
             _run(

@@ -23,7 +23,8 @@ def table(metrics: Mapping[str, OperatorMetrics], title: str = "") -> Any:
     from rich.table import Table
 
     out = Table(title=title or None, title_justify="left")
-    for column in ("operator", "partitions", "in/s", "out/s", "window ms", "backlog", "window"):
+    columns = ("operator", "partitions", "in/s", "out/s", "errors", "window ms", "backlog")
+    for column in (*columns, "window"):
         out.add_column(column, justify="left" if column == "operator" else "right")
     for name, m in metrics.items():
         out.add_row(
@@ -31,6 +32,7 @@ def table(metrics: Mapping[str, OperatorMetrics], title: str = "") -> Any:
             str(m.partitions),
             f"{m.tuples_in_per_second:,.0f}",
             f"{m.tuples_out_per_second:,.0f}",
+            f"[red]{m.errors:,}[/red]" if m.errors else "0",
             f"{m.window_ms:,.1f}",
             "-" if m.backlog is None else f"{m.backlog:,}",
             str(m.last_window),
@@ -50,6 +52,11 @@ _GAUGES: list[tuple[str, str, Callable[[OperatorMetrics], float | None]]] = [
         "malhar_operator_tuples_out_per_second",
         "tuples out per second",
         lambda m: m.tuples_out_per_second,
+    ),
+    (
+        "malhar_operator_error_tuples",
+        "tuples sent to the operator's error ports since the run started",
+        lambda m: m.errors,
     ),
     ("malhar_operator_window_ms", "mean processing time of a window (ms)", lambda m: m.window_ms),
     ("malhar_operator_backlog", "what inputs still have to read", lambda m: m.backlog),

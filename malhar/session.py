@@ -169,9 +169,14 @@ TASK_FAILURE_LOGGERS = (
     "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
     "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
 )
-#: Spark's loggers that warn on a clean stop ("Failed to cancel job group ... Cannot find
-#: active jobs": the query stopped between its batches), which new users read as a failure
-STOP_NOISE_LOGGERS = ("org.apache.spark.scheduler.DAGScheduler",)
+#: Spark's loggers that warn of what is normal for malhar, which new users read as a
+#: failure: a clean stop ("Failed to cancel job group ... Cannot find active jobs": the query
+#: stopped between its batches), a window longer than WINDOW_MS ("Current batch is falling
+#: behind": the window length is a cadence, not a deadline)
+NOISE_LOGGERS = (
+    "org.apache.spark.scheduler.DAGScheduler",
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+)
 
 
 def set_logger_levels(spark: SparkSession, levels: Mapping[str, str]) -> None:

@@ -155,6 +155,8 @@ class OperatorMetrics:
     backlog: int | None  #: summed over partitions that report one
     last_window: int
     metrics: Mapping[str, float] = field(default_factory=dict)  #: summed over partitions
+    #: tuples sent to the operator's error ports since the run started
+    errors: int = 0
 
     @classmethod
     def of(
@@ -163,6 +165,7 @@ class OperatorMetrics:
         partitions: int,
         windows: Sequence[WindowStats],
         window_ms: float = 0.0,
+        errors: int = 0,
     ) -> OperatorMetrics:
         stats = OperatorStats(operator, partitions, windows, window_ms)
         latest: dict[int, WindowStats] = {}
@@ -182,4 +185,5 @@ class OperatorMetrics:
             backlog=sum(backlogs) if backlogs else None,
             last_window=max((w.window for w in windows), default=-1),
             metrics=custom,
+            errors=errors,
         )

@@ -136,12 +136,19 @@ class ProgressListener(StreamingQueryListener):
         """Per operator, the metrics of its ``last_windows`` most recent windows."""
         with self._lock:
             recent = {op: list(q) for op, q in self.recent.items()}
+            errors: dict[str, int] = {}
+            for counts in self.errors.values():
+                for ref, n in counts.items():
+                    op = ref.split(".", 1)[0]
+                    errors[op] = errors.get(op, 0) + n
         out = {}
         for op, windows in recent.items():
             if windows:
                 newest = max(w.window for w in windows)
                 windows = [w for w in windows if w.window > newest - last_windows]
-            out[op] = OperatorMetrics.of(op, self.partitions[op], windows, self.window_ms)
+            out[op] = OperatorMetrics.of(
+                op, self.partitions[op], windows, self.window_ms, errors.get(op, 0)
+            )
         return out
 
 

@@ -44,6 +44,32 @@ class Counting(Operator):
         return {"seen": self._n}
 
 
+class Picky(Operator):
+    """Sends every odd number to its error port."""
+
+    input = InputPort()
+    output = OutputPort()
+    error = OutputPort(error=True)
+
+    def process(self, value: Any) -> None:
+        (self.error if value[1] % 2 else self.output).emit(value)
+
+
+def test_the_metrics_table_shows_error_tuples() -> None:
+    from rich.console import Console
+
+    from malhar.metrics_view import table
+
+    rows = {
+        "parse": OperatorMetrics("parse", 1, 10.0, 8.0, 1.5, None, 4, errors=1234),
+        "out": OperatorMetrics("out", 1, 8.0, 0.0, 1.0, None, 4),
+    }
+    console = Console(width=120, record=True)
+    console.print(table(rows))
+    text = console.export_text()
+    assert "errors" in text and "1,234" in text
+
+
 def test_window_stats_rates_and_json_round_trip() -> None:
     w = [
         WindowStats(
@@ -111,9 +137,11 @@ def test_metrics_are_served_for_prometheus(spark, tmp_path: Path) -> None:
     dag = DAG("prom")
     src = dag.add_operator("src", Numbers(per_window=20))
     count = dag.add_operator("count", Counting())
+    picky = dag.add_operator("picky", Picky())
     out = dag.add_operator("out", Collector())
     dag.add_stream("a", src.output, count.input)
-    dag.add_stream("b", count.output, out.input)
+    dag.add_stream("b", count.output, picky.input)
+    dag.add_stream("c", picky.output, out.input)
     app = launch(dag, spark=spark, checkpoint=str(tmp_path), window_ms=100)
     server, port = serve_prometheus(app, 0)
     try:
@@ -123,6 +151,11 @@ def test_metrics_are_served_for_prometheus(spark, tmp_path: Path) -> None:
         assert 'malhar_operator_partitions{application="prom",operator="count"} 1.0' in text
         assert 'malhar_operator_tuples_in_per_second{application="prom",operator="count"}' in text
         assert 'malhar_operator_metric{application="prom",metric="seen",operator="count"}' in text
+        errors = app.metrics()["picky"].errors
+        assert errors > 0 and app.metrics()["count"].errors == 0
+        gauge = 'malhar_operator_error_tuples{application="prom",operator="picky"} '
+        [shown] = [line[len(gauge) :] for line in text.splitlines() if line.startswith(gauge)]
+        assert float(shown) > 0
     finally:
         server.shutdown()
         app.stop()
