@@ -449,7 +449,8 @@ def _run(
         )
     except Exception as exc:
         _runtime_failure(dag.name, exc, scrub)
-    how = f"{windows} window(s)" if windows else "until Ctrl-C"
+    until = "until its input ends or Ctrl-C" if app.bounded else "until Ctrl-C"
+    how = f"{windows} window(s)" if windows else until
     click.echo(f"{dag.name}: running {how} on {master}; checkpoint {scrub(app.checkpoint)}")
     first = app.last_window + 1
     try:
@@ -537,6 +538,10 @@ def _wait_loop(app: Any, bounded: bool, stop: StopSignals, name: str, watch: Wat
         threading.Thread(target=drain, name="malhar-run-drain", daemon=True).start()
     shown, shown_at = app.last_window, time.monotonic()
     while not stop.requested:
+        if app.input_ended():  # every input is bounded and has read everything
+            click.echo(f"{name}: every input ended at window {app.last_window}; stopping")
+            app.stop()
+            return True
         if bounded and done.wait(0.25):
             app.raise_if_failed()
             if failure:

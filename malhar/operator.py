@@ -208,6 +208,13 @@ class InputOperator(Operator):
         """What is left to read after this window (e.g. Kafka lag), or None if unknown."""
         return None
 
+    def is_bounded(self) -> bool:
+        """Whether this input ends (a file input with an ``end_marker``). A partition that
+        has read everything it will ever read reports the metric ``ended`` = 1 from then
+        on; an application all of whose inputs are bounded stops by itself once every
+        partition of each has (``malhar run``, ``RunningApplication.await_end_of_input``)."""
+        return False
+
 
 class Unifier(Operator):
     """Merges one output port's tuples from all upstream partitions.

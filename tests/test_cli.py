@@ -739,6 +739,37 @@ def test_run_of_a_failing_app_exits_1_with_the_operator_error(
     assert loud.returncode == 1 and " ERROR Executor" in loud.stderr, loud.stderr
 
 
+BOUNDED_APP = """
+from malhar import DAG
+from malhar.io.fs import LinesFileInput
+from malhar.testing.operators import Collector
+
+
+def app(dag: DAG, config: dict) -> None:
+    src = dag.add_operator("in", LinesFileInput({folder!r}, end_marker="_SUCCESS"))
+    dag.add_stream("lines", src.output, dag.add_operator("out", Collector()).input)
+"""
+
+
+@pytest.mark.integration
+def test_run_of_an_app_whose_input_ends_stops_by_itself(site: FakeSite, tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\nb\n")
+    (folder / "_SUCCESS").write_text("")
+    (tmp_path / "myapp.py").write_text(BOUNDED_APP.format(folder=str(folder)))
+    command = [*malhar_command(), "run", "myapp.py", "--name", "lines", "--master", "local[1]"]
+    command += ["--checkpoint", str(tmp_path / "ckpt")]
+    done = subprocess.run(
+        command, env=site.env(), capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "lines: running until its input ends or Ctrl-C" in done.stdout, done.stdout
+    assert "lines: every input ended at window" in done.stdout, done.stdout
+    got = collected(str(tmp_path / "ckpt"), "out")
+    assert sorted(t["line"] for rows in got.values() for t in rows) == ["a", "b"]
+
+
 @pytest.mark.integration
 def test_the_first_tuple_of_an_error_port_no_stream_reads_is_logged_with_its_reason(
     site: FakeSite, tmp_path: Path

@@ -217,6 +217,61 @@ class RunningApplication:
         finally:
             self._finish()
 
+    @property
+    def bounded(self) -> bool:
+        """Whether every input operator ends (:meth:`~malhar.operator.InputOperator.
+        is_bounded`: a file input with ``end_marker``)."""
+        return bool(self._inputs()) and not self._endless()
+
+    def _inputs(self) -> list[str]:
+        from malhar.operator import InputOperator
+
+        ops = self.dag.operators.values()
+        return [m.name for m in ops if isinstance(m.operator, InputOperator)]
+
+    def _endless(self) -> list[str]:
+        return [n for n in self._inputs() if not self.dag.operators[n].operator.is_bounded()]
+
+    def input_ended(self) -> bool:
+        """Whether the application is :attr:`bounded` and every partition of each input has
+        reported that it ended (metric ``ended``) in its latest window."""
+        if not self.bounded:
+            return False
+        view = self.metrics()
+        for name in self._inputs():
+            m = view.get(name)
+            if m is None or m.metrics.get("ended", 0.0) < m.partitions:
+                return False
+        return True
+
+    def await_end_of_input(self, timeout: float | None = None) -> None:
+        """For a :attr:`bounded` application (file inputs with ``end_marker``): wait until
+        every partition of each input has read everything, then :meth:`stop` (an orderly
+        last window, after the one in which the end-of-input watermark fired the windows).
+
+        Raises:
+            ValueError: an input never ends (no ``end_marker``, a Kafka input ...).
+            ApplicationFailed: the query failed.
+            TimeoutError: the input did not end within ``timeout`` seconds; the application
+                keeps running.
+        """
+        endless = self._endless()
+        if endless or not self._inputs():
+            raise ValueError(
+                f"application {self.dag.name!r}: the input(s) {endless} never end (a file "
+                "input ends with end_marker): stop the application with stop(), or run it "
+                "for a number of windows"
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.input_ended():
+            self.raise_if_failed()
+            if not self.query.isActive and not self._repartitioning.is_set():
+                raise RuntimeError("the query stopped before its input ended")
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the input did not end within {timeout:g}s")
+            self.query.awaitTermination(0.25)
+        self.stop()
+
     def stop(self, timeout: float = 120.0) -> None:
         """Orderly stop: a last window tears every operator down, then the query ends.
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from malhar import DAG, run
+from malhar import DAG, launch
 from malhar.control import ControlSender, DeliveryType
 from malhar.io.fs import JsonLinesFileInput, LinesFileInput
 from malhar.io.fs.errors import FileConfigError
@@ -226,7 +226,10 @@ def test_every_event_time_window_of_a_finished_set_of_files_fires(
     dag.add_stream("timed", gen.output, per_minute.input, total.input)
     dag.add_stream("panes", per_minute.output, out.input)
     dag.add_stream("totals", total.output, everything.input)
-    run(dag, windows=6, spark=spark, checkpoint=ckpt, window_ms=100)
+    app = launch(dag, spark=spark, checkpoint=ckpt, window_ms=100)
+    assert app.bounded
+    app.await_end_of_input(timeout=300)  # stops by itself: no windows=N to guess
+    assert not app.query.isActive
     panes = [p for rows in collected(ckpt, "out").values() for p in rows]
     start = int(T0.timestamp() * 1000)
     fired = sorted(((p["window_start"] - start) // MINUTE, p["value"]) for p in panes)
@@ -235,6 +238,25 @@ def test_every_event_time_window_of_a_finished_set_of_files_fires(
     assert {p["timing"] for p in panes} == {"ON_TIME"}
     totals = [p for rows in collected(ckpt, "all").values() for p in rows]
     assert [(p["user"], p["value"]) for p in totals] == [("ann", 8)]
+    # reading takes 2 windows per partition; the end, the fired panes and the orderly stop
+    # a few more, not the dozens a busy loop of empty windows would run
+    assert app.last_window < 20
+
+
+@pytest.mark.slow
+def test_an_application_with_an_input_that_never_ends_is_not_awaited(
+    spark: Any, tmp_path: Path
+) -> None:
+    dag = DAG("endless-files")
+    src = dag.add_operator("in", LinesFileInput(str(tmp_path)))
+    dag.add_stream("lines", src.output, dag.add_operator("out", Collector()).input)
+    app = launch(dag, spark=spark, checkpoint=str(tmp_path / "ck"), window_ms=100)
+    try:
+        assert not app.bounded and not app.input_ended()
+        with pytest.raises(ValueError, match=r"the input\(s\) \['in'\] never end"):
+            app.await_end_of_input(timeout=5)
+    finally:
+        app.stop()
 
 
 def test_repartitioned_ended_partitions_stay_ended_and_unsealed_ones_list_again(

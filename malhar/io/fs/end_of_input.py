@@ -25,9 +25,9 @@ Spark's ``_SUCCESS``, or any name) the producer says when the set is complete:
    still find files; all of them would then be late. It holds the watermark back instead,
    as a reading partition does, until it lists the path with the marker there.
 
-A ``malhar run`` of a bounded input still runs until it is stopped (``--windows N``, Ctrl-C):
-once every partition has ended, later windows are empty. The metric ``ended`` is 1 on an
-ended partition.
+The metric ``ended`` is 1 on an ended partition. An application whose inputs all end this
+way stops by itself, in an orderly last window, once every partition of each has ended
+(``malhar run``, ``RunningApplication.await_end_of_input()``).
 
 Example:
     >>> import os, tempfile
@@ -171,6 +171,10 @@ class EndOfInput:
 
     def _new_window_unsealed(self) -> None:
         self._sealed_now = False
+
+    def is_bounded(self) -> bool:
+        """With an ``end_marker`` the input ends (see the module doc)."""
+        return self.end_marker is not None
 
     def _holds_until_sealed(self) -> bool:
         """Whether a partition with nothing to read must still not say it is idle."""
