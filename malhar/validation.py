@@ -33,6 +33,7 @@ def validate(dag: DAG) -> None:
     problems += _state(dag)
     problems += _handlers(dag)
     problems += _unifiers(dag)
+    problems += _application_name(dag)
     if not problems:
         try:
             dag.topological_order()
@@ -43,6 +44,21 @@ def validate(dag: DAG) -> None:
             problems += _single_partition(dag)
     if problems:
         raise ValidationError(problems)
+
+
+def _application_name(dag: DAG) -> list[str]:
+    """A transactional output refuses the default application name in its setup, on the
+    executors, after Spark has started: said here first."""
+    from malhar.io.base.output import OutputConfigError, check_application_name
+    from malhar.io.base.output_operator import TransactionalOutputOperator
+
+    for meta in dag.operators.values():
+        if isinstance(meta.operator, TransactionalOutputOperator):
+            try:
+                check_application_name(dag.attr(A.APPLICATION_NAME), f"operator {meta.name!r}")
+            except OutputConfigError as exc:
+                return [str(exc)]
+    return []
 
 
 def _attributes(dag: DAG) -> list[str]:

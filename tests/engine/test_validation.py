@@ -475,3 +475,19 @@ def test_a_connectors_checks_across_properties_run_in_validate() -> None:
         "'postgresql://user@host:5432/db'",
         "operator 'db': mode 'merge_add' needs key_columns (the conflict key)",
     ]
+
+
+def test_a_transactional_output_in_an_unnamed_application_is_refused_by_validate() -> None:
+    """Before: refused in the output's setup, on the executors, after Spark had started."""
+    from malhar.io.fs import ParquetFileOutput
+
+    def dag(name: str | None) -> DAG:
+        d = DAG(name) if name else DAG()
+        src = d.add_operator("src", ListInput(windows=[[{"a": 1}]]))
+        out = d.add_operator("out", ParquetFileOutput("/tmp/never-written", schema="a int"))
+        d.add_stream("rows", src.output, out.input)
+        return d
+
+    with pytest.raises(ValidationError, match=r"operator 'out': the application has no name"):
+        dag(None).validate()
+    dag("named").validate()
