@@ -31,7 +31,7 @@ from malhar.window import (
     WindowedTuple,
     WindowError,
 )
-from malhar.window.accumulation import Cogroup, Count, Sum, ToList
+from malhar.window.accumulation import Cogroup, Count, Sum, ToList, TopN
 from tests.window.helpers import fired, harness, pane, panes, watermark, watermarks
 
 A_R = "ACCUMULATING_AND_RETRACTING"
@@ -883,6 +883,25 @@ def test_a_key_that_cannot_be_one_names_the_setting_from_tuples_and_batches() ->
 
 
 # -- restarts with other settings ------------------------------------------------------------
+def test_a_restart_with_other_accumulation_parameters_is_refused_and_old_records_compare_by_class() -> (
+    None
+):
+    """TopN(n=3) cells hold the top 3 of each window: with n=5 their panes would be short."""
+    h = harness(keyed(TopN(n=3), TimeWindows(60)))
+    put(h, ("a", 5))
+    saved = h.checkpoint()
+    with pytest.raises(WindowConfigError, match=r"accumulation TopN\(n=3, key=None\) -> TopN\(n=5"):
+        OperatorHarness.restored(keyed(TopN(n=5), TimeWindows(60)), saved, h.context).setup()
+    OperatorHarness.restored(keyed(TopN(n=3), TimeWindows(60)), saved, h.context).setup()
+
+    # a checkpoint whose record names the class only (written before): the class is compared
+    old = OperatorHarness.restored(keyed(TopN(n=3), TimeWindows(60)), saved, h.context)
+    old.operator._book.shape["accumulation"] = "TopN"
+    again = OperatorHarness.restored(keyed(TopN(n=5), TimeWindows(60)), old.checkpoint(), h.context)
+    again.setup()
+    assert again.operator._book.shape["accumulation"] == "TopN(n=5, key=None)"
+
+
 def test_a_restart_with_another_window_size_is_refused_while_cells_are_held() -> None:
     """The cells of 60 s windows would fire beside the new 30 s ones, silently."""
     h = harness(keyed(option=TimeWindows(60)))
@@ -895,7 +914,7 @@ def test_a_restart_with_another_window_size_is_refused_while_cells_are_held() ->
         r"which holds 1 window cell",
     ):
         changed.setup()
-    with pytest.raises(WindowConfigError, match=r"accumulation Count -> Sum"):
+    with pytest.raises(WindowConfigError, match=r"accumulation Count\(\) -> Sum\(\)"):
         OperatorHarness.restored(keyed(Sum(), TimeWindows(60)), saved, h.context).setup()
     # the same settings (other lateness is fine) go on
     same = OperatorHarness.restored(keyed(option=TimeWindows(60)), saved, h.context)

@@ -210,15 +210,19 @@ class WindowedCore(WindowedSettings):
         ones (60 s panes next to 30 s ones) or hold another accumulator or trigger state."""
         shape = {
             "window_option": _described(self._option),
-            "accumulation": type(self._acc).__name__,
+            "accumulation": _described(self._acc),  # with its parameters: TopN(n=3)
             "trigger": _described(self._trigger),
         }
         held = getattr(self._book, "shape", None)  # None: an older checkpoint
-        if held is not None and held != shape and len(self._store):
+        now = shape
+        if held is not None and "(" not in held.get("accumulation", "("):
+            # recorded by its class name only (before parameters were): compare that
+            now = {**shape, "accumulation": type(self._acc).__name__}
+        if held is not None and held != now and len(self._store):
             changed = ", ".join(
-                f"{field} {held.get(field)} -> {shape[field]}"
-                for field in shape
-                if held.get(field) != shape[field]
+                f"{field} {held.get(field)} -> {now[field]}"
+                for field in now
+                if held.get(field) != now[field]
             )
             raise WindowConfigError(
                 f"{type(self).__name__} {name!r}: {changed} since the checkpoint, which holds "
