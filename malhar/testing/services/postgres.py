@@ -14,6 +14,7 @@ import pwd
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any, Self
@@ -22,7 +23,14 @@ from urllib.parse import quote, urlsplit
 from malhar.testing.services.base import Service
 from malhar.testing.services.errors import ServiceError
 from malhar.testing.services.paths import new_service_dir
-from malhar.testing.services.process import ManagedProcess, free_port, port_in_use, run_step
+from malhar.testing.services.process import (
+    ManagedProcess,
+    as_user,
+    first_unreachable,
+    free_port,
+    port_in_use,
+    run_step,
+)
 
 _USER = "malhar"
 
@@ -48,10 +56,10 @@ def _bindir() -> Path:
     )
 
 
-def _as_server_user() -> list[str]:
-    """Command prefix that drops root to the ``postgres`` user; empty when not root."""
+def _server_user() -> str | None:
+    """The user the server runs as: ``postgres`` when this process is root, else None (us)."""
     if os.geteuid() != 0:
-        return []
+        return None
     try:
         pwd.getpwnam("postgres")
     except KeyError:
@@ -60,7 +68,27 @@ def _as_server_user() -> list[str]:
             "running as root and there is no `postgres` system user to run the server as",
             hint="apt-get install -y postgresql creates it, or run the tests as a normal user",
         ) from None
-    return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
+    return "postgres"
+
+
+def _check_reachable(home: Path, user: str) -> None:
+    """A clear error if ``user`` cannot reach ``home``, where initdb and the server work.
+
+    A run directory inside a private folder (``mktemp -d`` makes them 0o700) is the
+    usual cause: initdb, run as ``user``, would fail on reading its password file.
+    """
+    blocked = first_unreachable(home, user)
+    if blocked is None:
+        return
+    mode = oct(stat.S_IMODE(blocked.stat().st_mode))
+    raise ServiceError(
+        "postgres",
+        f"the server runs as the `{user}` user (this process is root), which cannot reach "
+        f"its folder {home}: it may not traverse {blocked} (mode {mode}). The run directory "
+        "and every folder above it must be traversable by that user",
+        hint=f"chmod o+x {blocked} (or chmod 755 {blocked}), or set MALHAR_RUN_DIR to a "
+        "folder that other users may traverse (the default is /tmp/malhar-$UID)",
+    )
 
 
 class PostgresService(Service):
@@ -91,29 +119,38 @@ class PostgresService(Service):
             )
         self.port = self.port or free_port()
         bindir = _bindir()
+        user = _server_user()
         self.home = new_service_dir("postgres")
         os.chmod(self.home, 0o755)
+        if user:
+            shutil.chown(self.home, user, user)
+            try:
+                _check_reachable(self.home, user)
+            except ServiceError:
+                shutil.rmtree(self.home, ignore_errors=True)  # empty: no log to keep
+                self.home = None
+                raise
         self._bindir = bindir
         data = self.home / "data"
         pwfile = self.home / "pwfile"
         pwfile.write_text(self.password + "\n")
-        prefix = _as_server_user()
-        if prefix:
-            shutil.chown(self.home, "postgres", "postgres")
-            shutil.chown(pwfile, "postgres", "postgres")
+        if user:
+            shutil.chown(pwfile, user, user)
         os.chmod(pwfile, 0o600)
-        command = [
-            *prefix,
-            str(bindir / "initdb"),
-            "-D",
-            str(data),
-            "-U",
-            self.user,
-            "--auth=scram-sha-256",
-            f"--pwfile={pwfile}",
-            "--encoding=UTF8",
-            "--no-instructions",
-        ]
+        command = as_user(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                self.user,
+                "--auth=scram-sha-256",
+                f"--pwfile={pwfile}",
+                "--encoding=UTF8",
+                "--no-instructions",
+            ],
+            user,
+        )
         try:
             run_step(self.name, "initdb", command, self.home / "initdb.log", timeout=timeout)
         finally:
@@ -125,7 +162,6 @@ class PostgresService(Service):
     def _launch(self, timeout: float) -> None:
         data = self.home / "data"
         command = [
-            *_as_server_user(),
             str(self._bindir / "postgres"),
             "-D",
             str(data),
@@ -140,8 +176,14 @@ class PostgresService(Service):
             "-c",
             "max_prepared_transactions=20",
         ]
+        # as the ``postgres`` user when root: ManagedProcess drops to it in a way that keeps
+        # the server tied to this process (a ``setpriv`` prefix would untie it)
         proc = ManagedProcess(
-            "postgres", command, self.home / "postgres.log", stop_signal=signal.SIGINT
+            "postgres",
+            command,
+            self.home / "postgres.log",
+            stop_signal=signal.SIGINT,
+            user=_server_user(),
         ).start()
         self.processes = [proc]
         proc.wait_ready(

@@ -21,21 +21,78 @@ from malhar.testing.services.errors import ServiceError
 # thread that started it dies (PR_SET_PDEATHSIG survives exec). A test run that is itself
 # killed (a timeout, an interrupted helper) thus leaves no service or driver behind, which
 # its fixtures' orderly stop cannot promise. Not a preexec_fn: unsafe with the JVM's threads.
+# With a user name (argv[2], else ""), it also drops root to that user first, itself: the
+# kernel clears the parent-death signal on every change of credentials, so a command
+# wrapped in ``setpriv --reuid=...`` after the prctl would outlive its starter.
 _DIE_WITH_PARENT = """\
 import ctypes, os, signal, sys
+if sys.argv[2]:
+    import pwd
+    user = pwd.getpwnam(sys.argv[2])
+    os.initgroups(user.pw_name, user.pw_gid)
+    os.setgid(user.pw_gid)
+    os.setuid(user.pw_uid)
 ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 if os.getppid() != int(sys.argv[1]):
     os._exit(70)  # the parent died before the prctl
-os.execvp(sys.argv[2], sys.argv[2:])
+os.execvp(sys.argv[3], sys.argv[3:])
 """
 
 
-def die_with_parent(command: Sequence[str]) -> list[str]:
-    """``command`` wrapped so that it is killed when this process (the thread starting it)
-    dies; on systems other than Linux, ``command`` as it is."""
-    if not sys.platform.startswith("linux"):
+def as_user(command: Sequence[str], user: str | None) -> list[str]:
+    """``command`` run as ``user`` (root drops to it through ``setpriv``); as it is for None.
+
+    Not for a command that must die with its starter: ``setpriv`` changes credentials,
+    which clears the parent-death signal; :func:`die_with_parent` takes ``user`` instead.
+    """
+    if user is None:
         return list(command)
-    return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *command]
+
+
+def die_with_parent(command: Sequence[str], *, user: str | None = None) -> list[str]:
+    """``command`` wrapped so that it is killed when this process (the thread starting it)
+    dies; on systems other than Linux, ``command`` as it is (run as ``user`` if given).
+
+    ``user``: run ``command`` as this user (this process must be root). The wrapper drops
+    to it before it asks for the parent-death signal, which a change of credentials clears.
+    """
+    if not sys.platform.startswith("linux"):
+        return as_user(command, user)
+    return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), user or "", *command]
+
+
+# Run as root: drop to the user argv[1], then print the first folder on the way to argv[2]
+# (an absolute path) that this user may not traverse, if any (the kernel's own check, ACLs
+# included). Python is started as root, so its own files need not be reachable by the user.
+_FIRST_UNREACHABLE = """\
+import os, pwd, sys
+user = pwd.getpwnam(sys.argv[1])
+os.initgroups(user.pw_name, user.pw_gid)
+os.setgid(user.pw_gid)
+os.setuid(user.pw_uid)
+path = "/"
+for part in [""] + sys.argv[2].strip("/").split("/"):
+    path = os.path.join(path, part)
+    if not os.access(path, os.X_OK):
+        print(path)
+        break
+"""
+
+
+def first_unreachable(path: Path, user: str) -> Path | None:
+    """The first folder from ``/`` down to ``path`` that ``user`` cannot traverse (None if
+    ``user`` can reach ``path``). Asked as root, of a user a server will be run as."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _FIRST_UNREACHABLE, user, str(Path(path).absolute())],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+        check=True,
+    )
+    found = done.stdout.strip()
+    return Path(found) if found else None
 
 
 # True inside ``outliving_parent()``: services started there are not tied to this process.
@@ -191,13 +248,18 @@ class ManagedProcess:
     cwd: Path | None = None
     #: the signal asking for an orderly shutdown (PostgreSQL wants SIGINT: "fast" mode).
     stop_signal: int = signal.SIGTERM
+    #: run the command as this user (this process must be root); None: as this process.
+    user: str | None = None
     popen: subprocess.Popen | None = field(default=None, repr=False)
 
     def start(self) -> ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         try:
-            command = self.command if _OUTLIVE_PARENT.get() else die_with_parent(self.command)
+            if _OUTLIVE_PARENT.get():
+                command = as_user(self.command, self.user)
+            else:
+                command = die_with_parent(self.command, user=self.user)
             self.popen = subprocess.Popen(
                 command,
                 stdout=log,
