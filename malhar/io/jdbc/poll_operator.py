@@ -32,12 +32,24 @@ writer, or keys assigned at commit). When windows are committed, their ranges ar
 again (``check_late_rows``): rows that arrived in a range after it was read are reported (a
 warning and the metric ``late_rows``): raise ``commit_lag_ms``.
 
+**Event time.** A backfill partition (not the last, polling one) whose range is read to
+its end never reads again: from the first window in which it reads nothing and has nothing
+left in its range (an empty range: from window 0) it sends ``WatermarkIdle()``
+(END_WINDOW) at the end of every window, as a file input out of files does
+(:mod:`malhar.io.fs.idle_input`), so that a ``WatermarkGenerator`` after it passes the
+idleness on and a windowed operator downstream leaves the partition out of its watermark
+minimum instead of waiting for it for ever. The polling partition never says so (rows may
+come at any time), nor does a single partition (it is the poller). Such a window's record
+has ``"idle": true``, so a replayed window sends the same. A subclass that redeclares
+``output`` must declare it ``control_aware=True`` for this (else it says nothing).
+
 **Ports.** ``output``: one dict per row on the base class (its values as the Arrow types of
 :mod:`malhar.io.jdbc.poll_reader` give them back); a subclass that declares a typed output
-port (``output = OutputPort("id bigint, amount decimal(12,2), ...")``) gets Arrow batches of
-that schema (columns by name), with no per-row work. ``error`` (error port): a row with a
-value that cannot be converted, as ``{"key": <its key as text>, "error": reason}``, in the
-first run and in replays alike.
+port (``output = OutputPort("id bigint, amount decimal(12,2), ...", control_aware=True)``)
+gets Arrow batches of that schema (columns by name), with no per-row work (without
+``control_aware=True`` it cannot send ``WatermarkIdle``, see "Event time"). ``error`` (error
+port): a row with a value that cannot be converted, as ``{"key": <its key as text>,
+"error": reason}``, in the first run and in replays alike.
 """
 
 from __future__ import annotations
@@ -52,6 +64,7 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
+from malhar.control import DeliveryType
 from malhar.io.base.input import ReplayableInput, ReplayError, WindowRecord
 from malhar.io.jdbc.config import split_table
 from malhar.io.jdbc.connection import create_engine, uses_psycopg2
@@ -85,7 +98,8 @@ __all__ = ["JdbcPollInputOperator"]
 
 log = logging.getLogger("malhar.io.jdbc.poll")
 
-#: a window record: {"low": key, "high": key, "rows": n} (keys as encode_key gives them)
+#: a window record: {"low": key, "high": key, "rows": n} (keys as encode_key gives them),
+#: plus "idle": true when the window sent WatermarkIdle (a backfill partition done reading)
 Record = dict[str, Any]
 
 PLAN_DIR = "jdbc-poll"
@@ -107,7 +121,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         'id'
     """
 
-    output = OutputPort()
+    #: control aware: a backfill partition done reading says it is idle (WatermarkIdle)
+    output = OutputPort(control_aware=True)
     error = OutputPort("key string, error string", error=True)
 
     #: the largest key read (encoded; None: the partition's range start)
@@ -235,7 +250,17 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
 
     def window_record(self) -> Record:
         self._close_cursor()  # the window's read ends here (a full window may stop mid-range)
-        return {"low": self._window_low, "high": self._window_high, "rows": self._rows}
+        record: Record = {"low": self._window_low, "high": self._window_high, "rows": self._rows}
+        # a backfill partition with its whole range read never reads again: idle for good
+        # (the poller never is: rows may come at any time); recorded for the replay
+        self._idle_now = not self._poller and not self._rows and (self._done or self._empty_range)
+        if self._idle_now:
+            record["idle"] = True
+        return record
+
+    def end_window(self) -> None:
+        super().end_window()  # the record saved (a new window) or advanced past (a replay)
+        self._say_if_idle()
 
     def replay(self, record: Record) -> int:
         expected = int(record["rows"])
@@ -266,6 +291,9 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     def advance_past(self, record: Record) -> None:
         self._position = record["high"]
         self._done = False  # the next window finds out whether the range is exhausted
+        # a replayed window sends what its first run sent (a record written before idleness
+        # was recorded has no "idle": it sent nothing)
+        self._idle_now = bool(record.get("idle", False))
 
     def release(self, records: list[WindowRecord[Record]]) -> None:
         if not self.check_late_rows:
@@ -304,6 +332,15 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         if getattr(self, "_bad_keys", 0):
             out["non_finite_key_rows"] = float(self._bad_keys)
         return out
+
+    def _say_if_idle(self) -> None:
+        if not getattr(self, "_idle_now", False):
+            return
+        if not self.output.port.control_aware:
+            return  # a subclass redeclared ``output`` without control tuples: it cannot say
+        from malhar.window.watermark import WatermarkIdle
+
+        self.output.emit_control(WatermarkIdle(), DeliveryType.END_WINDOW)
 
     def _report_null_keys(self) -> None:
         """Warn (and keep the metrics ``null_key_rows`` / ``non_finite_key_rows``) when rows
