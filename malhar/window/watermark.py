@@ -20,7 +20,7 @@ once, without the idleness timeout, and counts again from its next watermark. An
 whose every input is idle is idle itself and says so downstream.
 
 Example:
-    >>> from malhar.control import ControlSender
+    >>> from malhar.control import ControlSender, DeliveryType
     >>> tracker = WatermarkTracker()
     >>> tracker.update(100, ControlSender("s", "up", 0, 2), window=0)
     >>> tracker.combined(window=0, idle_windows=3) is None     # partition 1 silent
@@ -41,9 +41,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from malhar.control import ControlSender
+from malhar.control import ControlSender, DeliveryType
 
-__all__ = ["Watermark", "WatermarkIdle", "WatermarkTracker"]
+__all__ = ["Watermark", "WatermarkIdle", "WatermarkTracker", "send_from_input"]
 
 _ANONYMOUS = ControlSender("", "", 0, 1)
 
@@ -204,3 +204,11 @@ class WatermarkTracker:
 
     def __repr__(self) -> str:
         return f"WatermarkTracker({self.latest!r})"
+
+
+def send_from_input(output: Any, payload: Watermark | WatermarkIdle) -> None:
+    """Send a watermark status of an input operator (idle, the end of its input) at the end
+    of the window, on its bound ``output`` port, when the port is control aware: a subclass
+    that redeclared ``output`` without control tuples cannot say it, and reads as before."""
+    if output.port.control_aware:
+        output.emit_control(payload, DeliveryType.END_WINDOW)

@@ -21,14 +21,14 @@ from malhar.window import (
     MAX_TIMESTAMP,
     GlobalWindow,
     KeyedWindowedOperator,
-    TimeWindows,
     Watermark,
     WatermarkGenerator,
     WatermarkIdle,
 )
 from malhar.window.accumulation import Count
+from tests.io.event_time_support import fired_minutes, per_minute_counts
 from tests.io.fs_support import Place, harness, place_fixture  # noqa: F401
-from tests.io.test_fs_input_idle import MINUTE, T0, _write, window_controls
+from tests.io.test_fs_input_idle import _write, window_controls
 
 END = Watermark(MAX_TIMESTAMP)
 IDLE = WatermarkIdle()
@@ -194,49 +194,27 @@ def test_every_event_time_window_of_a_finished_set_of_files_fires(
     for k in range(4):  # minutes 0..3, spread over both partitions
         _write(folder, k % 2, f"p{k}", k, mtime=1_000 + k)
     (folder / "_SUCCESS").write_text("")
-    dag = DAG("bounded-files")
-    src = dag.add_operator(
-        "in",
-        JsonLinesFileInput(
-            str(folder),
-            schema="user string, ts timestamp",
-            scan_interval_ms=0,
-            end_marker="_SUCCESS",
-            max_records_per_window=2,
-        ),
-        PARTITIONS=2,
+    source = JsonLinesFileInput(
+        str(folder),
+        schema="user string, ts timestamp",
+        scan_interval_ms=0,
+        end_marker="_SUCCESS",
+        max_records_per_window=2,
     )
-    gen = dag.add_operator(
-        "wm", WatermarkGenerator(timestamp="ts", max_out_of_orderness=5_000), PARTITIONS=2
+    total = KeyedWindowedOperator(
+        Count(), GlobalWindow(), key="user", timestamp="ts", output_format="row"
     )
-    per_minute = dag.add_operator(
-        "minutes",
-        KeyedWindowedOperator(
-            Count(), TimeWindows(MINUTE), key="user", timestamp="ts", output_format="row"
-        ),
-    )
-    total = dag.add_operator(
-        "total",
-        KeyedWindowedOperator(
-            Count(), GlobalWindow(), key="user", timestamp="ts", output_format="row"
-        ),
-    )
-    out, everything = dag.add_operator("out", Collector()), dag.add_operator("all", Collector())
-    dag.add_stream("clicks", src.output, gen.input)
-    dag.add_stream("timed", gen.output, per_minute.input, total.input)
-    dag.add_stream("panes", per_minute.output, out.input)
-    dag.add_stream("totals", total.output, everything.input)
+    dag = per_minute_counts("bounded-files", source, "user", ("total", total))
     app = launch(dag, spark=spark, checkpoint=ckpt, window_ms=100)
     assert app.bounded
     app.await_end_of_input(timeout=300)  # stops by itself: no windows=N to guess
     assert not app.query.isActive
-    panes = [p for rows in collected(ckpt, "out").values() for p in rows]
-    start = int(T0.timestamp() * 1000)
-    fired = sorted(((p["window_start"] - start) // MINUTE, p["value"]) for p in panes)
+    fired = fired_minutes(ckpt)
     # the last minute too: without the marker no later event time moves the watermark past it
     assert fired == [(m, 2) for m in range(4)]
+    panes = [p for rows in collected(ckpt, "out").values() for p in rows]
     assert {p["timing"] for p in panes} == {"ON_TIME"}
-    totals = [p for rows in collected(ckpt, "all").values() for p in rows]
+    totals = [p for rows in collected(ckpt, "total-out").values() for p in rows]
     assert [(p["user"], p["value"]) for p in totals] == [("ann", 8)]
     # reading takes 2 windows per partition; the end, the fired panes and the orderly stop
     # a few more, not the dozens a busy loop of empty windows would run

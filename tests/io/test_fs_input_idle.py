@@ -8,26 +8,23 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from malhar import DAG, run
+from malhar import run
 from malhar.control import ControlSender, DeliveryType
 from malhar.io.fs import JsonLinesFileInput, LinesFileInput
 from malhar.io.fs.splits import split_owner
 from malhar.testing import OperatorHarness
-from malhar.testing.operators import Collector, collected
 from malhar.window import (
-    KeyedWindowedOperator,
-    TimeWindows,
     Watermark,
     WatermarkGenerator,
     WatermarkIdle,
 )
-from malhar.window.accumulation import Count
+from tests.io.event_time_support import T0, fired_minutes, per_minute_counts
 from tests.io.fs_support import harness
 
 IDLE = WatermarkIdle()
@@ -121,10 +118,6 @@ def test_the_generator_says_idle_once_every_upstream_partition_did() -> None:
 
 
 # -- through the engine ---------------------------------------------------------------------------
-T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
-MINUTE = 60_000
-
-
 def _file_for(folder: Path, partition: int, stem: str) -> Path:
     """A file of ``folder`` whose one block (a small file) ``partition`` of 2 reads."""
     for i in range(1000):
@@ -154,34 +147,15 @@ def test_windows_fire_when_one_input_partition_runs_out_of_files(
     _write(folder, 0, "p0", 0, mtime=1_000)  # partition 0: one file, read in window 0
     for k in range(1, 6):  # partition 1: one file (minute k) per window
         _write(folder, 1, f"p1-{k}", k, mtime=1_000 + k)
-    dag = DAG("idle-files")
-    src = dag.add_operator(
-        "in",
-        JsonLinesFileInput(
-            str(folder),
-            schema="user string, ts timestamp",
-            scan_interval_ms=0,
-            max_records_per_window=2,
-        ),
-        PARTITIONS=2,
+    source = JsonLinesFileInput(
+        str(folder),
+        schema="user string, ts timestamp",
+        scan_interval_ms=0,
+        max_records_per_window=2,
     )
-    gen = dag.add_operator(
-        "wm", WatermarkGenerator(timestamp="ts", max_out_of_orderness=5_000), PARTITIONS=2
-    )
-    counts = dag.add_operator(
-        "counts",
-        KeyedWindowedOperator(
-            Count(), TimeWindows(MINUTE), key="user", timestamp="ts", output_format="row"
-        ),
-    )
-    out = dag.add_operator("out", Collector())
-    dag.add_stream("clicks", src.output, gen.input)
-    dag.add_stream("timed", gen.output, counts.input)
-    dag.add_stream("panes", counts.output, out.input)
+    dag = per_minute_counts("idle-files", source, "user")
     run(dag, windows=9, spark=spark, checkpoint=ckpt, window_ms=100)
-    panes = [p for rows in collected(ckpt, "out").values() for p in rows]
-    start = int(T0.timestamp() * 1000)
-    fired = sorted(((p["window_start"] - start) // MINUTE, p["value"]) for p in panes)
+    fired = fired_minutes(ckpt)
     # every minute but the last (no later event time moves the watermark past it); without
     # the idleness partition 0's watermark (10:00:35) held every one back
     assert fired == [(m, 2) for m in range(5)]

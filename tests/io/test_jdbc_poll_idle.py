@@ -6,26 +6,23 @@ and a replayed window sends what its first run sent."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from malhar import DAG, run
+from malhar import run
 from malhar.control import DeliveryType
 from malhar.io.jdbc import JdbcPollInputOperator
 from malhar.ports import OutputPort
 from malhar.testing import OperatorHarness
-from malhar.testing.operators import Collector, collected
-from malhar.window import KeyedWindowedOperator, TimeWindows, WatermarkGenerator, WatermarkIdle
-from malhar.window.accumulation import Count
+from malhar.window import WatermarkIdle
 from tests.io.conftest import kafka_harness, kafka_run_window
+from tests.io.event_time_support import T0, fired_minutes, per_minute_counts
 from tests.io.jdbc_support import run_sql, unique_name
 
 IDLE = WatermarkIdle()
-T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
-MINUTE = 60_000
 
 
 def _events(pg: Any, minutes: list[float]) -> str:
@@ -164,35 +161,16 @@ def test_windows_fire_after_the_backfill_partition_is_done(
     # ids 1..6 (partition 0's range): minute 0; ids 7..12 (the poller's): minutes 1..6
     table = _events(pg, [s / 60 for s in range(5, 35, 5)] + [m + 0.5 for m in range(1, 7)])
     ckpt = str(tmp_path / "ck")
-    dag = DAG("idle-jdbc")
-    src = dag.add_operator(
-        "in",
-        JdbcPollInputOperator(
-            pg.sqlalchemy_url,
-            table=table,
-            key_column="id",
-            poll_interval_ms=0,
-            max_records_per_window=3,
-        ),
-        PARTITIONS=2,
+    source = JdbcPollInputOperator(
+        pg.sqlalchemy_url,
+        table=table,
+        key_column="id",
+        poll_interval_ms=0,
+        max_records_per_window=3,
     )
-    gen = dag.add_operator(
-        "wm", WatermarkGenerator(timestamp="ts", max_out_of_orderness=5_000), PARTITIONS=2
-    )
-    counts = dag.add_operator(
-        "counts",
-        KeyedWindowedOperator(
-            Count(), TimeWindows(MINUTE), key="usr", timestamp="ts", output_format="row"
-        ),
-    )
-    out = dag.add_operator("out", Collector())
-    dag.add_stream("clicks", src.output, gen.input)
-    dag.add_stream("timed", gen.output, counts.input)
-    dag.add_stream("panes", counts.output, out.input)
+    dag = per_minute_counts("idle-jdbc", source, "usr")
     run(dag, windows=8, spark=spark, checkpoint=ckpt, window_ms=100)
-    panes = [p for rows in collected(ckpt, "out").values() for p in rows]
-    start = int(T0.timestamp() * 1000)
-    fired = sorted(((p["window_start"] - start) // MINUTE, p["value"]) for p in panes)
+    fired = fired_minutes(ckpt)
     # every minute but the last (no later event time moves the watermark past it); without
     # the idleness partition 0's watermark (10:00:25) held every one back
     assert fired == [(0, 6)] + [(m, 1) for m in range(1, 6)]

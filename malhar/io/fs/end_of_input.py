@@ -54,7 +54,6 @@ import posixpath
 import re
 from typing import Any
 
-from malhar.control import DeliveryType
 from malhar.io.fs.paths import is_hidden, location, resolve, split_glob
 from malhar.properties import Property
 from malhar.state import State
@@ -194,13 +193,11 @@ class EndOfInput:
             self._sealed = True
         self._ended_now = bool(record.get("end", False))
 
-    def _say_if_ended(self) -> bool:
+    def _say_if_ended(self) -> None:
         """Send the end-of-input watermark if this window ended the partition (or came
-        after); True when it did."""
-        if not getattr(self, "_ended_now", False) or not self.output.port.control_aware:
-            return False
-        from malhar.window.watermark import Watermark
-        from malhar.window.windows import MAX_TIMESTAMP
+        after)."""
+        if getattr(self, "_ended_now", False):
+            from malhar.window.watermark import Watermark, send_from_input
+            from malhar.window.windows import MAX_TIMESTAMP
 
-        self.output.emit_control(Watermark(MAX_TIMESTAMP), DeliveryType.END_WINDOW)
-        return True
+            send_from_input(self.output, Watermark(MAX_TIMESTAMP))

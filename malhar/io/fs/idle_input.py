@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from malhar.control import DeliveryType
 from malhar.properties import Property
 
 __all__ = ["IdleWhenNothingToRead"]
@@ -92,10 +91,7 @@ class IdleWhenNothingToRead:
         self._idle_now = bool(record.get("idle", False))
 
     def _say_if_idle(self) -> None:
-        if not getattr(self, "_idle_now", False) or getattr(self, "_ended_now", False):
-            return
-        if not self.output.port.control_aware:
-            return  # a subclass redeclared ``output`` without control tuples: it cannot say
-        from malhar.window.watermark import WatermarkIdle
+        if getattr(self, "_idle_now", False) and not getattr(self, "_ended_now", False):
+            from malhar.window.watermark import WatermarkIdle, send_from_input
 
-        self.output.emit_control(WatermarkIdle(), DeliveryType.END_WINDOW)
+            send_from_input(self.output, WatermarkIdle())

@@ -64,7 +64,6 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
-from malhar.control import DeliveryType
 from malhar.io.base.input import ReplayableInput, ReplayError, WindowRecord
 from malhar.io.jdbc.config import split_table
 from malhar.io.jdbc.connection import create_engine, uses_psycopg2
@@ -334,13 +333,10 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         return out
 
     def _say_if_idle(self) -> None:
-        if not getattr(self, "_idle_now", False):
-            return
-        if not self.output.port.control_aware:
-            return  # a subclass redeclared ``output`` without control tuples: it cannot say
-        from malhar.window.watermark import WatermarkIdle
+        if getattr(self, "_idle_now", False):
+            from malhar.window.watermark import WatermarkIdle, send_from_input
 
-        self.output.emit_control(WatermarkIdle(), DeliveryType.END_WINDOW)
+            send_from_input(self.output, WatermarkIdle())
 
     def _report_null_keys(self) -> None:
         """Warn (and keep the metrics ``null_key_rows`` / ``non_finite_key_rows``) when rows
