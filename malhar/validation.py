@@ -48,10 +48,13 @@ def validate(dag: DAG) -> None:
 
 def _application_name(dag: DAG) -> list[str]:
     """A transactional output refuses the default application name in its setup, on the
-    executors, after Spark has started: said here first."""
+    executors, after Spark has started: said here first. An application with no name at
+    all is named after its checkpoint at launch (``launcher.derived_name``): not refused."""
     from malhar.io.base.output import OutputConfigError, check_application_name
     from malhar.io.base.output_operator import TransactionalOutputOperator
 
+    if not dag.named:
+        return []
     for meta in dag.operators.values():
         if isinstance(meta.operator, TransactionalOutputOperator):
             try:

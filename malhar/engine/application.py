@@ -75,7 +75,10 @@ class RunningApplication:
         )
         self.plan = started.plan
         self.query = started.query
+        earlier = getattr(self, "_progress", None)
         self._progress = started.progress
+        if earlier is not None and self._progress is not None:
+            self._progress.seed_totals(earlier)  # "since the run started": across restarts
         self._stats = started.stats
         self._listening = True  # the progress listener is registered with the session
 
@@ -269,7 +272,11 @@ class RunningApplication:
                 raise RuntimeError("the query stopped before its input ended")
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"the input did not end within {timeout:g}s")
-            self.query.awaitTermination(0.25)
+            try:
+                self.query.awaitTermination(0.25)
+            except Exception:
+                self.raise_if_failed()  # ours, naming the operator, before Spark's
+                raise
         self.stop()
 
     def stop(self, timeout: float = 120.0) -> None:

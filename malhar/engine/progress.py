@@ -55,6 +55,9 @@ class ProgressListener(StreamingQueryListener):
         self.ports = list(ports)
         self.partitions = dict(partitions)
         self.errors: dict[int, dict[str, int]] = {}
+        #: operator -> tuples on its error ports over every window reported (kept as the
+        #: windows come, replacing a window reported again; carried over by ``seed_totals``)
+        self.error_totals: dict[str, int] = {}
         self.seen = -1
         self.recent: dict[str, deque[WindowStats]] = {
             op: deque(maxlen=RECENT_WINDOWS * max(1, n)) for op, n in self.partitions.items()
@@ -103,8 +106,10 @@ class ProgressListener(StreamingQueryListener):
         counts = {ref: int(values.get(ref) or 0) for ref in self.ports}
         reports = [json.loads(r) for r in values.get("stats") or () if r]
         with self._lock:
+            self._total(self.errors.get(window, {}), -1)
             if any(counts.values()):
                 self.errors[window] = counts
+                self._total(counts, 1)
             else:
                 self.errors.pop(window, None)
             if window <= self.seen:
@@ -117,6 +122,20 @@ class ProgressListener(StreamingQueryListener):
                         self.recent[op].append(stats)
                     if op in self.pending:
                         self.pending[op].append(stats)
+
+    def _total(self, counts: Mapping[str, int], sign: int) -> None:
+        for ref, n in counts.items():
+            op = ref.split(".", 1)[0]
+            self.error_totals[op] = self.error_totals.get(op, 0) + sign * n
+
+    def seed_totals(self, earlier: ProgressListener) -> None:
+        """Start the error totals from those of the listener of an earlier query of the same
+        application object (a repartitioning restarts the query)."""
+        with earlier._lock:
+            totals = dict(earlier.error_totals)
+        with self._lock:
+            for op, n in totals.items():
+                self.error_totals[op] = self.error_totals.get(op, 0) + n
 
     def get(self, window: int) -> dict[str, int] | None:
         """The error counts of ``window``; None if it was not reported (yet)."""
@@ -136,11 +155,7 @@ class ProgressListener(StreamingQueryListener):
         """Per operator, the metrics of its ``last_windows`` most recent windows."""
         with self._lock:
             recent = {op: list(q) for op, q in self.recent.items()}
-            errors: dict[str, int] = {}
-            for counts in self.errors.values():
-                for ref, n in counts.items():
-                    op = ref.split(".", 1)[0]
-                    errors[op] = errors.get(op, 0) + n
+            errors = dict(self.error_totals)
         out = {}
         for op, windows in recent.items():
             if windows:

@@ -1,6 +1,7 @@
 """An error port that no stream reads: its tuples are counted (metrics, the CLI's last line)
-and dropped, and the first one of each operator partition is logged with its reason, so that
-a wrong column name does not turn into empty output without a word."""
+and dropped, and the first one of each operator partition is logged with its reason (the
+row's ``error`` field; else only its field names, never the data), so that a wrong column
+name does not turn into empty output without a word."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ __all__ = ["FirstErrorLogged"]
 
 log = logging.getLogger("malhar.engine")
 
-#: characters of a tuple shown in the log line (error rows hold the input's text)
+#: characters of a reason shown in the log line
 SHOWN = 300
 
 
@@ -41,7 +42,12 @@ class FirstErrorLogged(Emitter):
     def _say(self, value: Any) -> None:
         self.said = True
         reason = value.get("error") if isinstance(value, dict) else None
-        shown = str(reason) if reason is not None else repr(value)
+        if reason is not None:
+            shown = str(reason)
+        elif isinstance(value, dict):  # the data itself stays out of the logs
+            shown = f"a row with the fields {sorted(map(str, value))} (no 'error' field)"
+        else:
+            shown = f"a {type(value).__name__} (no 'error' field)"
         if len(shown) > SHOWN:
             shown = shown[:SHOWN] + "..."
         log.warning(

@@ -159,3 +159,35 @@ def test_metrics_are_served_for_prometheus(spark, tmp_path: Path) -> None:
     finally:
         server.shutdown()
         app.stop()
+
+
+def test_error_totals_replace_a_window_reported_again_and_carry_over_a_restart() -> None:
+    from malhar.engine.progress import ProgressListener
+
+    first = ProgressListener("q", ["parse.error", "join.error"], {"parse": 1, "join": 2})
+    first.add("q", {"window": 1, "parse.error": 3, "join.error": 1})
+    first.add("q", {"window": 1, "parse.error": 4, "join.error": 1})  # reported again
+    first.add("q", {"window": 2, "parse.error": 2, "join.error": 0})
+    first.add("other", {"window": 3, "parse.error": 50})  # another query's progress
+    assert first.error_totals == {"parse": 6, "join": 1}
+    assert first.metrics()["parse"].errors == 6
+    again = ProgressListener("q2", ["parse.error", "join.error"], {"parse": 1, "join": 2})
+    again.seed_totals(first)  # a repartitioning restarted the query
+    again.add("q2", {"window": 3, "parse.error": 1, "join.error": 0})
+    assert again.metrics()["parse"].errors == 7 and again.metrics()["join"].errors == 1
+
+
+def test_an_unread_error_port_logs_the_reason_or_only_the_field_names(caplog: Any) -> None:
+    from malhar.engine.unread_errors import FirstErrorLogged
+
+    with caplog.at_level("WARNING", logger="malhar.engine"):
+        reasons = FirstErrorLogged("parse", "error", 0)
+        reasons.tuple({"text": "card 4111-1111", "error": "not a number"})
+        reasons.tuple({"text": "second", "error": "not said"})
+        rows = FirstErrorLogged("picky", "rejected", 1)
+        rows.tuple({"card": "4111-1111", "amount": 3})
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2
+    assert said[0].endswith("the first: not a number")
+    assert "the first: a row with the fields ['amount', 'card'] (no 'error' field)" in said[1]
+    assert "4111" not in said[1]

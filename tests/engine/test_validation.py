@@ -477,17 +477,18 @@ def test_a_connectors_checks_across_properties_run_in_validate() -> None:
     ]
 
 
-def test_a_transactional_output_in_an_unnamed_application_is_refused_by_validate() -> None:
+def test_a_transactional_output_in_an_application_named_app_is_refused_by_validate() -> None:
     """Before: refused in the output's setup, on the executors, after Spark had started."""
     from malhar.io.fs import ParquetFileOutput
 
     def dag(name: str | None) -> DAG:
-        d = DAG(name) if name else DAG()
+        d = DAG(name) if name else DAG()  # no name at all: named after its checkpoint
         src = d.add_operator("src", ListInput(windows=[[{"a": 1}]]))
         out = d.add_operator("out", ParquetFileOutput("/tmp/never-written", schema="a int"))
         d.add_stream("rows", src.output, out.input)
         return d
 
     with pytest.raises(ValidationError, match=r"operator 'out': the application has no name"):
-        dag(None).validate()
+        dag("app").validate()  # an app.py run without --name
     dag("named").validate()
+    dag(None).validate()

@@ -965,3 +965,23 @@ def test_a_merge_operator_whose_inputs_are_all_idle_takes_the_smaller_input() ->
     idle(h, port="input2")
     h.run_window()
     assert h.operator.watermark == 10  # the max within an input, the min across inputs
+
+
+class _Outer:
+    class Top(TopN):
+        """An accumulation class inside another: its qualified name differs from its name."""
+
+
+def test_an_unchanged_accumulation_recorded_by_its_class_restarts() -> None:
+    """A function parameter puts an address in the repr: the class is recorded, by its
+    qualified name, and an unchanged restart compared it with the short one."""
+
+    def top() -> TopN:
+        return _Outer.Top(n=3, key=lambda r: r)
+
+    h = harness(keyed(top(), TimeWindows(60)))
+    put(h, ("a", 5))
+    assert h.operator._book.shape["accumulation"] == "_Outer.Top"
+    OperatorHarness.restored(keyed(top(), TimeWindows(60)), h.checkpoint(), h.context).setup()
+    with pytest.raises(WindowConfigError, match=r"accumulation _Outer.Top -> Count since"):
+        OperatorHarness.restored(keyed(Count(), TimeWindows(60)), h.checkpoint(), h.context).setup()

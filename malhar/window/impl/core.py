@@ -216,8 +216,11 @@ class WindowedCore(WindowedSettings):
         held = getattr(self._book, "shape", None)  # None: an older checkpoint
         now = shape
         if held is not None and "(" not in held.get("accumulation", "("):
-            # recorded by its class name only (before parameters were): compare that
-            now = {**shape, "accumulation": type(self._acc).__name__}
+            # recorded by its class only: before parameters were, or one whose repr holds an
+            # address (a function parameter): compare the class, by either of its names
+            cls = type(self._acc)
+            same = held["accumulation"] in (cls.__name__, cls.__qualname__)
+            now = {**shape, "accumulation": held["accumulation"] if same else cls.__qualname__}
         if held is not None and held != now and len(self._store):
             changed = ", ".join(
                 f"{field} {held.get(field)} -> {now[field]}"
