@@ -69,7 +69,8 @@ class OperatorMeta:
         partition, the codec a keyed operator declares for the port (Apex's
         ``InputPort.getStreamCodec``), so that each key reaches one partition without
         ``partition_by_key``. It does not decide whether there is a route: an operator
-        fused by equal counts stays fused (``malhar.engine.plan``)."""
+        fused by equal counts stays fused, and a keyed one is then refused unless its port
+        says ``PARALLEL_PARTITION=True`` (``malhar.engine.plan``)."""
         codec = self.port_attr(port, A.STREAM_CODEC)
         if codec is not None or partitions <= 1:
             return codec

@@ -147,3 +147,16 @@ def test_describe_class_lists_ports_properties_and_arguments(site: FakeSite) -> 
     assert props["password"]["constraints"] == ["pattern '[a-z]{8,}'"]
     assert registry.describe_class(ListInput)["args"] == ["windows"]
     assert registry.describe_class(Collector)["args"] == []
+
+
+def test_a_bare_class_name_in_an_application_file_is_looked_up_in_malhar_and_malhar_algo() -> None:
+    """``validate`` prints ``codec FieldCodec('click_id')``: the same name in a JSON
+    application's STREAM_CODEC said "unknown class"."""
+    from malhar.algo import FieldCodec
+    from malhar.app.config import construct
+
+    codec = construct({"class": "FieldCodec", "args": ["click_id"]})
+    assert isinstance(codec, FieldCodec) and repr(codec) == "FieldCodec('click_id')"
+    assert repr(construct({"class": "KeyCodec", "args": ["id"]})) == "KeyCodec('id',)"
+    with pytest.raises(ValueError, match=r"unknown class 'FieldCodc'.*did you mean 'FieldCodec'"):
+        construct({"class": "FieldCodc"})

@@ -138,15 +138,27 @@ def _coerce(attribute: A.Attribute, value: Any) -> Any:
 def construct(spec: Mapping[str, Any]) -> Any:
     """An object from ``{"class": "module:Class" | "KeyCodec", "args": [...] | {...}}``.
 
-    A class name without a module is looked up in :mod:`malhar` (``KeyCodec``, ...).
-    Used for attribute values such as ``STREAM_CODEC``.
+    A class name without a module is looked up in :mod:`malhar` (``KeyCodec``, ...), then
+    in :mod:`malhar.algo` (``FieldCodec``). Used for attribute values such as
+    ``STREAM_CODEC``.
     """
     import malhar
+    import malhar.algo
 
     name = str(spec["class"])
-    cls = registry.import_object(name) if ":" in name else getattr(malhar, name, None)
+    places = (malhar, malhar.algo)
+    if ":" in name:
+        cls = registry.import_object(name)
+    else:
+        cls = next((getattr(m, name) for m in places if hasattr(m, name)), None)
     if cls is None:
-        raise ValueError(f"unknown class {name!r}: name it as 'module:Class'")
+        from malhar.suggest import did_you_mean
+
+        known = [n for m in places for n in getattr(m, "__all__", ()) if n[:1].isupper()]
+        raise ValueError(
+            f"unknown class {name!r}: a bare name is looked up in malhar and malhar.algo; "
+            f"name others as 'module:Class'{did_you_mean(name, known)}"
+        )
     args = spec.get("args", [])
     return cls(**args) if isinstance(args, Mapping) else cls(*args)
 

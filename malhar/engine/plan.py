@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +24,6 @@ from malhar.dag import DAG, PortRef, declared_codecs
 from malhar.engine.murmur3 import partition_keys
 from malhar.operator import Operator, PassThroughUnifier, Unifier
 from malhar.schema import arrow_schema
-
-log = logging.getLogger("malhar")
 
 
 @dataclass
@@ -127,22 +124,39 @@ def _needs_shuffle(
         return True
     if up_parts != down_parts:
         return True
-    if up_parts > 1 and any(ref.startswith(f"{up}.") for ref in unifiers):
-        return True
-    if down_parts > 1 and sink.port in declared_codecs(meta.operator):
-        log.warning(
-            "malhar: operator %r (%s) needs each key on one partition but runs fused behind "
-            "%r (%d partitions each, no STREAM_CODEC or PARALLEL_PARTITION on %s): each key "
-            "must come from one partition of %r. Say so with PARALLEL_PARTITION=True on "
-            "the port, or route by key with malhar.algo.partition_by_key",
-            sink.operator,
-            type(meta.operator).__name__,
-            up,
-            down_parts,
-            sink,
-            up,
-        )
-    return False
+    return up_parts > 1 and any(ref.startswith(f"{up}.") for ref in unifiers)
+
+
+def _fused_keyed_ports(
+    dag: DAG, local_edges: Mapping[str, list[PortRef]], partitions: Mapping[str, int]
+) -> list[str]:
+    """Why each fused edge into a port that needs each key on one partition (a keyed
+    operator's declared codec) cannot run that way: on several partitions, each would see
+    only what its upstream partition sends, and a key that two upstream partitions send
+    would be counted (deduplicated, joined) in two places."""
+    out = []
+    for source, sinks in local_edges.items():
+        up = source.split(".", 1)[0]
+        for sink in sinks:
+            meta = dag.operators[sink.operator]
+            if (
+                partitions[sink.operator] > 1
+                and sink.port in declared_codecs(meta.operator)
+                and not meta.port_attr(sink.port, A.PARALLEL_PARTITION)
+                and meta.port_attr(sink.port, A.STREAM_CODEC) is None
+            ):
+                out.append(
+                    f"operator {sink.operator!r} ({type(meta.operator).__name__}) needs each "
+                    f"key on one partition, but runs fused behind {up!r} "
+                    f"({partitions[up]} partitions each): each of its partitions sees only "
+                    f"the keys one partition of {up!r} sends, so a key two of them send is "
+                    "counted, deduplicated or joined twice. Route by key: "
+                    f"malhar.algo.partition_by_key(<the {sink.operator!r} operator>) or a "
+                    f"STREAM_CODEC on {sink}; or, if each key comes from one partition of "
+                    f"{up!r} (a topic keyed alike), say so with PARALLEL_PARTITION=True on "
+                    f"{sink} (what a checkpoint that ran this way needs to keep its state)"
+                )
+    return out
 
 
 def cascade_fans(upstream: int, limit: int) -> list[int]:
@@ -183,6 +197,11 @@ def build_plan(dag: DAG, own_routing: Collection[str] = ()) -> Plan:
     partitions = dag.partition_counts()
     groups, group_of = _groups(dag, order, partitions, unifiers, own_routing)
     routes, local_edges = _routes(dag, groups, group_of, partitions, unifiers)
+    fused = _fused_keyed_ports(dag, local_edges, partitions)
+    if fused:
+        from malhar.validation import ValidationError
+
+        raise ValidationError(fused)
     n_levels = 1 + max(g.level for g in groups)
     levels = [0] * n_levels
     for g in groups:
