@@ -504,11 +504,14 @@ class Watch:
         if self._live is not None:
             from malhar.metrics_view import table
 
-            self._live.update(table(app.metrics(), f"{app.dag.name}: window {app.last_window}"))
+            last = app.last_window
+            at = f"window {last}" if last >= 0 else "starting (no window complete yet)"
+            self._live.update(table(app.metrics(), f"{app.dag.name}: {at}"))
 
     def stop(self) -> None:
         if self._live is not None:
             self._live.stop()
+            self._live.console.line()  # the next message starts below the table
         if self._server is not None:
             self._server.shutdown()
 

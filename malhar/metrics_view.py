@@ -23,9 +23,9 @@ def table(metrics: Mapping[str, OperatorMetrics], title: str = "") -> Any:
     from rich.table import Table
 
     out = Table(title=title or None, title_justify="left")
-    columns = ("operator", "partitions", "in/s", "out/s", "errors", "window ms", "backlog")
-    for column in (*columns, "window"):
-        out.add_column(column, justify="left" if column == "operator" else "right")
+    out.add_column("operator", no_wrap=True)  # names whole: the figures take less room
+    for column in ("parts", "in/s", "out/s", "errors", "window ms", "backlog", "window"):
+        out.add_column(column, justify="right")
     for name, m in metrics.items():
         out.add_row(
             name,

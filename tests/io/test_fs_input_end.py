@@ -138,7 +138,9 @@ def test_a_marker_the_scanner_would_read_as_data_is_refused_with_the_fix(tmp_pat
         assert LinesFileInput(path, **props).settings_problems() == [], (path, props)
 
 
-def test_files_modified_after_the_marker_are_left_out_by_every_partition(place: Place) -> None:
+def test_files_modified_after_the_marker_are_left_out_by_every_partition(
+    place: Place, caplog: Any
+) -> None:
     """Partitions make their last listing at different times: a file that came in between
     is read by none (not in part by the later one), on the local filesystem and HDFS."""
     place.write("in/a.txt", "a\n", mtime=1_000)
@@ -154,7 +156,10 @@ def test_files_modified_after_the_marker_are_left_out_by_every_partition(place: 
     first.run_window()  # partition 0 makes its last listing
     place.write("in/b.txt", "".join(f"b{i}\n" for i in range(20)), mtime=3_000)
     second = harness(op(), ckpt, partition=1, partitions=2)
-    second.run_window()  # partition 1 lists b.txt: newer than the marker, left out
+    with caplog.at_level("WARNING", logger="malhar.io.fs"):
+        second.run_window()  # partition 1 lists b.txt: newer than the marker, left out
+    assert "1 file(s) modified after the end marker are not read" in caplog.text
+    assert "b.txt" in caplog.text
     for h in (first, second):
         h.run_window()
         h.run_window()

@@ -50,6 +50,7 @@ Example:
 from __future__ import annotations
 
 import fnmatch
+import logging
 import posixpath
 import re
 from typing import Any
@@ -59,6 +60,8 @@ from malhar.properties import Property
 from malhar.state import State
 
 __all__ = ["EndOfInput", "marker_problem"]
+
+log = logging.getLogger("malhar.io.fs")
 
 
 def _check_marker(value: Any) -> str | None:
@@ -138,11 +141,22 @@ class EndOfInput:
         status = fs.status(path)
         return None if status is None else status.mtime
 
-    @staticmethod
-    def _before_marker(found: list[Any], marker_mtime: float | None) -> list[Any]:
+    def _before_marker(self, found: list[Any], marker_mtime: float | None) -> list[Any]:
+        """The files of the last listing not modified after the marker (by modification
+        time: a file renamed into place keeps its own); those left out are logged."""
         if marker_mtime is None:
             return found
-        return [f for f in found if f.mtime <= marker_mtime]
+        kept = [f for f in found if f.mtime <= marker_mtime]
+        if len(kept) < len(found):
+            later = [self._url(f.path) for f in found if f.mtime > marker_mtime]  # type: ignore[attr-defined]
+            log.warning(
+                "%s: %d file(s) modified after the end marker are not read (the input "
+                "ended with the marker): %s",
+                self.label,  # type: ignore[attr-defined]
+                len(later),
+                ", ".join(later[:10]) + (", ..." if len(later) > 10 else ""),
+            )
+        return kept
 
     def _marker_location(self) -> tuple[Any, str]:
         """Where the marker is: a URL as written; an absolute path on the input's
