@@ -27,6 +27,21 @@ from malhar.redaction import is_secret_key, redact_config
 #: librdkafka's own log lines go to this logger (instead of the process's stderr)
 CLIENT_LOG = logging.getLogger("malhar.io.kafka.librdkafka")
 
+#: librdkafka warnings of a transient state it retries by itself (a broker that has just
+#: started loads its coordinator): logged at DEBUG, since they read as failures
+_RETRIED = ("Coordinator load in progress",)
+
+
+class _RetriedAtDebug(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and any(t in record.getMessage() for t in _RETRIED):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return CLIENT_LOG.isEnabledFor(logging.DEBUG)
+        return True
+
+
+CLIENT_LOG.addFilter(_RetriedAtDebug())
+
 
 class InitialOffset(StrEnum):
     """Where a partition starts when the application has no position of its own for it.
