@@ -262,7 +262,7 @@ def _check(app: str, dag: Any, scrub: Scrubber) -> Any:
     from malhar.validation import ValidationError
 
     try:
-        return build_plan(dag)
+        return build_plan(dag, strict=True)
     except ValidationError as exc:
         _fail(f"{app}: the application is not valid:", exc.problems, scrub, EXIT_INVALID)
 

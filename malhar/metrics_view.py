@@ -23,7 +23,7 @@ def table(metrics: Mapping[str, OperatorMetrics], title: str = "") -> Any:
     from rich.table import Table
 
     out = Table(title=title or None, title_justify="left")
-    out.add_column("operator", no_wrap=True)  # names whole: the figures take less room
+    out.add_column("operator")
     for column in ("parts", "in/s", "out/s", "errors", "window ms", "backlog", "window"):
         out.add_column(column, justify="right")
     for name, m in metrics.items():

@@ -8,8 +8,9 @@ Partitioning (``Operator.partitioning()``, shown by ``malhar info`` and ``docs/o
   one-partition result;
 - ``keyed``: each key must reach one partition: on more than one partition a route into an
   input port goes by ``partitioning().codecs`` unless the port's ``STREAM_CODEC`` says
-  otherwise; fused behind an upstream of as many partitions it is refused unless the port
-  says ``PARALLEL_PARTITION=True`` (each key comes from one upstream partition);
+  otherwise; fused behind an upstream of as many partitions not routed by the same key it
+  is refused (``malhar validate``, the launch) unless the port says
+  ``PARALLEL_PARTITION=True`` (each key comes from one upstream partition);
   :func:`malhar.algo.partition_by_key` routes by key always; with a unifier where one is
   declared;
 - ``single``: one partition only (the result depends on every tuple in order); more is

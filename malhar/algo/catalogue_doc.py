@@ -56,7 +56,7 @@ flagship's counter, has no `error` port: it counts every tuple, and a tuple with
 |---|---|
 | stateless | any partitioning: the partitions' outputs together are the one-partition output |
 | unifier | any partitioning: the output port's unifier merges the partial results |
-| keyed | each key must reach one partition: on more than one partition a route into an input port goes by the codec the operator declares (`op.partitioning().codecs`) unless the port's `STREAM_CODEC` says otherwise; fused behind an upstream of as many partitions it is refused (`validate`) unless the port says `PARALLEL_PARTITION=True` (each key comes from one upstream partition); `malhar.algo.partition_by_key(dag_op)` routes by key always |
+| keyed | each key must reach one partition: on more than one partition a route into an input port goes by the codec the operator declares (`op.partitioning().codecs`) unless the port's `STREAM_CODEC` says otherwise; fused behind an upstream of as many partitions not routed by the same key it is refused (`malhar validate`, the launch) unless the port says `PARALLEL_PARTITION=True` (each key comes from one upstream partition); `malhar.algo.partition_by_key(dag_op)` routes by key always |
 | single | one partition only: `DAG.validate()` refuses more |
 
 The catalogue-wide property test (`tests/algo/test_catalogue_properties.py`) checks, for

@@ -233,7 +233,9 @@ def start_query(
     """Plan ``dag`` at its checkpoint's partitioning generation and start its query."""
     generation = generations.load(checkpoint)  # a dynamic repartitioning may have run
     dag = generations.partitioned_dag(dag, generation)
-    plan = build_plan(dag, own_routing=generation.operators)
+    # strict before any running repartitioning: after one, its restart must not be refused
+    # (the state has moved); the fused keyed operators it made are warned of
+    plan = build_plan(dag, own_routing=generation.operators, strict=not generation.operators)
     generations.apply(plan, generation)
     plan.id = uuid.uuid4().hex
     plan.checkpoint_id = checkpoint_identity(checkpoint)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,8 @@ from malhar.dag import DAG, PortRef, declared_codecs
 from malhar.engine.murmur3 import partition_keys
 from malhar.operator import Operator, PassThroughUnifier, Unifier
 from malhar.schema import arrow_schema
+
+log = logging.getLogger("malhar")
 
 
 @dataclass
@@ -128,20 +131,31 @@ def _needs_shuffle(
 
 
 def _fused_keyed_ports(
-    dag: DAG, local_edges: Mapping[str, list[PortRef]], partitions: Mapping[str, int]
+    dag: DAG,
+    local_edges: Mapping[str, list[PortRef]],
+    partitions: Mapping[str, int],
+    routes: list[Route],
 ) -> list[str]:
     """Why each fused edge into a port that needs each key on one partition (a keyed
     operator's declared codec) cannot run that way: on several partitions, each would see
     only what its upstream partition sends, and a key that two upstream partitions send
-    would be counted (deduplicated, joined) in two places."""
+    would be counted (deduplicated, joined) in two places. Not when the upstream's own
+    input is routed by an equal codec (a dedup by ``id`` before a count by ``id``): its
+    partitions hold each key once already."""
+    keyed_by: dict[str, set[str]] = {}
+    for r in routes:
+        if r.codec is not None:
+            keyed_by.setdefault(r.sink.operator, set()).add(repr(r.codec))
     out = []
     for source, sinks in local_edges.items():
         up = source.split(".", 1)[0]
         for sink in sinks:
             meta = dag.operators[sink.operator]
+            codec = declared_codecs(meta.operator).get(sink.port)
             if (
                 partitions[sink.operator] > 1
-                and sink.port in declared_codecs(meta.operator)
+                and codec is not None
+                and repr(codec) not in keyed_by.get(up, ())
                 and not meta.port_attr(sink.port, A.PARALLEL_PARTITION)
                 and meta.port_attr(sink.port, A.STREAM_CODEC) is None
             ):
@@ -181,8 +195,13 @@ def _cascade_depth(dag: DAG, up: str, up_parts: int, unifiers: dict[str, Unifier
     return len(cascade_fans(up_parts, int(dag.operators[up].attr(A.UNIFIER_LIMIT))))
 
 
-def build_plan(dag: DAG, own_routing: Collection[str] = ()) -> Plan:
+def build_plan(dag: DAG, own_routing: Collection[str] = (), *, strict: bool = False) -> Plan:
     """Fuse, level and route a validated DAG.
+
+    ``strict``: refuse (:class:`~malhar.validation.ValidationError`) a keyed operator fused
+    behind an upstream of as many partitions that is not keyed alike (``malhar validate``
+    and a launch); otherwise warn (the plan a checkpoint ran with, a running
+    repartitioning: refusing there would stop a running application or its restart).
 
     ``own_routing``: operators whose partitions have partition keys of their own (a
     repartitioning generation, ``malhar.engine.generations``). Such an operator is fused
@@ -197,11 +216,13 @@ def build_plan(dag: DAG, own_routing: Collection[str] = ()) -> Plan:
     partitions = dag.partition_counts()
     groups, group_of = _groups(dag, order, partitions, unifiers, own_routing)
     routes, local_edges = _routes(dag, groups, group_of, partitions, unifiers)
-    fused = _fused_keyed_ports(dag, local_edges, partitions)
-    if fused:
+    fused = _fused_keyed_ports(dag, local_edges, partitions, routes)
+    if fused and strict:
         from malhar.validation import ValidationError
 
         raise ValidationError(fused)
+    for problem in fused:
+        log.warning("malhar: %s", problem)
     n_levels = 1 + max(g.level for g in groups)
     levels = [0] * n_levels
     for g in groups:

@@ -99,11 +99,13 @@ def test_a_keyed_operator_on_several_partitions_routes_by_its_declared_codec() -
     assert repr(route_codec(_dedup_dag(2, codec=KeyCodec("id")))) == "KeyCodec('id',)"
 
 
-def test_a_keyed_operator_fused_by_equal_counts_is_refused_unless_said_parallel() -> None:
+def test_a_keyed_operator_fused_by_equal_counts_is_refused_unless_said_parallel(caplog) -> None:
     """Fused behind an upstream of as many partitions, a dedup let a key through once per
     upstream partition that sent it (a walkthrough: 72 of 180 panes wrong), with a warning
     only."""
+    from malhar.algo import BoundedDedup, UniqueValueCount, partition_by_key
     from malhar.engine.plan import build_plan
+    from malhar.testing.operators import Collector, ListInput
     from malhar.validation import ValidationError
 
     with pytest.raises(
@@ -111,10 +113,25 @@ def test_a_keyed_operator_fused_by_equal_counts_is_refused_unless_said_parallel(
         match=r"operator 'dedup' \(BoundedDedup\) needs each key on one partition, but runs "
         r"fused behind 'src' \(2 partitions each\).*partition_by_key.*PARALLEL_PARTITION=True",
     ):
-        build_plan(_dedup_dag(2, src_parts=2))
+        build_plan(_dedup_dag(2, src_parts=2), strict=True)
     # said to come from one upstream partition per key: fused, as a checkpoint's groups were
     said = _dedup_dag(2, src_parts=2, parallel=True)
-    assert build_plan(said).groups[0].operators == ["src", "dedup"]
+    assert build_plan(said, strict=True).groups[0].operators == ["src", "dedup"]
+    # the plan a checkpoint ran with, or a running repartitioning: warned of, not refused
+    with caplog.at_level("WARNING", logger="malhar"):
+        assert build_plan(_dedup_dag(2, src_parts=2)).groups[0].operators == ["src", "dedup"]
+    assert "needs each key on one partition" in caplog.text
+
+    # behind an operator routed by the same key, each key is on one partition already
+    dag = DAG("keyed-twice")
+    src = dag.add_operator("src", ListInput([[{"id": 1}]]))
+    dedup = partition_by_key(dag.add_operator("dedup", BoundedDedup(key="id"), PARTITIONS=2))
+    count = dag.add_operator("count", UniqueValueCount(key="id"), PARTITIONS=2)
+    dag.add_stream("rows", src.output, dedup.input)
+    dag.add_stream("unique", dedup.unique, count.data)
+    dag.add_stream("counts", count.count, dag.add_operator("out", Collector()).input)
+    plan = build_plan(dag, strict=True)
+    assert plan.groups[plan.group_of["count"]].operators == ["dedup", "count"]
 
 
 def test_an_operator_of_one_partition_only_is_refused_on_several() -> None:

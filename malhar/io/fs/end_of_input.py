@@ -147,8 +147,10 @@ class EndOfInput:
         if marker_mtime is None:
             return found
         kept = [f for f in found if f.mtime <= marker_mtime]
-        if len(kept) < len(found):
-            later = [self._url(f.path) for f in found if f.mtime > marker_mtime]  # type: ignore[attr-defined]
+        seen = self._seen  # type: ignore[attr-defined]
+        later = [f.path for f in found if f.mtime > marker_mtime and f.path not in seen]
+        if later and self._me == 0:  # type: ignore[attr-defined]  # said once, not per partition
+            later = [self._url(p) for p in later]  # type: ignore[attr-defined]
             log.warning(
                 "%s: %d file(s) modified after the end marker are not read (the input "
                 "ended with the marker): %s",
