@@ -45,9 +45,9 @@ class FirstErrorLogged(Emitter):
         if reason is not None:
             shown = str(reason)
         elif isinstance(value, dict):  # the data itself stays out of the logs
-            shown = f"a row with the fields {sorted(map(str, value))} (no 'error' field)"
+            shown = f"a row with the fields {sorted(map(str, value))}"
         else:
-            shown = f"a {type(value).__name__} (no 'error' field)"
+            shown = f"a {type(value).__name__}"
         if len(shown) > SHOWN:
             shown = shown[:SHOWN] + "..."
         log.warning(

@@ -189,5 +189,5 @@ def test_an_unread_error_port_logs_the_reason_or_only_the_field_names(caplog: An
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 2
     assert said[0].endswith("the first: not a number")
-    assert "the first: a row with the fields ['amount', 'card'] (no 'error' field)" in said[1]
+    assert said[1].endswith("the first: a row with the fields ['amount', 'card']")
     assert "4111" not in said[1]
