@@ -42,12 +42,13 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
     from malhar.ports import InputPort, OutputPort
     from malhar.properties import Property, PropertyError
     from malhar.session import build_session, session_conf
-    from malhar.state import State
+    from malhar.state import DividedByKey, State
     from malhar.validation import ValidationError
 
 _EXPORTS: dict[str, str] = {
     "ActivationListener": "malhar.operator",
     "ApplicationFailed": "malhar.engine.failure",
+    "DividedByKey": "malhar.state",
     "CheckpointListener": "malhar.operator",
     "ConfigError": "malhar.errors",
     "ConfigWarning": "malhar.errors",
@@ -89,6 +90,7 @@ __all__ = [
     "ControlSender",
     "ControlTuple",
     "DeliveryType",
+    "DividedByKey",
     "InputOperator",
     "InputPort",
     "KeyCodec",

@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import copy
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from malhar.errors import StateError
 
 __all__ = [
+    "DividedByKey",
     "State",
     "restore_window_snapshot",
     "state_fields",
@@ -74,8 +75,10 @@ class State(Generic[T]):
         default: an immutable initial value (``State(default=0)``), instead of ``factory``.
         keyed: the value is a mapping whose keys are the key of the operator's stream
             codec (``KeyCodec``): when the operator is repartitioned, each entry moves to
-            the partition that receives its key. A field that is not keyed must hold the
-            same value in every partition to be repartitioned.
+            the partition that receives its key. A value that is not a mapping may say
+            how it is pooled and divided by key itself (:class:`DividedByKey`). A field
+            that is not keyed must hold the same value in every partition to be
+            repartitioned.
         doc: one line for ``malhar info``.
 
     The value lives in the instance like a plain attribute; reading a field that was
@@ -126,6 +129,32 @@ class State(Generic[T]):
 
     def __set__(self, instance: Any, value: T) -> None:
         instance.__dict__[self.name] = value
+
+
+@runtime_checkable
+class DividedByKey(Protocol):
+    """A keyed :class:`State` value that is not a mapping (``State(keyed=True)``) and
+    moves with its keys by itself when its operator is repartitioned.
+
+    The protocol: the engine calls ``type(value).pooled(values)`` with the value of
+    every old partition (None where a partition never set it), then ``divided(owner_of,
+    n)`` on the pool, which returns the ``n`` values of the new partitions, in order.
+    ``owner_of(keys)`` gives the new partition of each stream key (the operator's
+    stream codec through the new routing). Whatever is not per key (a watermark, a
+    counter) is the value's to combine in ``pooled`` and to hand out in ``divided``.
+    Either raises :class:`~malhar.errors.StateError` for state it cannot pool or divide
+    (a key held by two partitions); the repartitioning is then refused before it takes
+    effect.
+    """
+
+    @classmethod
+    def pooled(cls, values: Sequence[Any]) -> Any:
+        """One value holding what every old partition's value held."""
+        ...
+
+    def divided(self, owner_of: Callable[[list[Any]], list[int]], n: int) -> list[Any]:
+        """The values of ``n`` new partitions, each with the keys ``owner_of`` gives it."""
+        ...
 
 
 @cache

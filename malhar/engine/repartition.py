@@ -42,6 +42,7 @@ from malhar.dag import DAG, PortRef, declared_codecs
 from malhar.engine import generations
 from malhar.engine.plan import Plan, build_plan
 from malhar.engine.state_store import StateStore, windows_in
+from malhar.engine.unifier_states import UnifierStates, holds_state
 from malhar.errors import ConfigError, StateError
 from malhar.operator import InputOperator
 from malhar.partitioning import (
@@ -52,7 +53,13 @@ from malhar.partitioning import (
     routing_table,
     spread,
 )
-from malhar.state import State, restore_window_snapshot, state_fields, window_snapshot
+from malhar.state import (
+    DividedByKey,
+    State,
+    restore_window_snapshot,
+    state_fields,
+    window_snapshot,
+)
 from malhar.stats import OperatorStats
 
 log = logging.getLogger("malhar")
@@ -107,6 +114,7 @@ class _Snapshots:
 
     def __init__(self, plan: Plan, window: int) -> None:
         self.ops: dict[tuple[str, int], dict[str, Any]] = {}
+        self.unifiers = UnifierStates()
         for group in plan.groups:
             if group.cascade_route is not None:
                 continue
@@ -120,6 +128,7 @@ class _Snapshots:
                 saved = pickle.loads(found[1])
                 for name, snap in saved["ops"].items():
                     self.ops[(name, p)] = snap
+                self.unifiers.add(plan, group, p, saved.get("unifiers", {}))
 
     def get(self, name: str, partition: int) -> dict[str, Any]:
         return self.ops.get((name, partition), {"fields": {}})
@@ -155,6 +164,13 @@ def _redistribute(
     kept = {id(p.operator) for p in new} & {id(o) for o in old}
     for fname, spec in fields.items():
         values = [o.__dict__.get(fname, spec.initial()) for o in old]
+        divisible = next((v for v in values if isinstance(v, DividedByKey)), None)
+        if spec.keyed and divisible is not None:
+            owner_of = _key_owners(name, fname, codec, typed, table, len(new))
+            parts = type(divisible).pooled(values).divided(owner_of, len(new))
+            for p, part in zip(new, parts, strict=True):
+                p.operator.__dict__[fname] = part
+            continue
         if spec.keyed:
             pool: dict[Any, Any] = {}
             for p, v in enumerate(values):
@@ -170,15 +186,10 @@ def _redistribute(
             # the field's own initial value (a defaultdict keeps its default factory)
             targets = [_empty_like(spec, values) for _ in new]
             if pool:
-                if codec is None:
-                    raise StateError(
-                        f"operator {name!r}: keyed state field {fname!r} cannot be placed: its "
-                        "input has no STREAM_CODEC (KeyCodec) that says which partition owns a key"
-                    )
                 keys = list(pool)
-                owners = _owners(np.asarray(codec.hash_keys(keys, typed)), table, len(new))
+                owners = _key_owners(name, fname, codec, typed, table, len(new))(keys)
                 moved: list[dict[Any, Any]] = [{} for _ in new]
-                for key, owner in zip(keys, owners.tolist(), strict=True):
+                for key, owner in zip(keys, owners, strict=True):
                     moved[owner][key] = pool[key]
                 for target, entries in zip(targets, moved, strict=True):
                     target.update(entries)
@@ -198,6 +209,29 @@ def _redistribute(
                 )
             if values:
                 p.operator.__dict__[fname] = pickle.loads(next(iter(distinct)))
+
+
+def _key_owners(
+    name: str,
+    fname: str,
+    codec: Any,
+    typed: pa.Schema | None,
+    table: tuple[int, list[int]] | None,
+    n: int,
+) -> Callable[[list[Any]], list[int]]:
+    """``keys -> their new partitions`` for keyed field ``fname`` of operator ``name``."""
+
+    def owner_of(keys: list[Any]) -> list[int]:
+        if not keys:
+            return []
+        if codec is None:
+            raise StateError(
+                f"operator {name!r}: keyed state field {fname!r} cannot be placed: its "
+                "input has no STREAM_CODEC (KeyCodec) that says which partition owns a key"
+            )
+        return _owners(np.asarray(codec.hash_keys(keys, typed)), table, n).tolist()
+
+    return owner_of
 
 
 def _owners(hashes: np.ndarray, table: tuple[int, list[int]] | None, n: int) -> np.ndarray:
@@ -470,7 +504,9 @@ def _write_snapshots(
     snapshots: _Snapshots,
 ) -> None:
     """The snapshot of ``window`` of every group partition of the new plan under ``root``:
-    the new partitions of the repartitioned operators, the old state of the others."""
+    the new partitions of the repartitioned operators, the old state of the others, and
+    of the unifiers (``malhar.engine.unifier_states``)."""
+    snapshots.unifiers.check_kept(new_plan)
     for group in new_plan.groups:
         if group.cascade_route is not None:
             continue
@@ -481,7 +517,12 @@ def _write_snapshots(
                 else snapshots.get(name, p)
                 for name in group.operators
             }
-            state = {"ops": ops, "unifiers": {}, "open": dict.fromkeys(group.operators, False)}
+            unifiers = snapshots.unifiers.for_partition(new_plan, group, p)
+            state = {
+                "ops": ops,
+                "unifiers": unifiers,
+                "open": dict.fromkeys(group.operators, False),
+            }
             data = cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
             StateStore(root, group.key, p, new_plan.integrity_key).save(window, data)
 
@@ -656,7 +697,7 @@ def _regrouped(dag: DAG, old_plan: Plan, new_plan: Plan, snapshots: _Snapshots) 
         if old_group.key == new_plan.groups[new_plan.group_of[name]].key:
             continue
         template = dag.operators[name].operator
-        if any(_holds_state(template, snapshots.get(name, p)) for p in range(old_group.partitions)):
+        if any(holds_state(template, snapshots.get(name, p)) for p in range(old_group.partitions)):
             out.append(name)
     return out
 
@@ -687,7 +728,7 @@ def _moved_by_count(
     old_n = old_plan.groups[old_plan.group_of[name]].partitions
     new_n = new_plan.groups[new_plan.group_of[name]].partitions
     snaps = [snapshots.get(name, p) for p in range(old_n)]
-    if not (_has_managed(old_plan, name) or any(_holds_state(meta.operator, s) for s in snaps)):
+    if not (_has_managed(old_plan, name) or any(holds_state(meta.operator, s) for s in snaps)):
         return None
     why = meta.operator.cannot_repartition()
     if why:
@@ -706,22 +747,6 @@ def _moved_by_count(
     codec, typed = _codec_of(new_plan, new_plan.groups[new_plan.group_of[name]].operators[0])
     _redistribute(name, olds, news, codec, typed, None)
     return news
-
-
-def _holds_state(template: Any, snapshot: dict[str, Any]) -> bool:
-    """Whether a partition's snapshot holds anything but its fields' initial values."""
-    if snapshot.get("custom") is not None:
-        return True
-    fields = state_fields(type(template))
-    for fname, value in snapshot.get("fields", {}).items():
-        spec = fields.get(fname)
-        initial = spec.initial() if spec is not None else None
-        try:
-            if value != initial:
-                return True
-        except Exception:  # a value that cannot be compared: move it to be safe
-            return True
-    return False
 
 
 def _has_managed(plan: Plan, name: str) -> bool:

@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +102,25 @@ class WatermarkTracker:
             self.latest, self.expected, self.since = {}, {}, None
             self.idle_senders = set()
             self.format = self.FORMAT
+
+    @classmethod
+    def pooled(cls, trackers: Sequence[WatermarkTracker]) -> WatermarkTracker:
+        """One tracker of several partitions' (a repartitioned operator's): they heard the
+        same control tuples, so they agree; where not, each sender's furthest watermark,
+        and idle only where every one of them says so (it holds the minimum until it
+        speaks again, rather than let it go early)."""
+        pool = cls()
+        for t in trackers:
+            for key, (ts, window) in t.latest.items():
+                old = pool.latest.get(key)
+                pool.latest[key] = (ts, window) if old is None else max(old, (ts, window))
+            for stream, n in t.expected.items():
+                pool.expected.setdefault(stream, n)
+        starts = [t.since for t in trackers if t.since is not None]
+        pool.since = min(starts) if starts else None
+        idle = [t.idle_senders for t in trackers]
+        pool.idle_senders = set.intersection(*idle) if idle else set()
+        return pool
 
     def idle(self, sender: ControlSender | None, window: int) -> None:
         """Record that ``sender`` declared itself idle (:class:`WatermarkIdle`), unless it

@@ -1,8 +1,9 @@
-"""A keyed count in a State field and one in managed state, repartitioned while running.
+"""A keyed count in a State field, one in managed state and two windowed counts (keyed;
+combined by a unifier), repartitioned while running.
 
     python -m tests.engine.repartition_crash_app CHECKPOINT WINDOWS [PAUSE_AT]
 
-After window 3 of the run (WINDOWS=0: unbounded) both counters go to 3 partitions;
+After window 3 of the run (WINDOWS=0: unbounded) the counters go to 3 partitions;
 with PAUSE_AT the repartitioning stops at that step (``malhar.engine.repartition``
 STEP_HOOK), writes ``<checkpoint>/paused`` and waits to be killed.
 """
@@ -17,6 +18,8 @@ from malhar import DAG, KeyCodec, build_session, launch
 from malhar import attributes as A
 from malhar.engine import repartition
 from malhar.testing.operators import Collector
+from malhar.window import KeyedWindowedOperator, TimeWindows, WindowedOperator
+from malhar.window.accumulation import Count
 from tests.drivers import pause_hook
 from tests.engine.crash_app import Journal
 from tests.engine.ops import KeyedRunningCount, ManagedKeyCount, RatedKeys
@@ -30,11 +33,20 @@ def build() -> DAG:
     journal = dag.add_operator("journal", Journal())
     out1 = dag.add_operator("out1", Collector())
     out2 = dag.add_operator("out2", Collector())
-    dag.add_stream("items", src.output, fields.input, managed.input)
     dag.add_stream("a", fields.output, out1.input)
     dag.add_stream("b", managed.output, journal.input, out2.input)
     for op in (fields, managed):
         op.input.set_attribute(A.STREAM_CODEC, KeyCodec("key"))
+    # windows of two streaming windows on the implicit time (window id * 100 ms)
+    windows = KeyedWindowedOperator(Count(), TimeWindows(200), key="key", fixed_watermark=0)
+    keyed = dag.add_operator("windows", windows, PARTITIONS=2)
+    keyed.input.set_attribute(A.STREAM_CODEC, windows.key_codec())
+    totals = dag.add_operator(
+        "totals", WindowedOperator(Count(), TimeWindows(200), fixed_watermark=0), PARTITIONS=3
+    )
+    dag.add_stream("items", src.output, fields.input, managed.input, keyed.input, totals.input)
+    dag.add_stream("wk", keyed.output, dag.add_operator("out3", Collector()).input)
+    dag.add_stream("wt", totals.output, dag.add_operator("out4", Collector()).input)
     return dag
 
 
@@ -49,7 +61,7 @@ def main() -> None:
         build(), spark=spark, checkpoint=checkpoint, windows=windows or None, window_ms=100
     )
     app.await_window(app.last_window + 3)
-    app.repartition({"fields": 3, "managed": 3})
+    app.repartition({"fields": 3, "managed": 3, "windows": 3, "totals": 2})
     if windows:
         app.await_completion()
     else:

@@ -365,7 +365,7 @@ def test_a_sigkill_during_a_repartitioning_recovers_to_one_partitioning(tmp_path
         gen = generations.load(str(checkpoint))
         seen.append((pause, gen.generation))
         parts = {op: gen.operators[op].partitions for op in gen.operators}
-        assert parts in ({}, {"fields": 3, "managed": 3}), parts  # never a mix
+        assert parts in ({}, {"fields": 3, "managed": 3, "windows": 3, "totals": 2}), parts
     # before the commit point the old partitioning stays, after it the new one
     assert [g for _, g in seen][:3] == [0, 0, 0] and seen[3][1] == 1
     proc = _start(checkpoint, 8)
@@ -376,3 +376,23 @@ def test_a_sigkill_during_a_repartitioning_recovers_to_one_partitioning(tmp_path
         assert all(sorted(got[w]) == expected(w) for w in got), out
     journal = [json.loads(x) for x in (tmp_path / "journal.jsonl").read_text().splitlines()]
     assert all(sorted(map(tuple, e["v"])) == expected(e["w"]) for e in journal)
+    _check_windowed_panes(str(checkpoint))
+
+
+def _check_windowed_panes(checkpoint: str) -> None:
+    """The windowed counts (windows of two streaming windows, by key and in all) fired
+    every closed window once, ON_TIME, with the count of its two windows' items."""
+    last = max(collected(checkpoint, "out1"))
+    closed = range(0, (last - 1) * 100, 200)  # window [s, s + 200) fires in s // 100 + 2
+    for out, by_key in (("out3", True), ("out4", False)):
+        got: dict[tuple[Any, int], int] = {}
+        for panes in collected(checkpoint, out).values():
+            for t in panes:
+                assert t.pane.timing.value == "ON_TIME", (out, t)
+                assert (t.key, t.window.start) not in got, (out, t)
+                got[(t.key, t.window.start)] = t.value
+        want: Counter = Counter()
+        for start in closed:
+            for w in (start // 100, start // 100 + 1):
+                want.update((r["key"] if by_key else None, start) for r in keyed_items(w, 100, 50))
+        assert {k: v for k, v in got.items() if k[1] in closed} == dict(want), out

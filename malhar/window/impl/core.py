@@ -34,6 +34,7 @@ from malhar.util.int_sums import may_wrap
 from malhar.util.nan_order import nan_mask
 from malhar.window._order import ordered
 from malhar.window.errors import WindowConfigError
+from malhar.window.impl.book import Book
 from malhar.window.impl.fields import tuple_millis
 from malhar.window.impl.memory import InMemoryWindowedStorage
 from malhar.window.impl.settings import DEFAULT_STREAMING_WINDOW_MS, WindowedSettings
@@ -55,7 +56,7 @@ from malhar.window.storage import (
     new_cell,
 )
 from malhar.window.triggers import DefaultTrigger, Trigger, TriggerContext, TriggerOption
-from malhar.window.watermark import Watermark, WatermarkIdle, WatermarkTracker
+from malhar.window.watermark import Watermark, WatermarkIdle
 from malhar.window.windows import MAX_TIMESTAMP, MIN_TIMESTAMP, Window, WindowOption, to_millis
 
 log = logging.getLogger("malhar.window")
@@ -84,46 +85,16 @@ def _described(value: Any) -> str:
     return type(value).__qualname__ if " at 0x" in text else text
 
 
-class Book:
-    """Everything a windowed operator remembers besides its cells (checkpointed)."""
-
-    def __init__(self, inputs: int) -> None:
-        #: the operator's watermark: never goes backwards; None before the first one
-        self.watermark: int | None = None
-        #: one tracker per input port (the merge operator has two)
-        self.trackers = [WatermarkTracker() for _ in range(inputs)]
-        #: the streaming window being processed (processing time = cur * period)
-        self.cur = 0
-        #: (end, start) of windows whose end the watermark has not passed yet
-        self.ends: list[tuple[int, int]] = []
-        #: (end, start) of windows to purge once the horizon passes their end
-        self.purge: list[tuple[int, int]] = []
-        #: (due, seq, start, end, key) processing-time deadlines of triggers
-        self.timers: list[tuple[int, int, int, int, Any]] = []
-        self.seq = 0
-        #: cells with tuples since the last boundary whose trigger must be asked
-        self.dirty: set[tuple[Window, Any]] = set()
-        #: retractions of windows merged away (sessions), emitted at the next boundary
-        self.retractions: list[tuple[Window, Any, Any, PaneInfo]] = []
-        #: what the cells were made with (see ``WindowedCore._check_shape``)
-        self.shape: dict[str, str] | None = None
-        #: partial mode: (window, key) -> [accumulation, tuples] since the last boundary
-        self.partials: dict[tuple[Window, Any], list[Any]] = {}
-        #: tuples beyond the allowed lateness (sent to the late port)
-        self.late = 0
-        #: tuples for windows whose trigger finished, or already purged
-        self.dropped = 0
-
-
 class WindowedCore(WindowedSettings):
     """The logic; see the module docstring. Subclasses call the ``_core_*`` hooks from their
     lifecycle methods and feed tuples through ``_ingest`` / ``_ingest_batch`` /
     ``_add_partial``."""
 
-    #: the storage of cells, created in setup from the ``storage`` template
-    _store = State(default=None)
-    #: the rest of what the operator remembers
-    _book = State(default=None)
+    #: the storage of cells, created in setup from the ``storage`` template; keyed: a
+    #: repartitioning divides the cells by key (``DividedByKey``)
+    _store = State(default=None, keyed=True)
+    #: the rest of what the operator remembers (its per-key parts divided alike)
+    _book = State(default=None, keyed=True)
 
     #: subclasses: how many input ports feed watermarks
     inputs = 1
@@ -194,6 +165,8 @@ class WindowedCore(WindowedSettings):
         if self._store is None:
             template = self.storage if self.storage is not None else InMemoryWindowedStorage()
             self._store = template.empty()
+        if isinstance(self._store, InMemoryWindowedStorage):
+            self._store.keyed = self.keyed  # says whether its cells can be divided by key
         self._store.setup(context, sessions=self._sessions)
         self._check_shape(context.name)
         self._name = context.name
@@ -246,6 +219,11 @@ class WindowedCore(WindowedSettings):
     def _core_begin(self, window_id: int) -> None:
         self._bk.cur = window_id
         self._st.begin_window(window_id)
+
+    def cannot_repartition(self) -> str | None:
+        """Cells in memory move with their keys; those of a spillable storage do not yet."""
+        storage = self.storage
+        return getattr(storage, "NOT_DIVIDED", None) if storage is not None else None
 
     def metrics(self) -> dict[str, float]:
         """This window's late and dropped tuples, and the cells held (``malhar.stats``)."""

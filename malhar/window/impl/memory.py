@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import bisect
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from malhar.errors import StateError
 from malhar.operator import OperatorContext
 from malhar.window.storage import Cell, WindowedStorage
 from malhar.window.windows import Window
@@ -38,6 +39,9 @@ class InMemoryWindowedStorage(WindowedStorage):
         #: key -> its windows by start (only with session windows)
         self.by_key: dict[Any, list[Window]] | None = None
         self._count = 0
+        #: whether the key is the operator's stream key (set by the operator at setup; a
+        #: non-keyed operator's cells all have the key None and cannot be divided)
+        self.keyed = True
 
     def __getstate__(self) -> dict[str, Any]:
         # One C pickle of all cells, kept as bytes: the engine's pickler (cloudpickle) would
@@ -49,11 +53,12 @@ class InMemoryWindowedStorage(WindowedStorage):
             from pyspark import cloudpickle
 
             blob = cloudpickle.dumps(self.cells, protocol=pickle.HIGHEST_PROTOCOL)
-        return {"cells": blob, "count": self._count}
+        return {"cells": blob, "count": self._count, "keyed": self.keyed}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.cells = pickle.loads(state["cells"])
         self._count = state["count"]
+        self.keyed = state.get("keyed", True)
         self.by_key = None  # rebuilt by setup() when sessions need it
 
     def setup(self, context: OperatorContext, *, sessions: bool) -> None:
@@ -120,3 +125,46 @@ class InMemoryWindowedStorage(WindowedStorage):
 
     def __len__(self) -> int:
         return self._count
+
+    # -- repartitioning (malhar.state.DividedByKey) ----------------------------------------------
+    @classmethod
+    def pooled(cls, values: Sequence[InMemoryWindowedStorage | None]) -> InMemoryWindowedStorage:
+        """The cells of every old partition; a cell of one window and key in two of them
+        is refused (the operator's input was not partitioned by its key)."""
+        pool = cls()
+        pool.keyed = all(s.keyed for s in values if s is not None)
+        for part, store in enumerate(values):
+            for window, cells in (store.cells if store is not None else {}).items():
+                mine = pool.cells.setdefault(window, {})
+                both = mine.keys() & cells.keys()
+                if both:
+                    raise StateError(
+                        f"window cells of key {next(iter(both))!r} (window {window}) are held "
+                        f"by two partitions (partition {part} among them): the windowed "
+                        "operator's input was not partitioned by its key (give it "
+                        "STREAM_CODEC=op.key_codec())"
+                    )
+                mine.update(cells)
+                pool._count += len(cells)
+        return pool
+
+    def divided(
+        self, owner_of: Callable[[list[Any]], list[int]], n: int
+    ) -> list[InMemoryWindowedStorage]:
+        """``n`` storages, each with the cells of the keys ``owner_of`` gives it."""
+        parts = [InMemoryWindowedStorage() for _ in range(n)]
+        for part in parts:
+            part.keyed = self.keyed
+        if n > 1 and self._count and not self.keyed:
+            raise StateError(
+                "a windowed operator that is not keyed holds its cells on its one partition "
+                "(on more, its unifier does): they cannot be divided among partitions. "
+                "Repartition it while it has no window open, or start it with its partitions "
+                "from a new checkpoint"
+            )
+        keys = list({k for cells in self.cells.values() for k in cells})
+        owner = dict(zip(keys, owner_of(keys), strict=True))
+        for window, cells in self.cells.items():
+            for key, cell in cells.items():
+                parts[owner[key]].put(window, key, cell)
+        return parts

@@ -5,6 +5,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from malhar.codec import KeyCodec, StreamCodec
@@ -343,6 +344,10 @@ class WindowKeyCodec(StreamCodec):
         else:
             k = extractor(self.key, _first, "key", "WindowKeyCodec")(value)  # type: ignore[misc]
         return zlib.crc32(repr(k).encode())
+
+    def hash_keys(self, keys: list[Any], typed: Any) -> np.ndarray:
+        """State keys (the extracted keys) hashed as :meth:`partition` hashes their tuples."""
+        return np.array([zlib.crc32(repr(k).encode()) for k in keys], dtype=np.int64)
 
     def __repr__(self) -> str:
         return f"WindowKeyCodec({self.key!r})"

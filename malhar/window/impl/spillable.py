@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from malhar.errors import StateError
 from malhar.operator import OperatorContext
 from malhar.window.errors import WindowConfigError
 from malhar.window.storage import Cell, WindowedStorage
@@ -144,3 +145,16 @@ class SpillableWindowedStorage(WindowedStorage):
 
     def __repr__(self) -> str:
         return f"SpillableWindowedStorage(budget_bytes={self.budget_bytes})"
+
+    #: why its operator cannot be repartitioned (``Operator.cannot_repartition``)
+    NOT_DIVIDED = (
+        "its cells are in a SpillableWindowedStorage, whose managed state is keyed by "
+        "window and key and is not divided by key yet (the in-memory storage is)"
+    )
+
+    @classmethod
+    def pooled(cls, values: Any) -> SpillableWindowedStorage:
+        raise StateError(cls.NOT_DIVIDED)
+
+    def divided(self, owner_of: Any, n: int) -> list[SpillableWindowedStorage]:
+        raise StateError(self.NOT_DIVIDED)

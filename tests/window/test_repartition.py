@@ -1,0 +1,80 @@
+"""Repartitioning applications with windowed operators while they run: a keyed windowed
+operator's cells and bookkeeping move with their keys, and a combined operator's
+unifier keeps the cells it holds; every ON_TIME pane is what an unrepartitioned run
+gives, exactly once."""
+
+from __future__ import annotations
+
+import pytest
+
+from malhar import DAG, launch, run
+from malhar.errors import StateError
+from malhar.window import KeyedWindowedOperator, TimeWindows, WindowedOperator
+from malhar.window.accumulation import Count
+from tests.window.ops import EventSource, PaneRecorder, event_windows, on_time, recorded, reference
+from tests.window.test_spark import expected_totals
+
+pytestmark = pytest.mark.integration
+
+
+def _dag(data: list, counts: int = 2) -> DAG:
+    """src (3) -> counts (keyed, by key) -> counts_out
+    src (3) -> totals (not keyed, 2, partial mode) -> [unifier] -> totals_out"""
+    dag = DAG("windows-repartition")
+    src = dag.add_operator("src", EventSource(data), PARTITIONS=3)
+    op = KeyedWindowedOperator(Count(), TimeWindows(100), timestamp=lambda kv: kv[1])
+    counts = dag.add_operator("counts", op, PARTITIONS=counts)
+    counts.input.set_attribute("STREAM_CODEC", op.key_codec())
+    totals = dag.add_operator(
+        "totals", WindowedOperator(Count(), TimeWindows(100), timestamp=lambda kv: kv[1]),
+        PARTITIONS=2,
+    )  # fmt: skip
+    dag.add_stream("events", src.output, counts.input, totals.input)
+    dag.add_stream("counted", counts.output, dag.add_operator("counts_out", PaneRecorder()).input)
+    dag.add_stream("totaled", totals.output, dag.add_operator("totals_out", PaneRecorder()).input)
+    return dag
+
+
+def test_keyed_cells_move_with_their_keys_and_a_unifier_keeps_its_cells(spark, tmp_path) -> None:
+    # the keyed operator was refused ("state field '_store' differs between its
+    # partitions"), and any repartitioning dropped the state of every unifier: the
+    # combined operator's windows open at the time lost what they had counted
+    data = event_windows(windows=8)
+    checkpoint = str(tmp_path / "ck")
+    app = launch(_dag(data), spark=spark, checkpoint=checkpoint, window_ms=100)
+    try:
+        app.await_window(1)
+        for name, n in (("counts", 3), ("counts", 1), ("totals", 3)):
+            app.repartition({name: n})
+            app.await_window(app.last_window + 1)
+        app.await_window(app.last_window + 4)  # past the data: every window fired
+    finally:
+        app.stop()
+    ref = reference(data)
+    assert on_time(recorded(checkpoint, "counts_out")) == ref
+    assert on_time(recorded(checkpoint, "totals_out")) == expected_totals(ref)
+
+
+def test_a_combined_operator_going_to_one_partition_is_refused_and_goes_on(spark, tmp_path) -> None:
+    # one partition needs no unifier: the cells the unifier held would have been dropped
+    data = event_windows(windows=8)
+    checkpoint = str(tmp_path / "ck")
+    app = launch(_dag(data), spark=spark, checkpoint=checkpoint, window_ms=100)
+    try:
+        app.await_window(1)
+        with pytest.raises(StateError, match=r"unifier of totals\.output -> totals_out\.input"):
+            app.repartition({"totals": 1})
+        assert app.plan.groups[app.plan.group_of["totals"]].partitions == 2
+        app.await_window(app.last_window + 10)
+    finally:
+        app.stop()
+    ref = reference(data)
+    assert on_time(recorded(checkpoint, "totals_out")) == expected_totals(ref)
+
+
+def test_a_restart_with_another_count_moves_the_cells_by_key(spark, tmp_path) -> None:
+    data = event_windows(windows=8)
+    checkpoint = str(tmp_path / "ck")
+    for counts, windows in ((2, 3), (3, 3), (1, 6)):
+        run(_dag(data, counts), windows=windows, spark=spark, checkpoint=checkpoint, window_ms=100)
+    assert on_time(recorded(checkpoint, "counts_out")) == reference(data)
