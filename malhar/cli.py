@@ -30,6 +30,7 @@ import click
 
 from malhar import registry
 from malhar.app import ApplicationError, load_application, parse_config
+from malhar.cli_repartition import RequestServer, repartition
 from malhar.cli_state import state
 from malhar.engine.failure import ApplicationFailed, reason_of
 from malhar.engine.failure import summary as failure_summary  # noqa: F401 - public name
@@ -86,6 +87,7 @@ def cli(debug: bool) -> None:
 
 cli.add_command(services)
 cli.add_command(state)
+cli.add_command(repartition)
 
 
 # -- list / info -----------------------------------------------------------------------------
@@ -517,15 +519,20 @@ class Watch:
 
 
 def _wait(app: Any, bounded: bool, stop: StopSignals, name: str, watch: Watch) -> bool:
-    """Wait for the end of a bounded run (True) or a stop request (False)."""
+    """Wait for the end of a bounded run (True) or a stop request (False), serving
+    ``malhar repartition`` meanwhile."""
     watch.start(app)
+    server = RequestServer(app, windows_run=bounded)
     try:
-        return _wait_loop(app, bounded, stop, name, watch)
+        return _wait_loop(app, bounded, stop, name, watch, server)
     finally:
+        server.stop()
         watch.stop()
 
 
-def _wait_loop(app: Any, bounded: bool, stop: StopSignals, name: str, watch: Watch) -> bool:
+def _wait_loop(
+    app: Any, bounded: bool, stop: StopSignals, name: str, watch: Watch, server: RequestServer
+) -> bool:
     done = threading.Event()
     failure: list[BaseException] = []
 
@@ -541,6 +548,7 @@ def _wait_loop(app: Any, bounded: bool, stop: StopSignals, name: str, watch: Wat
         threading.Thread(target=drain, name="malhar-run-drain", daemon=True).start()
     shown, shown_at = app.last_window, time.monotonic()
     while not stop.requested:
+        server.poll()
         if app.input_ended():  # every input is bounded and has read everything
             click.echo(f"{name}: every input ended at window {app.last_window}; stopping")
             app.stop()

@@ -1,0 +1,205 @@
+"""Requests to a running application through its checkpoint (``malhar repartition``).
+
+``malhar run`` serves the checkpoint it runs on: it keeps a heartbeat file
+``<checkpoint>/malhar/requests/serving.json`` (who serves, refreshed every
+:data:`HEARTBEAT_S` seconds, removed when it stops) and, between its progress checks,
+takes each request file ``<id>.json`` in that folder (renamed ``<id>.taken``: its asker
+can no longer withdraw it), carries it out (``RunningApplication.repartition``) and writes
+the answer ``<id>.answer.json`` before it removes the request. A request its asker
+stopped waiting for is answered "expired", not carried out. The files are written atomically (a rename), so a reader never sees
+half of one; they hold operator names and counts only. ``malhar repartition`` submits a
+request and waits for its answer; it refuses at once when no fresh heartbeat says that an
+application serves the checkpoint.
+
+Example:
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> serving(root) is None
+    True
+    >>> request = submit(root, {"count": 3})
+    >>> [(r.id == request, r.counts) for r in pending(root)]
+    [(True, {'count': 3})]
+    >>> take(root, request)
+    True
+    >>> answer(root, request, Answer(True, "count: 3 partitions after window 7"))
+    >>> pending(root), await_answer(root, request, timeout=1).message
+    ([], 'count: 3 partitions after window 7')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from malhar.errors import ConfigError
+from malhar.util.fs import filesystem_for
+
+__all__ = [
+    "Answer",
+    "Request",
+    "answer",
+    "await_answer",
+    "heartbeat",
+    "parse_counts",
+    "pending",
+    "serving",
+    "stop_serving",
+    "submit",
+    "take",
+    "withdraw",
+]
+
+#: how often ``malhar run`` refreshes its heartbeat; one older than 3x that is stale
+HEARTBEAT_S = 2.0
+_FOLDER = "malhar/requests"
+_SERVING = "serving.json"
+_ANSWER = ".answer.json"
+_TAKEN = ".taken"
+
+
+@dataclass(frozen=True)
+class Request:
+    """A repartitioning asked of the running application: operator -> partition count."""
+
+    id: str
+    counts: dict[str, int]
+    #: when the asker stops waiting (epoch seconds): an older request is not carried out
+    until: float = float("inf")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What came of a request: done (``ok``) or refused, and what was said."""
+
+    ok: bool
+    message: str
+
+
+def parse_counts(pairs: list[str] | tuple[str, ...]) -> dict[str, int]:
+    """``["count=3", "join=2"]`` -> ``{"count": 3, "join": 2}``; a clear error otherwise."""
+    counts: dict[str, int] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if not sep or not name or n < 1:
+            raise ConfigError(
+                f"{pair!r}: write OPERATOR=N with N a partition count of 1 or more (e.g. count=3)"
+            )
+        counts[name] = n
+    return counts
+
+
+def _folder(checkpoint: str) -> tuple[Any, str]:
+    fs, base = filesystem_for(checkpoint)
+    return fs, fs.join(base, _FOLDER)
+
+
+def _write(fs: Any, path: str, doc: dict[str, Any]) -> None:
+    fs.mkdirs(fs.dirname(path))
+    fs.write_atomic(path, json.dumps(doc).encode())
+
+
+def _read(fs: Any, path: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(fs.read_all(path))
+    except Exception:  # gone meanwhile, or written by something else: not ours
+        return None
+
+
+# -- the serving side (malhar run) ----------------------------------------------------------------
+def heartbeat(checkpoint: str, application: str) -> None:
+    """Say (again) that this process serves ``checkpoint``'s requests."""
+    fs, folder = _folder(checkpoint)
+    doc = {"application": application, "host": socket.gethostname(), "pid": os.getpid()}
+    _write(fs, fs.join(folder, _SERVING), {**doc, "at": time.time()})
+
+
+def stop_serving(checkpoint: str) -> None:
+    """Remove the heartbeat (the application stopped)."""
+    fs, folder = _folder(checkpoint)
+    fs.delete(fs.join(folder, _SERVING))
+
+
+def pending(checkpoint: str) -> list[Request]:
+    """The requests not answered yet, oldest first."""
+    fs, folder = _folder(checkpoint)
+    if not fs.exists(folder):
+        return []
+    found = []
+    for status in fs.list(folder):
+        name = status.name
+        if not name.endswith(".json") or name.endswith(_ANSWER) or name == _SERVING:
+            continue
+        doc = _read(fs, fs.join(folder, name))
+        if doc is not None and isinstance(doc.get("counts"), dict):
+            until = float(doc.get("until", float("inf")))
+            found.append((doc.get("at", 0.0), Request(name[: -len(".json")], doc["counts"], until)))
+    return [r for _, r in sorted(found, key=lambda f: f[0])]
+
+
+def take(checkpoint: str, request: str) -> bool:
+    """Take ``request`` to carry it out (True); False: it was withdrawn meanwhile."""
+    fs, folder = _folder(checkpoint)
+    try:
+        fs.rename(fs.join(folder, request + ".json"), fs.join(folder, request + _TAKEN))
+    except Exception:  # gone: withdrawn by its asker
+        return False
+    return True
+
+
+def answer(checkpoint: str, request: str, result: Answer) -> None:
+    """Answer ``request`` (taken or not) and remove it."""
+    fs, folder = _folder(checkpoint)
+    _write(fs, fs.join(folder, request + _ANSWER), asdict(result))
+    for suffix in (_TAKEN, ".json"):
+        fs.delete(fs.join(folder, request + suffix))
+
+
+# -- the asking side (malhar repartition) ---------------------------------------------------------
+def serving(checkpoint: str) -> dict[str, Any] | None:
+    """Who serves ``checkpoint`` (application, host, pid), or None: no fresh heartbeat."""
+    fs, folder = _folder(checkpoint)
+    doc = _read(fs, fs.join(folder, _SERVING))
+    if doc is None or time.time() - float(doc.get("at", 0.0)) > 3 * HEARTBEAT_S:
+        return None
+    return doc
+
+
+def submit(checkpoint: str, counts: dict[str, int], timeout: float = 300.0) -> str:
+    """Ask for ``counts``, to be carried out within ``timeout`` seconds; returns the
+    request's id."""
+    fs, folder = _folder(checkpoint)
+    request = f"repartition-{uuid.uuid4().hex[:12]}"
+    now = time.time()
+    doc = {"counts": counts, "at": now, "until": now + timeout}
+    _write(fs, fs.join(folder, request + ".json"), doc)
+    return request
+
+
+def withdraw(checkpoint: str, request: str) -> bool:
+    """Take back a request not taken yet (True); False: it is being carried out."""
+    fs, folder = _folder(checkpoint)
+    return bool(fs.delete(fs.join(folder, request + ".json")))
+
+
+def await_answer(checkpoint: str, request: str, timeout: float) -> Answer | None:
+    """The answer to ``request`` (removed once read), or None after ``timeout`` seconds."""
+    fs, folder = _folder(checkpoint)
+    path = fs.join(folder, request + _ANSWER)
+    deadline = time.monotonic() + timeout
+    while True:
+        doc = _read(fs, path) if fs.exists(path) else None
+        if doc is not None:
+            fs.delete(path)
+            return Answer(bool(doc.get("ok")), str(doc.get("message", "")))
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)  # polling a file: there is nothing to wait on across processes

@@ -1,0 +1,146 @@
+"""``malhar repartition``: operators of an application ``malhar run`` runs are repartitioned
+from another process, exactly once; refusals and a missing application are clear."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from malhar.cli import cli
+from malhar.engine import generations, requests
+from malhar.testing.operators import collected
+from malhar.testing.services.process import wait_until
+from tests.engine.test_repartition import _check_exact
+from tests.test_cli import malhar_command
+
+ROOT = Path(__file__).resolve().parents[1]
+
+APP = """
+from malhar import DAG, KeyCodec
+from malhar import attributes as A
+from malhar.testing.operators import Collector
+from tests.engine.ops import KeyedRunningCount, RatedKeys
+
+
+def app(dag: DAG) -> None:
+    src = dag.add_operator("src", RatedKeys(), PARTITIONS=2)
+    count = dag.add_operator("count", KeyedRunningCount())
+    out = dag.add_operator("out", Collector())
+    dag.add_stream("items", src.output, count.input)
+    dag.add_stream("counts", count.output, out.input)
+    count.input.set_attribute(A.STREAM_CODEC, KeyCodec("key"))
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
+
+
+def _ask(checkpoint: Path, *counts: str) -> subprocess.CompletedProcess:
+    command = [*malhar_command(), "repartition", "--checkpoint", str(checkpoint), *counts]
+    return subprocess.run(
+        command, env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+
+
+@pytest.mark.integration
+def test_an_application_malhar_run_runs_is_repartitioned_by_malhar_repartition(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "keyed_app.py").write_text(APP)
+    checkpoint = tmp_path / "ck"
+    command = [*malhar_command(), "run", f"{tmp_path / 'keyed_app.py'}:app", "--master"]
+    command += ["local[1]", "--checkpoint", str(checkpoint), "--window-ms", "100"]
+    log = (tmp_path / "run.log").open("w")
+    proc = subprocess.Popen(command, env=_env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(
+            lambda: (
+                proc.poll() is not None
+                or (
+                    requests.serving(str(checkpoint)) is not None
+                    and len(collected(str(checkpoint), "out")) >= 2
+                )
+            ),
+            timeout=300,
+            what="the application's first windows",
+        )
+        assert proc.poll() is None, (tmp_path / "run.log").read_text()
+        done = _ask(checkpoint, "count=3")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "repartitioned count: 3 partitions after window" in done.stdout
+        assert generations.load(str(checkpoint)).operators["count"].partitions == 3
+        refused = _ask(checkpoint, "nope=2")
+        assert refused.returncode == 1
+        assert "refused: ConfigError: no operator 'nope' to repartition" in refused.stderr
+        last = max(collected(str(checkpoint), "out"))
+        wait_until(
+            lambda: max(collected(str(checkpoint), "out")) >= last + 3,
+            timeout=120,
+            what="windows after the repartitioning",
+        )
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=300) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    text = (tmp_path / "run.log").read_text()
+    assert "keyed_app: repartitioned count: 3 partitions after window" in text, text
+    assert "repartitioning refused: ConfigError: no operator 'nope'" in text
+    _check_exact(str(checkpoint))  # every window exact, before and after
+    assert requests.serving(str(checkpoint)) is None  # its heartbeat went with it
+    gone = _ask(checkpoint, "count=2")
+    assert gone.returncode == 2 and "no application is running on" in gone.stderr
+
+
+def test_bad_counts_are_usage_errors() -> None:
+    for bad in ("count", "count=0", "count=x", "=3"):
+        result = CliRunner().invoke(cli, ["repartition", "--checkpoint", "/nowhere", bad])
+        assert result.exit_code == 2, bad
+        assert "write OPERATOR=N with N a partition count of 1 or more" in result.output, bad
+
+
+def test_a_request_nobody_serves_is_refused_at_once_and_a_late_one_expires(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["repartition", "--checkpoint", str(tmp_path), "a=2"])
+    assert result.exit_code == 2 and "no application is running on" in result.output
+    # a heartbeat older than three beats is stale
+    requests.heartbeat(str(tmp_path), "app")
+    assert requests.serving(str(tmp_path))["application"] == "app"
+    beat = tmp_path / "malhar" / "requests" / "serving.json"
+    doc = json.loads(beat.read_text())
+    doc["at"] -= 3 * requests.HEARTBEAT_S + 1
+    beat.write_text(json.dumps(doc))
+    assert requests.serving(str(tmp_path)) is None
+    # a request its asker no longer waits for is answered "expired", not carried out
+    from malhar.cli_repartition import RequestServer
+
+    class _NeverRepartitioned:  # the server must not call it for an expired request
+        checkpoint = str(tmp_path)
+
+        class dag:  # the attribute the server reads
+            name = "app"
+
+        def repartition(self, counts: dict) -> None:
+            raise AssertionError("an expired request was carried out")
+
+    request = requests.submit(str(tmp_path), {"a": 2}, timeout=1)
+    wait_until(
+        lambda: time.time() > requests.pending(str(tmp_path))[0].until,
+        timeout=5,
+        what="the request's deadline",
+    )
+    RequestServer(_NeverRepartitioned()).poll()
+    answer = requests.await_answer(str(tmp_path), request, timeout=1)
+    assert answer == requests.Answer(False, "expired") and requests.pending(str(tmp_path)) == []
