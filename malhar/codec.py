@@ -92,7 +92,8 @@ class KeyCodec(StreamCodec):
         """State keys: the column's value, or a tuple of the columns' values. On a typed
         stream they are hashed as columns of the stream's types (an int32 -5 and an int64
         -5 hash apart), which the schema says; without it the types are inferred."""
-        rows = [k if isinstance(k, tuple) else (k,) for k in keys]
+        one = len(self.columns) == 1  # a one-column key may itself be a tuple
+        rows = [(k,) if one else tuple(k) for k in keys]
         if not typed:
             return np.array([zlib.crc32(repr(r).encode()) for r in rows], dtype=np.int64)
         types = (

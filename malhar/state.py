@@ -136,9 +136,9 @@ class DividedByKey(Protocol):
     """A keyed :class:`State` value that is not a mapping (``State(keyed=True)``) and
     moves with its keys by itself when its operator is repartitioned.
 
-    The protocol: the engine calls ``type(value).pooled(values)`` with the value of
-    every old partition (None where a partition never set it), then ``divided(owner_of,
-    n)`` on the pool, which returns the ``n`` values of the new partitions, in order.
+    The protocol: the engine calls ``type(value).pooled(values, operator)`` with the value
+    of every old partition (None where a partition never set it) and the configured
+    operator (its settings), then ``divided(owner_of, n)`` on the pool, which returns the ``n`` values of the new partitions, in order.
     ``owner_of(keys)`` gives the new partition of each stream key (the operator's
     stream codec through the new routing). Whatever is not per key (a watermark, a
     counter) is the value's to combine in ``pooled`` and to hand out in ``divided``.
@@ -148,7 +148,7 @@ class DividedByKey(Protocol):
     """
 
     @classmethod
-    def pooled(cls, values: Sequence[Any]) -> Any:
+    def pooled(cls, values: Sequence[Any], operator: Any) -> Any:
         """One value holding what every old partition's value held."""
         ...
 

@@ -164,10 +164,15 @@ def _redistribute(
     kept = {id(p.operator) for p in new} & {id(o) for o in old}
     for fname, spec in fields.items():
         values = [o.__dict__.get(fname, spec.initial()) for o in old]
+        if spec.keyed and all(v is None for v in values):
+            for p in new:  # never set (no partition ran): the new ones start from scratch
+                p.operator.__dict__[fname] = spec.initial()
+            continue
         divisible = next((v for v in values if isinstance(v, DividedByKey)), None)
         if spec.keyed and divisible is not None:
             owner_of = _key_owners(name, fname, codec, typed, table, len(new))
-            parts = type(divisible).pooled(values).divided(owner_of, len(new))
+            pool = type(divisible).pooled(values, new[0].operator)
+            parts = pool.divided(owner_of, len(new))
             for p, part in zip(new, parts, strict=True):
                 p.operator.__dict__[fname] = part
             continue
@@ -517,7 +522,7 @@ def _write_snapshots(
                 else snapshots.get(name, p)
                 for name in group.operators
             }
-            unifiers = snapshots.unifiers.for_partition(new_plan, group, p)
+            unifiers = snapshots.unifiers.for_partition(new_plan, group, p)  # by route ends
             state = {
                 "ops": ops,
                 "unifiers": unifiers,

@@ -25,6 +25,7 @@ from malhar.engine.plan import Group, Plan
 from malhar.engine.routing import FanOut, LocalSink, RouteBuffer
 from malhar.engine.snapshots import PartitionSnapshots, restore_into
 from malhar.engine.state_store import StateStore
+from malhar.engine.unifier_states import by_route, restore_unifiers
 from malhar.engine.unread_errors import FirstErrorLogged
 from malhar.operator import (
     ActivationListener,
@@ -119,7 +120,7 @@ class PartitionRuntime:
         saved = self.snapshots.load(window - 1)
         if saved is not None:
             restore_into(self.ops, saved["ops"])
-            restore_into(self.unifiers, saved["unifiers"])
+            restore_unifiers(self.plan, self.unifiers, saved["unifiers"])
             self.open.update(saved["open"])
             # The lost instance had delivered committed(W - 2) when it began W - 1.
             self.committed = window - 2
@@ -406,7 +407,8 @@ class PartitionRuntime:
         )
 
     def _save(self, window: int) -> None:
-        if self.snapshots.save(window, self.ops, self.unifiers, self.open, self._all_ops()):
+        unifiers = by_route(self.plan, self.unifiers)
+        if self.snapshots.save(window, self.ops, unifiers, self.open, self._all_ops()):
             self._purge_pending = True
         call = self.dispatcher.call
         for name, op in self._all_ops():

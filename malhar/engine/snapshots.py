@@ -48,7 +48,7 @@ class PartitionSnapshots:
         self,
         window: int,
         ops: dict[str, Any],
-        unifiers: dict[int, Any],
+        unifiers: dict[str, Any],
         open_windows: dict[str, bool],
         names: Iterator[tuple[str, Any]],
     ) -> bool:
@@ -57,7 +57,7 @@ class PartitionSnapshots:
             return False
         state = {
             "ops": {n: window_snapshot(op) for n, op in ops.items()},
-            "unifiers": {rid: window_snapshot(u) for rid, u in unifiers.items()},
+            "unifiers": {key: window_snapshot(u) for key, u in unifiers.items()},
             "open": dict(open_windows),
         }
         try:

@@ -134,7 +134,7 @@ def test_pooled_books_keep_the_operator_wide_parts_and_deal_the_per_key_ones() -
     a.timers = [(5, 1, 0, 10, "x")]
     b.timers = [(5, 1, 0, 10, 7)]  # a tie of (due, seq) with a key of another type
     a.late, b.late = 2, 3
-    pool = Book.pooled([a, None, b])
+    pool = Book.pooled([a, None, b], KeyedWindowedOperator(Count(), TimeWindows(10)))
     assert pool.ends == [(20, 10), (30, 20)] and pool.late == 5 and pool.seq == 2
     first, second = pool.divided(lambda keys: [0 if k == "x" else 1 for k in keys], 2)
     assert [t[4] for t in first.timers] == ["x"] and [t[4] for t in second.timers] == [7]
@@ -155,14 +155,14 @@ def test_a_key_held_by_two_partitions_is_refused() -> None:
     for op in ops:
         _run(_harness(op).setup(), 0, [("a", 1)])
     with pytest.raises(StateError, match=r"key 'a' .* held by two partitions"):
-        InMemoryWindowedStorage.pooled([op._store for op in ops])
+        InMemoryWindowedStorage.pooled([op._store for op in ops], ops[0])
 
 
 def test_a_non_keyed_operators_cells_are_not_divided() -> None:
     h = _harness(WindowedOperator(Count(), TimeWindows(10), timestamp=lambda t: t)).setup()
     h.run_window([("input", 3)])
-    pool = InMemoryWindowedStorage.pooled([h.operator._store])
-    with pytest.raises(StateError, match="not keyed holds its cells on its one partition"):
+    pool = InMemoryWindowedStorage.pooled([h.operator._store], h.operator)
+    with pytest.raises(StateError, match="not keyed .* holds its cells on its one partition"):
         pool.divided(lambda keys: [0] * len(keys), 2)
     assert len(pool.divided(lambda keys: [0] * len(keys), 1)[0]) == 1
 
@@ -179,3 +179,123 @@ def test_the_key_codec_hashes_state_keys_as_their_tuples() -> None:
         codec.partition(("a", 0)),
         codec.partition((("b", 1), 0)),
     ]
+
+
+def _one_partition(op: Any, *events: tuple[str, int]) -> OperatorHarness:
+    h = _harness(op).setup()
+    _run(h, 0, list(events))
+    return h
+
+
+def test_a_combined_keyed_operators_cells_are_not_divided_from_one_partition() -> None:
+    # on more partitions a combined operator's cells are its unifier's: divided by key
+    # they sat in partitions in partial mode, never fired (review finding)
+    def make() -> KeyedWindowedOperator:
+        return KeyedWindowedOperator(
+            Count(), TimeWindows(100), timestamp=lambda kv: kv[1], combine_partitions=True
+        )
+
+    h = _one_partition(make(), ("a", 1), ("b", 2))
+    new = [Partition(make(), keys) for keys in spread(2)]
+    table = routing_table([p.keys for p in new])
+    with pytest.raises(StateError, match="combines its partitions"):
+        _redistribute("win", [h.operator], new, WindowKeyCodec(), None, table)
+
+
+def test_per_key_bookkeeping_without_cells_needs_no_codec() -> None:
+    # a non-keyed operator with a timer left and no cells asked a codec it has not got
+    op = WindowedOperator(
+        Count(),
+        TimeWindows(10),
+        timestamp=lambda t: t,
+        trigger=AfterWatermark(early=AfterProcessingTime(dt.timedelta(seconds=5))),
+        allowed_lateness=0,
+    )
+    h = _harness(op).setup()
+    h.run_window([("input", 3)])
+    watermark(h, 100, UP)
+    h.run_window()
+    assert len(h.operator._store) == 0 and h.operator._book.timers
+    new = [Partition(op.clone(), keys) for keys in spread(2)]
+    _redistribute("w", [h.operator], new, None, None, routing_table([p.keys for p in new]))
+    assert [len(p.operator._book.timers) for p in new] == [1, 0]
+
+
+def test_partitions_that_never_ran_are_divided_into_fresh_ones() -> None:
+    make = lambda: KeyedWindowedOperator(Count(), TimeWindows(10))  # noqa: E731
+    new = [Partition(make(), keys) for keys in spread(3)]
+    table = routing_table([p.keys for p in new])
+    _redistribute("w", [make(), make()], new, WindowKeyCodec(), None, table)
+    assert [p.operator._store for p in new] == [None, None, None]
+
+
+def _combined_plan(totals: int, out: int) -> Any:
+    import zlib
+
+    from malhar import DAG
+    from malhar.codec import StreamCodec
+    from malhar.engine.plan import build_plan
+    from malhar.testing.operators import Collector, ListInput
+
+    class ByWindow(StreamCodec):
+        def partition(self, value: Any) -> int:
+            return zlib.crc32(repr(value.window.start).encode())
+
+    dag = DAG("combined")
+    src = dag.add_operator("src", ListInput(windows=[[1]]), PARTITIONS=2)
+    op = WindowedOperator(Count(), TimeWindows(100), timestamp=lambda t: t, allowed_lateness=0)
+    tot = dag.add_operator("totals", op, PARTITIONS=totals)
+    sink = dag.add_operator("out", Collector(), PARTITIONS=out)
+    dag.add_stream("s", src.output, tot.input)
+    dag.add_stream("t", tot.output, sink.input)
+    if out > 1:
+        sink.input.set_attribute("STREAM_CODEC", ByWindow())
+    return build_plan(dag)
+
+
+def _unifier_holding(plan: Any, *, fired: bool) -> tuple[Any, dict]:
+    from malhar.engine.unifier_states import route_key
+    from malhar.state import window_snapshot
+    from malhar.window.impl.core import Partial
+    from malhar.window.windows import Window
+
+    route = next(r for r in plan.routes if r.unifier is not None)
+    u = _harness(route.unifier.clone()).setup()
+    u.run_window([("input", Partial(Window(0, 100), None, 3, 3))], window=0)
+    if fired:
+        u.begin_window(1)
+        for s in range(2):
+            watermark(u, 500, ControlSender("t", "totals", s, 2))
+        u.end_window()
+        assert [t.value for t in u.sink("output").tuples] == [3]
+    return plan.groups[plan.group_of["out"]], {route_key(route): window_snapshot(u.operator)}
+
+
+def test_a_unifiers_cells_are_not_copied_to_more_copies() -> None:
+    # the one copy's cells went to both new copies: every pane fired twice (review finding)
+    from malhar.engine.unifier_states import UnifierStates
+
+    old = _combined_plan(2, 1)
+    group, saved = _unifier_holding(old, fired=False)
+    states = UnifierStates()
+    states.add(old, group, 0, saved)
+    new = _combined_plan(2, 2)
+    with pytest.raises(StateError, match="cannot be divided among another number of copies"):
+        states.for_partition(new, new.groups[new.group_of["out"]], 0)
+
+
+def test_a_unifier_that_fired_everything_may_go() -> None:
+    # a windowed unifier always "held state" (its bookkeeping): going to one partition
+    # was refused for good (review finding); with cells it is refused
+    from malhar.engine.unifier_states import UnifierStates
+
+    old = _combined_plan(2, 1)
+    for fired in (True, False):
+        group, saved = _unifier_holding(old, fired=fired)
+        states = UnifierStates()
+        states.add(old, group, 0, saved)
+        if fired:
+            states.check_kept(_combined_plan(1, 1))
+        else:
+            with pytest.raises(StateError, match="holds state that the new partitioning has no"):
+                states.check_kept(_combined_plan(1, 1))

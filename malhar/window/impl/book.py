@@ -53,11 +53,14 @@ class Book:
 
     # -- repartitioning (malhar.state.DividedByKey) ----------------------------------------------
     @classmethod
-    def pooled(cls, values: Sequence[Book | None]) -> Book:
+    def pooled(cls, values: Sequence[Book | None], operator: Any) -> Book:
         """One book of every old partition's: the furthest watermark and window, every
         window end and purge, every per-key entry (timers renumbered in their order)."""
+        from malhar.window.impl.memory import divisible
+
         books = [b for b in values if b is not None]
         pool = cls(len(books[0].trackers) if books else 1)
+        pool._divisible = divisible(operator)
         if not books:
             return pool
         marks = [b.watermark for b in books if b.watermark is not None]
@@ -100,6 +103,10 @@ class Book:
         parts[0].late, parts[0].dropped = self.late, self.dropped
 
         def deal(entries: list[Any], key_of: Callable[[Any], Any]) -> list[int]:
+            if not getattr(self, "_divisible", True):
+                # not per stream key (the key None, or a combined operator's): its cells
+                # were not divided either (refused where they held any), so the first
+                return [0] * len(entries)
             return owner_of([key_of(e) for e in entries])
 
         for t, p in zip(self.timers, deal(self.timers, lambda t: t[4]), strict=True):

@@ -165,8 +165,6 @@ class WindowedCore(WindowedSettings):
         if self._store is None:
             template = self.storage if self.storage is not None else InMemoryWindowedStorage()
             self._store = template.empty()
-        if isinstance(self._store, InMemoryWindowedStorage):
-            self._store.keyed = self.keyed  # says whether its cells can be divided by key
         self._store.setup(context, sessions=self._sessions)
         self._check_shape(context.name)
         self._name = context.name
@@ -219,6 +217,16 @@ class WindowedCore(WindowedSettings):
     def _core_begin(self, window_id: int) -> None:
         self._bk.cur = window_id
         self._st.begin_window(window_id)
+
+    def holds_state(self) -> bool:
+        """Whether a restored instance (no setup) holds what a repartitioning must keep:
+        cells, or retractions or partials to send (asked of unifiers,
+        ``malhar.engine.unifier_states``; a spillable storage cannot tell: it holds)."""
+        store, book = self.__dict__.get("_store"), self.__dict__.get("_book")
+        if store is not None and not isinstance(store, InMemoryWindowedStorage):
+            return True
+        pending = book is not None and bool(book.retractions or book.partials)
+        return pending or (store is not None and len(store) > 0)
 
     def cannot_repartition(self) -> str | None:
         """Cells in memory move with their keys; those of a spillable storage do not yet."""

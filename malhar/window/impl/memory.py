@@ -39,9 +39,6 @@ class InMemoryWindowedStorage(WindowedStorage):
         #: key -> its windows by start (only with session windows)
         self.by_key: dict[Any, list[Window]] | None = None
         self._count = 0
-        #: whether the key is the operator's stream key (set by the operator at setup; a
-        #: non-keyed operator's cells all have the key None and cannot be divided)
-        self.keyed = True
 
     def __getstate__(self) -> dict[str, Any]:
         # One C pickle of all cells, kept as bytes: the engine's pickler (cloudpickle) would
@@ -53,12 +50,11 @@ class InMemoryWindowedStorage(WindowedStorage):
             from pyspark import cloudpickle
 
             blob = cloudpickle.dumps(self.cells, protocol=pickle.HIGHEST_PROTOCOL)
-        return {"cells": blob, "count": self._count, "keyed": self.keyed}
+        return {"cells": blob, "count": self._count}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.cells = pickle.loads(state["cells"])
         self._count = state["count"]
-        self.keyed = state.get("keyed", True)
         self.by_key = None  # rebuilt by setup() when sessions need it
 
     def setup(self, context: OperatorContext, *, sessions: bool) -> None:
@@ -128,11 +124,15 @@ class InMemoryWindowedStorage(WindowedStorage):
 
     # -- repartitioning (malhar.state.DividedByKey) ----------------------------------------------
     @classmethod
-    def pooled(cls, values: Sequence[InMemoryWindowedStorage | None]) -> InMemoryWindowedStorage:
+    def pooled(
+        cls, values: Sequence[InMemoryWindowedStorage | None], operator: Any
+    ) -> InMemoryWindowedStorage:
         """The cells of every old partition; a cell of one window and key in two of them
-        is refused (the operator's input was not partitioned by its key)."""
+        is refused (the operator's input was not partitioned by its key). Cells are
+        divisible by key when the operator is keyed and fires them itself: a combined
+        one fires them in its unifier once it has more than one partition."""
         pool = cls()
-        pool.keyed = all(s.keyed for s in values if s is not None)
+        pool._divisible = divisible(operator)
         for part, store in enumerate(values):
             for window, cells in (store.cells if store is not None else {}).items():
                 mine = pool.cells.setdefault(window, {})
@@ -153,14 +153,12 @@ class InMemoryWindowedStorage(WindowedStorage):
     ) -> list[InMemoryWindowedStorage]:
         """``n`` storages, each with the cells of the keys ``owner_of`` gives it."""
         parts = [InMemoryWindowedStorage() for _ in range(n)]
-        for part in parts:
-            part.keyed = self.keyed
-        if n > 1 and self._count and not self.keyed:
+        if n > 1 and self._count and not getattr(self, "_divisible", True):
             raise StateError(
-                "a windowed operator that is not keyed holds its cells on its one partition "
-                "(on more, its unifier does): they cannot be divided among partitions. "
-                "Repartition it while it has no window open, or start it with its partitions "
-                "from a new checkpoint"
+                "a windowed operator that is not keyed (or combines its partitions) holds its "
+                "cells on its one partition (on more, its unifier does): they cannot be "
+                "divided among partitions. Repartition it while it has no window open, or "
+                "start it with its partitions from a new checkpoint"
             )
         keys = list({k for cells in self.cells.values() for k in cells})
         owner = dict(zip(keys, owner_of(keys), strict=True))
@@ -168,3 +166,10 @@ class InMemoryWindowedStorage(WindowedStorage):
             for key, cell in cells.items():
                 parts[owner[key]].put(window, key, cell)
         return parts
+
+
+def divisible(operator: Any) -> bool:
+    """Whether a windowed operator's cells (and its per-key bookkeeping) can be divided by
+    key among partitions: it is keyed and fires them on its own partitions."""
+    combines = getattr(operator, "combines", None)
+    return bool(getattr(operator, "keyed", False)) and not (combines is not None and combines())

@@ -153,7 +153,7 @@ class SpillableWindowedStorage(WindowedStorage):
     )
 
     @classmethod
-    def pooled(cls, values: Any) -> SpillableWindowedStorage:
+    def pooled(cls, values: Any, operator: Any) -> SpillableWindowedStorage:
         raise StateError(cls.NOT_DIVIDED)
 
     def divided(self, owner_of: Any, n: int) -> list[SpillableWindowedStorage]:
