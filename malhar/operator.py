@@ -228,6 +228,11 @@ class Unifier(Operator):
     input = InputPort()
     output = OutputPort()
 
+    #: whether its output can be the input of another copy of it (cascading unifiers,
+    #: ``UNIFIER_LIMIT``): a sum of partial sums can; one that turns partials into
+    #: something else (the windowed unifier: panes) cannot
+    cascades = True
+
 
 class PassThroughUnifier(Unifier):
     """The default unifier: forwards tuples unchanged."""

@@ -83,6 +83,16 @@ def _attributes(dag: DAG) -> list[str]:
             out.append(
                 f"operator {meta.name!r}: UNIFIER_LIMIT must be 0 (no cascade) or >= 2, got {limit!r}"
             )
+        elif limit:
+            for port in meta.outputs:
+                unifier = meta.operator.get_unifier(port)
+                if unifier is not None and not unifier.cascades:
+                    out.append(
+                        f"operator {meta.name!r}: UNIFIER_LIMIT={limit}, but the unifier of "
+                        f"its port {port!r} ({type(unifier).__name__}) cannot be cascaded (a "
+                        "level's output is not what the next level takes): remove "
+                        "UNIFIER_LIMIT"
+                    )
         if not isinstance(meta.attr(A.PROCESSING_MODE), A.ProcessingMode):
             out.append(
                 f"operator {meta.name!r}: PROCESSING_MODE must be a malhar.ProcessingMode, "

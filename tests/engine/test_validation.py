@@ -187,6 +187,24 @@ def test_bad_attributes() -> None:
         dag.set_operator_attribute("out", "PARTITION", 2)
 
 
+def test_a_unifier_that_cannot_be_cascaded_refuses_unifier_limit() -> None:
+    # a cascade level of the windowed unifier sends panes to the next, which takes only
+    # partials: the application failed once running
+    from malhar.window import TimeWindows, WindowedOperator
+    from malhar.window.accumulation import Count
+
+    dag, src, out = _simple()
+    op = WindowedOperator(Count(), TimeWindows(10), timestamp=lambda t: t)
+    totals = dag.add_operator("totals", op, PARTITIONS=4, UNIFIER_LIMIT=2)
+    dag.add_stream("s", src.output, totals.input)
+    dag.add_stream("t", totals.output, out.input)
+    assert any(
+        "'totals': UNIFIER_LIMIT=2, but the unifier of its port 'output' (WindowedUnifier) "
+        "cannot be cascaded" in p
+        for p in _problems(dag)
+    )
+
+
 def _parallel_chain(c_partitions: int | None) -> DAG:
     """src (4 partitions) -> b -> c -> out, b and c PARALLEL_PARTITION."""
     dag = DAG("t")

@@ -3,6 +3,10 @@
 
     JDBC_POLL_APP='{"url": ..., "table": ..., "bootstrap_servers": ..., "topic": ...}' \\
         python -m tests.io.jdbc_poll_app CHECKPOINT --master local-cluster[2,1,1024]
+
+With ``"bounded": true`` in the settings the input reads the rows present when its plan was
+made and the driver stops the application by itself once every partition has ended (exit
+0), as ``malhar run`` does; ``"window_rows"`` sets ``max_records_per_window`` (default 150).
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import json
 import os
 import sys
 
-from malhar import DAG, build_session, launch
+from malhar import DAG, RunningApplication, build_session, launch
+from malhar.engine.stop_signals import StopSignals
 from malhar.io.jdbc import JdbcPollInputOperator
 from malhar.io.kafka import KafkaOutputOperator
 from samples.driver import serve
@@ -22,15 +27,17 @@ SETTINGS_ENV = "JDBC_POLL_APP"
 
 def build(name: str, s: dict) -> DAG:
     dag = DAG(name)
+    # bounded: read what is there at launch, then end (it never polls: no poll interval)
+    reading = {"bounded": True} if s.get("bounded") else {"poll_interval_ms": 100}
     rows = dag.add_operator(
         "rows",
         JdbcPollInputOperator(
             s["url"],
             table=s["table"],
             key_column="id",
-            poll_interval_ms=100,
             fetch_size=50,
-            max_records_per_window=150,
+            max_records_per_window=int(s.get("window_rows", 150)),
+            **reading,
         ),
         PARTITIONS=2,
     )
@@ -52,7 +59,26 @@ def main(argv: list[str] | None = None) -> int:
     settings = json.loads(os.environ[SETTINGS_ENV])
     spark = build_session(args.master, app_name=args.name, shuffle_partitions=2)
     app = launch(build(args.name, settings), spark=spark, checkpoint=args.checkpoint, window_ms=200)
-    return serve(app)
+    return serve_until_ended(app) if settings.get("bounded") else serve(app)
+
+
+def serve_until_ended(app: RunningApplication) -> int:
+    """``serve``, and stop by itself (0) once every input partition has ended."""
+    with StopSignals() as stop:
+        while not stop.requested and not app.input_ended():
+            try:
+                if app.query.awaitTermination(0.25):
+                    break
+            except Exception:  # the query failed: said below
+                break
+    failed = app.failure()
+    if failed is not None:
+        print(failed, file=sys.stderr)
+        return 1
+    if app.input_ended():
+        print(f"every input ended at window {app.last_window}", flush=True)
+    app.stop()
+    return 0
 
 
 if __name__ == "__main__":

@@ -43,6 +43,26 @@ come at any time), nor does a single partition (it is the poller). Such a window
 has ``"idle": true``, so a replayed window sends the same. A subclass that redeclares
 ``output`` must declare it ``control_aware=True`` for this (else it says nothing).
 
+**Bounded** (``bounded=True``). The input reads exactly the rows present when the plan
+was made, then ends, as a file input with ``end_marker`` does
+(:mod:`malhar.io.fs.end_of_input`). The plan records the largest key at that time
+(``"max"``; the ranges are cut below it), so every partition and every restart agree on
+the end; the last partition reads ``(its bound, max]`` and does not poll (rows added after
+the plan are not read). ``commit_lag_ms`` still applies: no partition reads before the
+plan is ``commit_lag_ms`` old, so a transaction holding a key below ``max`` has committed;
+rows committed into a range after it was read are reported (``check_late_rows``), not read.
+A partition that has read its whole range has *ended*: at the end of that window (the one
+that read its last rows, or an empty range's window 0) and of every later one it sends
+``Watermark(MAX_TIMESTAMP)`` (END_WINDOW) instead of ``WatermarkIdle``, its window record
+has ``"end": true`` (a replayed window sends the same), and it reports the metric
+``ended`` = 1: ``is_bounded()`` is True, so ``malhar run`` and
+``RunningApplication.await_end_of_input()`` stop the application once every partition has
+ended. Refused, naming the fix: a checkpoint whose plan has no ``"max"`` (written before
+it was recorded: the largest key at a restart would differ between partitions and take in
+later rows), a checkpoint that ended restarted with ``bounded=False`` (its end-of-input
+watermark has closed every event-time window downstream), and ``poll_interval_ms`` set
+along with ``bounded`` (it never polls).
+
 **Ports.** ``output``: one dict per row on the base class (its values as the Arrow types of
 :mod:`malhar.io.jdbc.poll_reader` give them back); a subclass that declares a typed output
 port (``output = OutputPort("id bigint, amount decimal(12,2), ...", control_aware=True)``)
@@ -98,7 +118,8 @@ __all__ = ["JdbcPollInputOperator"]
 log = logging.getLogger("malhar.io.jdbc.poll")
 
 #: a window record: {"low": key, "high": key, "rows": n} (keys as encode_key gives them),
-#: plus "idle": true when the window sent WatermarkIdle (a backfill partition done reading)
+#: plus "idle": true when the window sent WatermarkIdle (a backfill partition done reading),
+#: or "end": true when it sent the end-of-input watermark (bounded: the range read)
 Record = dict[str, Any]
 
 PLAN_DIR = "jdbc-poll"
@@ -133,6 +154,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     #: what the position is a key of (source_identity(); None: a checkpoint written before
     #: it was recorded); another source is refused
     _source = State(default=None)
+    #: bounded: the partition read its whole range and sent the end-of-input watermark
+    _ended = State(default=False)
 
     def __init__(self, url: str | None = None, **properties: Any) -> None:
         if url is not None:
@@ -142,6 +165,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     # -- ReplayableInput -----------------------------------------------------------------------
     def open(self, context: OperatorContext) -> None:
         self.check_poll()
+        if self._ended and not self.bounded:
+            self._refuse_unbounded("its checkpoint says")
         self._check_source(self._source, "its checkpoint")
         self._source = self.source_identity()
         if self._partitions is not None and self._partitions != context.partitions:
@@ -165,17 +190,24 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         start = plan["start"]
         self._low = start if p == 0 else bounds[p - 1]
         self._high = None if p == n - 1 else bounds[p]
-        self._poller = p == n - 1
+        self._last = p == n - 1
+        self._poller = self._last and not self.bounded
         self._empty_range = plan["empty"] and not self._poller
+        if self._last and self.bounded:  # up to the largest key at plan time, then the end
+            self._high = plan["max"]
+            below = self._low is not None and self._high is not None
+            if self._high is None or (below and decode_key(self._high) <= decode_key(self._low)):
+                self._empty_range = True  # no row at plan time (after start_after)
         self._ready_at = float(plan["created"]) + self.commit_lag_ms / 1000
         self._observed: deque[tuple[float, Any]] = deque()
+        self._idle_now = self._ended_now = False
         self._last_poll = -1e18
         self._cursor: RangeReader | None = None
         self._late = 0
         self._null_keys = 0
         self._bad_keys = 0
         self._nulls_at = -1e18
-        if self._poller:  # one partition reports them
+        if self._last:  # one partition reports them
             self._report_null_keys()
         log.info(
             "%s reads %s, key %r in (%s, %s]%s",
@@ -184,7 +216,18 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             self.key_column,
             self._low,
             "∞" if self._high is None else self._high,
-            f", then polls every {self.poll_interval_ms} ms" if self._poller else "",
+            f", then polls every {self.poll_interval_ms} ms"
+            if self._poller
+            else (", then ends" if self.bounded else ""),
+        )
+
+    def _refuse_unbounded(self, who: str) -> None:
+        raise JdbcConfigError(
+            f"{self.label}: {who} the input ended (it was bounded and sent the end-of-input "
+            "watermark, so the operators after it have closed every event-time window), but "
+            "bounded is now False: rows polled from here on would all be late. Keep "
+            "bounded=True on this checkpoint, or poll on a new checkpoint directory with "
+            f"start_after set to the last key read ({show_key(self._position)})"
         )
 
     def _check_source(self, recorded: Any, where: str) -> None:
@@ -250,9 +293,20 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     def window_record(self) -> Record:
         self._close_cursor()  # the window's read ends here (a full window may stop mid-range)
         record: Record = {"low": self._window_low, "high": self._window_high, "rows": self._rows}
+        read_all = self._done or self._empty_range
+        if self.bounded:
+            # bounded: a partition with its whole range read has ended (in the window that
+            # read its last rows, and every window after); recorded for the replay
+            self._idle_now = False
+            self._ended_now = read_all
+            if read_all:
+                self._ended = True
+                record["end"] = True
+            return record
         # a backfill partition with its whole range read never reads again: idle for good
         # (the poller never is: rows may come at any time); recorded for the replay
-        self._idle_now = not self._poller and not self._rows and (self._done or self._empty_range)
+        self._ended_now = False
+        self._idle_now = not self._poller and not self._rows and read_all
         if self._idle_now:
             record["idle"] = True
         return record
@@ -260,6 +314,12 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     def end_window(self) -> None:
         super().end_window()  # the record saved (a new window) or advanced past (a replay)
         self._say_if_idle()
+        self._say_if_ended()
+
+    def is_bounded(self) -> bool:
+        """With ``bounded`` the input ends: every partition reads its range of the rows
+        present at plan time, then sends the end-of-input watermark (see "Bounded")."""
+        return bool(self.bounded)
 
     def replay(self, record: Record) -> int:
         expected = int(record["rows"])
@@ -293,11 +353,16 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         # a replayed window sends what its first run sent (a record written before idleness
         # was recorded has no "idle": it sent nothing)
         self._idle_now = bool(record.get("idle", False))
+        self._ended_now = bool(record.get("end", False))
+        if self._ended_now:
+            if not self.bounded:
+                self._refuse_unbounded(f"the record of window {self.window_id} says")
+            self._ended = True
 
     def release(self, records: list[WindowRecord[Record]]) -> None:
         if not self.check_late_rows:
             return
-        if self._poller and records and time.monotonic() - self._nulls_at >= _NULLS_EVERY_S:
+        if self._last and records and time.monotonic() - self._nulls_at >= _NULLS_EVERY_S:
             self._report_null_keys()  # a count of the whole table (or its index): not often
         for window, record in records:
             if not record or not record.get("rows"):
@@ -330,6 +395,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             out["null_key_rows"] = float(self._null_keys)
         if getattr(self, "_bad_keys", 0):
             out["non_finite_key_rows"] = float(self._bad_keys)
+        if self.bounded:  # 1 once the partition has read its whole range (see "Bounded")
+            out["ended"] = float(getattr(self, "_ended_now", False))
         return out
 
     def _say_if_idle(self) -> None:
@@ -337,6 +404,15 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             from malhar.window.watermark import WatermarkIdle, send_from_input
 
             send_from_input(self.output, WatermarkIdle())
+
+    def _say_if_ended(self) -> None:
+        """Send the end-of-input watermark if this window ended the partition (or came
+        after): the event-time windows downstream all fire."""
+        if getattr(self, "_ended_now", False):
+            from malhar.window.watermark import Watermark, send_from_input
+            from malhar.window.windows import MAX_TIMESTAMP
+
+            send_from_input(self.output, Watermark(MAX_TIMESTAMP))
 
     def _report_null_keys(self) -> None:
         """Warn (and keep the metrics ``null_key_rows`` / ``non_finite_key_rows``) when rows
@@ -646,6 +722,16 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             except StorageExistsError:  # another partition made it first: use that one
                 fs.delete(tmp)
         plan = json.loads(fs.read_all(path))
+        if self.bounded and "max" not in plan:
+            raise JdbcConfigError(
+                f"{self.label}: bounded=True reads the rows present when the key-range plan "
+                f"was made, but the checkpoint's plan ({path}) was written before that bound "
+                "was recorded, so no partition can tell where the input ends (the largest key "
+                "now would take in rows added since, and differ between partitions and "
+                "restarts). Run this checkpoint with bounded=False (it polls as before), or "
+                "start the bounded run on a new checkpoint directory (start_after leaves out "
+                "the keys already read)"
+            )
         # a partition with no state yet (a crash before its first snapshot) replays its
         # recorded windows: the plan is then what knows the source
         self._check_source(plan.get("source"), f"the checkpoint's key-range plan ({path})")
@@ -668,11 +754,18 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     def _make_plan(self, n: int) -> dict[str, Any]:
         start = self._start()
         low_arg = None if start is None else decode_key(start)
+        # the largest key now: where a bounded input ends (the ranges are cut below it, so
+        # that rows added while the plan is made fall to the last partition)
+        top = self._max_key()
+        high_arg = None if top is None else decode_key(top)
         bounds: list[Any] = []
         empty = False
         if n > 1:
             q = self._query
-            count = int(self._scalar(q.count_sql(start is not None, False), params(low_arg)) or 0)
+            has_low, has_high = start is not None, top is not None
+            count = int(
+                self._scalar(q.count_sql(has_low, has_high), params(low_arg, high_arg)) or 0
+            )
             empty = count == 0
             for i in range(1, n):
                 if empty:
@@ -680,7 +773,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
                     continue
                 offset = max(0, (i * count) // n - 1)
                 key = self._scalar(
-                    q.nth_key_sql(start is not None, False), params(low_arg, offset=offset)
+                    q.nth_key_sql(has_low, has_high), params(low_arg, high_arg, offset=offset)
                 )
                 bounds.append(
                     encode_key(key) if key is not None else (bounds[-1] if bounds else start)
@@ -692,6 +785,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             "start": start,
             "bounds": bounds,
             "empty": empty,
+            "max": top,
             "created": time.time(),
         }
 

@@ -93,6 +93,14 @@ class JdbcPollSettings(JdbcConnectionSettings):
         doc="count, when windows are committed, rows that arrived later in their key range "
         "(metric late_rows and a warning: raise commit_lag_ms)",
     )
+    bounded = Property(
+        bool,
+        default=False,
+        doc="read exactly the rows present at launch (up to the largest key then, recorded in "
+        "the checkpoint's key-range plan), then end: every partition sends the end-of-input "
+        "watermark and the application stops by itself; False: the last partition polls for "
+        "new rows for ever",
+    )
     retry_attempts = Property(int, default=5, min=1, doc="tries while the database is unavailable")
     retry_backoff = Property(
         (int, float), default=0.5, min=0, doc="first wait between tries (s), doubling"
@@ -155,7 +163,22 @@ class JdbcPollSettings(JdbcConnectionSettings):
             out.append(
                 f"key_column {self.key_column!r} must be among columns {list(self.column_names)}"
             )
+        out += self.bounded_problems()
         return out
+
+    def bounded_problems(self) -> list[str]:
+        """Settings that contradict ``bounded`` (it never polls: a poll interval set means
+        the configuration expects new rows to be read)."""
+        if not self.bounded:
+            return []
+        default = properties_of(JdbcPollSettings)["poll_interval_ms"].default
+        if self.poll_interval_ms is not None and self.poll_interval_ms != default:
+            return [
+                f"bounded=True reads the rows present at launch and never polls, but "
+                f"poll_interval_ms={self.poll_interval_ms} is set: remove poll_interval_ms, "
+                "or set bounded=False to keep polling for new rows"
+            ]
+        return []
 
     def check_poll(self) -> JdbcPollSettings:
         """Raise :class:`~malhar.io.jdbc.errors.JdbcConfigError` listing every problem."""

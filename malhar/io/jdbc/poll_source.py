@@ -66,9 +66,16 @@ class JdbcPollSourceSettings(JdbcPollSettings):
     num_partitions = Property(int, default=1, min=1, doc="tasks (key ranges) per micro-batch")
 
     def poll_problems(self) -> list[str]:
-        """:meth:`JdbcPollSettings.poll_problems`, and no literal password: the reader
-        travels pickled to every task (:meth:`literal_password_problems`)."""
-        return super().poll_problems() + self.literal_password_problems()
+        """:meth:`JdbcPollSettings.poll_problems`, no literal password: the reader
+        travels pickled to every task (:meth:`literal_password_problems`), and no
+        ``bounded`` (the operator's: the data source does not end)."""
+        out = super().poll_problems() + self.literal_password_problems()
+        if self.bounded:
+            out.append(
+                "bounded is a setting of JdbcPollInputOperator (a malhar application), not of "
+                "this data source: a Spark query reads until it is stopped; remove the option"
+            )
+        return out
 
 
 class _Core(JdbcPollInputOperator):

@@ -33,6 +33,7 @@ class WindowedUnifier(WindowedCore, Unifier, CheckpointListener):
     input = InputPort(control_aware=True)
 
     emits_watermarks = False
+    cascades = False  # it makes panes of partials: a cascade level would get panes
 
     def __init__(self, **settings: Any) -> None:
         self.configure(**settings)
