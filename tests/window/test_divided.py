@@ -162,7 +162,7 @@ def test_a_non_keyed_operators_cells_are_not_divided() -> None:
     h = _harness(WindowedOperator(Count(), TimeWindows(10), timestamp=lambda t: t)).setup()
     h.run_window([("input", 3)])
     pool = InMemoryWindowedStorage.pooled([h.operator._store], h.operator)
-    with pytest.raises(StateError, match="not keyed .* holds its cells on its one partition"):
+    with pytest.raises(StateError, match=r"not keyed .* holds its cells on its one partition"):
         pool.divided(lambda keys: [0] * len(keys), 2)
     assert len(pool.divided(lambda keys: [0] * len(keys), 1)[0]) == 1
 
