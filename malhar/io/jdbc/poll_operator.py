@@ -57,9 +57,9 @@ that read its last rows, or an empty range's window 0) and of every later one it
 has ``"end": true`` (a replayed window sends the same), and it reports the metric
 ``ended`` = 1: ``is_bounded()`` is True, so ``malhar run`` and
 ``RunningApplication.await_end_of_input()`` stop the application once every partition has
-ended. Refused, naming the fix: a checkpoint whose plan has no ``"max"`` (written before
-it was recorded: the largest key at a restart would differ between partitions and take in
-later rows), a checkpoint that ended restarted with ``bounded=False`` (its end-of-input
+ended. Refused, naming the fix: a checkpoint whose plan has no ``"max"`` (made by an
+unbounded run, or before it was recorded: the largest key at a restart would differ
+between partitions and take in later rows), a checkpoint that ended restarted with ``bounded=False`` (its end-of-input
 watermark has closed every event-time window downstream), and ``poll_interval_ms`` set
 along with ``bounded`` (it never polls).
 
@@ -754,9 +754,11 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     def _make_plan(self, n: int) -> dict[str, Any]:
         start = self._start()
         low_arg = None if start is None else decode_key(start)
-        # the largest key now: where a bounded input ends (the ranges are cut below it, so
-        # that rows added while the plan is made fall to the last partition)
-        top = self._max_key()
+        # bounded: the largest key now is where the input ends (the ranges are cut below
+        # it, so that rows added while the plan is made fall to the last partition);
+        # unbounded plans leave it out (a key the driver cannot convert is then reported
+        # by the read that meets it, naming the row)
+        top = self._max_key() if self.bounded else None
         high_arg = None if top is None else decode_key(top)
         bounds: list[Any] = []
         empty = False
@@ -778,16 +780,18 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
                 bounds.append(
                     encode_key(key) if key is not None else (bounds[-1] if bounds else start)
                 )
-        return {
+        plan = {
             "partitions": n,
             "key_column": self.key_column,
             "source": self.source_identity(),
             "start": start,
             "bounds": bounds,
             "empty": empty,
-            "max": top,
             "created": time.time(),
         }
+        if self.bounded:  # an unbounded plan has no end: a bounded restart of it is refused
+            plan["max"] = top
+        return plan
 
     def _retrying(self, what: str, fn: Any) -> Any:
         delays = self._retry.delays()
