@@ -35,7 +35,7 @@ from malhar.cli_state import state
 from malhar.engine.failure import ApplicationFailed, reason_of
 from malhar.engine.failure import summary as failure_summary  # noqa: F401 - public name
 from malhar.engine.stop_signals import StopSignals
-from malhar.errors import ConfigWarning
+from malhar.errors import ConfigError, ConfigWarning, StateError
 from malhar.redaction import Scrubber, redact, redact_config
 from malhar.session import DEFAULT_MASTER
 from malhar.testing.cli import services
@@ -449,6 +449,10 @@ def _run(
         app = malhar.launch(
             dag, spark=spark, checkpoint=checkpoint, windows=windows, window_ms=window_ms
         )
+    except (ConfigError, StateError) as exc:
+        # refused before its first window (a checkpoint that cannot take this DAG's counts,
+        # another application's checkpoint ...): nothing ran
+        _fail(f"{dag.name}: not started", [scrub(str(exc))], scrub, EXIT_INVALID)
     except Exception as exc:
         _runtime_failure(dag.name, exc, scrub)
     until = "until its input ends or Ctrl-C" if app.bounded else "until Ctrl-C"
@@ -456,7 +460,7 @@ def _run(
     click.echo(f"{dag.name}: running {how} on {master}; checkpoint {scrub(app.checkpoint)}")
     first = app.last_window + 1
     try:
-        finished = _wait(app, windows is not None, stop, dag.name, watch or Watch())
+        finished = _wait(app, windows is not None, stop, dag.name, watch or Watch(), scrub)
     except KeyboardInterrupt:
         finished = False
     except Exception as exc:
@@ -518,11 +522,13 @@ class Watch:
             self._server.shutdown()
 
 
-def _wait(app: Any, bounded: bool, stop: StopSignals, name: str, watch: Watch) -> bool:
+def _wait(
+    app: Any, bounded: bool, stop: StopSignals, name: str, watch: Watch, scrub: Scrubber
+) -> bool:
     """Wait for the end of a bounded run (True) or a stop request (False), serving
     ``malhar repartition`` meanwhile."""
     watch.start(app)
-    server = RequestServer(app, windows_run=bounded)
+    server = RequestServer(app, windows_run=bounded, scrub=scrub).start()
     try:
         return _wait_loop(app, bounded, stop, name, watch, server)
     finally:
@@ -548,11 +554,11 @@ def _wait_loop(
         threading.Thread(target=drain, name="malhar-run-drain", daemon=True).start()
     shown, shown_at = app.last_window, time.monotonic()
     while not stop.requested:
-        server.poll()
         if app.input_ended():  # every input is bounded and has read everything
             click.echo(f"{name}: every input ended at window {app.last_window}; stopping")
             app.stop()
             return True
+        server.poll()
         if bounded and done.wait(0.25):
             app.raise_if_failed()
             if failure:

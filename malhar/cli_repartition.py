@@ -5,90 +5,118 @@ the serving side ``malhar run`` calls between its progress checks
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from malhar.engine import requests
 from malhar.errors import ConfigError
-from malhar.util.fs.errors import StorageError
+from malhar.redaction import redact
 
 log = logging.getLogger("malhar")
 
 
 class RequestServer:
     """Serves a running application's checkpoint: a heartbeat every
-    ``requests.HEARTBEAT_S`` and the repartitioning requests found there."""
+    ``requests.HEARTBEAT_S`` from a thread of its own (it goes on while a repartitioning
+    or a slow file system holds the run loop), and the repartitioning requests found
+    there, carried out by the run loop (:meth:`poll`). Nothing it meets stops the run: a
+    checkpoint it cannot use now, or a file that is not a request, is said once."""
 
-    def __init__(self, app: Any, *, windows_run: bool = False) -> None:
+    def __init__(
+        self, app: Any, *, windows_run: bool = False, scrub: Callable[[str], str] = str
+    ) -> None:
         self.app = app
         self.checkpoint: str = app.checkpoint
         #: a run of --windows N drains its query to its end: a new query would end it
         self.windows_run = windows_run
-        self._beat = 0.0
+        self._scrub = scrub  # the run's: messages may hold configuration values
         self._looked = 0.0
-        self._failing = False
+        self._failing: set[str] = set()
+        self._stopped = threading.Event()
+        self._beats = threading.Thread(target=self._beat, name="malhar-requests", daemon=True)
+
+    def start(self) -> RequestServer:
+        self._guarded("sweep", lambda: requests.sweep(self.checkpoint))
+        self._beats.start()
+        return self
+
+    def _beat(self) -> None:
+        name = self.app.dag.name
+        while not self._stopped.is_set():
+            self._guarded("heartbeat", lambda: requests.heartbeat(self.checkpoint, name))
+            self._stopped.wait(requests.HEARTBEAT_S)
+
+    def _guarded(self, what: str, step: Callable[[], Any]) -> None:
+        try:
+            step()
+        except Exception as exc:  # never the run's end: said once until it works again
+            if what not in self._failing:
+                log.warning(
+                    "malhar: cannot serve malhar repartition (%s) on %s: %s",
+                    what,
+                    self._scrub(self.checkpoint),
+                    self._scrub(f"{type(exc).__name__}: {exc}"),
+                )
+            self._failing.add(what)
+        else:
+            self._failing.discard(what)
 
     def poll(self) -> None:
-        """Beat when due; carry out pending requests (about once a second). A checkpoint
-        that cannot be written or read now is said once, and the run goes on."""
-        try:
-            self._poll()
-        except (OSError, StorageError) as exc:
-            if not self._failing:
-                log.warning(
-                    "malhar: cannot serve malhar repartition on %s: %s", self.checkpoint, exc
-                )
-            self._failing = True
-        else:
-            self._failing = False
-
-    def _poll(self) -> None:
+        """Carry out pending requests (looks about once a second)."""
         now = time.monotonic()
-        if now - self._beat >= requests.HEARTBEAT_S:
-            self._beat = now
-            requests.heartbeat(self.checkpoint, self.app.dag.name)
         if now - self._looked < 1.0:
             return
         self._looked = now
+        self._guarded("requests", self._serve_pending)
+
+    def _serve_pending(self) -> None:
         for request in requests.pending(self.checkpoint):
             self._serve(request)
+
+    def _answer(self, request: requests.Request, ok: bool, message: str) -> None:
+        requests.answer(self.checkpoint, request.id, requests.Answer(ok, self._scrub(message)))
 
     def _serve(self, request: requests.Request) -> None:
         name = self.app.dag.name
         if time.time() > request.until:
-            requests.answer(self.checkpoint, request.id, requests.Answer(False, "expired"))
+            self._answer(request, False, "expired")
             return
         if not requests.take(self.checkpoint, request.id):
             return  # withdrawn by its asker
         if self.windows_run:
-            refusal = requests.Answer(
-                False,
+            message = (
                 f"{name} runs for a number of windows (malhar run --windows): it is "
-                "repartitioned only when it runs until stopped",
+                "repartitioned only when it runs until stopped"
             )
-            requests.answer(self.checkpoint, request.id, refusal)
+            self._answer(request, False, message)
             return
         asked = ", ".join(f"{op}: {n}" for op, n in request.counts.items())
         click.echo(f"{name}: repartitioning {asked} (asked by malhar repartition) ...")
-        requests.heartbeat(self.checkpoint, name)  # a repartitioning takes seconds
         try:
             generation = self.app.repartition(dict(request.counts))
         except Exception as exc:  # refused or failed: the application goes on as it was
-            message = f"{type(exc).__name__}: {exc}"
+            message = self._scrub(f"{type(exc).__name__}: {exc}")
             click.echo(f"{name}: repartitioning refused: {message}")
-            requests.answer(self.checkpoint, request.id, requests.Answer(False, message))
+            self._answer(request, False, message)
             return
-        message = (
-            f"{asked} partitions after window {generation.window} (generation "
-            f"{generation.generation})"
+        counts = ", ".join(
+            f"{op} {n} partition{'s' * (n != 1)}" for op, n in request.counts.items()
         )
+        message = f"after window {generation.window} (generation {generation.generation}): {counts}"
         click.echo(f"{name}: repartitioned {message}")
-        requests.answer(self.checkpoint, request.id, requests.Answer(True, message))
+        self._answer(request, True, message)
 
     def stop(self) -> None:
-        requests.stop_serving(self.checkpoint)
+        """Stop beating and remove the heartbeat (a failure is said, not raised: the run
+        is ending and must end in order)."""
+        self._stopped.set()
+        if self._beats.is_alive():
+            self._beats.join(timeout=10)
+        self._guarded("heartbeat removal", lambda: requests.stop_serving(self.checkpoint))
 
 
 @click.command()
@@ -112,8 +140,10 @@ def repartition(checkpoint: str, timeout: float, counts: tuple[str, ...]) -> Non
     \b
     malhar repartition --checkpoint /data/ck count=4 join=2
 
-    Exits 0 once done, 1 when the application refused (it goes on as it was), 2 when no
-    application serves the checkpoint or no answer came within --timeout.
+    Exits 0 once done, 1 when the application refused (it goes on as it was; a run of
+    --windows N refuses), 2 when no application serves the checkpoint, it stopped before
+    taking the request, no answer came within --timeout, or Ctrl-C (the request is
+    withdrawn unless under way).
     """
     try:
         asked = requests.parse_counts(counts)
@@ -122,23 +152,54 @@ def repartition(checkpoint: str, timeout: float, counts: tuple[str, ...]) -> Non
     who = requests.serving(checkpoint)
     if who is None:
         click.echo(
-            f"malhar repartition: no application is running on {checkpoint} (no malhar run "
+            f"malhar repartition: no application is running on {redact(checkpoint)} (no malhar run "
             "serves it). Start it with malhar run --checkpoint, or change its PARTITIONS and "
-            "restart it: the launch moves the state to the new counts",
+            "restart it: the launch moves the state to the new counts (an operator once "
+            "repartitioned while running keeps that count: repartition it when it runs)",
             err=True,
         )
         raise SystemExit(2)
     request = requests.submit(checkpoint, asked, timeout)
     click.echo(f"asked {who['application']} (pid {who['pid']} on {who['host']}) ...")
-    result = requests.await_answer(checkpoint, request, timeout)
-    if result is None:
-        taken = not requests.withdraw(checkpoint, request)
-        state = "is being carried out" if taken else "was withdrawn"
-        click.echo(
-            f"malhar repartition: no answer within {timeout:g}s; the request {state}", err=True
-        )
-        raise SystemExit(2)
+    try:
+        result = _await(checkpoint, request, who["application"], timeout)
+    except KeyboardInterrupt:
+        withdrawn = requests.withdraw(checkpoint, request)
+        state = "withdrawn" if withdrawn else "under way already (the application says how it ends)"
+        click.echo(f"malhar repartition: interrupted; the request is {state}", err=True)
+        raise SystemExit(2) from None
     if not result.ok:
         click.echo(f"malhar repartition: refused: {result.message}", err=True)
         raise SystemExit(1)
     click.echo(f"repartitioned {result.message}")
+
+
+def _await(checkpoint: str, request: str, application: str, timeout: float) -> requests.Answer:
+    """The answer to ``request``; exits 2 when the application stops serving before it
+    takes it, or when none comes within ``timeout`` (withdrawn unless under way)."""
+    where = redact(checkpoint)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = requests.await_answer(checkpoint, request, min(1.0, timeout))
+        if result is not None:
+            return result
+        # the application stopped (or died) before it took the request: no answer comes
+        if requests.serving(checkpoint) is None and requests.withdraw(checkpoint, request):
+            click.echo(
+                f"malhar repartition: {application} stopped serving {where} before it took "
+                "the request (it stopped, or was killed); nothing changed",
+                err=True,
+            )
+            raise SystemExit(2)
+    if not requests.withdraw(checkpoint, request):
+        late = requests.await_answer(checkpoint, request, 0)  # answered just now
+        if late is not None:
+            return late
+        click.echo(
+            f"malhar repartition: no answer within {timeout:g}s; the request is under way "
+            "(the application says how it ends)",
+            err=True,
+        )
+    else:
+        click.echo(f"malhar repartition: no answer within {timeout:g}s; withdrawn", err=True)
+    raise SystemExit(2)

@@ -65,14 +65,15 @@ def run_driver(
 
 
 def serve(app: RunningApplication) -> int:
-    """Run ``app`` until SIGTERM (stop it in order: 0) or its query fails (print why: 1).
+    """Run ``app`` until SIGTERM (stop it in order: 0), every input partition of a bounded
+    application has ended (said, then stopped in order: 0) or its query fails (print why: 1).
 
     The signal only sets a flag, polled between waits on the query (``StopSignals``: an
     ``Event`` set from the handler can deadlock the main thread waiting on it)."""
     with StopSignals() as stop:
-        while not stop.requested:
+        while not stop.requested and not app.input_ended():
             try:
-                if app.query.awaitTermination(0.5):
+                if app.query.awaitTermination(0.25):
                     break
             except Exception:  # the query failed: said below
                 break
@@ -80,5 +81,7 @@ def serve(app: RunningApplication) -> int:
     if failed is not None:
         print(failed, file=sys.stderr)
         return 1
+    if app.input_ended():
+        print(f"every input ended at window {app.last_window}", flush=True)
     app.stop()
     return 0

@@ -325,11 +325,15 @@ def check_requests(
     behind it (they follow its count)."""
     unknown = sorted(set(requests) - set(dag.operators))
     if unknown:
+        from malhar.suggest import did_you_mean
+
         raise ConfigError(
-            f"no operator {', '.join(map(repr, unknown))} to repartition (operators: "
-            f"{sorted(dag.operators)}); the application goes on unchanged"
+            f"no operator {', '.join(map(repr, unknown))} to repartition"
+            f"{did_you_mean(unknown[0], dag.operators)} (operators: {sorted(dag.operators)}); "
+            "the application goes on unchanged"
         )
-    for name in requests:
+    for name, request in requests.items():
+        partitioner_of(dag, name, request)  # an input that cannot move its positions ...
         members = [name]
         if plan is not None:
             members = list(plan.groups[plan.group_of[name]].operators)
@@ -641,7 +645,14 @@ def reconcile(
     )
     new_plan = planned(dag, checkpoint, new_gen)
     root = generations.state_root(checkpoint, new_gen.generation)
-    _write_snapshots(new_plan, root, window, changed, snapshots)
+    try:
+        _write_snapshots(new_plan, root, window, changed, snapshots)
+    except StateError as exc:  # a unifier's state (malhar.engine.unifier_states)
+        raise StateError(
+            f"{', '.join(f'{n}: {old_counts[n]} -> {counts[n]}' for n in moved)}: the partition "
+            f"counts changed since the last run on {checkpoint}, but {exc}. To go on, launch "
+            "with the counts it ran with, or start from a new checkpoint"
+        ) from exc
     _move_managed(old_plan, configured, new_gen, changed, window, root)
     generations.commit(checkpoint, new_gen)
     generations.remove_other_generations(checkpoint, new_gen)
@@ -661,9 +672,13 @@ def _say_where_the_manifest_wins(dag: DAG, gen: generations.Generation) -> None:
     static = dag.partition_counts()
     for name, kept in sorted(gen.operators.items()):
         if name in static and static[name] != kept.partitions:
-            log.info(
-                "malhar: operator %r runs %d partitions, as its last repartitioning left it "
-                "(the checkpoint's manifest); its PARTITIONS=%d is not applied",
+            # a warning: a user who changed PARTITIONS to change the count must learn here
+            # that it does not (the repartitioning while running is what decides)
+            log.warning(
+                "malhar: operator %r runs %d partitions, as its last repartitioning while "
+                "running left it (the checkpoint's partitioning.json); its PARTITIONS=%d is "
+                "not applied: repartition it while it runs (malhar repartition, "
+                "RunningApplication.repartition) to change its count",
                 name,
                 kept.partitions,
                 static[name],

@@ -50,6 +50,7 @@ __all__ = [
     "serving",
     "stop_serving",
     "submit",
+    "sweep",
     "take",
     "withdraw",
 ]
@@ -138,11 +139,38 @@ def pending(checkpoint: str) -> list[Request]:
         name = status.name
         if not name.endswith(".json") or name.endswith(_ANSWER) or name == _SERVING:
             continue
-        doc = _read(fs, fs.join(folder, name))
-        if doc is not None and isinstance(doc.get("counts"), dict):
-            until = float(doc.get("until", float("inf")))
-            found.append((doc.get("at", 0.0), Request(name[: -len(".json")], doc["counts"], until)))
+        request = _request(name[: -len(".json")], _read(fs, fs.join(folder, name)))
+        if request is not None:
+            found.append(request)
     return [r for _, r in sorted(found, key=lambda f: f[0])]
+
+
+def _request(request: str, doc: Any) -> tuple[float, Request] | None:
+    """(when asked, the request) of a request file's content, or None: not one of ours
+    (any other file in the folder is left alone)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("counts"), dict):
+        return None
+    counts = doc["counts"]
+    if not all(isinstance(k, str) and type(v) is int and v >= 1 for k, v in counts.items()):
+        return None
+    try:
+        at, until = float(doc.get("at", 0.0)), float(doc.get("until", float("inf")))
+    except (TypeError, ValueError):
+        return None
+    return at, Request(request, dict(counts), until)
+
+
+def sweep(checkpoint: str, older_than: float = 3600.0) -> None:
+    """Remove what earlier runs and askers left behind: answers nobody read and requests
+    taken by a run that died, older than ``older_than`` seconds."""
+    fs, folder = _folder(checkpoint)
+    if not fs.exists(folder):
+        return
+    now = time.time()
+    for status in fs.list(folder):
+        left = status.name.endswith(_ANSWER) or status.name.endswith(_TAKEN)
+        if left and now - status.mtime > older_than:
+            fs.delete(fs.join(folder, status.name))
 
 
 def take(checkpoint: str, request: str) -> bool:

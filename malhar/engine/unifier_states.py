@@ -116,8 +116,8 @@ class UnifierStates:
                 raise StateError(
                     f"the unifier of {ends} holds state in its copies (one per partition of "
                     f"{route.sink.operator!r}: {self._count[ends]}, now {group.partitions}) "
-                    "that cannot be divided among another number of copies: keep "
-                    f"{route.sink.operator!r}'s partition count while the windows of "
+                    "that cannot be divided among another number of copies: keep the "
+                    f"partition count of {route.sink.operator!r} while the windows of "
                     f"{route.source.operator!r} are open"
                 )
         return out

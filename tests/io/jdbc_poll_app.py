@@ -16,8 +16,7 @@ import json
 import os
 import sys
 
-from malhar import DAG, RunningApplication, build_session, launch
-from malhar.engine.stop_signals import StopSignals
+from malhar import DAG, build_session, launch
 from malhar.io.jdbc import JdbcPollInputOperator
 from malhar.io.kafka import KafkaOutputOperator
 from samples.driver import serve
@@ -59,26 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = json.loads(os.environ[SETTINGS_ENV])
     spark = build_session(args.master, app_name=args.name, shuffle_partitions=2)
     app = launch(build(args.name, settings), spark=spark, checkpoint=args.checkpoint, window_ms=200)
-    return serve_until_ended(app) if settings.get("bounded") else serve(app)
-
-
-def serve_until_ended(app: RunningApplication) -> int:
-    """``serve``, and stop by itself (0) once every input partition has ended."""
-    with StopSignals() as stop:
-        while not stop.requested and not app.input_ended():
-            try:
-                if app.query.awaitTermination(0.25):
-                    break
-            except Exception:  # the query failed: said below
-                break
-    failed = app.failure()
-    if failed is not None:
-        print(failed, file=sys.stderr)
-        return 1
-    if app.input_ended():
-        print(f"every input ended at window {app.last_window}", flush=True)
-    app.stop()
-    return 0
+    return serve(app)  # a bounded input ends it by itself
 
 
 if __name__ == "__main__":

@@ -204,7 +204,8 @@ def test_an_old_plan_or_an_ended_checkpoint_under_other_settings_is_refused(
     path = ckpt / "malhar" / "jdbc-poll" / "poll.json"
     assert "max" not in json.loads(path.read_text())
     with pytest.raises(
-        JdbcConfigError, match=r"the checkpoint's plan \(.*poll\.json\) was written"
+        JdbcConfigError,
+        match=r"the checkpoint's plan \(.*poll\.json\) was made by an unbounded run",
     ):
         _harness(_op(pg, table), ckpt).setup()
     # without bounded the old plan polls as before
@@ -227,6 +228,49 @@ def test_an_old_plan_or_an_ended_checkpoint_under_other_settings_is_refused(
     with pytest.raises(JdbcConfigError, match=r"record of window 0 says the input ended"):
         _windows(h, [0])
     h.teardown()
+
+
+def _text_keys(pg: Any, keys: list[str]) -> str:
+    """A table keyed by text under a linguistic collation (not Python's string order)."""
+    found = run_sql(
+        pg,
+        "SELECT collname FROM pg_collation WHERE collname IN "
+        "('en-x-icu', 'und-x-icu', 'en_US.utf8', 'en_US') ORDER BY 1",
+    )
+    assert found, "the test server has no linguistic collation"
+    table = unique_name("tkeys")
+    run_sql(pg, f'CREATE TABLE {table} (k text COLLATE "{found[0][0]}" PRIMARY KEY, v int)')
+    for i, k in enumerate(keys):
+        run_sql(pg, f"INSERT INTO {table} VALUES (%s, %s)", (k, i))
+    return table
+
+
+def _read_keys(op: Any, ckpt: Path, partition: int = 0, partitions: int = 1) -> list[str]:
+    h = kafka_harness(op, str(ckpt), name="poll", partition=partition, partitions=partitions)
+    h.setup()
+    got = [r["k"] for w in range(3) for r in kafka_run_window(h, w)]
+    h.teardown()
+    return got
+
+
+def test_text_keys_are_ordered_by_the_database_not_by_python(
+    postgres_service: Any, tmp_path: Path
+) -> None:
+    # the last range was judged empty by Python's string order: rows the collation puts
+    # in it were never read, and the input ended all the same (review finding)
+    pg = postgres_service
+    keys = ["apple", "banana", "Cherry", "Date"]
+    table = _text_keys(pg, keys)
+    got: list[str] = []
+    for p in range(2):
+        op = JdbcPollInputOperator(pg.sqlalchemy_url, table=table, key_column="k", bounded=True)
+        got += _read_keys(op, tmp_path / "two", p, 2)
+    assert sorted(got) == sorted(keys)
+    table = _text_keys(pg, ["apple", "Banana", "cherry", "Date"])
+    op = JdbcPollInputOperator(
+        pg.sqlalchemy_url, table=table, key_column="k", bounded=True, start_after="a"
+    )
+    assert sorted(_read_keys(op, tmp_path / "after")) == ["Banana", "Date", "apple", "cherry"]
 
 
 # -- through the engine ---------------------------------------------------------------------------

@@ -43,8 +43,9 @@ come at any time), nor does a single partition (it is the poller). Such a window
 has ``"idle": true``, so a replayed window sends the same. A subclass that redeclares
 ``output`` must declare it ``control_aware=True`` for this (else it says nothing).
 
-**Bounded** (``bounded=True``). The input reads exactly the rows present when the plan
-was made, then ends, as a file input with ``end_marker`` does
+**Bounded** (``bounded=True``). The input reads the rows present when the plan was made
+(keys up to the largest one then; a row committed later with a smaller key is read if its
+range is not read yet), then ends, as a file input with ``end_marker`` does
 (:mod:`malhar.io.fs.end_of_input`). The plan records the largest key at that time
 (``"max"``; the ranges are cut below it), so every partition and every restart agree on
 the end; the last partition reads ``(its bound, max]`` and does not poll (rows added after
@@ -195,9 +196,10 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         self._empty_range = plan["empty"] and not self._poller
         if self._last and self.bounded:  # up to the largest key at plan time, then the end
             self._high = plan["max"]
-            below = self._low is not None and self._high is not None
-            if self._high is None or (below and decode_key(self._high) <= decode_key(self._low)):
-                self._empty_range = True  # no row at plan time (after start_after)
+            if self._high is None:
+                self._empty_range = True  # no row at plan time
+            # else the database reads (low, max]: only it orders keys as the column does
+            # (text under a collation is not Python's order), so no comparison here
         self._ready_at = float(plan["created"]) + self.commit_lag_ms / 1000
         self._observed: deque[tuple[float, Any]] = deque()
         self._idle_now = self._ended_now = False
@@ -295,6 +297,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         record: Record = {"low": self._window_low, "high": self._window_high, "rows": self._rows}
         read_all = self._done or self._empty_range
         if self.bounded:
+            read_all = read_all or self._ended  # ended before (a restart): never reads again
             # bounded: a partition with its whole range read has ended (in the window that
             # read its last rows, and every window after); recorded for the replay
             self._idle_now = False
@@ -467,8 +470,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     # -- reading ---------------------------------------------------------------------------------
     def _upper_bound(self) -> Any:
         """The window's upper key bound (encoded; None: unbounded), or _NOTHING to read."""
-        if self._empty_range or self._done:
-            return _NOTHING
+        if self._empty_range or self._done or (self.bounded and self._ended):
+            return _NOTHING  # an ended partition never reads again (a restart included)
         lag = self.commit_lag_ms / 1000
         if not self._poller:
             if lag and time.time() < self._ready_at:
@@ -492,7 +495,10 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         if safe is None:
             return _NOTHING  # the source was empty then
         position = self._window_low
-        if position is not None and decode_key(position) >= decode_key(safe):
+        below = position is not None and decode_key(position)
+        # a shortcut where Python orders keys as the database does; text is ordered by the
+        # column's collation there: the read of (position, safe] decides
+        if below is not False and not isinstance(below, str) and below >= decode_key(safe):
             return _NOTHING
         return safe
 
@@ -725,8 +731,9 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         if self.bounded and "max" not in plan:
             raise JdbcConfigError(
                 f"{self.label}: bounded=True reads the rows present when the key-range plan "
-                f"was made, but the checkpoint's plan ({path}) was written before that bound "
-                "was recorded, so no partition can tell where the input ends (the largest key "
+                f"was made, but the checkpoint's plan ({path}) was made by an unbounded run "
+                "(or before that bound was recorded): it has no largest key, so no partition "
+                "can tell where the input ends (the largest key "
                 "now would take in rows added since, and differ between partitions and "
                 "restarts). Run this checkpoint with bounded=False (it polls as before), or "
                 "start the bounded run on a new checkpoint directory (start_after leaves out "
