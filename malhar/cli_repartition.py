@@ -154,8 +154,7 @@ def repartition(checkpoint: str, timeout: float, counts: tuple[str, ...]) -> Non
         click.echo(
             f"malhar repartition: no application is running on {redact(checkpoint)} (no malhar run "
             "serves it). Start it with malhar run --checkpoint, or change its PARTITIONS and "
-            "restart it: the launch moves the state to the new counts (an operator once "
-            "repartitioned while running keeps that count: repartition it when it runs)",
+            "restart it: the launch moves the state to the new counts",
             err=True,
         )
         raise SystemExit(2)

@@ -68,6 +68,10 @@ class Generation:
     #: operator; written at launch). A launch whose DAG gives an operator outside
     #: ``operators`` another count moves its state first (``repartition.reconcile``)
     counts: dict[str, int] = field(default_factory=dict)
+    #: operator -> the partition count its DAG declared at the last launch (its
+    #: ``PARTITIONS``, or the count it follows): a launch that declares another one for an
+    #: operator of ``operators`` takes it over from the repartitioning while running
+    declared: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -81,6 +85,7 @@ class Generation:
             operators={k: OperatorPartitioning(**v) for k, v in raw["operators"].items()},
             managed_roots=dict(raw.get("managed_roots", {})),
             counts={k: int(v) for k, v in raw.get("counts", {}).items()},
+            declared={k: int(v) for k, v in raw.get("declared", {}).items()},
         )
 
 

@@ -377,6 +377,7 @@ def repartition(
         operators=dict(old_gen.operators),
         managed_roots=dict(old_gen.managed_roots),
         counts=dict(old_gen.counts),
+        declared=dict(old_gen.declared),
     )
     changed: dict[str, list[Partition]] = {}
     partitioners: dict[str, Partitioner] = {}
@@ -591,18 +592,33 @@ def reconcile(
     written, or None when no state moved.
     """
     gen = generations.load(checkpoint)
-    configured = planned(dag, checkpoint, gen)
+    declared = dag.partition_counts()
+    # an operator repartitioned while running keeps that count, unless the DAG now declares
+    # another count than at the last launch: the user changed PARTITIONS to change it
+    released = sorted(
+        n
+        for n in gen.operators
+        if n in gen.declared and n in declared and declared[n] != gen.declared[n]
+    )
+    kept = dataclasses.replace(
+        gen, operators={n: p for n, p in gen.operators.items() if n not in released}
+    )
+    configured = planned(dag, checkpoint, kept)
     counts = {n: configured.groups[configured.group_of[n]].partitions for n in dag.operators}
     old_counts = dict(gen.counts) or _counts_in_folders(checkpoint, gen, set(dag.operators))
-    _say_where_the_manifest_wins(dag, gen)
+    _say_where_the_manifest_wins(dag, kept, gen.declared)
     moved = sorted(
         n
         for n in dag.operators
-        if n not in gen.operators and n in old_counts and old_counts[n] != counts[n]
+        if n not in kept.operators
+        and n in old_counts
+        and (old_counts[n] != counts[n] or n in released)  # released: routed by table before
     )
     if window < 0 or not moved:
-        if gen.counts != counts:
-            generations.commit(checkpoint, dataclasses.replace(gen, counts=counts))
+        if gen.counts != counts or gen.declared != declared or released:
+            generations.commit(
+                checkpoint, dataclasses.replace(kept, counts=counts, declared=declared)
+            )
         return None
     if not stopped:
         raise StateError(
@@ -632,16 +648,17 @@ def reconcile(
             changed[name] = news
     if not changed and not _regrouped(dag, old_plan, configured, snapshots):
         # nothing held state: the new count starts empty
-        generations.commit(checkpoint, dataclasses.replace(gen, counts=counts))
+        generations.commit(checkpoint, dataclasses.replace(kept, counts=counts, declared=declared))
         return None
     _refuse_inside_application_windows(dag, checkpoint, window)
 
     new_gen = generations.Generation(
         generation=gen.generation + 1,
         window=window,
-        operators=dict(gen.operators),
+        operators=dict(kept.operators),
         managed_roots=dict(gen.managed_roots),
         counts=counts,
+        declared=declared,
     )
     new_plan = planned(dag, checkpoint, new_gen)
     root = generations.state_root(checkpoint, new_gen.generation)
@@ -666,22 +683,30 @@ def reconcile(
     return new_gen
 
 
-def _say_where_the_manifest_wins(dag: DAG, gen: generations.Generation) -> None:
-    """Log the operators whose static PARTITIONS the manifest of a running repartition
-    overrides."""
+def _say_where_the_manifest_wins(
+    dag: DAG, gen: generations.Generation, declared: Mapping[str, int]
+) -> None:
+    """Say which operators keep the count a repartitioning while running gave them over
+    their static PARTITIONS: at INFO when that PARTITIONS is the one of the last launch
+    (unchanged: the running count stands), as a WARNING when the checkpoint does not say
+    (written before launches recorded it: a change made now is not seen as one)."""
     static = dag.partition_counts()
     for name, kept in sorted(gen.operators.items()):
         if name in static and static[name] != kept.partitions:
-            # a warning: a user who changed PARTITIONS to change the count must learn here
-            # that it does not (the repartitioning while running is what decides)
-            log.warning(
+            known = name in declared
+            log.log(
+                logging.INFO if known else logging.WARNING,
                 "malhar: operator %r runs %d partitions, as its last repartitioning while "
                 "running left it (the checkpoint's partitioning.json); its PARTITIONS=%d is "
-                "not applied: repartition it while it runs (malhar repartition, "
-                "RunningApplication.repartition) to change its count",
+                "not applied%s",
                 name,
                 kept.partitions,
                 static[name],
+                " (unchanged since the last launch: change it to change the count)"
+                if known
+                else ": this checkpoint does not record the PARTITIONS it was last launched "
+                "with, so a change cannot be told; repartition it while it runs (malhar "
+                "repartition, RunningApplication.repartition)",
             )
 
 

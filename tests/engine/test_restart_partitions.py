@@ -128,9 +128,15 @@ def test_a_static_count_the_manifest_overrides_is_said(tmp_path: Path, caplog) -
         reconcile(_dag(KeyedRunningCount(), 2), checkpoint, -1)
     said = [r.getMessage() for r in caplog.records if "is not applied" in r.getMessage()]
     assert said == [
-        "malhar: operator 'count' runs 4 partitions, as its last repartitioning left it "
-        "(the checkpoint's manifest); its PARTITIONS=2 is not applied"
+        "malhar: operator 'count' runs 4 partitions, as its last repartitioning while running "
+        "left it (the checkpoint's partitioning.json); its PARTITIONS=2 is not applied: this "
+        "checkpoint does not record the PARTITIONS it was last launched with, so a change "
+        "cannot be told; repartition it while it runs (malhar repartition, "
+        "RunningApplication.repartition)"
     ]
+    assert all(
+        r.levelname == "WARNING" for r in caplog.records if "is not applied" in r.getMessage()
+    )
 
 
 def test_counts_of_an_old_checkpoint_ignore_folders_of_an_earlier_larger_count(
@@ -169,3 +175,32 @@ def test_a_count_change_inside_an_application_window_is_refused(spark, tmp_path:
     run(dag(2), windows=3, spark=spark, checkpoint=checkpoint, window_ms=100)
     with pytest.raises(StateError, match=r"'pass'.*inside its application window of 5"):
         run(dag(3), windows=3, spark=spark, checkpoint=checkpoint, window_ms=100)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make", [KeyedRunningCount, ManagedKeyCount], ids=["state", "managed"])
+def test_a_changed_partitions_takes_over_from_a_repartitioning_while_running(
+    spark, tmp_path: Path, make: Any
+) -> None:
+    # a PARTITIONS changed after a running repartitioning was silently not applied
+    # (walkthrough): the checkpoint now records the PARTITIONS of every launch
+    from malhar import launch
+
+    checkpoint = str(tmp_path / "ck")
+    app = launch(_dag(make(), 2), spark=spark, checkpoint=checkpoint, window_ms=100)
+    try:
+        app.await_window(2)
+        app.repartition({"count": 3})  # by partition keys: a routing table, not hash % n
+        app.await_window(app.last_window + 2)
+    finally:
+        app.stop()
+    last = app.last_window
+    # the same PARTITIONS as at the launch: the running repartitioning's count stands
+    run(_dag(make(), 2), windows=3, spark=spark, checkpoint=checkpoint, window_ms=100)
+    assert generations.load(checkpoint).operators["count"].partitions == 3
+    # another PARTITIONS: applied, the state moved from the routing table's partitions
+    run(_dag(make(), 3), windows=3, spark=spark, checkpoint=checkpoint, window_ms=100)
+    gen = generations.load(checkpoint)
+    assert "count" not in gen.operators and gen.counts["count"] == 3
+    assert gen.declared["count"] == 3
+    _check_exact(checkpoint, last + 7)
