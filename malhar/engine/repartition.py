@@ -320,9 +320,10 @@ def check_requests(
     dag: DAG, requests: Mapping[str, Request | None], plan: Plan | None = None
 ) -> None:
     """Refuse, before anything is stopped, requests naming no operator of ``dag``, an
-    operator fused behind another (``plan``: the running plan), or an operator that says
+    operator fused behind another (``plan``: the running plan), an operator that says
     it cannot be repartitioned (``Operator.cannot_repartition``), itself or one fused
-    behind it (they follow its count)."""
+    behind it (they follow its count), or one without a partitioner for the request (an
+    input that cannot move its read positions)."""
     unknown = sorted(set(requests) - set(dag.operators))
     if unknown:
         from malhar.suggest import did_you_mean
@@ -333,7 +334,6 @@ def check_requests(
             "the application goes on unchanged"
         )
     for name, request in requests.items():
-        partitioner_of(dag, name, request)  # an input that cannot move its positions ...
         members = [name]
         if plan is not None:
             members = list(plan.groups[plan.group_of[name]].operators)
@@ -353,6 +353,7 @@ def check_requests(
                     f"repartitioned while the application runs: {why}; the application goes "
                     "on unchanged"
                 )
+        partitioner_of(dag, name, request)  # an input that cannot move its positions ...
 
 
 def repartition(
