@@ -52,6 +52,13 @@ window, and in `metrics()`), and declares how it partitions. `UniqueCounter`, th
 flagship's counter, has no `error` port: it counts every tuple, and a tuple without its
 `key_column` fails the window with a message naming the fields it has.
 
+Not in this catalogue: the event-time windowed operators (`WindowedOperator`,
+`KeyedWindowedOperator`, the merge operators for joins, `WatermarkGenerator`: import them
+from `malhar.window`, see docs/window.md), the connectors (`malhar.io`, docs/connectors/)
+and the operators for tests and trials in `malhar.testing.operators` (`ListInput` emits a
+list per window, `Collector` keeps what it receives per window under the checkpoint,
+`collected(checkpoint, name)` reads it back).
+
 | partitioning | meaning |
 |---|---|
 | stateless | any partitioning: the partitions' outputs together are the one-partition output |
