@@ -49,6 +49,7 @@ class PartitionRuntime:
         self.committed = -1  # last committed window delivered
         self.ops: dict[str, Operator] = {}
         self.unifiers: dict[int, Operator] = {}  # route id -> unifier instance
+        self._unifiers_by_route: dict[str, Operator] = {}  # the same, by route ends
         self.open: dict[str, bool] = {}  # application window open per operator
         self.snapshots = PartitionSnapshots(
             StateStore(plan.state_root or plan.checkpoint, group.key, partition, plan.integrity_key)
@@ -115,6 +116,8 @@ class PartitionRuntime:
             for rid in self.group.routes_in
             if (unifier := self.plan.routes[rid].unifier) is not None
         }
+        # what their snapshots are saved under, every window (route ids change with plans)
+        self._unifiers_by_route = by_route(self.plan, self.unifiers)
         self.open = dict.fromkeys(self.group.operators, False)
         self.window = window - 1
         saved = self.snapshots.load(window - 1)
@@ -407,8 +410,10 @@ class PartitionRuntime:
         )
 
     def _save(self, window: int) -> None:
-        unifiers = by_route(self.plan, self.unifiers)
-        if self.snapshots.save(window, self.ops, unifiers, self.open, self._all_ops()):
+        saved = self.snapshots.save(
+            window, self.ops, self._unifiers_by_route, self.open, self._all_ops()
+        )
+        if saved:
             self._purge_pending = True
         call = self.dispatcher.call
         for name, op in self._all_ops():

@@ -103,6 +103,14 @@ class WatermarkTracker:
             self.idle_senders = set()
             self.format = self.FORMAT
 
+    def copy(self) -> WatermarkTracker:
+        """A tracker of its own in the same state (each new partition of a divided
+        operator gets one)."""
+        twin = type(self)()
+        twin.latest, twin.expected, twin.since = dict(self.latest), dict(self.expected), self.since
+        twin.idle_senders, twin.format = set(self.idle_senders), self.format
+        return twin
+
     @classmethod
     def pooled(cls, trackers: Sequence[WatermarkTracker]) -> WatermarkTracker:
         """One tracker of several partitions' (a repartitioned operator's): they heard the

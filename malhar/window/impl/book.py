@@ -97,7 +97,7 @@ class Book:
                 self.shape,
                 self.seq,
             )
-            part.trackers = [WatermarkTracker.pooled([t]) for t in self.trackers]
+            part.trackers = [t.copy() for t in self.trackers]
             part.ends, part.purge = list(self.ends), list(self.purge)
             parts.append(part)
         parts[0].late, parts[0].dropped = self.late, self.dropped
