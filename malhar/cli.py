@@ -483,14 +483,25 @@ def _run(
 
 
 class Watch:
-    """How ``run`` shows what the application does: a live metrics table (``--progress``),
-    a Prometheus endpoint (``--prometheus-port``), or a line every PROGRESS_EVERY s."""
+    """How ``run`` shows what the application does: a live metrics table (``--progress`` on
+    a terminal; in a log, the same figures as lines every PROGRESS_EVERY s), a Prometheus
+    endpoint (``--prometheus-port``), or a line every PROGRESS_EVERY s."""
 
-    def __init__(self, progress: bool = False, prometheus_port: int | None = None) -> None:
+    def __init__(
+        self,
+        progress: bool = False,
+        prometheus_port: int | None = None,
+        *,
+        terminal: bool | None = None,
+    ) -> None:
         self.progress = progress
         self.prometheus_port = prometheus_port
+        # rich's live table redraws only on a terminal: a log would get its last state only
+        self.terminal = sys.stdout.isatty() if terminal is None else terminal
         self._live: Any = None
         self._server: Any = None
+        self._shown: int | None = None
+        self._shown_at = 0.0
 
     def start(self, app: Any) -> None:
         if self.prometheus_port is not None:
@@ -498,28 +509,46 @@ class Watch:
 
             self._server, port = serve_prometheus(app, self.prometheus_port, addr="0.0.0.0")
             click.echo(f"{app.dag.name}: metrics for Prometheus on port {port}")
-        if self.progress:
+        if self.progress and self.terminal:
             from rich.live import Live
 
             from malhar.metrics_view import table
 
             self._live = Live(table(app.metrics(), app.dag.name), refresh_per_second=2)
             self._live.start()
+        self._shown, self._shown_at = app.last_window, time.monotonic()
 
     def update(self, app: Any) -> None:
+        last = app.last_window
         if self._live is not None:
             from malhar.metrics_view import table
 
-            last = app.last_window
             at = f"window {last}" if last >= 0 else "starting (no window complete yet)"
             self._live.update(table(app.metrics(), f"{app.dag.name}: {at}"))
+            return
+        now = time.monotonic()
+        if now - self._shown_at < PROGRESS_EVERY or last == self._shown:
+            return
+        self._shown, self._shown_at = last, now
+        click.echo(f"{app.dag.name}: window {last} complete")
+        if self.progress:
+            self._echo_metrics(app)
 
-    def stop(self) -> None:
+    def stop(self, app: Any | None = None) -> None:
         if self._live is not None:
             self._live.stop()
             self._live.console.line()  # the next message starts below the table
+        elif self.progress and app is not None:
+            self._echo_metrics(app)  # the last figures, as the live table leaves them
         if self._server is not None:
             self._server.shutdown()
+
+    @staticmethod
+    def _echo_metrics(app: Any) -> None:
+        from malhar.metrics_view import lines
+
+        for line in lines(app.metrics()):
+            click.echo(f"{app.dag.name}: {line}")
 
 
 def _wait(
@@ -533,7 +562,7 @@ def _wait(
         return _wait_loop(app, bounded, stop, name, watch, server)
     finally:
         server.stop()
-        watch.stop()
+        watch.stop(app)
 
 
 def _wait_loop(
@@ -552,7 +581,6 @@ def _wait_loop(
 
     if bounded:
         threading.Thread(target=drain, name="malhar-run-drain", daemon=True).start()
-    shown, shown_at = app.last_window, time.monotonic()
     while not stop.requested:
         if app.input_ended():  # every input is bounded and has read everything
             click.echo(f"{name}: every input ended at window {app.last_window}; stopping")
@@ -570,10 +598,6 @@ def _wait_loop(
             app.abort()
             return True
         watch.update(app)
-        now = time.monotonic()
-        if not watch.progress and now - shown_at >= PROGRESS_EVERY and app.last_window != shown:
-            shown, shown_at = app.last_window, now
-            click.echo(f"{name}: window {shown} complete")
     return False
 
 

@@ -1,7 +1,8 @@
 """The live per-operator metrics, as a terminal table and as Prometheus metrics.
 
 - :func:`table` renders ``RunningApplication.metrics()`` with rich (what
-  ``malhar run --progress`` shows, refreshed every second);
+  ``malhar run --progress`` shows on a terminal, refreshed twice a second), :func:`lines`
+  as one line per operator (what it prints into a log);
 - :func:`serve_prometheus` exposes the same figures on an HTTP endpoint for
   Prometheus (needs the ``metrics`` extra, i.e. ``prometheus-client``):
   ``malhar_operator_tuples_in_per_second{application,operator}`` and friends, read
@@ -15,7 +16,7 @@ from typing import Any
 
 from malhar.stats import OperatorMetrics
 
-__all__ = ["serve_prometheus", "table"]
+__all__ = ["lines", "serve_prometheus", "table"]
 
 
 def table(metrics: Mapping[str, OperatorMetrics], title: str = "") -> Any:
@@ -36,6 +37,19 @@ def table(metrics: Mapping[str, OperatorMetrics], title: str = "") -> Any:
             f"{m.window_ms:,.1f}",
             "-" if m.backlog is None else f"{m.backlog:,}",
             str(m.last_window),
+        )
+    return out
+
+
+def lines(metrics: Mapping[str, OperatorMetrics]) -> list[str]:
+    """The figures of :func:`table` as one plain line per operator (for logs)."""
+    out = []
+    for name, m in metrics.items():
+        backlog = "-" if m.backlog is None else f"{m.backlog:,}"
+        out.append(
+            f"{name}: parts {m.partitions}, in/s {m.tuples_in_per_second:,.0f}, "
+            f"out/s {m.tuples_out_per_second:,.0f}, errors {m.errors:,}, "
+            f"window ms {m.window_ms:,.1f}, backlog {backlog}, window {m.last_window}"
         )
     return out
 

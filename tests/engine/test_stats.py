@@ -191,3 +191,50 @@ def test_an_unread_error_port_logs_the_reason_or_only_the_field_names(caplog: An
     assert said[0].endswith("the first: not a number")
     assert said[1].endswith("the first: a row with the fields ['amount', 'card']")
     assert "4111" not in said[1]
+
+
+class _Shown:
+    """What ``Watch`` reads of a running application: its name, last window, metrics."""
+
+    def __init__(self) -> None:
+        self.dag = type("D", (), {"name": "clicks"})()
+        self.last_window = 3
+
+    def metrics(self) -> dict[str, OperatorMetrics]:
+        return {"parse": OperatorMetrics("parse", 2, 1500.0, 1200.0, 3.25, 40, self.last_window)}
+
+
+def test_progress_in_a_log_prints_the_figures_as_lines(monkeypatch: Any, capsys: Any) -> None:
+    # rich's live table redraws only on a terminal: in a log it left just its last state
+    import malhar.cli as cli
+
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
+    app = _Shown()
+    watch = cli.Watch(progress=True, terminal=False)
+    watch.start(app)
+    watch.update(app)  # no window complete since the start: nothing to say yet
+    assert capsys.readouterr().out == ""
+    app.last_window = 4
+    watch.update(app)
+    assert capsys.readouterr().out.splitlines() == [
+        "clicks: window 4 complete",
+        "clicks: parse: parts 2, in/s 1,500, out/s 1,200, errors 0, window ms 3.2, "
+        "backlog 40, window 4",
+    ]
+    watch.stop(app)  # the last figures once more, as the table leaves them on a terminal
+    assert "clicks: parse: parts 2" in capsys.readouterr().out
+
+
+def test_without_progress_a_log_gets_a_line_per_new_window_only(
+    monkeypatch: Any, capsys: Any
+) -> None:
+    import malhar.cli as cli
+
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
+    app = _Shown()
+    watch = cli.Watch(terminal=False)
+    watch.start(app)
+    app.last_window = 5
+    watch.update(app)
+    watch.stop(app)
+    assert capsys.readouterr().out == "clicks: window 5 complete\n"
