@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +141,17 @@ class Operator(Configurable):
         the input's stream codec) nor is the same in every partition.
         """
         return None
+
+    def managed_state_keys(self) -> Mapping[str, Callable[[bytes], bytes | None]]:
+        """Where the stream key is in the keys of this operator's managed-state structures,
+        for a repartitioning (which moves each entry to the partition that owns its key).
+
+        Structure name -> a function from an entry's encoded key (as the structure's key
+        codec wrote it) to the stream key encoded with ``AUTO_KEY``, or to None for an
+        entry the operator rebuilds itself after a repartitioning (a count per window).
+        A structure not named here is keyed by the stream key itself (the default).
+        """
+        return {}
 
     def snapshot(self) -> Any:
         """Custom checkpointed state beyond the ``State`` fields (None: nothing).

@@ -545,27 +545,42 @@ def _repartition_managed(
     window: int,
     root: str,
 ) -> None:
-    """Rewrite the managed state of repartitioned operators under the new root, by key."""
-    from malhar import secrets
-    from malhar.util.fs import filesystem_for
-    from malhar.util.state import ManagedState
-    from malhar.util.state.manager import operator_dir
-
-    checkpoint = old_plan.checkpoint or ""
-    signer = secrets.resolve(old_plan.integrity_key, "CHECKPOINT_INTEGRITY_KEY")
+    """Rewrite the managed state of repartitioned operators under the new root, by key,
+    for their new partitions' routing table."""
     for name, partitions in changed.items():
-        old_root = old_plan.managed_roots.get(name, checkpoint)
-        fs, base = filesystem_for(old_root)
-        if not fs.exists(operator_dir(fs, base, name)):
-            continue  # the operator keeps no managed state
-        old_n = old_plan.groups[old_plan.group_of[name]].partitions
-        codec, typed = _codec_of(old_plan, name)
-        table = routing_table([p.keys for p in partitions])  # type: ignore[misc]
-        owner = _ManagedOwner(name, codec, typed, table, len(partitions))
-        ManagedState.repartition(
-            old_root, name, window, old_n, len(partitions), owner, signer=signer, target_root=root
-        )
-        new_gen.managed_roots[name] = root
+        if _has_managed(old_plan, name):
+            codec, typed = _codec_of(old_plan, name)
+            table = routing_table([p.keys for p in partitions])  # type: ignore[misc]
+            owner = _ManagedOwner(name, codec, typed, table, len(partitions))
+            _rewrite_managed(old_plan, new_gen, name, partitions, owner, window, root)
+
+
+def _rewrite_managed(
+    old_plan: Plan,
+    new_gen: generations.Generation,
+    name: str,
+    partitions: list[Partition],
+    owner: _ManagedOwner,
+    window: int,
+    root: str,
+) -> None:
+    """The managed state of ``name`` at ``window`` moved to ``partitions`` under ``root``
+    by ``owner`` (the structures' stream keys where the operator says they are)."""
+    from malhar import secrets
+    from malhar.util.state import ManagedState
+
+    ManagedState.repartition(
+        old_plan.managed_roots.get(name, old_plan.checkpoint or ""),
+        name,
+        window,
+        old_plan.groups[old_plan.group_of[name]].partitions,
+        len(partitions),
+        owner,
+        signer=secrets.resolve(old_plan.integrity_key, "CHECKPOINT_INTEGRITY_KEY"),
+        target_root=root,
+        structures=partitions[0].operator.managed_state_keys(),
+    )
+    new_gen.managed_roots[name] = root
 
 
 # -- a launch whose DAG changed a partition count ---------------------------------------------
@@ -813,22 +828,12 @@ def _move_managed(
 ) -> None:
     """Rewrite the managed state of ``changed`` under ``root`` by key, for the static
     routing of their new counts (hash modulo the count)."""
-    from malhar import secrets
-    from malhar.util.state import ManagedState
-
-    checkpoint = old_plan.checkpoint or ""
-    signer = secrets.resolve(old_plan.integrity_key, "CHECKPOINT_INTEGRITY_KEY")
     for name, partitions in changed.items():
-        if not _has_managed(old_plan, name):
-            continue
-        old_root = old_plan.managed_roots.get(name, checkpoint)
-        old_n = old_plan.groups[old_plan.group_of[name]].partitions
-        codec, typed = _codec_of(new_plan, new_plan.groups[new_plan.group_of[name]].operators[0])
-        owner = _ManagedOwner(name, codec, typed, None, len(partitions))
-        ManagedState.repartition(
-            old_root, name, window, old_n, len(partitions), owner, signer=signer, target_root=root
-        )
-        new_gen.managed_roots[name] = root
+        if _has_managed(old_plan, name):
+            first = new_plan.groups[new_plan.group_of[name]].operators[0]
+            codec, typed = _codec_of(new_plan, first)
+            owner = _ManagedOwner(name, codec, typed, None, len(partitions))
+            _rewrite_managed(old_plan, new_gen, name, partitions, owner, window, root)
 
 
 def _counts_in_folders(

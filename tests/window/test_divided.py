@@ -4,6 +4,7 @@ or merged between two windows give, together, the panes one partition gives."""
 from __future__ import annotations
 
 import datetime as dt
+import pickle
 import random
 from collections import Counter
 from typing import Any
@@ -167,10 +168,18 @@ def test_a_non_keyed_operators_cells_are_not_divided() -> None:
     assert len(pool.divided(lambda keys: [0] * len(keys), 1)[0]) == 1
 
 
-def test_a_spillable_storage_says_it_cannot_be_repartitioned() -> None:
-    op = KeyedWindowedOperator(Count(), TimeWindows(10), storage=SpillableWindowedStorage())
-    assert "SpillableWindowedStorage" in (op.cannot_repartition() or "")
+def test_a_spillable_storage_is_divided_by_key_unless_the_unifier_fires() -> None:
+    spill = SpillableWindowedStorage
+    keyed = KeyedWindowedOperator(Count(), TimeWindows(10), storage=spill())
+    assert keyed.cannot_repartition() is None
+    assert keyed.managed_state_keys()["cells"](b"\x00" * 16 + b"key") == b"key"
+    assert keyed.managed_state_keys()["windows"](b"\x00" * 16) is None  # counted again
+    combined = WindowedOperator(Count(), TimeWindows(10), timestamp=lambda t: t, storage=spill())
+    assert "SpillableWindowedStorage" in (combined.cannot_repartition() or "")
     assert KeyedWindowedOperator(Count(), TimeWindows(10)).cannot_repartition() is None
+    parts = spill.pooled([spill(8 << 20), spill(16 << 20)], keyed).divided(lambda k: [], 3)
+    assert [p.budget_bytes for p in parts] == [16 << 20] * 3
+    assert all(pickle.loads(pickle.dumps(p))._recount for p in parts)
 
 
 def test_the_key_codec_hashes_state_keys_as_their_tuples() -> None:

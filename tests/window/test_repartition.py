@@ -5,11 +5,19 @@ gives, exactly once."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from malhar import DAG, launch, run
 from malhar.errors import StateError
-from malhar.window import KeyedWindowedOperator, TimeWindows, WindowedOperator
+from malhar.window import (
+    KeyedWindowedOperator,
+    SessionWindows,
+    SpillableWindowedStorage,
+    TimeWindows,
+    WindowedOperator,
+)
 from malhar.window.accumulation import Count
 from tests.window.ops import EventSource, PaneRecorder, event_windows, on_time, recorded, reference
 from tests.window.test_spark import expected_totals
@@ -17,12 +25,14 @@ from tests.window.test_spark import expected_totals
 pytestmark = pytest.mark.integration
 
 
-def _dag(data: list, counts: int = 2) -> DAG:
+def _dag(data: list, counts: int = 2, storage: Any = None, option: Any = None) -> DAG:
     """src (3) -> counts (keyed, by key) -> counts_out
     src (3) -> totals (not keyed, 2, partial mode) -> [unifier] -> totals_out"""
     dag = DAG("windows-repartition")
     src = dag.add_operator("src", EventSource(data), PARTITIONS=3)
-    op = KeyedWindowedOperator(Count(), TimeWindows(100), timestamp=lambda kv: kv[1])
+    op = KeyedWindowedOperator(
+        Count(), option or TimeWindows(100), timestamp=lambda kv: kv[1], storage=storage
+    )
     counts = dag.add_operator("counts", op, PARTITIONS=counts)
     counts.input.set_attribute("STREAM_CODEC", op.key_codec())
     totals = dag.add_operator(
@@ -108,3 +118,39 @@ def test_a_restart_that_renumbers_routes_keeps_the_unifiers_cells(spark, tmp_pat
     for m2, windows in ((2, 3), (3, 8)):
         run(dag(m2), windows=windows, spark=spark, checkpoint=checkpoint, window_ms=100)
     assert on_time(recorded(checkpoint, "totals_out")) == expected_totals(reference(data))
+
+
+# -- cells in managed state (SpillableWindowedStorage) ------------------------------------------
+def test_spillable_cells_move_with_their_keys_while_running(spark, tmp_path) -> None:
+    # refused before ("its managed state is keyed by window and key and is not divided"):
+    # the cells move by the key inside (start, end, key), the windows' cell counts are
+    # counted again from the cells each new partition got
+    data = event_windows(windows=8)
+    checkpoint = str(tmp_path / "ck")
+    dag = _dag(data, storage=SpillableWindowedStorage(budget_bytes=8 << 20))
+    app = launch(dag, spark=spark, checkpoint=checkpoint, window_ms=100)
+    try:
+        app.await_window(1)
+        for n in (3, 1, 2):
+            app.repartition({"counts": n})
+            app.await_window(app.last_window + 1)
+        app.await_window(app.last_window + 4)  # past the data: every window fired
+    finally:
+        app.stop()
+    assert on_time(recorded(checkpoint, "counts_out")) == reference(data)
+
+
+def test_a_restart_with_another_count_moves_spillable_sessions_by_key(spark, tmp_path) -> None:
+    # session windows also keep key -> sessions in managed state: it moves by its key
+    data = event_windows(windows=8)
+    sessions = SessionWindows(30)
+    once = str(tmp_path / "once")
+    run(_dag(data, 1, option=sessions), windows=12, spark=spark, checkpoint=once, window_ms=100)
+    expected = on_time(recorded(once, "counts_out"))
+    assert len(expected) > 10
+    checkpoint = str(tmp_path / "ck")
+    storage = SpillableWindowedStorage(budget_bytes=8 << 20)
+    for counts, windows in ((2, 3), (3, 3), (1, 6)):
+        dag = _dag(data, counts, storage=storage, option=sessions)
+        run(dag, windows=windows, spark=spark, checkpoint=checkpoint, window_ms=100)
+    assert on_time(recorded(checkpoint, "counts_out")) == expected

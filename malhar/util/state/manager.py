@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from malhar.errors import ConfigError
@@ -580,6 +580,7 @@ class ManagedState:
         fs_options: dict[str, Any] | None = None,
         signer: bytes | str | None = None,
         target_root: str | None = None,
+        structures: Mapping[str, Callable[[bytes], bytes | None]] | None = None,
     ) -> None:
         """Rewrite the checkpoint of ``window`` from ``old_partitions`` to ``new_partitions``.
 
@@ -597,6 +598,7 @@ class ManagedState:
             fs_options=fs_options,
             signer=signer.encode() if isinstance(signer, str) else signer,
             target_root=target_root,
+            structures=structures,
         )
 
     # -- internals: applying and merging files ------------------------------------------------

@@ -5,7 +5,9 @@ A driver-side operation while no partition of the operator runs. Steps:
 1. read each old partition's state at ``window`` (its chain merged into one sorted
    stream) and merge the N streams;
 2. route every entry by ``key_partition(encoded user key)`` (the engine wraps its
-   stream codec) into one base file per new partition, written under
+   stream codec; ``structures`` may name, per structure, the part of its key that is the
+   stream key, or drop entries their owner rebuilds) into one base file per new
+   partition, written under
    ``<operator>/.repartition/<p>/``; sizes of maps and multimaps are recounted,
    time-bucket horizons are copied to every new partition;
 3. write ``<operator>/.repartition/COMMIT`` (the commit point);
@@ -23,7 +25,7 @@ from __future__ import annotations
 import heapq
 import json
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from malhar.util.fs import filesystem_for
@@ -87,13 +89,17 @@ def repartition(
     fs_options: dict[str, Any] | None = None,
     signer: bytes | None = None,
     target_root: str | None = None,
+    structures: Mapping[str, Callable[[bytes], bytes | None]] | None = None,
 ) -> None:
     """Rewrite the checkpoint of ``window`` of ``operator`` from N to M partitions.
 
     ``key_partition(encoded_key) -> int`` in ``[0, new_partitions)`` receives a key as
-    the structure's key codec encoded it. Afterwards partitions ``0..M-1`` restore
-    ``window`` (or later) from one base file each; state of windows after ``window``
-    is dropped.
+    the structure's key codec encoded it, or, for a map or multimap named in
+    ``structures``, what its function makes of that key: the part that is the stream key
+    (a map keyed by ``(window, key)`` routes by ``key``), or None for an entry that is
+    left out (its owner rebuilds it from what was moved). Afterwards partitions
+    ``0..M-1`` restore ``window`` (or later) from one base file each; state of windows
+    after ``window`` is dropped.
 
     With ``target_root`` the new partitions are written under that root (on the same
     filesystem) and the old checkpoint is left as it is: the caller's own commit point
@@ -138,6 +144,8 @@ def repartition(
     current_name: bytes | None = None
     last_key: bytes | None = None
     last_from = -1
+    # the routing key of the current structure's entries (None: the whole user key)
+    keyed_by: Callable[[bytes], bytes | None] | None = None
 
     def bad_partition(p: Any, uk: bytes) -> StateError:
         return StateError(
@@ -217,6 +225,7 @@ def repartition(
                 if current_name is not None:
                     flush_meta(current_name)
                 current_name = name
+                keyed_by = (structures or {}).get(_structure_name(name))
             if kind in _KEY_SETS:
                 runs_head, runs_kind = ik[: len(name) + 9], kind  # name | kind | bucket
                 for p, part in enumerate(split_run(kind, v, route, new_partitions)):
@@ -234,6 +243,12 @@ def repartition(
                 continue
             if kind == LIST:
                 _list_error(operator, name)
+            uk = user_key(kind, rest)
+            assert uk is not None
+            if keyed_by is not None:
+                uk = keyed_by(uk)
+                if uk is None:  # rebuilt by its owner after the repartitioning
+                    continue
             if ik == last_key:
                 raise StateError(
                     f"operator {operator!r}: key {ik!r} is in partitions {last_from} and {old_p} "
@@ -241,8 +256,6 @@ def repartition(
                     operation="repartition",
                 )
             last_key, last_from = ik, old_p
-            uk = user_key(kind, rest)
-            assert uk is not None
             pending.append((ik, uk, v))
             if len(pending) >= _ROUTE_BATCH:
                 flush_entries()
@@ -272,6 +285,11 @@ def repartition(
 
 def raw_kind(meta_value: bytes) -> bytes:
     return meta_value[:1]
+
+
+def _structure_name(name: bytes) -> str:
+    raw, _ = unescape_from(name, 0)
+    return raw.decode("utf-8", "replace")
 
 
 def _list_error(operator: str, name: bytes) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ from malhar.window._order import ordered
 from malhar.window.errors import WindowConfigError
 from malhar.window.impl.book import Book
 from malhar.window.impl.fields import tuple_millis
-from malhar.window.impl.memory import InMemoryWindowedStorage
+from malhar.window.impl.memory import InMemoryWindowedStorage, divisible
 from malhar.window.impl.settings import DEFAULT_STREAMING_WINDOW_MS, WindowedSettings
 from malhar.window.panes import AccumulationMode, PaneInfo, Timing, WindowedTuple
 from malhar.window.protocol import Accumulation, MergeAccumulation
@@ -229,9 +229,17 @@ class WindowedCore(WindowedSettings):
         return pending or (store is not None and len(store) > 0)
 
     def cannot_repartition(self) -> str | None:
-        """Cells in memory move with their keys; those of a spillable storage do not yet."""
+        """Cells move with their keys, in memory or in managed state; a spillable storage's
+        cannot move without a stream key (not keyed, or fired by the unifier)."""
         storage = self.storage
-        return getattr(storage, "NOT_DIVIDED", None) if storage is not None else None
+        if storage is None or divisible(self):
+            return None
+        return getattr(storage, "NOT_DIVIDED", None)
+
+    def managed_state_keys(self) -> Mapping[str, Callable[[bytes], bytes | None]]:
+        """Where a spillable storage's managed structures hold the stream key."""
+        keys = getattr(self.storage, "managed_keys", None)
+        return keys() if keys is not None else {}
 
     def metrics(self) -> dict[str, float]:
         """This window's late and dropped tuples, and the cells held (``malhar.stats``)."""

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from malhar.errors import StateError
 from malhar.operator import OperatorContext
 from malhar.window.errors import WindowConfigError
 from malhar.window.storage import Cell, WindowedStorage
@@ -58,16 +57,23 @@ class SpillableWindowedStorage(WindowedStorage):
         check_budget_bytes(budget_bytes, "SpillableWindowedStorage")  # found by validate
         self.budget_bytes = budget_bytes
         self._cells: Any = None
+        #: set by a repartitioning, which moves the cells by key but not the counts of
+        #: ``windows``: the next setup counts them again from the cells
+        self._recount = False
 
     def empty(self) -> SpillableWindowedStorage:
         return SpillableWindowedStorage(self.budget_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         # configuration only: the data is in the managed state's own checkpoint files
-        return {"budget_bytes": self.budget_bytes}
+        state: dict[str, Any] = {"budget_bytes": self.budget_bytes}
+        if self._recount:
+            state["recount"] = True
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(**state)  # type: ignore[misc]
+        self.__init__(state["budget_bytes"])  # type: ignore[misc]
+        self._recount = bool(state.get("recount"))
 
     def setup(self, context: OperatorContext, *, sessions: bool) -> None:
         from malhar.util.state import AUTO_KEY, INT, INT_VALUE, PICKLE, TupleCodec
@@ -86,6 +92,18 @@ class SpillableWindowedStorage(WindowedStorage):
             if sessions
             else None
         )
+        if self._recount:
+            self._count_windows()
+            self._recount = False
+
+    def _count_windows(self) -> None:
+        """``windows`` from the cells (after a repartitioning): one pass over their keys."""
+        counts: dict[tuple[int, int], int] = {}
+        for start, end, _ in self._cells:
+            counts[start, end] = counts.get((start, end), 0) + 1
+        self._windows.clear()
+        for window, n in sorted(counts.items()):
+            self._windows[window] = n
 
     # -- cells -----------------------------------------------------------------------------
     def get(self, window: Window, key: Any) -> Cell | None:
@@ -146,15 +164,41 @@ class SpillableWindowedStorage(WindowedStorage):
     def __repr__(self) -> str:
         return f"SpillableWindowedStorage(budget_bytes={self.budget_bytes})"
 
-    #: why its operator cannot be repartitioned (``Operator.cannot_repartition``)
+    #: why an operator that is not keyed (or combines its partitions) cannot be
+    #: repartitioned with it (``Operator.cannot_repartition``)
     NOT_DIVIDED = (
-        "its cells are in a SpillableWindowedStorage, whose managed state is keyed by "
-        "window and key and is not divided by key yet (the in-memory storage is)"
+        "its cells are in a SpillableWindowedStorage and it is not keyed (or combines its "
+        "partitions in a unifier): its cells have no stream key to be divided by"
     )
 
+    # -- repartitioning (malhar.state.DividedByKey) ----------------------------------------------
+    # The cells are in managed state, which the engine moves by key itself, by the stream
+    # key of ``managed_keys``; here only the configuration is pooled and divided.
     @classmethod
     def pooled(cls, values: Any, operator: Any) -> SpillableWindowedStorage:
-        raise StateError(cls.NOT_DIVIDED)
+        """A storage of the old partitions' configuration (their cells are managed state)."""
+        budgets = [v.budget_bytes for v in values if isinstance(v, SpillableWindowedStorage)]
+        return cls(max(budgets) if budgets else 64 << 20)
 
     def divided(self, owner_of: Any, n: int) -> list[SpillableWindowedStorage]:
-        raise StateError(self.NOT_DIVIDED)
+        """``n`` storages that count their windows again from the cells they are given."""
+        parts = [SpillableWindowedStorage(self.budget_bytes) for _ in range(n)]
+        for part in parts:
+            part._recount = True
+        return parts
+
+    @staticmethod
+    def managed_keys() -> dict[str, Callable[[bytes], bytes | None]]:
+        """Where the stream key is in the managed structures' keys
+        (``Operator.managed_state_keys``): the third part of a cell's ``(start, end,
+        key)``, after two 8-byte ints; ``windows`` is counted again from the cells;
+        ``sessions`` is keyed by the stream key itself."""
+        return {"cells": _stream_key_of_cell, "windows": _recounted}
+
+
+def _stream_key_of_cell(encoded: bytes) -> bytes:
+    return encoded[16:]  # TupleCodec(INT, INT, AUTO_KEY): two fixed 8-byte ints first
+
+
+def _recounted(encoded: bytes) -> None:
+    return None

@@ -293,3 +293,46 @@ def test_a_dedup_state_with_time_buckets_and_key_sets_repartitions(root) -> None
         "ints": set(range(100)),
         "strs": {f"s{i}" for i in range(100)},
     }
+
+
+def test_structures_route_by_a_part_of_their_keys_or_leave_entries_out(root) -> None:
+    # a map keyed by (window, key) moves by key; a count per window is left out for its
+    # owner to count again (the spillable window storage's cells and windows)
+    from malhar.util.state import TupleCodec
+
+    cells_codec = TupleCodec(INT, STR)
+    parts = [root.new(partition=p) for p in range(2)]
+    expected = {}
+    for p, ms in enumerate(parts):
+        ms.restore(-1)
+        cells = ms.map("cells", key_codec=cells_codec, value_codec=INT_VALUE)
+        windows = ms.map("windows", key_codec=INT, value_codec=INT_VALUE)
+        for w in range(3):
+            for i in range(10):
+                key = f"p{p}-{i}"
+                cells[w, key] = i
+                expected[w, key] = i
+            windows[w] = 10
+        ms.checkpoint(0)
+        ms.close()
+    route = _route(3)
+    ManagedState.repartition(
+        root.url,
+        "op",
+        0,
+        2,
+        3,
+        lambda encoded: route(encoded),
+        structures={"cells": lambda encoded: encoded[8:], "windows": lambda encoded: None},
+    )
+    seen = {}
+    for p in range(3):
+        ms = root.new(partition=p)
+        ms.restore(0)
+        cells = dict(ms.map("cells", key_codec=cells_codec, value_codec=INT_VALUE).items())
+        assert all(route(STR_CODEC.encode(key)) == p for _, key in cells)
+        assert not seen.keys() & cells.keys()
+        seen.update(cells)
+        assert len(ms.map("windows", key_codec=INT, value_codec=INT_VALUE)) == 0
+        ms.close()
+    assert seen == expected
