@@ -1,5 +1,6 @@
-"""A keyed count in a State field, one in managed state and two windowed counts (keyed;
-combined by a unifier), repartitioned while running.
+"""A keyed count in a State field, one in managed state and three windowed counts (keyed,
+in memory and spilled to managed state; combined by a unifier), repartitioned while
+running.
 
     python -m tests.engine.repartition_crash_app CHECKPOINT WINDOWS [PAUSE_AT]
 
@@ -18,7 +19,12 @@ from malhar import DAG, KeyCodec, build_session, launch
 from malhar import attributes as A
 from malhar.engine import repartition
 from malhar.testing.operators import Collector
-from malhar.window import KeyedWindowedOperator, TimeWindows, WindowedOperator
+from malhar.window import (
+    KeyedWindowedOperator,
+    SpillableWindowedStorage,
+    TimeWindows,
+    WindowedOperator,
+)
 from malhar.window.accumulation import Count
 from tests.drivers import pause_hook
 from tests.engine.crash_app import Journal
@@ -44,9 +50,22 @@ def build() -> DAG:
     totals = dag.add_operator(
         "totals", WindowedOperator(Count(), TimeWindows(200), fixed_watermark=0), PARTITIONS=3
     )
-    dag.add_stream("items", src.output, fields.input, managed.input, keyed.input, totals.input)
+    # the same keyed count with its cells in managed state
+    spilled_op = KeyedWindowedOperator(
+        Count(),
+        TimeWindows(200),
+        key="key",
+        fixed_watermark=0,
+        storage=SpillableWindowedStorage(budget_bytes=8 << 20),
+    )
+    spilled = dag.add_operator("spilled", spilled_op, PARTITIONS=2)
+    spilled.input.set_attribute(A.STREAM_CODEC, spilled_op.key_codec())
+    dag.add_stream(
+        "items", src.output, fields.input, managed.input, keyed.input, totals.input, spilled.input
+    )
     dag.add_stream("wk", keyed.output, dag.add_operator("out3", Collector()).input)
     dag.add_stream("wt", totals.output, dag.add_operator("out4", Collector()).input)
+    dag.add_stream("ws", spilled.output, dag.add_operator("out5", Collector()).input)
     return dag
 
 
@@ -61,7 +80,7 @@ def main() -> None:
         build(), spark=spark, checkpoint=checkpoint, windows=windows or None, window_ms=100
     )
     app.await_window(app.last_window + 3)
-    app.repartition({"fields": 3, "managed": 3, "windows": 3, "totals": 2})
+    app.repartition({"fields": 3, "managed": 3, "windows": 3, "totals": 2, "spilled": 3})
     if windows:
         app.await_completion()
     else:
