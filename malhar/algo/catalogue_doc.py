@@ -55,9 +55,10 @@ flagship's counter, has no `error` port: it counts every tuple, and a tuple with
 Not in this catalogue: the event-time windowed operators (`WindowedOperator`,
 `KeyedWindowedOperator`, the merge operators for joins, `WatermarkGenerator`: import them
 from `malhar.window`, see docs/window.md), the connectors (`malhar.io`, docs/connectors/)
-and the operators for tests and trials in `malhar.testing.operators` (`ListInput` emits a
-list per window, `Collector` keeps what it receives per window under the checkpoint,
-`collected(checkpoint, name)` reads it back).
+and the operators for tests and trials in `malhar.testing` (`ListInput` emits a list per
+window, `EventTimeInput` a replayable stream of keyed rows with event times, optionally out
+of order and bounded (docs/window.md, section 16), `Collector` keeps what it receives per
+window under the checkpoint, `collected(checkpoint, name)` reads it back).
 
 | partitioning | meaning |
 |---|---|

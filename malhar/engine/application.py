@@ -223,7 +223,8 @@ class RunningApplication:
     @property
     def bounded(self) -> bool:
         """Whether every input operator ends (:meth:`~malhar.operator.InputOperator.
-        is_bounded`: a file input with ``end_marker``)."""
+        is_bounded`: a file input with ``end_marker``, a JDBC poll input with ``bounded``,
+        ``malhar.testing.EventTimeInput`` with ``rows``)."""
         return bool(self._inputs()) and not self._endless()
 
     def _inputs(self) -> list[str]:
@@ -248,12 +249,13 @@ class RunningApplication:
         return True
 
     def await_end_of_input(self, timeout: float | None = None) -> None:
-        """For a :attr:`bounded` application (file inputs with ``end_marker``): wait until
+        """For a :attr:`bounded` application (see :attr:`bounded`): wait until
         every partition of each input has read everything, then :meth:`stop` (an orderly
         last window, after the one in which the end-of-input watermark fired the windows).
 
         Raises:
-            ValueError: an input never ends (no ``end_marker``, a Kafka input ...).
+            ValueError: an input never ends (a file input without ``end_marker``, a Kafka
+                input ...).
             ApplicationFailed: the query failed.
             TimeoutError: the input did not end within ``timeout`` seconds; the application
                 keeps running.
@@ -262,7 +264,8 @@ class RunningApplication:
         if endless or not self._inputs():
             raise ValueError(
                 f"application {self.dag.name!r}: the input(s) {endless} never end (a file "
-                "input ends with end_marker): stop the application with stop(), or run it "
+                "input ends with end_marker, a JDBC poll input with bounded=True): stop the "
+                "application with stop(), or run it "
                 "for a number of windows"
             )
         deadline = None if timeout is None else time.monotonic() + timeout
