@@ -549,7 +549,10 @@ def _repartition_managed(
     for their new partitions' routing table."""
     for name, partitions in changed.items():
         if _has_managed(old_plan, name):
-            codec, typed = _codec_of(old_plan, name)
+            # the stream codec of its group's first operator routes its tuples (fused
+            # behind it through PARALLEL_PARTITION, it has no route of its own)
+            first = old_plan.groups[old_plan.group_of[name]].operators[0]
+            codec, typed = _codec_of(old_plan, first)
             table = routing_table([p.keys for p in partitions])  # type: ignore[misc]
             owner = _ManagedOwner(name, codec, typed, table, len(partitions))
             _rewrite_managed(old_plan, new_gen, name, partitions, owner, window, root)

@@ -103,12 +103,22 @@ class WatermarkTracker:
             self.idle_senders = set()
             self.format = self.FORMAT
 
-    def copy(self) -> WatermarkTracker:
-        """A tracker of its own in the same state (each new partition of a divided
-        operator gets one)."""
+    def for_partition(self, partition: int) -> WatermarkTracker:
+        """A tracker of its own for ``partition`` of a divided operator (from a pooled one).
+
+        A stream with one sender per partition (a fused edge: partition ``p`` hears only
+        partition ``p`` upstream, ``partitions`` 1) keeps only that partition's sender: the
+        others' watermarks, pooled from the old partitions, would never be heard again and
+        would hold the minimum for good. Other streams' senders are every partition's."""
+        single = {stream for stream, n in self.expected.items() if n == 1}
+
+        def kept(key: tuple[str, int]) -> bool:
+            return key[0] not in single or key[1] == partition
+
         twin = type(self)()
-        twin.latest, twin.expected, twin.since = dict(self.latest), dict(self.expected), self.since
-        twin.idle_senders, twin.format = set(self.idle_senders), self.format
+        twin.latest = {k: v for k, v in self.latest.items() if kept(k)}
+        twin.expected, twin.since, twin.format = dict(self.expected), self.since, self.format
+        twin.idle_senders = {k for k in self.idle_senders if kept(k)}
         return twin
 
     @classmethod

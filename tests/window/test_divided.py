@@ -177,9 +177,17 @@ def test_a_spillable_storage_is_divided_by_key_unless_the_unifier_fires() -> Non
     combined = WindowedOperator(Count(), TimeWindows(10), timestamp=lambda t: t, storage=spill())
     assert "SpillableWindowedStorage" in (combined.cannot_repartition() or "")
     assert KeyedWindowedOperator(Count(), TimeWindows(10)).cannot_repartition() is None
-    parts = spill.pooled([spill(8 << 20), spill(16 << 20)], keyed).divided(lambda k: [], 3)
-    assert [p.budget_bytes for p in parts] == [16 << 20] * 3
+    old = [spill(8 << 20), spill(16 << 20)]
+    parts = spill.pooled(old, keyed).divided(lambda k: [], 3)
+    assert [p.budget_bytes for p in parts] == [64 << 20] * 3  # the configured budget
     assert all(pickle.loads(pickle.dumps(p))._recount for p in parts)
+    # configured in memory now, its checkpoint spilled: the old partitions' budget ...
+    in_memory = KeyedWindowedOperator(Count(), TimeWindows(10))
+    assert spill.pooled(old, in_memory).budget_bytes == 16 << 20
+    # ... and a combined one's cells (no stream key) refused all the same (review)
+    plain = WindowedOperator(Count(), TimeWindows(10), timestamp=lambda t: t)
+    with pytest.raises(StateError, match="no stream key"):
+        spill.pooled(old, plain)
 
 
 def test_the_key_codec_hashes_state_keys_as_their_tuples() -> None:
@@ -308,3 +316,17 @@ def test_a_unifier_that_fired_everything_may_go() -> None:
         else:
             with pytest.raises(StateError, match="holds state that the new partitioning has no"):
                 states.check_kept(_combined_plan(1, 1))
+
+
+def test_a_fused_streams_sender_is_kept_only_by_its_own_partition() -> None:
+    # over a fused edge partition p hears only partition p upstream (partitions=1); the
+    # pooled senders of the old partitions would hold a new partition's minimum for good
+    pool = WatermarkTracker()
+    for p in range(2):
+        pool.update(100 + p, ControlSender("fused", "lead", p, 1), 3)
+        pool.update(50 + p, ControlSender("shuffled", "src", p, 2), 3)
+    part = pool.for_partition(2)
+    assert part.latest == {("shuffled", 0): (50, 3), ("shuffled", 1): (51, 3)}
+    part.update(120, ControlSender("fused", "lead", 2, 1), 4)
+    assert part.combined(4, None) == 50
+    assert pool.for_partition(1).latest[("fused", 1)] == (101, 3)

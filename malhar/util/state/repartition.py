@@ -94,8 +94,8 @@ def repartition(
     """Rewrite the checkpoint of ``window`` of ``operator`` from N to M partitions.
 
     ``key_partition(encoded_key) -> int`` in ``[0, new_partitions)`` receives a key as
-    the structure's key codec encoded it, or, for a map or multimap named in
-    ``structures``, what its function makes of that key: the part that is the stream key
+    the structure's key codec encoded it, or, for a map, multimap or time buckets named
+    in ``structures``, what its function makes of that key: the part that is the stream key
     (a map keyed by ``(window, key)`` routes by ``key``), or None for an entry that is
     left out (its owner rebuilds it from what was moved). Afterwards partitions
     ``0..M-1`` restore ``window`` (or later) from one base file each; state of windows

@@ -89,7 +89,7 @@ class Book:
         """``n`` books: each with the operator-wide parts and the per-key entries of the
         keys ``owner_of`` gives it; the counters stay whole in the first."""
         parts = []
-        for _ in range(n):
+        for index in range(n):
             part = Book(len(self.trackers))
             part.watermark, part.cur, part.shape, part.seq = (
                 self.watermark,
@@ -97,7 +97,7 @@ class Book:
                 self.shape,
                 self.seq,
             )
-            part.trackers = [t.copy() for t in self.trackers]
+            part.trackers = [t.for_partition(index) for t in self.trackers]
             part.ends, part.purge = list(self.ends), list(self.purge)
             parts.append(part)
         parts[0].late, parts[0].dropped = self.late, self.dropped

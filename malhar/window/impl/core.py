@@ -231,15 +231,20 @@ class WindowedCore(WindowedSettings):
     def cannot_repartition(self) -> str | None:
         """Cells move with their keys, in memory or in managed state; a spillable storage's
         cannot move without a stream key (not keyed, or fired by the unifier)."""
-        storage = self.storage
+        storage = self._storage_in_use()
         if storage is None or divisible(self):
             return None
         return getattr(storage, "NOT_DIVIDED", None)
 
     def managed_state_keys(self) -> Mapping[str, Callable[[bytes], bytes | None]]:
         """Where a spillable storage's managed structures hold the stream key."""
-        keys = getattr(self.storage, "managed_keys", None)
+        keys = getattr(self._storage_in_use(), "managed_keys", None)
         return keys() if keys is not None else {}
+
+    def _storage_in_use(self) -> WindowedStorage | None:
+        # a restored storage wins over the configured one (see _core_setup)
+        restored = self.__dict__.get("_store")
+        return restored if restored is not None else self.storage
 
     def metrics(self) -> dict[str, float]:
         """This window's late and dropped tuples, and the cells held (``malhar.stats``)."""

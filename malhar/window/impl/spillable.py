@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -83,9 +84,7 @@ class SpillableWindowedStorage(WindowedStorage):
         except RuntimeError as exc:
             raise WindowConfigError(f"SpillableWindowedStorage of {context.name!r}: {exc}") from exc
         pair = TupleCodec(INT, INT)
-        self._cells = state.map(
-            "cells", key_codec=TupleCodec(INT, INT, AUTO_KEY), value_codec=PICKLE
-        )
+        self._cells = state.map("cells", key_codec=_cell_key_codec(), value_codec=PICKLE)
         self._windows = state.map("windows", key_codec=pair, value_codec=INT_VALUE)
         self._by_key = (
             state.set_multimap("sessions", key_codec=AUTO_KEY, value_codec=pair)
@@ -176,9 +175,18 @@ class SpillableWindowedStorage(WindowedStorage):
     # key of ``managed_keys``; here only the configuration is pooled and divided.
     @classmethod
     def pooled(cls, values: Any, operator: Any) -> SpillableWindowedStorage:
-        """A storage of the old partitions' configuration (their cells are managed state)."""
-        budgets = [v.budget_bytes for v in values if isinstance(v, SpillableWindowedStorage)]
-        return cls(max(budgets) if budgets else 64 << 20)
+        """A storage of the operator's configured budget (else the old partitions'): their
+        cells are managed state. Refused for an operator whose cells have no stream key
+        (also when only its checkpoint, not its configuration, says spillable)."""
+        from malhar.errors import StateError
+        from malhar.window.impl.memory import divisible
+
+        if not divisible(operator):
+            raise StateError(cls.NOT_DIVIDED)
+        configured = getattr(operator, "storage", None)
+        if isinstance(configured, SpillableWindowedStorage):
+            return cls(configured.budget_bytes)
+        return cls(max(v.budget_bytes for v in values if isinstance(v, SpillableWindowedStorage)))
 
     def divided(self, owner_of: Any, n: int) -> list[SpillableWindowedStorage]:
         """``n`` storages that count their windows again from the cells they are given."""
@@ -191,13 +199,24 @@ class SpillableWindowedStorage(WindowedStorage):
     def managed_keys() -> dict[str, Callable[[bytes], bytes | None]]:
         """Where the stream key is in the managed structures' keys
         (``Operator.managed_state_keys``): the third part of a cell's ``(start, end,
-        key)``, after two 8-byte ints; ``windows`` is counted again from the cells;
-        ``sessions`` is keyed by the stream key itself."""
+        key)``; ``windows`` is counted again from the cells; ``sessions`` is keyed by the
+        stream key itself."""
         return {"cells": _stream_key_of_cell, "windows": _recounted}
 
 
+@functools.cache
+def _cell_key_codec() -> Any:
+    """``(window start, window end, stream key)``: a window's cells are one key range."""
+    from malhar.util.state import AUTO_KEY, INT, TupleCodec
+
+    return TupleCodec(INT, INT, AUTO_KEY)
+
+
 def _stream_key_of_cell(encoded: bytes) -> bytes:
-    return encoded[16:]  # TupleCodec(INT, INT, AUTO_KEY): two fixed 8-byte ints first
+    start, end, _ = _cell_key_codec().codecs
+    _, at = start.decode_from(encoded, 0)
+    _, at = end.decode_from(encoded, at)
+    return encoded[at:]
 
 
 def _recounted(encoded: bytes) -> None:
