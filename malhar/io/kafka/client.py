@@ -25,6 +25,7 @@ from malhar.io.kafka.errors import (
     DataLossError,
     KafkaReadError,
     KafkaUnavailableError,
+    KafkaUnreachableError,
     ReplayError,
     TopicNotFoundError,
 )
@@ -77,6 +78,34 @@ DATA_LOSS_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OU
 #: no offset (librdkafka's RD_KAFKA_OFFSET_INVALID)
 OFFSET_INVALID = -1001
 
+#: seconds a first contact waits in a retried Spark task attempt (one request): the first
+#: attempt already waited out the retry policy, and Spark's task retries (4 attempts with
+#: ``malhar run``'s ``local[*,4]``, ``spark.task.maxFailures`` on a cluster) must not
+#: multiply that wait for a cluster that was never reached
+RECHECK_TIMEOUT_S = 2.0
+
+
+def task_attempt() -> int:
+    """The attempt number of the Spark task running this code: 0 in its first attempt
+    and outside Spark."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return 0
+    ctx = TaskContext.get()
+    return ctx.attemptNumber() if ctx is not None else 0
+
+
+def unreachable_advice(bootstrap_servers: str, wait_settings: str) -> str:
+    """What to check when the Kafka cluster ``bootstrap_servers`` was never reached."""
+    return (
+        f"check that a Kafka broker is running at {bootstrap_servers} and that "
+        "bootstrap_servers names one of its listeners (host:port as in the broker's "
+        "listeners / advertised.listeners, e.g. 9092 for PLAINTEXT), reachable from the "
+        "Spark executors, with the security.protocol of that listener; how long a first "
+        f"contact waits is set by {wait_settings}"
+    )
+
 
 def is_transient(err: KafkaError) -> bool:
     return not err.fatal() and (err.code() in TRANSIENT_CODES or bool(err.retriable()))
@@ -107,6 +136,12 @@ class KafkaClient:
         config: any further librdkafka settings (SASL, SSL, fetch sizes ...).
         retry: bounded retries for a cluster that does not answer.
         label: who is reading, for messages (``operator 'in' partition 0``).
+        first_contact: nothing says that this cluster was ever reached (an operator
+            without a checkpointed position): when the first request gets no answer under
+            the retry policy, a :class:`KafkaUnreachableError` says what to check, and a
+            retried Spark task attempt makes a single request (:data:`RECHECK_TIMEOUT_S`)
+            instead of waiting out the policy again. False: a cluster that was reached
+            and may be restarting; every request is retried under the policy.
     """
 
     def __init__(
@@ -117,8 +152,12 @@ class KafkaClient:
         retry: RetryPolicy | None = None,
         *,
         label: str = "kafka",
+        first_contact: bool = False,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.first_contact = first_contact
+        #: some request of this client was answered
+        self.reached = False
         self.group_id = group_id
         self.retry = retry or RetryPolicy()
         self.label = label
@@ -194,12 +233,69 @@ class KafkaClient:
         topics: Iterable[str] | None = None,
     ) -> T:
         """``fn()`` with bounded retries of transient failures."""
+        if self.first_contact and not self.reached:
+            return self._first_call(what, fn, tps=tps, topics=topics)
+        return self._retrying(what, fn, tps=tps, topics=topics)
+
+    def _first_call(
+        self,
+        what: str,
+        fn: Callable[[], T],
+        *,
+        tps: Iterable[TP] | None = None,
+        topics: Iterable[str] | None = None,
+    ) -> T:
+        """:meth:`_call` of a cluster never reached: under the retry policy in a task's
+        first attempt, one request in a retried one; no answer is a KafkaUnreachableError."""
+        policy = self.retry
+        retried = task_attempt()
+        if retried:
+            self.retry = RetryPolicy(
+                attempts=1,
+                backoff_ms=policy.backoff_ms,
+                max_backoff_ms=policy.max_backoff_ms,
+                request_timeout_ms=min(policy.request_timeout_ms, int(RECHECK_TIMEOUT_S * 1000)),
+            )
+        try:
+            return self._retrying(what, fn, tps=tps, topics=topics)
+        except KafkaUnavailableError as exc:
+            waited = f"{exc.attempts} attempt(s) in {exc.seconds:.1f}s"
+            if retried:
+                waited = (
+                    f"one request of {exc.seconds:.1f}s in Spark's attempt {retried + 1} of the "
+                    f"task, after {policy.attempts} attempts under the retry policy in its first"
+                )
+            raise KafkaUnreachableError(
+                f"{self.label}: Kafka cluster {self.bootstrap_servers} was never reached: "
+                f"{what} got no answer ({waited}; last error: {exc.last}); "
+                + unreachable_advice(
+                    self.bootstrap_servers,
+                    f"retry_attempts={policy.attempts}, retry_backoff_ms={policy.backoff_ms} "
+                    f"and request_timeout_ms={policy.request_timeout_ms}",
+                ),
+                attempts=exc.attempts,
+                seconds=exc.seconds,
+                last=exc.last,
+            ) from None
+        finally:
+            self.retry = policy
+
+    def _retrying(
+        self,
+        what: str,
+        fn: Callable[[], T],
+        *,
+        tps: Iterable[TP] | None = None,
+        topics: Iterable[str] | None = None,
+    ) -> T:
         began = time.monotonic()
         delays = list(self.retry.delays())
         last: KafkaError | None = None
         for attempt in range(self.retry.attempts):
             try:
-                return fn()
+                result = fn()
+                self.reached = True
+                return result
             except KafkaException as exc:
                 err = kafka_error(exc)
                 if err is None or not (is_transient(err) or err.code() in UNKNOWN_CODES):
@@ -223,6 +319,7 @@ class KafkaClient:
             f"{self.retry.attempts} attempts in {seconds:.1f}s (last error: {detail})",
             attempts=self.retry.attempts,
             seconds=seconds,
+            last=detail,
         )
 
     def _error(

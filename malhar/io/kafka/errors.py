@@ -23,10 +23,20 @@ class TopicNotFoundError(KafkaConnectorError):
 class KafkaUnavailableError(KafkaConnectorError, ConnectionError):
     """The cluster did not answer after the bounded retries; ``attempts`` and ``seconds`` say how long."""
 
-    def __init__(self, message: str, *, attempts: int = 0, seconds: float = 0.0) -> None:
+    def __init__(
+        self, message: str, *, attempts: int = 0, seconds: float = 0.0, last: str = ""
+    ) -> None:
         super().__init__(message)
         self.attempts = attempts
         self.seconds = seconds
+        #: the last error (``NAME: text``)
+        self.last = last
+
+
+class KafkaUnreachableError(KafkaUnavailableError):
+    """A cluster that nothing shows was ever reached did not answer the first request:
+    the message names the cluster, what to check (broker running, listener port, security
+    protocol) and the settings of the wait."""
 
 
 class KafkaReadError(KafkaConnectorError):
@@ -55,6 +65,11 @@ class KafkaOutputConfigError(KafkaOutputError, OutputConfigError):
 class KafkaOutputUnavailableError(KafkaOutputError, OutputUnavailableError):
     """The cluster did not answer (or kept refusing the window's transaction) after the
     configured retries."""
+
+
+class KafkaOutputUnreachableError(KafkaOutputUnavailableError):
+    """The output's cluster, never reached by it before, did not answer its first request:
+    the message names the cluster, what to check and the setting of the wait."""
 
 
 class OutputTopicNotFoundError(TopicNotFoundError, KafkaOutputConfigError):

@@ -198,6 +198,9 @@ class KafkaInputOperator(DealtPositions, EventTimeInput, ReplayableInput[Ranges]
         self._event_time = self._event_time_extractor()
         group = self.group_id or f"malhar-{context.application}-{context.name}"
         self._client: KafkaClient = self.make_client(group, self.label)
+        # without a checkpointed position nothing says the cluster was ever reached: one
+        # retry policy, then a clear error (not the policy again in each Spark task retry)
+        self._client.first_contact = not restored
         self._index = context.partition
         every = self._topic_partitions()
         self._tps: list[TP] = assign(every, context.partition, context.partitions)

@@ -55,6 +55,10 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
     #: scan mode: partition -> offset after this partition's records of the last completed
     #: window (where the restart scan starts)
     _positions = State(dict)
+    #: the store opened once (the cluster was reached): a later open (a partition rebuilt
+    #: from the checkpoint) rides out an outage with window retries instead of failing
+    #: after one first contact
+    _reached = State(default=False)
 
     def __init__(
         self, bootstrap_servers: str | None = None, topic: str | None = None, **properties: Any
@@ -85,7 +89,12 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
             positions=self._positions,
             rejected=rejected,
             run=checkpoint_run(context.checkpoint_id),
+            first_contact=not self._reached,
         )
+
+    def setup(self, context: OperatorContext) -> None:
+        super().setup(context)
+        self._reached = True
 
     def end_window(self) -> None:
         super().end_window()

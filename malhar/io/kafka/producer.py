@@ -65,7 +65,7 @@ from malhar.io.base.output import (
 )
 from malhar.io.base.rejected_log import RejectedLog
 from malhar.io.base.staged_batches import StagedBatches
-from malhar.io.kafka.client import kafka_error
+from malhar.io.kafka.client import RECHECK_TIMEOUT_S, kafka_error, task_attempt, unreachable_advice
 from malhar.io.kafka.commit_groups import admin_client, commit_mark, committed_partitions
 from malhar.io.kafka.encoding import (
     WINDOW_HEADER,
@@ -75,7 +75,7 @@ from malhar.io.kafka.encoding import (
     Window,
     row_at,
 )
-from malhar.io.kafka.errors import KafkaOutputConfigError
+from malhar.io.kafka.errors import KafkaOutputConfigError, KafkaOutputUnreachableError
 from malhar.io.kafka.output_settings import KafkaOutputSettings
 from malhar.io.kafka.producer_errors import (
     DENIED_CODES,
@@ -140,6 +140,13 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
             (exactly_once; None: such a batch is not staged, see :attr:`stages_batches`).
         run: the output operator's checkpoint run (:func:`~malhar.io.base.output.
             checkpoint_run`), which scan mode records in each record's writer header.
+        first_contact: nothing says that the cluster was ever reached (the operator's
+            checkpoint holds no earlier open): :meth:`open` first waits at most
+            ``request_timeout_ms`` for a metadata answer (:data:`~malhar.io.kafka.client.
+            RECHECK_TIMEOUT_S` in a retried Spark task attempt) and without one raises a
+            :class:`KafkaOutputUnreachableError`, instead of the window retries (each
+            waiting ``request_timeout_ms``) that ride out a restart of a cluster that was
+            reached.
     """
 
     def __init__(
@@ -151,8 +158,12 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         rejected: RejectedLog | None = None,
         staging: StagedBatches | None = None,
         run: str | None = None,
+        first_contact: bool = False,
     ) -> None:
         super().__init__(key)
+        self.first_contact = first_contact
+        #: the cluster answered this store
+        self.reached = False
         #: the operator's checkpoint run (scan mode writes its tag into the writer header)
         self.run = run
         self._rejected = rejected
@@ -199,7 +210,10 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         self._config["error_cb"] = self._on_error
         key_ser = get_serializer(s.key_serializer) if s.key_column else None
         value_ser = get_serializer(s.value_serializer)
+        if self.first_contact and not self.reached:
+            self._reach()
         found = check_topic(s, self.key, self.timeout, self._raise_for)
+        self.reached = True
         self.partitions = found.partitions
         self._limits: RecordLimits = limit_sizes(s, self._config, found.max_message_bytes)
         self.max_record_bytes = self._limits.max_record_bytes
@@ -225,6 +239,33 @@ class KafkaOutputStore(TransactionalStore[KafkaTxn]):
         self._start_producer()
         if self.delivery == "scan":
             self._scan()
+
+    def _reach(self) -> None:
+        """The first contact with a cluster never reached: one metadata request (librdkafka
+        reconnects meanwhile), no window retries; no answer is a clear error."""
+        from confluent_kafka.admin import AdminClient
+
+        s = self.settings
+        retried = task_attempt()
+        timeout = min(self.timeout, RECHECK_TIMEOUT_S) if retried else self.timeout
+        began = time.monotonic()
+        try:
+            md = AdminClient(s.admin_settings()).list_topics(timeout=timeout)
+            if md.brokers:
+                self.reached = True
+                return
+            error: BaseException = KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+        except KafkaException as exc:
+            error = exc
+        if not self.is_transient(error):
+            raise self.failure("connecting", error, attempts=1)
+        raise KafkaOutputUnreachableError(
+            f"{self.key}: Kafka cluster {s.bootstrap_servers} (topic {s.topic!r}) was never "
+            f"reached: no answer to a metadata request in {time.monotonic() - began:.1f}s"
+            + (f" (Spark's attempt {retried + 1} of the task)" if retried else "")
+            + f" ({describe_error(error)}); "
+            + unreachable_advice(s.bootstrap_servers, f"request_timeout_ms={s.request_timeout_ms}")
+        )
 
     def _start_producer(self) -> None:
         self._drop_producer()
