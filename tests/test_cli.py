@@ -135,7 +135,8 @@ def test_list_json_and_kind_filter(site: FakeSite) -> None:
         "JsonLinesFileOutput",
         "LinesFileOutput",
     }
-    assert {e["name"] for e in only} == {"LineOutput", "ListInput", *builtin_connectors}
+    test_inputs = {"ListInput", "EventTimeInput"}
+    assert {e["name"] for e in only} == {"LineOutput", *test_inputs, *builtin_connectors}
     assert {e["kind"] for e in only} == {"connector", "input"}
     assert invoke("list", "--kind", "nonsense").exit_code == 2
 
