@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
         Unifier,
     )
     from malhar.ports import InputPort, OutputPort
+    from malhar.preflight import ConnectionCheck, check_connections
     from malhar.properties import Property, PropertyError
     from malhar.session import build_session, session_conf
     from malhar.state import DividedByKey, State
@@ -52,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "CheckpointListener": "malhar.operator",
     "ConfigError": "malhar.errors",
     "ConfigWarning": "malhar.errors",
+    "ConnectionCheck": "malhar.preflight",
     "ControlSender": "malhar.control",
     "ControlTuple": "malhar.control",
     "DAG": "malhar.dag",
@@ -75,6 +77,7 @@ _EXPORTS: dict[str, str] = {
     "Unifier": "malhar.operator",
     "ValidationError": "malhar.validation",
     "build_session": "malhar.session",
+    "check_connections": "malhar.preflight",
     "launch": "malhar.engine.launcher",
     "run": "malhar.engine.launcher",
     "session_conf": "malhar.session",
@@ -87,6 +90,7 @@ __all__ = [
     "CheckpointListener",
     "ConfigError",
     "ConfigWarning",
+    "ConnectionCheck",
     "ControlSender",
     "ControlTuple",
     "DeliveryType",
@@ -111,6 +115,7 @@ __all__ = [
     "ValidationError",
     "attributes",
     "build_session",
+    "check_connections",
     "launch",
     "run",
     "session_conf",

@@ -36,6 +36,7 @@ from malhar.engine.failure import ApplicationFailed, reason_of
 from malhar.engine.failure import summary as failure_summary  # noqa: F401 - public name
 from malhar.engine.stop_signals import StopSignals
 from malhar.errors import ConfigError, ConfigWarning, StateError
+from malhar.preflight import DEFAULT_TIMEOUT_S as DEFAULT_CONNECT_TIMEOUT_S
 from malhar.redaction import Scrubber, redact, redact_config
 from malhar.session import DEFAULT_MASTER
 from malhar.testing.cli import services
@@ -44,6 +45,8 @@ from malhar.testing.cli import services
 EXIT_INVALID = 2
 #: exit code of an application that failed while running
 EXIT_FAILED = 1
+#: exit code of ``validate --connect`` when a system the application uses is not ready
+EXIT_NOT_READY = 3
 #: seconds between progress lines of an unbounded ``run``
 PROGRESS_EVERY = 10.0
 
@@ -271,11 +274,32 @@ def _check(app: str, dag: Any, scrub: Scrubber) -> Any:
 
 @cli.command()
 @_app_options
-def validate(app: str, pairs: tuple[str, ...], config_file: str | None, name: str | None) -> None:
+@click.option(
+    "--connect",
+    is_flag=True,
+    help="Also check, from this machine, the systems APP reads and writes: Kafka topics, "
+    "database tables and columns, input and output paths (nothing is changed).",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0.5),
+    default=DEFAULT_CONNECT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for a system that does not answer (--connect).",
+)
+def validate(
+    app: str,
+    pairs: tuple[str, ...],
+    config_file: str | None,
+    name: str | None,
+    connect: bool,
+    connect_timeout: float,
+) -> None:
     """Load APP, validate it and print its physical plan.
 
     APP is module:attr, path/to/file.py[:attr], path/to/app.json or the name of a
-    registered application. Exits with 2 and lists every problem when APP is not valid.
+    registered application. Exits with 2 and lists every problem when APP is not valid;
+    with --connect, exits with 3 when a system it uses is not there or not ready.
     """
     from malhar.engine.plan import describe
 
@@ -288,6 +312,22 @@ def validate(app: str, pairs: tuple[str, ...], config_file: str | None, name: st
         f"{len(dag.streams)} stream(s)"
     )
     click.echo(scrub(describe(plan)))
+    if connect:
+        _check_connections(app, dag, connect_timeout, scrub)
+
+
+def _check_connections(app: str, dag: Any, timeout: float, scrub: Scrubber) -> None:
+    from malhar.preflight import check_connections
+
+    checks = check_connections(dag, timeout)
+    click.echo("connections (checked from this machine; nothing changed):")
+    for check in checks:
+        click.echo(scrub(f"  {check.operator}: {check.found if check.ok else 'FAILED'}"))
+    if not checks:
+        click.echo("  (no operator reads or writes an external system)")
+    problems = [c.problem for c in checks if c.problem is not None]
+    if problems:
+        _fail(f"{app}: not ready to run:", problems, scrub, EXIT_NOT_READY)
 
 
 # -- run ---------------------------------------------------------------------------------------

@@ -153,6 +153,18 @@ class Operator(Configurable):
         """
         return {}
 
+    def preflight(self, label: str, timeout: float) -> str | None:
+        """Check the external systems this operator reads or writes, from the driver, and
+        change nothing in them (``malhar validate --connect``,
+        :func:`malhar.check_connections`).
+
+        Return one line saying what was found (None: the operator touches no external
+        system); raise a :class:`~malhar.errors.MalharError` saying what is wrong and how
+        to fix it, starting with ``label`` (``operator 'name'``). Wait at most about
+        ``timeout`` seconds for a system that does not answer.
+        """
+        return None
+
     def snapshot(self) -> Any:
         """Custom checkpointed state beyond the ``State`` fields (None: nothing).
 

@@ -233,6 +233,13 @@ class FileInputOperator(
         return None
 
     # -- ReplayableInput ----------------------------------------------------------------------
+    def preflight(self, label: str, timeout: float) -> str:
+        """The files the path holds now (see :mod:`malhar.io.fs.preflight`)."""
+        from malhar.io.fs.preflight import check_input
+
+        self.check_settings()
+        return check_input(self, label)
+
     def open(self, context: OperatorContext) -> None:
         self.check_settings()
         if self._partitions is not None and self._seen and self._partitions != context.partitions:

@@ -57,6 +57,13 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
             self.path = path
         self.configure(**properties)
 
+    def preflight(self, label: str, timeout: float) -> str:
+        """The output path is a directory or can be one (see :mod:`malhar.io.fs.preflight`)."""
+        from malhar.io.fs.preflight import check_output
+
+        self.check_settings()
+        return check_output(self, label)
+
     def create_store(self, context: OperatorContext) -> FileStore:
         self.check_settings()
         return FileStore(

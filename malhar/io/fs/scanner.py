@@ -69,6 +69,10 @@ class DirectoryScanner:
         self.base, self.globs = split_glob(path)
         self._warned = False
 
+    def quiet(self) -> None:
+        """Log nothing about a path that matches nothing (the caller says it)."""
+        self._warned = True
+
     @property
     def filesystem(self) -> FileSystem:
         return self.fs

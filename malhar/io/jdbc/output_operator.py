@@ -68,6 +68,13 @@ class JdbcOutputOperator(TransactionalOutputOperator, JdbcSettings):
         """This operator's configuration as the plain :class:`JdbcSettings` its store takes."""
         return self.settings_of(JdbcSettings)
 
+    def preflight(self, label: str, timeout: float) -> str:
+        """The table and its columns (see :mod:`malhar.io.jdbc.preflight`)."""
+        from malhar.io.jdbc.preflight import check_output
+
+        self.check_settings()
+        return check_output(self.settings(), label, timeout)
+
     # -- TransactionalOutputOperator --------------------------------------------------------
     def create_store(self, context: OperatorContext) -> JdbcStore:
         """The partition's transactional store: its connection, table and meta table."""

@@ -163,6 +163,13 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             self.url = url
         self.configure(**properties)
 
+    def preflight(self, label: str, timeout: float) -> str:
+        """The source's columns and key (see :mod:`malhar.io.jdbc.preflight`)."""
+        from malhar.io.jdbc.preflight import check_poll_input
+
+        self.check_poll()
+        return check_poll_input(self, label, timeout)
+
     # -- ReplayableInput -----------------------------------------------------------------------
     def open(self, context: OperatorContext) -> None:
         self.check_poll()

@@ -44,6 +44,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from malhar.io.base.output import RetryPolicy
 from malhar.io.jdbc.errors import JdbcConfigError, JdbcError
 from malhar.io.jdbc.poll_keys import decode_key, encode_key, start_key
 from malhar.io.jdbc.poll_operator import JdbcPollInputOperator
@@ -81,11 +82,13 @@ class JdbcPollSourceSettings(JdbcPollSettings):
 class _Core(JdbcPollInputOperator):
     """The operator's connection, inspection and cursor code, without a DAG around it."""
 
-    def __init__(self, settings: JdbcPollSettings, label: str) -> None:
+    def __init__(
+        self, settings: JdbcPollSettings, label: str, *, retry: RetryPolicy | None = None
+    ) -> None:
         own = properties_of(JdbcPollSettings)
         self.configure(**{n: getattr(settings, n) for n in own})
         self._label = label
-        self._retry = self.retry_policy()
+        self._retry = retry or self.retry_policy()
         from malhar.io.jdbc.connection import create_engine
 
         self._engine = create_engine(self)

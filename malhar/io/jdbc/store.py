@@ -124,14 +124,16 @@ class JdbcStore(TransactionalStore[sa.Connection]):
                 f"cannot connect to {s.redacted_url}: {db_message(exc)}"
             ) from None
         with conn:
-            self.info = engine_cache.checked_target(s, lambda: self._inspect(conn))
+            self.info = engine_cache.checked_target(s, lambda: self.inspect(conn))
         engine_cache.ensure_table_once(s, s.meta_table, lambda: self.meta.ensure(engine))
         if self.errors is not None:
             errors = self.errors
             engine_cache.ensure_table_once(s, errors.name, lambda: errors.ensure(engine))
         self.meta.ensure_row(engine, self.key, self.info.target_id)
 
-    def _inspect(self, conn: sa.Connection) -> TargetInfo:
+    def inspect(self, conn: sa.Connection) -> TargetInfo:
+        """The target table (reflected and checked: columns, key constraint) or the user
+        statement's target and binds; a missing table or column is a JdbcConfigError."""
         s = self.settings
         insp = sa.inspect(conn)
         default_schema = insp.default_schema_name or ""

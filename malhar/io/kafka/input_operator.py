@@ -183,6 +183,12 @@ class KafkaInputOperator(DealtPositions, EventTimeInput, ReplayableInput[Ranges]
             self.topics = topics if isinstance(topics, str) else list(topics)
         self.configure(**properties)
 
+    def preflight(self, label: str, timeout: float) -> str:
+        """The topics and their partition counts (see :mod:`malhar.io.kafka.preflight`)."""
+        from malhar.io.kafka.preflight import check_input
+
+        return check_input(self, self.group_id or "malhar-preflight", label, timeout)
+
     # -- ReplayableInput ---------------------------------------------------------------------
     def open(self, context: OperatorContext) -> None:
         restored = self._partitions is not None  # a checkpoint of an earlier run

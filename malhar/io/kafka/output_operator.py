@@ -74,6 +74,13 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
         return self.settings_of(KafkaOutputSettings)
 
     # -- TransactionalOutputOperator --------------------------------------------------------
+    def preflight(self, label: str, timeout: float) -> str:
+        """The topic and its partition count (see :mod:`malhar.io.kafka.preflight`)."""
+        from malhar.io.kafka.preflight import check_output
+
+        self.check_settings()
+        return check_output(self, label, timeout)
+
     def create_store(self, context: OperatorContext) -> KafkaOutputStore:
         key = WindowKey(context.application, context.name, context.partition)
         rejected = (

@@ -1,0 +1,68 @@
+"""The JDBC connectors' checks before a launch (:meth:`malhar.Operator.preflight`): one
+connection with the connector's URL and credentials, waiting at most the check's timeout;
+the poll input's table or query answers with its key column and the port's fields, the
+output's table has the configured columns and a unique constraint on its key (or a
+statement compiles against the database). Nothing is created: the meta tables come at
+launch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeVar
+
+from malhar.io.base.output import RetryPolicy, WindowKey
+from malhar.io.jdbc.config import JdbcConnectionSettings, JdbcSettings
+from malhar.io.jdbc.connection import create_engine
+from malhar.io.jdbc.errors import JdbcConnectionError, db_message
+from malhar.io.jdbc.poll_settings import JdbcPollSettings
+from malhar.io.jdbc.store import JdbcStore
+from malhar.properties import properties_of
+
+__all__ = ["check_output", "check_poll_input"]
+
+S = TypeVar("S", bound=JdbcConnectionSettings)
+
+#: one attempt: a database that does not answer is the finding, not something to wait out
+ONCE = RetryPolicy(attempts=1, backoff=0.0, max_backoff=0.0)
+
+
+def check_poll_input(settings: JdbcPollSettings, label: str, timeout: float) -> str:
+    """The source's columns and key (read from a query that returns no row)."""
+    from malhar.io.jdbc.poll_source import _Core
+
+    core = _Core(_waiting(settings, JdbcPollSettings, timeout), label, retry=ONCE)
+    try:
+        names = list(core._names)
+    finally:
+        core.close()
+    return f"{settings.source}: columns {names}, key {settings.key_column!r}"
+
+
+def check_output(settings: JdbcSettings, label: str, timeout: float) -> str:
+    """The target table and its columns (or the statement's target and binds)."""
+    s = _waiting(settings, JdbcSettings, timeout)
+    engine = create_engine(s)
+    try:
+        try:
+            conn = engine.connect()
+        except Exception as exc:
+            raise JdbcConnectionError(
+                f"{label}: cannot connect to {s.redacted_url}: {db_message(exc)}"
+            ) from None
+        with conn:
+            info = JdbcStore(s, WindowKey("preflight", label, 0)).inspect(conn)
+    finally:
+        engine.dispose()
+    if s.statement:
+        return f"{s.redacted_url}: statement into {info.target_id}, binds {list(info.binds)}"
+    key = f", key {list(s.keys)} unique" if s.keys else ""
+    return f"{s.redacted_url}: table {info.target_id}, columns {list(info.columns)}{key}"
+
+
+def _waiting(settings: S, cls: type[S], timeout: float) -> S:
+    """A copy of ``settings`` as ``cls`` whose connection waits at most ``timeout``."""
+    out = cls()
+    out.configure(**{n: getattr(settings, n) for n in properties_of(cls)})
+    out.connect_timeout = max(1, min(int(out.connect_timeout), math.ceil(timeout)))
+    return out
