@@ -22,10 +22,17 @@ class StreamCodec:
         raise NotImplementedError
 
     def partition_batch(self, batch: pa.RecordBatch) -> np.ndarray:
-        """Non-negative int64 keys, one per row; the runtime takes them modulo the partitions."""
+        """Non-negative int64 keys, one per row; the runtime takes them modulo the partitions.
+        Used for the batches of a typed stream (one with an Arrow schema)."""
         return np.fromiter(
             (self.partition(row) for row in batch.to_pylist()), dtype=np.int64, count=batch.num_rows
         )
+
+    def partition_rows(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The keys of an untyped stream's batch: each row's key as :meth:`partition` gives
+        it for the same row as a Python object, since such a stream may carry both and a
+        key's tuples (and its state) must reach one partition. Default: row by row."""
+        return StreamCodec.partition_batch(self, batch)
 
     def hash_keys(self, keys: list[Any], typed: bool | pa.Schema | None) -> np.ndarray:
         """The hashes :meth:`partition` / :meth:`partition_batch` give tuples whose key is
@@ -43,8 +50,9 @@ class KeyCodec(StreamCodec):
     """Partition by the value of one or more columns (sticky key partitioning).
 
     A typed stream's batches hash by the columns' Arrow values. An untyped stream's
-    tuples hash by the ``repr`` of their key: equal values of different types (``1``,
-    ``1.0``, ``True``) are different keys there and may reach different partitions.
+    tuples, and the rows of its batches, hash by the ``repr`` of their key (a key's dicts
+    and rows go to one partition): equal values of different types (``1``, ``1.0``,
+    ``True``) are different keys there and may reach different partitions.
     Give such a key one type, or use ``malhar.algo.FieldCodec``, which hashes equal
     numbers alike as Python's ``==`` does.
     """
@@ -55,11 +63,7 @@ class KeyCodec(StreamCodec):
         self.columns: Sequence[str] = columns
 
     def partition_batch(self, batch: pa.RecordBatch) -> np.ndarray:
-        missing = [c for c in self.columns if c not in batch.schema.names]
-        if missing:
-            raise KeyError(
-                f"KeyCodec: columns {missing} not in the stream's schema {batch.schema.names}"
-            )
+        self._check_columns(batch)
         import pandas as pd  # here: pandas adds ~0.3 s to every process that imports malhar
 
         frame = pd.DataFrame({c: _hashable(batch.column(c)) for c in self.columns})
@@ -73,6 +77,47 @@ class KeyCodec(StreamCodec):
         except (KeyError, IndexError, TypeError) as exc:
             raise KeyError(self._unkeyed(value, exc)) from None
         return zlib.crc32(key)
+
+    def partition_rows(self, batch: pa.RecordBatch) -> np.ndarray:
+        """An untyped stream's batch: :meth:`partition` of each row's key, computed once
+        per distinct key (dictionary-encoded columns)."""
+        import pyarrow.compute as pc
+
+        self._check_columns(batch)
+        try:
+            encoded = [
+                pc.dictionary_encode(batch.column(c), null_encoding="encode") for c in self.columns
+            ]
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # e.g. a list column
+            keys = zip(*(batch.column(c).to_pylist() for c in self.columns), strict=True)
+            return np.fromiter(
+                (zlib.crc32(repr(k).encode()) for k in keys), dtype=np.int64, count=batch.num_rows
+            )
+        values = [e.dictionary.to_pylist() for e in encoded]
+        if len(encoded) == 1:
+            codes = np.asarray(encoded[0].indices, dtype=np.int64)
+            hashes = np.fromiter(
+                (zlib.crc32(repr((v,)).encode()) for v in values[0]), dtype=np.int64
+            )
+            return hashes[codes] if len(hashes) else np.zeros(len(codes), dtype=np.int64)
+        stacked = np.stack([np.asarray(e.indices, dtype=np.int64) for e in encoded], axis=1)
+        combos, inverse = np.unique(stacked, axis=0, return_inverse=True)
+        hashes = np.fromiter(
+            (
+                zlib.crc32(repr(tuple(v[i] for v, i in zip(values, row, strict=True))).encode())
+                for row in combos.tolist()
+            ),
+            dtype=np.int64,
+            count=len(combos),
+        )
+        return hashes[inverse.reshape(-1)]
+
+    def _check_columns(self, batch: pa.RecordBatch) -> None:
+        missing = [c for c in self.columns if c not in batch.schema.names]
+        if missing:
+            raise KeyError(
+                f"KeyCodec: columns {missing} not in the stream's schema {batch.schema.names}"
+            )
 
     def _unkeyed(self, value: Any, exc: BaseException) -> str:
         """Why ``value`` has no key: a missing field, or a tuple that is not a record."""

@@ -317,6 +317,9 @@ class FieldCodec(StreamCodec):
             return out
         return hashes[indices] if len(hashes) else np.zeros(len(indices), dtype=np.int64)
 
+    #: an untyped stream's batches hash alike: by each key's value, as its tuples do
+    partition_rows = partition_batch
+
     def __repr__(self) -> str:
         return f"FieldCodec({self.spec!r})"
 

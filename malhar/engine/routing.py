@@ -161,9 +161,14 @@ class RouteBuffer(Emitter):
             return
         if self.route.codec is not None:
             schema = self.route.arrow_schema
-            # keys hash as the stream's types, as repartitioning hashes state keys
-            hashed = batch if schema is None or batch.schema == schema else _typed(batch, schema)
-            hashes = np.asarray(self.route.codec.partition_batch(hashed))
+            codec = self.route.codec
+            # keys hash as the stream's types, as repartitioning hashes state keys; an
+            # untyped stream's rows as its Python tuples would (it may carry both)
+            if schema is None:
+                hashes = np.asarray(codec.partition_rows(batch))
+            else:
+                typed = batch if batch.schema == schema else _typed(batch, schema)
+                hashes = np.asarray(codec.partition_batch(typed))
             keys = hashes % self.n if self.table is None else self.table[hashes & self.mask]
             for d in np.unique(keys):
                 part = batch.filter(pa.array(keys == d))
