@@ -99,12 +99,23 @@ class JdbcLookup(Configurable):
             url = url.set(password=password)
         return sa.create_engine(url, pool_pre_ping=True, hide_parameters=True)
 
-    def fetch(self, engine: Any, columns: list[str], keys: list[tuple]) -> list[dict[str, Any]]:
-        """The rows whose ``columns`` equal one of ``keys`` (read only)."""
+    def reflect(self, engine: Any) -> Any:
+        """The table's metadata (a SQLAlchemy ``Table``: its columns), read from the
+        database."""
         import sqlalchemy as sa
 
         schema, _, name = self.table.rpartition(".")
-        table = sa.Table(name, sa.MetaData(), schema=schema or None, autoload_with=engine)
+        return sa.Table(name, sa.MetaData(), schema=schema or None, autoload_with=engine)
+
+    def fetch(
+        self, engine: Any, columns: list[str], keys: list[tuple], table: Any = None
+    ) -> list[dict[str, Any]]:
+        """The rows whose ``columns`` equal one of ``keys`` (read only); ``table``: the
+        metadata :meth:`reflect` gave (reflected again when not given)."""
+        import sqlalchemy as sa
+
+        if table is None:
+            table = self.reflect(engine)
         cols = [table.c[c] for c in columns]
         cond = cols[0].in_([k[0] for k in keys]) if len(cols) == 1 else sa.tuple_(*cols).in_(keys)
         with engine.connect() as conn:
@@ -115,9 +126,12 @@ class Enricher(TypedOutputs, AlgoOperator):
     """Adds fields looked up in a JDBC table or a file to each tuple (Malhar's
     ``POJOEnricher``/``MapEnricher`` with the JDBC and file loaders).
 
-    Output ``output``: the tuple (a dict) with ``include_fields`` of its row (all the row's
-    fields but the store fields when not given). A tuple without a row follows
-    ``miss_policy``; a tuple without the lookup fields goes to ``error``.
+    Output ``output``: the tuple (a dict) with ``include_fields`` of its row (all the
+    source's columns but the store fields when not given: the file's, or the table's as
+    its metadata tells, so a miss gets the same None fields on every worker and replay).
+    A tuple without a row follows ``miss_policy``; a tuple without the lookup fields, or
+    whose lookup value cannot be a key (a list or a dict: no row has it), goes to
+    ``error`` with the reason.
 
     Example:
         >>> import pathlib, tempfile
@@ -173,6 +187,10 @@ class Enricher(TypedOutputs, AlgoOperator):
         self._table: pa.Table | None = None
         self._cache: OrderedDict[tuple, tuple[float, dict | None]] = OrderedDict()
         self._engine = None
+        self._sa_table = None  # the JDBC table's metadata, reflected with the engine
+        #: the source's columns a tuple gets (include_fields, or all but the store fields):
+        #: from the file's or the table's columns, never from the rows found
+        self._cols: list[str] = list(self.include_fields or [])
         self.lookups = 0  # source round trips (metrics)
 
     def teardown(self) -> None:
@@ -220,6 +238,21 @@ class Enricher(TypedOutputs, AlgoOperator):
             list(rows.values()), schema=table.select(self._store + self._cols).schema
         )
 
+    def _connect(self) -> None:
+        """The JDBC engine, and the table's columns from its metadata (once per worker):
+        the fields a miss gets with ``miss_policy="null"`` are the table's, whatever
+        rows were found before (a replay on a fresh worker gives the same tuples)."""
+        if self._engine is not None:
+            return
+        engine = self.source.engine()
+        table = self.source.reflect(engine)
+        columns = [c.name for c in table.columns]
+        absent = [c for c in self._store if c not in columns]
+        if absent:
+            engine.dispose()
+            raise ConfigError(f"lookup table {self.source.table!r} has no column {absent[0]!r}")
+        self._engine, self._sa_table, self._cols = engine, table, self._include(columns)
+
     def _lookup(self, keys: list[tuple]) -> dict[tuple, dict | None]:
         if isinstance(self.source, FileLookup):
             return {k: self._rows.get(k) for k in keys}
@@ -234,17 +267,11 @@ class Enricher(TypedOutputs, AlgoOperator):
             else:
                 todo.append(k)
         if todo:
-            if self._engine is None:
-                self._engine = self.source.engine()
+            self._connect()
             self.lookups += 1
             found = {}
-            for r in self.source.fetch(self._engine, self._store, todo):
+            for r in self.source.fetch(self._engine, self._store, todo, self._sa_table):
                 found[tuple(r[c] for c in self._store)] = r
-            self._cols = (
-                self._include(list(next(iter(found.values()))))
-                if found
-                else getattr(self, "_cols", list(self.include_fields or []))
-            )
             for k in todo:
                 row = found.get(k)
                 out[k] = row
@@ -260,6 +287,20 @@ class Enricher(TypedOutputs, AlgoOperator):
             raise TypeError(f"expected a dict tuple, got {type(t).__name__}")
         return tuple(t[f] for f in self.lookup_fields)
 
+    def _unhashable(self, key: tuple) -> str | None:
+        """The error-port reason for a key no source can look up (a list or a dict in a
+        lookup field: no row has such a key); None for a key that can be looked up."""
+        for f, v in zip(self.lookup_fields, key, strict=True):
+            try:
+                hash(v)
+            except TypeError:
+                return (
+                    f"the lookup field {f!r} is a {type(v).__name__} ({v!r}), which cannot be "
+                    "looked up: use a string, a number or a tuple of them (convert the "
+                    "value, or pick another lookup field)"
+                )
+        return None
+
     def _enriched(self, t: dict, row: dict | None) -> dict | None:
         if row is not None:
             cols = (
@@ -270,12 +311,7 @@ class Enricher(TypedOutputs, AlgoOperator):
             return {**t, **{c: row.get(c) for c in cols}}
         policy = self.miss_policy
         if policy == "null":
-            cols = (
-                self.include_fields
-                if self.include_fields is not None
-                else getattr(self, "_cols", [])
-            )
-            return {**t, **dict.fromkeys(cols)}
+            return {**t, **dict.fromkeys(self._cols)}
         if policy == "pass":
             return t
         if policy == "error":
@@ -293,6 +329,10 @@ class Enricher(TypedOutputs, AlgoOperator):
         except TypeError as exc:
             self._error(t, str(exc))
             return
+        reason = self._unhashable(k)
+        if reason is not None:
+            self._error(t, reason)
+            return
         out = self._enriched(t, self._lookup([k])[k])
         if out is not None:
             self.output.emit(out)
@@ -309,14 +349,21 @@ class Enricher(TypedOutputs, AlgoOperator):
                 self.process(row)
             return
         if isinstance(self.source, JdbcLookup):
-            keys = (
-                pa.Table.from_batches([batch.select(self.lookup_fields)])
-                .group_by(self.lookup_fields, use_threads=False)
-                .aggregate([])
-            )
+            try:
+                keys = (
+                    pa.Table.from_batches([batch.select(self.lookup_fields)])
+                    .group_by(self.lookup_fields, use_threads=False)
+                    .aggregate([])
+                )
+            except pa.ArrowNotImplementedError:
+                # a key column Arrow cannot group (lists, structs): no row has such a key,
+                # each tuple goes to the error port with the reason
+                for row in batch.to_pylist():
+                    self.process(row)
+                return
             wanted = [tuple(r[f] for f in self.lookup_fields) for r in keys.to_pylist()]
             rows = [r for r in self._lookup(wanted).values() if r is not None]
-            cols = getattr(self, "_cols", list(self.include_fields or []))
+            cols = self._cols
             right = (
                 pa.Table.from_pylist([{c: r.get(c) for c in self._store + cols} for r in rows])
                 if rows

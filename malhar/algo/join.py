@@ -77,6 +77,23 @@ def _unstorable(k: Any, verb: str) -> str:
     return reason
 
 
+def typed_rows(rows: list[dict], schema: pa.Schema) -> pa.RecordBatch:
+    """``rows`` as a batch of ``schema``'s columns, whatever fields each row has: a field
+    a row lacks is null, one the schema does not declare is left out (as ``conform``
+    leaves it out). Each column is built as Arrow infers it (``from_pylist`` did, from the
+    first row's fields only) for ``emit_table`` to cast to the port's type, which raises a
+    SchemaError naming the field when a value does not cast; values Arrow infers no one
+    type of are converted to the port's type directly."""
+    arrays = []
+    for f in schema:
+        values = [r.get(f.name) for r in rows]
+        try:
+            arrays.append(pa.array(values))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            arrays.append(pa.array(values, type=f.type))
+    return pa.RecordBatch.from_arrays(arrays, names=schema.names)
+
+
 class FieldClash(MalharError, ValueError):
     """The joined row would have two fields of one name (see :func:`merge_rows`)."""
 
@@ -127,7 +144,9 @@ class _Join(TypedOutputs, AlgoOperator):
 
     def _emit_rows(self, rows: list[dict]) -> None:
         if rows and self.output.port.schema is not None:
-            emit_table(self.output, pa.RecordBatch.from_pylist(rows))
+            from malhar.schema import arrow_schema
+
+            emit_table(self.output, typed_rows(rows, arrow_schema(self.output.port.schema)))
         else:
             for r in rows:
                 self.output.emit(r)

@@ -603,8 +603,9 @@ def reconcile(
     new generation holds the snapshots of the new plan, the manifest commits it. State
     the engine cannot move (an operator that says ``cannot_repartition()``, a custom
     ``snapshot()``, a differing field that is not keyed, a key held by two partitions)
-    refuses the launch before anything is written. Input operators keep their snapshots
-    by partition number (their own ``open`` checks the count). ``stopped``: the last run
+    refuses the launch before anything is written. An input's read positions are dealt
+    to its new count by its own partitioner, as a running repartitioning does (an input
+    that cannot deal them refuses the launch). ``stopped``: the last run
     stopped cleanly after ``window``; otherwise window ``window + 1`` may be partly
     committed by outputs, and a count change is refused (its replay would route rows to
     other output partitions than the ones that committed them). Returns the generation
@@ -653,8 +654,25 @@ def reconcile(
     old_plan = _plan_as_it_ran(dag, checkpoint, gen, moved, old_counts)
     snapshots = _Snapshots(old_plan, window)
     changed: dict[str, list[Partition]] = {}
+    new_gen = generations.Generation(
+        generation=gen.generation + 1,
+        window=window,
+        operators=dict(kept.operators),
+        managed_roots=dict(gen.managed_roots),
+        counts=counts,
+        declared=declared,
+    )
     for name in moved:
+        if name in changed:  # fused behind an input, moved with it
+            continue
         try:
+            if _leads_as_input(dag, old_plan, name):
+                # only the input knows its read positions: dealt by its own partitioner,
+                # as a running repartitioning does (with what is fused behind it)
+                _repartition_one(
+                    dag, name, counts[name], old_plan, kept, new_gen, snapshots, {}, changed
+                )
+                continue
             news = _moved_by_count(dag, name, old_plan, configured, snapshots, window)
         except (StateError, ConfigError) as exc:
             raise type(exc)(
@@ -671,14 +689,6 @@ def reconcile(
         return None
     _refuse_inside_application_windows(dag, checkpoint, window)
 
-    new_gen = generations.Generation(
-        generation=gen.generation + 1,
-        window=window,
-        operators=dict(kept.operators),
-        managed_roots=dict(gen.managed_roots),
-        counts=counts,
-        declared=declared,
-    )
     new_plan = planned(dag, checkpoint, new_gen)
     root = generations.state_root(checkpoint, new_gen.generation)
     try:
@@ -779,6 +789,22 @@ def _refuse_inside_application_windows(dag: DAG, checkpoint: str, window: int) -
                 "and the partition counts changed since its last run: launch with the "
                 "counts it last ran with until the application window ends, then change them"
             )
+
+
+def _leads_as_input(dag: DAG, plan: Plan, name: str) -> bool:
+    """``name`` is an input operator, first of its fused group, that deals its read
+    positions itself (a ``Partitioner``); one that cannot and says why (its
+    ``cannot_repartition``) is refused here, before the launch writes anything."""
+    operator = dag.operators[name].operator
+    group = plan.groups[plan.group_of[name]]
+    if not isinstance(operator, InputOperator) or group.operators[0] != name:
+        return False
+    if isinstance(operator, Partitioner):
+        return True
+    why = operator.cannot_repartition()
+    if why:
+        raise ConfigError(f"{type(operator).__name__} cannot be repartitioned: {why}")
+    return False  # an input without positions: its snapshots stay by partition number
 
 
 def _moved_by_count(

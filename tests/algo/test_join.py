@@ -202,3 +202,57 @@ def test_stream_join_null_keys_of_an_inner_side_are_not_stored(tmp_path: Path) -
     assert left.get(None, 0) == [[{"k": None, "a": 1}, False, None]]  # emitted at expiry
     assert not right.get(None, 0)  # an inner side's null key: kept nowhere
     h.teardown()
+
+
+# -- typed output: every declared field, whatever fields the first row of a batch has ---------
+@pytest.mark.parametrize("as_batch", [False, True])
+def test_stream_join_typed_outer_rows_keep_every_declared_field(
+    tmp_path: Path, as_batch: bool
+) -> None:
+    # the unmatched left and right tuples expiring in one window were one batch built from
+    # the first row's fields: the right-only row lost its own ('b': None)
+    schema = "k long, a string, b string"
+    h = _harness(StreamJoin("k", join_type="outer", expiry_windows=1, schema=schema), tmp_path)
+    left, right = [{"k": 1, "a": "L"}], [{"k": 2, "b": "R", "undeclared": 0}]
+    if as_batch:
+        h.run_window(
+            [
+                ("left", pa.RecordBatch.from_pylist(left)),
+                ("right", pa.RecordBatch.from_pylist(right)),
+            ]
+        )
+    else:
+        h.run_window([("left", left[0]), ("right", right[0])])
+    assert h.sink("output").tuples == [
+        {"k": 1, "a": "L", "b": None},
+        {"k": 2, "a": None, "b": "R"},  # an undeclared field is left out, as before
+    ]
+    h.teardown()
+
+
+def test_lookup_join_typed_row_path_keeps_the_fields_of_later_rows(tmp_path: Path) -> None:
+    # a stream batch the Arrow join cannot take (table rows of different fields) is joined
+    # row by row and was emitted as a batch of the first row's fields: when that row was a
+    # miss, every hit lost its table fields
+    schema = "k long, n long, name string, extra long"
+    rows = [{"k": 9, "n": 0}, {"k": 1, "n": 1}, {"k": 2, "n": 2}]
+    out = []
+    for as_batch in (True, False):
+        h = _harness(LookupJoin("k", join_type="left", schema=schema), tmp_path / f"{as_batch}")
+        h.run_window(
+            [("table", {"k": 1, "name": "tea"}), ("table", {"k": 2, "name": "jam", "extra": 7})]
+        )
+        feed = [pa.RecordBatch.from_pylist(rows)] if as_batch else rows
+        h.run_window([("stream", t) for t in feed])
+        out.append(h.sink("output").tuples)
+        assert h.operator.metrics()["misses"] == 1
+        h.teardown()
+    assert (
+        out[0]
+        == out[1]
+        == [
+            {"k": 9, "n": 0, "name": None, "extra": None},
+            {"k": 1, "n": 1, "name": "tea", "extra": None},
+            {"k": 2, "n": 2, "name": "jam", "extra": 7},
+        ]
+    )

@@ -225,6 +225,41 @@ def test_a_running_file_input_goes_from_one_to_three_to_two_partitions_exactly(
     assert Counter(_got(checkpoint)) == Counter(sent)  # each line once
 
 
+@pytest.mark.slow
+def test_a_file_input_restarted_with_another_partitions_moves_its_positions(
+    spark: Any, tmp_path: Path
+) -> None:
+    # the launch wrote the new count into the manifest, then the input refused its
+    # checkpoint on the executors (exit 1), and the old count was refused in turn (the run
+    # "did not stop cleanly"): the checkpoint could not run again (walkthrough)
+    place = Place(str(tmp_path / "data"), "local")
+    sent = _files(place, "abc", 60)
+    checkpoint = str(tmp_path / "ck")
+    for count, more in ((2, "de"), (3, "fg"), (1, "")):
+        app = launch(
+            _app(place.url("in"), count), spark=spark, checkpoint=checkpoint, window_ms=100
+        )
+        try:
+            start = len(_got(checkpoint))
+            run_until(app, lambda s=start: len(_got(checkpoint)) >= s + 40, "more lines")
+            assert app.plan.groups[app.plan.group_of["src"]].partitions == count
+        finally:
+            app.stop()
+        if more:
+            sent += _files(place, more, 60)
+    app = launch(_app(place.url("in"), 2), spark=spark, checkpoint=checkpoint, window_ms=100)
+    try:
+        run_until(
+            app,
+            lambda: len(_got(checkpoint)) >= len(sent) and not place.files("in"),
+            "every line read and every file deleted",
+        )
+    finally:
+        app.stop()
+    assert Counter(_got(checkpoint)) == Counter(sent)  # each line once
+    assert generations.load(checkpoint).counts["src"] == 2
+
+
 def test_an_input_that_is_not_a_partitioner_is_still_refused(tmp_path: Path) -> None:
     from malhar.engine.repartition import partitioner_of
 

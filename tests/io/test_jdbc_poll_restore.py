@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from malhar import DAG, ApplicationFailed, run
+from malhar.engine import generations
+from malhar.errors import ConfigError
 from malhar.io.jdbc import JdbcConfigError, JdbcPollInputOperator
 from malhar.operator import OperatorContext
 from malhar.testing.harness import OperatorHarness
@@ -92,6 +94,33 @@ def test_a_restart_re_pointed_at_another_table_is_refused_naming_both(
     assert pg.password not in text
     after = [r for rows in collected(checkpoint, "out").values() for r in rows]
     assert _ids(after) == [1, 2, 3, 4, 5]  # nothing of `other` was read
+
+
+def test_a_launch_with_another_partitions_is_refused_before_it_writes_anything(
+    spark: Any, postgres_service: Any, tmp_path: Path
+) -> None:
+    # the launch recorded the new count, then each partition refused its checkpoint on the
+    # executors, and the old count was refused in turn: the checkpoint could not run again
+    pg = postgres_service
+    table = _table(pg, 6)
+    checkpoint = str(tmp_path / "ck")
+    name = unique_name("recount")
+
+    def dag(partitions: int) -> DAG:
+        d = DAG(name)
+        rows = d.add_operator("rows", _op(pg, table=table), PARTITIONS=partitions)
+        d.add_stream("rows", rows.output, d.add_operator("out", Collector()).input)
+        return d
+
+    run(dag(2), windows=2, spark=spark, checkpoint=checkpoint, window_ms=100)
+    before = generations.load(checkpoint)
+    with pytest.raises(ConfigError, match=r"operator 'rows': PARTITIONS is now 3.*keeps its"):
+        run(dag(3), windows=2, spark=spark, checkpoint=checkpoint, window_ms=100)
+    assert generations.load(checkpoint) == before  # nothing written
+    run_sql(pg, f"INSERT INTO {table} VALUES (7, 107, 'i7')")
+    run(dag(2), windows=2, spark=spark, checkpoint=checkpoint, window_ms=100)
+    read = [r for rows in collected(checkpoint, "out").values() for r in rows]
+    assert _ids(read) == [1, 2, 3, 4, 5, 6, 7]
 
 
 # -- every setting that decides what a position means ------------------------------------------

@@ -246,9 +246,9 @@ class FileInputOperator(
             raise FileConfigError(
                 f"{self.label}: the checkpoint was written with {self._partitions} partitions, "
                 f"now {context.partitions}: which partition reads which block depends on the "
-                "partition count, so change it on the running application (RunningApplication."
-                "repartition({name: n}) moves the read positions), not by the PARTITIONS "
-                "attribute between runs"
+                "partition count, and its read positions were not moved to the new count; "
+                "change it on the running application (RunningApplication.repartition({name: "
+                "n})) or with PARTITIONS at a launch after a clean stop, which move them"
             )
         for seen in self._seen.values():
             complete_seen(seen, context.partitions)

@@ -163,6 +163,12 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             self.url = url
         self.configure(**properties)
 
+    def cannot_repartition(self) -> str | None:
+        return (
+            "a JDBC poll input keeps its partition count (its key ranges) for the life of "
+            "its checkpoint; launch with the count it ran with, or start a new checkpoint"
+        )
+
     def preflight(self, label: str, timeout: float) -> str:
         """The source's columns and key (see :mod:`malhar.io.jdbc.preflight`)."""
         from malhar.io.jdbc.preflight import check_poll_input

@@ -195,8 +195,9 @@ class KafkaInputOperator(DealtPositions, EventTimeInput, ReplayableInput[Ranges]
         if self._partitions is not None and self._next and self._partitions != context.partitions:
             raise KafkaConfigError(
                 f"{self.label}: the checkpoint was written with {self._partitions} partitions, "
-                f"now {context.partitions}: a Kafka input keeps its partition count for the "
-                "life of its checkpoint"
+                f"now {context.partitions}, and its positions were not dealt to the new count; "
+                "change it on the running application (RunningApplication.repartition({name: "
+                "n})) or with PARTITIONS at a launch after a clean stop, which deal them"
             )
         self._partitions = context.partitions
         self._deser: Deserializer = get_deserializer(self.value_format)
