@@ -440,6 +440,14 @@ def run(
         check_master_reachable(master)  # also when this process has a session already
     except MasterUnreachable as exc:
         _fail(f"{dag.name}: not started", [str(exc)], scrub, 2)
+    if checkpoint and "://" not in checkpoint and os.path.exists(checkpoint):
+        if not os.path.isdir(checkpoint):  # said before Spark starts, naming the option
+            _fail(
+                f"{dag.name}: not started",
+                [f"--checkpoint {checkpoint} is a file: give a directory (or a new path)"],
+                scrub,
+                EXIT_INVALID,
+            )
     spark = malhar.build_session(
         master, app_name=f"malhar-{dag.name}", conf=spark_conf, log_level=log_level
     )
@@ -498,6 +506,11 @@ def _run(
     until = "until its input ends or Ctrl-C" if app.bounded else "until Ctrl-C"
     how = f"{windows} window(s)" if windows else until
     click.echo(f"{dag.name}: running {how} on {master}; checkpoint {scrub(app.checkpoint)}")
+    if app.resumed_after >= 0:
+        click.echo(
+            f"{dag.name}: resuming from the checkpoint after window {app.resumed_after} "
+            "(a window begun before is replayed with the same id and tuples)"
+        )
     first = app.last_window + 1
     try:
         finished = _wait(app, windows is not None, stop, dag.name, watch or Watch(), scrub)

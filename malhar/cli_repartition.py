@@ -5,6 +5,7 @@ the serving side ``malhar run`` calls between its progress checks
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -150,6 +151,13 @@ def repartition(checkpoint: str, timeout: float, counts: tuple[str, ...]) -> Non
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="OPERATOR=N") from None
     who = requests.serving(checkpoint)
+    if who is None and "://" not in checkpoint and not os.path.exists(checkpoint):
+        click.echo(
+            f"malhar repartition: there is no checkpoint at {redact(checkpoint)} (the path "
+            "does not exist): give the --checkpoint the application runs with",
+            err=True,
+        )
+        raise SystemExit(2)
     if who is None:
         click.echo(
             f"malhar repartition: no application is running on {redact(checkpoint)} (no malhar run "

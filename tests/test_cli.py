@@ -531,6 +531,11 @@ def test_config_keys_nothing_reads_are_said(site: FakeSite, tmp_path: Path) -> N
     # an application given the config: the keys it did not read (it read "windows")
     with pytest.warns(ConfigWarning, match=r"config windos: the application did not read it"):
         load_application("acme_pack.apps:doubling", {"windows": 5, "windos": 4})
+    # a misspelling of a key it reads and was not given: named (walkthrough: -c bse=...)
+    with pytest.warns(
+        ConfigWarning, match=r"config windos: .*did you mean 'windows'\? \(a key the applica"
+    ):
+        load_application("acme_pack.apps:doubling", {"windos": 4})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_application(
@@ -560,6 +565,10 @@ def test_applications_are_named_every_way(site: FakeSite, tmp_path: Path) -> Non
     assert load_application("acme_pack:ready") is ready
 
 
+def _line_of(text: str, part: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if part in line)
+
+
 def test_application_naming_errors_are_clear(site: FakeSite, tmp_path: Path) -> None:
     (tmp_path / "myapp.py").write_text(FILE_APP)
     cases = {
@@ -567,7 +576,9 @@ def test_application_naming_errors_are_clear(site: FakeSite, tmp_path: Path) -> 
         "acme_pack.apps:dubling": "has no attribute 'dubling'; did you mean 'doubling'?",
         "acme_nowhere.apps:app": "no module named 'acme_nowhere.apps'",
         f"{tmp_path}/missing.json": "no application file",
-        f"{tmp_path}/myapp.py:broken": "building the DAG failed: AttributeError: operator 'src'",
+        # the line of the application's code that raised, without --debug (walkthrough)
+        f"{tmp_path}/myapp.py:broken": f"building the DAG failed (at {tmp_path}/myapp.py:"
+        f"{_line_of(FILE_APP, '.outptu')}): AttributeError: operator 'src'",
         "acme_pack.ops:Doubler.factor": "is not an application",
     }
     for spec, message in cases.items():
@@ -641,6 +652,14 @@ def test_run_a_json_app_for_three_windows(site: FakeSite, tmp_path: Path) -> Non
     assert all(op in done.stdout for op in ("src", "double", "out"))
     got = {w: sorted(v) for w, v in collected(str(checkpoint), "out").items()}
     assert got == {0: [10, 20], 1: [30], 2: [40, 50, 60]}
+    assert "resuming" not in done.stdout
+    # a restart says where it resumes (it printed what a fresh run prints: walkthrough)
+    command[command.index("--windows") + 1] = "1"
+    again = subprocess.run(
+        command, env=site.env(), capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "doubling: resuming from the checkpoint after window 2" in again.stdout
 
 
 @pytest.mark.integration
@@ -836,6 +855,18 @@ def test_run_refuses_a_master_spark_does_not_know_before_starting_it(
     assert f"cannot reach the Spark master spark://127.0.0.1:{port} (127.0.0.1:{port}: " in (
         gone.output
     )
+
+
+def test_run_refuses_a_checkpoint_that_is_a_file_before_starting_spark(
+    site: FakeSite, tmp_path: Path
+) -> None:
+    # it failed after Spark started, exit 1: "list failed: Not a directory ... wal/__app__"
+    app = write_app(tmp_path / "app.json")
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    bad = invoke("run", str(app), "--checkpoint", str(afile), "--windows", "1")
+    assert bad.exit_code == 2, bad.output
+    assert f"--checkpoint {afile} is a file: give a directory" in bad.output
 
 
 def _dedup_app(path: Path, dedup: dict[str, Any], out_class: str = "Collector") -> Path:

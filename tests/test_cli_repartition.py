@@ -115,6 +115,8 @@ def test_bad_counts_are_usage_errors() -> None:
 def test_a_request_nobody_serves_is_refused_at_once_and_a_late_one_expires(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["repartition", "--checkpoint", str(tmp_path), "a=2"])
     assert result.exit_code == 2 and "no application is running on" in result.output
+    nowhere = CliRunner().invoke(cli, ["repartition", "--checkpoint", str(tmp_path / "x"), "a=2"])
+    assert nowhere.exit_code == 2 and "there is no checkpoint at" in nowhere.output
     # a heartbeat older than three beats is stale
     requests.heartbeat(str(tmp_path), "app")
     assert requests.serving(str(tmp_path))["application"] == "app"

@@ -301,8 +301,13 @@ def unread_keys(dag: DAG, config: Mapping[str, Any], read: ReadConfig | None) ->
         if str(key).startswith(CONFIG_PREFIXES) or (read is not None and key in read.read):
             continue
         op, _, prop = str(key).partition(".")
+        # a key the application asked for but that was not given: a misspelling of it?
+        asked = [str(k) for k in (read.read if read is not None else ()) if k not in config]
+        close = did_you_mean(str(key), asked)
         if op in dag.operators and prop in properties_of(type(dag.operators[op].operator)):
             hint = f"; to set the property, use dt.operator.{op}.prop.{prop}"
+        elif close:
+            hint = f"{close} (a key the application reads)"
         else:
             hint = "; dt.operator.OP.prop.NAME sets a property, dt.attr.NAME an attribute"
         given = "did not read it" if read is not None and read.handed else "reads no config"

@@ -241,7 +241,9 @@ def load_application(
     except ApplicationError:
         raise
     except Exception as exc:
-        raise ApplicationError([f"{spec}: import failed: {type(exc).__name__}: {exc}"]) from exc
+        raise ApplicationError(
+            [f"{spec}: import failed{_where(exc)}: {type(exc).__name__}: {exc}"]
+        ) from exc
     handed: ReadConfig | None = None
     if found.json_doc is not None:
         dag = application_from_json(found.json_doc, name=name, source=spec, config=config)
@@ -257,7 +259,10 @@ def load_application(
             result = _call(found.obj, dag, handed)
         except Exception as exc:
             raise ApplicationError(
-                [f"{found.source}: building the DAG failed: {type(exc).__name__}: {exc}"],
+                [
+                    f"{found.source}: building the DAG failed{_where(exc)}: "
+                    f"{type(exc).__name__}: {exc}"
+                ],
                 name or found.name,
             ) from exc
         if isinstance(result, DAG):
@@ -269,3 +274,17 @@ def load_application(
         warnings.warn(unread, ConfigWarning, stacklevel=2)
     apply_config(dag, config)
     return dag
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at FILE:LINE)``: the last line of the application's own code in ``exc``'s
+    traceback (not malhar's, not the standard library's), or ``""``."""
+    import sysconfig
+    import traceback
+
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the malhar package
+    skipped = (own, sysconfig.get_paths()["stdlib"], "<frozen ")
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(skipped)
+    ]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""

@@ -83,6 +83,13 @@ class RunningApplication:
         self._listening = True  # the progress listener is registered with the session
 
     @property
+    def resumed_after(self) -> int:
+        """The last window the checkpoint had completed when this application launched
+        (-1: it started from nothing); the windows after it that Spark had begun are
+        replayed with the same ids and tuples."""
+        return self._first - 1
+
+    @property
     def last_window(self) -> int:
         """The largest completed window id (-1 before the first), from the window log.
 

@@ -1,7 +1,8 @@
 """An error port that no stream reads: its tuples are counted (metrics, the CLI's last line)
-and dropped, and the first one of each operator partition is logged with its reason (the
-row's ``error`` field; else only its field names, never the data), so that a wrong column
-name does not turn into empty output without a word."""
+and dropped, and the first one of each operator partition is logged, once per worker
+process, with its reason (the row's ``error`` field, as connectors emit it, or ``reason``,
+as the catalogue's and the windowed operators do; else only its field names, never the
+data), so that a wrong column name does not turn into empty output without a word."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ log = logging.getLogger("malhar.engine")
 
 #: characters of a reason shown in the log line
 SHOWN = 300
+#: the fields a reason is read from: connectors' rejected rows, then operators' error tuples
+REASON_FIELDS = ("error", "reason")
+#: (operator, port, partition) already logged by this process: a partition's emitters are
+#: built again for every task (window), and a worker process runs many of them
+_SAID: set[tuple[str, str, int]] = set()
 
 
 class FirstErrorLogged(Emitter):
@@ -26,7 +32,7 @@ class FirstErrorLogged(Emitter):
 
     def __init__(self, operator: str, port: str, partition: int) -> None:
         self.operator, self.port, self.partition = operator, port, partition
-        self.said = False
+        self.said = (operator, port, partition) in _SAID
 
     def tuple(self, value: Any) -> None:
         if not self.said:
@@ -41,7 +47,10 @@ class FirstErrorLogged(Emitter):
 
     def _say(self, value: Any) -> None:
         self.said = True
-        reason = value.get("error") if isinstance(value, dict) else None
+        _SAID.add((self.operator, self.port, self.partition))
+        reason = None
+        if isinstance(value, dict):
+            reason = next((value[f] for f in REASON_FIELDS if value.get(f) is not None), None)
         if reason is not None:
             shown = str(reason)
         elif isinstance(value, dict):  # the data itself stays out of the logs

@@ -193,6 +193,25 @@ def test_an_unread_error_port_logs_the_reason_or_only_the_field_names(caplog: An
     assert "4111" not in said[1]
 
 
+def test_an_unread_error_port_of_an_operator_logs_its_reason_once_per_process(
+    caplog: Any,
+) -> None:
+    # the catalogue's and the windowed operators' error tuples carry "reason", not "error":
+    # only their field names were logged, and a partition's emitters are built again for
+    # every window, so the line came every window (walkthrough: 18 times, never the why)
+    from malhar.engine.unread_errors import FirstErrorLogged
+
+    with caplog.at_level("WARNING", logger="malhar.engine"):
+        for _window in range(3):
+            port = FirstErrorLogged("counts-once", "error", 1)
+            port.tuple({"tuple": {"user": "u1"}, "reason": "no field 'tss' in the tuple"})
+        FirstErrorLogged("counts-once", "error", 0).tuple({"tuple": 1, "reason": "other"})
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert said[0].endswith("the first: no field 'tss' in the tuple")
+    assert "partition 0" in said[1] and said[1].endswith("the first: other")
+
+
 class _Shown:
     """What ``Watch`` reads of a running application: its name, last window, metrics."""
 
