@@ -440,14 +440,13 @@ def run(
         check_master_reachable(master)  # also when this process has a session already
     except MasterUnreachable as exc:
         _fail(f"{dag.name}: not started", [str(exc)], scrub, 2)
-    if checkpoint and "://" not in checkpoint and os.path.exists(checkpoint):
-        if not os.path.isdir(checkpoint):  # said before Spark starts, naming the option
-            _fail(
-                f"{dag.name}: not started",
-                [f"--checkpoint {checkpoint} is a file: give a directory (or a new path)"],
-                scrub,
-                EXIT_INVALID,
-            )
+    if checkpoint and "://" not in checkpoint and os.path.isfile(checkpoint):
+        _fail(  # said before Spark starts, naming the option
+            f"{dag.name}: not started",
+            [f"--checkpoint {checkpoint} is a file: give a directory (or a new path)"],
+            scrub,
+            EXIT_INVALID,
+        )
     spark = malhar.build_session(
         master, app_name=f"malhar-{dag.name}", conf=spark_conf, log_level=log_level
     )
