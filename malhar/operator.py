@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +152,18 @@ class Operator(Configurable):
         A structure not named here is keyed by the stream key itself (the default).
         """
         return {}
+
+    def fields_read(self, port: str) -> Iterable[str]:
+        """The fields this operator reads by name from the tuples of its input ``port``
+        (a key, an event time, a value column), for ``DAG.validate()``: a stream into the
+        port whose schema is declared must have them. Default: none said."""
+        return ()
+
+    def schema_follows(self, port: str) -> str | None:
+        """The input port whose stream's schema this operator's untyped output ``port``
+        carries on unchanged (a pass-through such as ``WatermarkGenerator``), so that
+        ``DAG.validate()`` checks the fields read downstream against it; None: none."""
+        return None
 
     def preflight(self, label: str, timeout: float) -> str | None:
         """Check the external systems this operator reads or writes, from the driver, and

@@ -8,6 +8,7 @@ from malhar import attributes as A
 from malhar.errors import MalharError
 from malhar.properties import properties_of
 from malhar.schema import SchemaError, compatible
+from malhar.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from malhar.dag import DAG
@@ -42,6 +43,7 @@ def validate(dag: DAG) -> None:
         else:
             problems += _parallel_partitions(dag)
             problems += _single_partition(dag)
+            problems += _fields_read(dag)
     if problems:
         raise ValidationError(problems)
 
@@ -166,6 +168,58 @@ def _ports(dag: DAG) -> list[str]:
                 out.append(
                     f"stream {stream.name!r}: {stream.source} cannot feed {sink}: {why}; "
                     "make the port schemas agree"
+                )
+    return out
+
+
+def _fields_read(dag: DAG) -> list[str]:
+    """Every field an operator reads by name (``Operator.fields_read``) is in the schema
+    of the stream into that port: declared by the writing port, or carried through a
+    pass-through (``Operator.schema_follows``) from further up. An untyped stream is not
+    checked. Needs an acyclic DAG."""
+    into: dict[str, Any] = {}  # "op.port" -> the stream into it
+    for stream in dag.streams.values():
+        for sink in stream.sinks:
+            into[str(sink)] = stream
+
+    def schema_of(ref: Any) -> tuple[Any, str] | None:
+        """The schema a stream written by ``ref`` carries, and who declared it."""
+        meta = dag.operators.get(ref.operator)
+        port = meta.outputs.get(ref.port) if meta is not None else None
+        if port is None:
+            return None
+        try:
+            if port.schema is not None:
+                return port.schema, str(ref)
+        except SchemaError:
+            return None  # said by _ports
+        follows = meta.operator.schema_follows(ref.port)
+        upstream = into.get(f"{ref.operator}.{follows}") if follows else None
+        if upstream is None or upstream.source is None:
+            return None
+        return schema_of(upstream.source)
+
+    out = []
+    for stream in dag.streams.values():
+        if stream.source is None:
+            continue
+        found = schema_of(stream.source)
+        if found is None:
+            continue
+        schema, declared = found
+        names = schema.fieldNames()
+        for sink in stream.sinks:
+            meta = dag.operators.get(sink.operator)
+            if meta is None:
+                continue
+            missing = [f for f in meta.operator.fields_read(sink.port) if f not in names]
+            if missing:
+                via = "" if declared == str(stream.source) else f" (as declared by {declared})"
+                out.append(
+                    f"operator {sink.operator!r} reads the field(s) {missing} of its input "
+                    f"{sink.port!r}, which stream {stream.name!r} does not have: its fields are "
+                    f"{names}{via}; fix the operator's settings or the column names"
+                    + did_you_mean(missing[0], names)
                 )
     return out
 

@@ -510,3 +510,48 @@ def test_a_transactional_output_in_an_application_named_app_is_refused_by_valida
         dag("app").validate()  # an app.py run without --name
     dag("named").validate()
     dag(None).validate()
+
+
+def test_fields_a_windowed_operator_reads_must_be_in_a_typed_stream() -> None:
+    # a misspelled key or timestamp column passed validation and sent every tuple to the
+    # error port at run time (walkthrough: empty output, exit 0); checked through a
+    # WatermarkGenerator, whose untyped output carries its input's tuples
+    from malhar.window import KeyedWindowedOperator, TimeWindows, WatermarkGenerator
+    from malhar.window.accumulation import Count
+
+    class Clicks(ListInput):
+        output = OutputPort("user string, ts bigint")
+
+    def build(key: str, timestamp: str, generator_ts: str = "ts") -> DAG:
+        dag = DAG("fields")
+        src = dag.add_operator("src", Clicks([]))
+        marks = dag.add_operator("marks", WatermarkGenerator(timestamp=generator_ts))
+        count = dag.add_operator(
+            "count",
+            KeyedWindowedOperator(Count(), TimeWindows(60_000), key=key, timestamp=timestamp),
+        )
+        dag.add_stream("clicks", src.output, marks.input)
+        dag.add_stream("marked", marks.output, count.input)
+        dag.add_stream("counts", count.output, dag.add_operator("out", Collector()).input)
+        return dag
+
+    build("user", "ts").validate()
+    with pytest.raises(ValidationError) as info:
+        build("usr", "tss", generator_ts="time").validate()
+    text = str(info.value)
+    assert (
+        "operator 'marks' reads the field(s) ['time'] of its input 'input', which stream "
+        "'clicks' does not have: its fields are ['user', 'ts']"
+    ) in text
+    assert (
+        "operator 'count' reads the field(s) ['tss', 'usr'] of its input 'input', which stream "
+        "'marked' does not have: its fields are ['user', 'ts'] (as declared by src.output)"
+    ) in text
+    untyped = DAG("untyped")  # nothing declared: nothing to check
+    src = untyped.add_operator("src", ListInput([]))
+    count = untyped.add_operator(
+        "count", KeyedWindowedOperator(Count(), TimeWindows(60_000), key="usr", timestamp="t")
+    )
+    untyped.add_stream("s", src.output, count.input)
+    untyped.add_stream("o", count.output, untyped.add_operator("out", Collector()).input)
+    untyped.validate()

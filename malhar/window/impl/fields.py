@@ -45,6 +45,16 @@ def extractor(
     return spec
 
 
+def named_fields(*specs: Any) -> list[str]:
+    """The column names among extractor settings (a name, several names; a callable or
+    None names none), in order, without repeats: what ``fields_read`` reports."""
+    out: list[str] = []
+    for spec in specs:
+        names = [spec] if isinstance(spec, str) else spec if isinstance(spec, list | tuple) else []
+        out += [n for n in names if isinstance(n, str) and n not in out]
+    return out
+
+
 def _has(t: Any, name: str) -> bool:
     try:
         t[name]

@@ -15,7 +15,7 @@ from malhar.properties import Property
 from malhar.state import State
 from malhar.util.epoch_millis import epoch_millis
 from malhar.window.errors import BadTupleError, WindowConfigError
-from malhar.window.impl.fields import extractor, has_columns, tuple_millis
+from malhar.window.impl.fields import extractor, has_columns, named_fields, tuple_millis
 from malhar.window.impl.settings import check_extractor, check_millis
 from malhar.window.watermark import Watermark, WatermarkIdle
 from malhar.window.windows import MAX_TIMESTAMP, to_millis
@@ -84,6 +84,14 @@ class WatermarkGenerator(Operator):
 
     def __init__(self, **properties: Any) -> None:
         self.configure(**properties)
+
+    def fields_read(self, port: str) -> list[str]:
+        """The columns named by ``timestamp`` and ``split_by``."""
+        return named_fields(self.timestamp, self.split_by) if port == "input" else []
+
+    def schema_follows(self, port: str) -> str | None:
+        """Its output carries its input's tuples as they are."""
+        return "input" if port == "output" else None
 
     def setup(self, context: OperatorContext) -> None:
         if self.timestamp is None:

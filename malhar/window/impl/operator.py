@@ -15,7 +15,7 @@ from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
 from malhar.window.errors import BadTupleError, WindowError
 from malhar.window.impl.core import WindowedCore
-from malhar.window.impl.fields import columns_of, extractor, has_columns
+from malhar.window.impl.fields import columns_of, extractor, has_columns, named_fields
 from malhar.window.impl.settings import check_extractor
 from malhar.window.panes import WindowedTuple
 from malhar.window.protocol import Accumulation
@@ -135,6 +135,12 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
 
     def _who(self) -> str:
         return f"{type(self).__name__} {self._name!r}"
+
+    def fields_read(self, port: str) -> list[str]:
+        """The columns named by ``timestamp``, ``value`` (and ``key``; ``timestamp2``,
+        ``value2``, ``key2`` for ``input2``), checked against a typed stream by
+        ``DAG.validate()``."""
+        return _fields_of(self, port)
 
     def begin_window(self, window_id: int) -> None:
         self._core_begin(window_id)
@@ -268,6 +274,20 @@ class WindowedOperator(WindowedCore, Operator, CheckpointListener):
 
     def _batch_keys(self, port: int) -> list[str] | None:
         return []
+
+
+def _fields_of(op: Any, port: str) -> list[str]:
+    """The columns a windowed operator reads from ``port`` (see Operator.fields_read)."""
+    keyed = getattr(op, "keyed", False)
+    key = getattr(op, "key", None) if keyed else None
+    if port == "input2":
+        ts2, value2, key2 = op.timestamp2, op.value2, getattr(op, "key2", None)
+        return named_fields(
+            ts2 if ts2 is not None else op.timestamp,
+            value2 if value2 is not None else op.value,
+            (key2 if key2 is not None else key) if keyed else None,
+        )
+    return named_fields(op.timestamp, op.value, key) if port == "input" else []
 
 
 class KeyedWindowedOperator(WindowedOperator):
