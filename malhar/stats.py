@@ -27,7 +27,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -110,10 +110,14 @@ class OperatorStats:
             out.setdefault(w.partition, []).append(w)
         return out
 
-    def _rate(self, stats: Sequence[WindowStats], pick: str) -> float:
+    def _rate(
+        self, stats: Sequence[WindowStats], pick: str, exclude: Collection[str] = ()
+    ) -> float:
         if not stats:
             return 0.0
-        tuples = sum(sum(getattr(w, pick).values()) for w in stats)
+        tuples = sum(
+            sum(n for port, n in getattr(w, pick).items() if port not in exclude) for w in stats
+        )
         span = max(w.ended for w in stats) - min(w.started for w in stats)
         span = max(span, len({w.window for w in stats}) * self.window_ms / 1000)
         return tuples / span if span > 0 else 0.0
@@ -123,9 +127,13 @@ class OperatorStats:
         stats = self.windows if partition is None else self.by_partition().get(partition, [])
         return self._rate(stats, "tuples_in")
 
-    def tuples_out_per_second(self, partition: int | None = None) -> float:
+    def tuples_out_per_second(
+        self, partition: int | None = None, *, exclude: Collection[str] = ()
+    ) -> float:
+        """Tuples out per second over the reported windows (one partition, or all), on
+        every output port but those in ``exclude`` (e.g. the error ports)."""
         stats = self.windows if partition is None else self.by_partition().get(partition, [])
-        return self._rate(stats, "tuples_out")
+        return self._rate(stats, "tuples_out", exclude)
 
 
 @dataclass(frozen=True)
@@ -166,7 +174,10 @@ class OperatorMetrics:
         windows: Sequence[WindowStats],
         window_ms: float = 0.0,
         errors: int = 0,
+        error_ports: Collection[str] = (),
     ) -> OperatorMetrics:
+        """The row of ``operator`` from its recent windows; ``error_ports`` (port names)
+        count in ``errors``, not in ``tuples_out_per_second``."""
         stats = OperatorStats(operator, partitions, windows, window_ms)
         latest: dict[int, WindowStats] = {}
         custom: dict[str, float] = {}
@@ -180,7 +191,7 @@ class OperatorMetrics:
             operator=operator,
             partitions=partitions,
             tuples_in_per_second=stats.tuples_in_per_second(),
-            tuples_out_per_second=stats.tuples_out_per_second(),
+            tuples_out_per_second=stats.tuples_out_per_second(exclude=error_ports),
             window_ms=sum(w.process_ms for w in windows) / len(windows) if windows else 0.0,
             backlog=sum(backlogs) if backlogs else None,
             last_window=max((w.window for w in windows), default=-1),

@@ -161,8 +161,9 @@ class ProgressListener(StreamingQueryListener):
             if windows:
                 newest = max(w.window for w in windows)
                 windows = [w for w in windows if w.window > newest - last_windows]
+            own = [ref.split(".", 1)[1] for ref in self.ports if ref.split(".", 1)[0] == op]
             out[op] = OperatorMetrics.of(
-                op, self.partitions[op], windows, self.window_ms, errors.get(op, 0)
+                op, self.partitions[op], windows, self.window_ms, errors.get(op, 0), own
             )
         return out
 

@@ -92,6 +92,22 @@ def test_window_stats_rates_and_json_round_trip() -> None:
     assert row.window_ms == pytest.approx(500) and row.metrics == {"seen": 20.0}
 
 
+def test_out_per_second_leaves_the_error_ports_out() -> None:
+    # a parser sending every tuple to its error port showed them as output
+    w = [
+        WindowStats(i, 0, {"input": 10}, {"output": 4, "error": 6}, i * 1.0, i * 1.0 + 0.5)
+        for i in range(3)
+    ]
+    assert OperatorStats("parse", 1, w).tuples_out_per_second() == pytest.approx(30 / 2.5)
+    row = OperatorMetrics.of("parse", 1, w, errors=18, error_ports=["error"])
+    assert row.tuples_out_per_second == pytest.approx(12 / 2.5) and row.errors == 18
+    from malhar.engine.progress import ProgressListener
+
+    listener = ProgressListener("q", ["parse.error"], {"parse": 1})
+    listener.recent["parse"].extend(w)
+    assert listener.metrics()["parse"].tuples_out_per_second == pytest.approx(12 / 2.5)
+
+
 def test_operator_metrics_hook_through_the_harness() -> None:
     h = OperatorHarness(Counting())
     h.run_window([("input", 1), ("input", 2)])
