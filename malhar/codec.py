@@ -84,12 +84,14 @@ class KeyCodec(StreamCodec):
         import pyarrow.compute as pc
 
         self._check_columns(batch)
+        columns = [batch.column(c) for c in self.columns]
+        # a dictionary column is returned as it is by dictionary_encode, null indices and
+        # repeated values included: its values first
+        columns = [c.dictionary_decode() if pa.types.is_dictionary(c.type) else c for c in columns]
         try:
-            encoded = [
-                pc.dictionary_encode(batch.column(c), null_encoding="encode") for c in self.columns
-            ]
+            encoded = [pc.dictionary_encode(c, null_encoding="encode") for c in columns]
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # e.g. a list column
-            keys = zip(*(batch.column(c).to_pylist() for c in self.columns), strict=True)
+            keys = zip(*(c.to_pylist() for c in columns), strict=True)
             return np.fromiter(
                 (zlib.crc32(repr(k).encode()) for k in keys), dtype=np.int64, count=batch.num_rows
             )

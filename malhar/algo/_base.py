@@ -64,10 +64,23 @@ class AlgoOperator(Operator):
 
     #: ``malhar info`` / docs: how the class partitions, in one line
     PARTITIONING: ClassVar[str] = "stateless"
+    #: input port -> the properties that name fields of its tuples (:meth:`fields_read`)
+    FIELDS_READ: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def partitioning(self) -> Partitioning:
         """How this configured instance partitions."""
         return Partitioning(self.PARTITIONING.split()[0])
+
+    def fields_read(self, port: str) -> list[str]:
+        """The field names set in the properties :attr:`FIELDS_READ` lists for ``port``
+        (a position in a tuple or None names no field)."""
+        out: list[str] = []
+        for prop in self.FIELDS_READ.get(port, ()):
+            value = getattr(self, prop, None)
+            for name in value if isinstance(value, list | tuple) else [value]:
+                if isinstance(name, str) and name not in out:
+                    out.append(name)
+        return out
 
     def _error(self, value: Any, reason: str) -> None:
         """Send a bad tuple to the ``error`` port: ``{"tuple": value, "reason": reason}``."""

@@ -83,6 +83,8 @@ class _Dedup(TypedOutputs, AlgoOperator):
     duplicate = OutputPort()
     error = OutputPort(error=True)
 
+    FIELDS_READ = {"input": ("key",)}
+
     key = Property(
         FIELD_TYPES, default=None, doc="the field that identifies a tuple; None: the tuple"
     )
@@ -222,6 +224,8 @@ class TimeBasedDedup(_Dedup):
     """
 
     expired = OutputPort()
+
+    FIELDS_READ = {"input": ("key", "time")}
 
     time = Property(FIELD_TYPES, default=None, not_null=True, doc="the event-time field")
     expire_after = Property(int, default=3_600_000, min=1, doc="ms a key is remembered")

@@ -80,6 +80,8 @@ class Distinct(AlgoOperator):
     distinct = OutputPort(unifier=DistinctUnifier)
     error = OutputPort(error=True)
 
+    FIELDS_READ = {"data": ("field",)}
+
     field = Property(FIELD_TYPES, default=None, doc="the field whose values are distinct")
 
     #: value bytes -> value, of the open application window
@@ -152,6 +154,8 @@ class UniqueValueCount(KeyValueOperator):
     count = OutputPort()
     error = OutputPort(error=True)
 
+    FIELDS_READ = {"data": ("key", "value")}
+
     key = Property(FIELD_TYPES, default=0, doc="key field")
     value = Property(FIELD_TYPES, default=1, doc="value field")
     key_name = Property(str, default=None, pattern=_NAME, doc="key field of the output")
@@ -211,6 +215,8 @@ class FilterValues(TypedOutputs, AlgoOperator):
 
     values = Property(list, default=[], doc="the values that pass")
     inverse = Property(bool, default=False, doc="pass the values not in the list instead")
+    FIELDS_READ = {"data": ("field",)}
+
     field = Property(FIELD_TYPES, default=None, doc="the field compared; None: the tuple")
     schema = SchemaProperty("filter", doc="Spark DDL of the output (types the filter port)")
 
@@ -352,6 +358,8 @@ class InvertIndex(KeyValueOperator):
     index = OutputPort()
     error = OutputPort(error=True)
 
+    FIELDS_READ = {"data": ("key", "value")}
+
     key = Property(FIELD_TYPES, default=0, doc="the key field")
     value = Property(FIELD_TYPES, default=1, doc="the value field (a list: each element)")
     value_name = Property(str, default="value", pattern=_NAME, doc="value field of the output")
@@ -414,6 +422,8 @@ class Sampler(TypedOutputs, AlgoOperator):
     error = OutputPort(error=True)
 
     rate = Property((int, float), default=0.1, min=0, max=1, doc="the share of tuples kept")
+    FIELDS_READ = {"data": ("field",)}
+
     field = Property(FIELD_TYPES, default=None, doc="the field hashed; None: the whole tuple")
     seed = Property(int, default=0, doc="another seed, another sample")
     schema = SchemaProperty("sample", doc="Spark DDL of the output (types the sample port)")

@@ -158,6 +158,8 @@ class Enricher(TypedOutputs, AlgoOperator):
     source = Property(
         (FileLookup, JdbcLookup), default=None, not_null=True, doc="where rows come from"
     )
+    FIELDS_READ = {"input": ("lookup_fields",)}
+
     lookup_fields = Property(list, default=None, not_null=True, doc="the tuple's key fields")
     store_fields = Property(
         list, default=None, doc="the source's key columns (default: lookup_fields)"

@@ -137,6 +137,14 @@ class _Join(TypedOutputs, AlgoOperator):
     def _rkey(self) -> str:
         return self.right_key or self.left_key
 
+    def fields_read(self, port: str) -> list[str]:
+        """The join key of ``port`` (``left``/``stream``: left_key, ``right``/``table``:
+        right_key or left_key) and its event-time field (StreamJoin)."""
+        left = port in ("left", "stream")
+        key = self.left_key if left else self._rkey
+        time = getattr(self, "left_time" if left else "right_time", None)
+        return [f for f in (key, time) if isinstance(f, str)]
+
     def _get(self, t: Any, key: str) -> Any:
         if not isinstance(t, dict):
             raise TypeError(f"expected a dict tuple, got {type(t).__name__}")

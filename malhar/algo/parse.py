@@ -48,6 +48,8 @@ class _Parser(TypedOutputs, AlgoOperator):
     error = OutputPort(error=True)
 
     schema = SchemaProperty("out", doc="Spark DDL of the parsed rows (types the out port)")
+    FIELDS_READ = {"input": ("field",)}
+
     field = Property(
         str, default=None, doc="the field holding the record (e.g. Kafka's value); None: the tuple"
     )

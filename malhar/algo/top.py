@@ -218,6 +218,8 @@ class TopN(AlgoOperator):
     error = OutputPort(error=True)
 
     n = Property(int, default=10, min=1, doc="how many tuples per group")
+    FIELDS_READ = {"data": ("order_by", "key")}
+
     order_by = Property(FIELD_TYPES, default=None, doc="ranking field; None: the tuple")
     key = Property(FIELD_TYPES, default=None, doc="group field; None: one global ranking")
     rank_name = Property(str, default="rank", pattern=_NAME, doc="the rank field of the output")
@@ -537,6 +539,8 @@ class MostFrequentKey(AlgoOperator):
     list = OutputPort()
     error = OutputPort(error=True)
 
+    FIELDS_READ = {"data": ("key",)}
+
     key = Property(FIELD_TYPES, default=None, doc="the field counted; None: the tuple itself")
 
     #: key bytes -> [key, count] of the open application window
@@ -662,6 +666,8 @@ class MergeSort(AlgoOperator):
     data = InputPort()
     sort = OutputPort()
     error = OutputPort(error=True)
+
+    FIELDS_READ = {"data": ("order_by",)}
 
     order_by = Property(FIELD_TYPES, default=None, doc="sort field; None: the tuple itself")
     descending = Property(bool, default=False, doc="largest first")

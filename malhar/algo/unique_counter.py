@@ -72,6 +72,8 @@ class UniqueCounter(Operator):
 
     key_name = Property(str, default="key", pattern=_NAME)
     count_name = Property(str, default="count", pattern=_NAME)
+    FIELDS_READ = {"data": ("key_column",)}
+
     key_column = Property(str, default=None, doc="column counted in Arrow batches; first if None")
     cumulative = Property(bool, default=False)
 

@@ -278,13 +278,19 @@ def load_application(
 
 def _where(exc: BaseException) -> str:
     """`` (at FILE:LINE)``: the last line of the application's own code in ``exc``'s
-    traceback (not malhar's, not the standard library's), or ``""``."""
+    traceback (a file of its own: not malhar's, not the standard library's or an installed
+    package's, not a compiled module's), or ``""``."""
     import sysconfig
     import traceback
 
+    paths = sysconfig.get_paths()
     own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the malhar package
-    skipped = (own, sysconfig.get_paths()["stdlib"], "<frozen ")
+    skipped = tuple(
+        os.path.join(p, "") for p in (own, paths["stdlib"], paths["purelib"], paths["platlib"])
+    )
     frames = [
-        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(skipped)
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if os.path.isabs(f.filename) and not f.filename.startswith(skipped)
     ]
     return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""

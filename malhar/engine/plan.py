@@ -148,7 +148,7 @@ def _fused_keyed_ports(
             keyed_by.setdefault(r.sink.operator, set()).add(repr(r.codec))
     out = []
     for source, sinks in local_edges.items():
-        up = source.split(".", 1)[0]
+        up = source.rsplit(".", 1)[0]
         for sink in sinks:
             meta = dag.operators[sink.operator]
             codec = declared_codecs(meta.operator).get(sink.port)

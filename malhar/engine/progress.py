@@ -125,7 +125,7 @@ class ProgressListener(StreamingQueryListener):
 
     def _total(self, counts: Mapping[str, int], sign: int) -> None:
         for ref, n in counts.items():
-            op = ref.split(".", 1)[0]
+            op = ref.rsplit(".", 1)[0]
             self.error_totals[op] = self.error_totals.get(op, 0) + sign * n
 
     def seed_totals(self, earlier: ProgressListener) -> None:
@@ -161,7 +161,7 @@ class ProgressListener(StreamingQueryListener):
             if windows:
                 newest = max(w.window for w in windows)
                 windows = [w for w in windows if w.window > newest - last_windows]
-            own = [ref.split(".", 1)[1] for ref in self.ports if ref.split(".", 1)[0] == op]
+            own = [ref.rsplit(".", 1)[1] for ref in self.ports if ref.rsplit(".", 1)[0] == op]
             out[op] = OperatorMetrics.of(
                 op, self.partitions[op], windows, self.window_ms, errors.get(op, 0), own
             )

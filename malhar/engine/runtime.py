@@ -164,7 +164,8 @@ class PartitionRuntime:
                 if targets:
                     bound.emitter = targets[0] if len(targets) == 1 else FanOut(targets)
                 elif bound.port.error:
-                    bound.emitter = FirstErrorLogged(name, pname, self.partition)
+                    run = f"{self.plan.dag.name}@{self.plan.checkpoint}"
+                    bound.emitter = FirstErrorLogged(name, pname, self.partition, run)
         for rid, u in self.unifiers.items():
             route = self.plan.routes[rid]
             output = _bound_outputs(u)[0]
@@ -346,7 +347,7 @@ class PartitionRuntime:
     def _metrics(self, window: int) -> None:
         last = len(self.plan.levels)
         for mid, ref in enumerate(self.plan.error_ports):
-            op_name, port = ref.split(".", 1)
+            op_name, port = ref.rsplit(".", 1)
             if op_name in self.ops:
                 n = getattr(self.ops[op_name], port).count
                 nxt = self.group.level + 1

@@ -129,7 +129,7 @@ class UnifierStates:
             if ends in unified:
                 continue
             template = self._template[ends]
-            source = ends.split("->")[0].split(".")[0]
+            source = ends.split("->")[0].rsplit(".", 1)[0]
             if any(_unifier_holds(template, c) for c in copies.values()):
                 raise StateError(
                     f"the unifier of {ends} holds state that the new partitioning has no "

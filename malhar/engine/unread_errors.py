@@ -22,17 +22,20 @@ log = logging.getLogger("malhar.engine")
 SHOWN = 300
 #: the fields a reason is read from: connectors' rejected rows, then operators' error tuples
 REASON_FIELDS = ("error", "reason")
-#: (operator, port, partition) already logged by this process: a partition's emitters are
-#: built again for every task (window), and a worker process runs many of them
-_SAID: set[tuple[str, str, int]] = set()
+#: (run, operator, port, partition) already logged by this process: a partition's emitters
+#: are built again for every task (window), and a worker process runs many of them
+_SAID: set[tuple[str, str, str, int]] = set()
 
 
 class FirstErrorLogged(Emitter):
     """Drops what an unconnected error port emits; logs the first tuple (WARNING)."""
 
-    def __init__(self, operator: str, port: str, partition: int) -> None:
+    def __init__(self, operator: str, port: str, partition: int, run: str = "") -> None:
+        """``run``: what tells this application's run from others in the same process
+        (its name and checkpoint)."""
         self.operator, self.port, self.partition = operator, port, partition
-        self.said = (operator, port, partition) in _SAID
+        self._key = (run, operator, port, partition)
+        self.said = self._key in _SAID
 
     def tuple(self, value: Any) -> None:
         if not self.said:
@@ -47,7 +50,7 @@ class FirstErrorLogged(Emitter):
 
     def _say(self, value: Any) -> None:
         self.said = True
-        _SAID.add((self.operator, self.port, self.partition))
+        _SAID.add(self._key)
         reason = None
         if isinstance(value, dict):
             reason = next((value[f] for f in REASON_FIELDS if value.get(f) is not None), None)

@@ -106,6 +106,13 @@ def test_out_per_second_leaves_the_error_ports_out() -> None:
     listener = ProgressListener("q", ["parse.error"], {"parse": 1})
     listener.recent["parse"].extend(w)
     assert listener.metrics()["parse"].tuples_out_per_second == pytest.approx(12 / 2.5)
+    # an operator name may hold dots: the port is after the last one (review)
+    dotted = ProgressListener("q", ["parse.v2.error", "parse.error"], {"parse.v2": 1, "parse": 1})
+    dotted.recent["parse.v2"].extend(w)
+    dotted.add("q", {"window": 0, "parse.v2.error": 6, "parse.error": 1})
+    row = dotted.metrics()["parse.v2"]
+    assert row.tuples_out_per_second == pytest.approx(12 / 2.5) and row.errors == 6
+    assert dotted.metrics()["parse"].errors == 1
 
 
 def test_operator_metrics_hook_through_the_harness() -> None:
@@ -222,8 +229,11 @@ def test_an_unread_error_port_of_an_operator_logs_its_reason_once_per_process(
             port = FirstErrorLogged("counts-once", "error", 1)
             port.tuple({"tuple": {"user": "u1"}, "reason": "no field 'tss' in the tuple"})
         FirstErrorLogged("counts-once", "error", 0).tuple({"tuple": 1, "reason": "other"})
+        # another application (or checkpoint) in the same process says its own (review)
+        FirstErrorLogged("counts-once", "error", 0, "b@/ck").tuple({"reason": "its own"})
     said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 2, said
+    assert len(said) == 3, said
+    assert said[2].endswith("the first: its own")
     assert said[0].endswith("the first: no field 'tss' in the tuple")
     assert "partition 0" in said[1] and said[1].endswith("the first: other")
 

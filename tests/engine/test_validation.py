@@ -555,3 +555,45 @@ def test_fields_a_windowed_operator_reads_must_be_in_a_typed_stream() -> None:
     untyped.add_stream("s", src.output, count.input)
     untyped.add_stream("o", count.output, untyped.add_operator("out", Collector()).input)
     untyped.validate()
+
+
+def test_fields_the_catalogue_operators_read_must_be_in_a_typed_stream() -> None:
+    from malhar.algo import StreamJoin, TimeBasedDedup, TopN
+
+    class Orders(ListInput):
+        output = OutputPort("id bigint, ts bigint, amount double")
+
+    class Refunds(ListInput):
+        output = OutputPort("order_id bigint, ts bigint")
+
+    def problems(*operators: tuple[str, Any, str]) -> str:
+        dag = DAG("catalogue-fields")
+        orders = dag.add_operator("orders", Orders([]))
+        refunds = dag.add_operator("refunds", Refunds([]))
+        for name, op, port in operators:
+            meta = dag.add_operator(name, op)
+            if port == "join":
+                dag.add_stream(f"{name}-l", orders.output, meta.left)
+                dag.add_stream(f"{name}-r", refunds.output, meta.right)
+            else:
+                dag.add_stream(f"{name}-in", orders.output, getattr(meta, port))
+        try:
+            dag.validate()
+        except ValidationError as exc:
+            return str(exc)
+        return ""
+
+    assert not problems(
+        ("dedup", TimeBasedDedup(key="id", time="ts"), "input"),
+        ("top", TopN(n=3, order_by="amount"), "data"),
+        ("join", StreamJoin(left_key="id", right_key="order_id"), "join"),
+    )
+    text = problems(
+        ("dedup", TimeBasedDedup(key="idd", time="ts"), "input"),
+        ("top", TopN(n=3, order_by=1), "data"),  # a position names no field: not checked
+        ("join", StreamJoin(left_key="id"), "join"),  # right_key defaults to left_key
+    )
+    assert "operator 'dedup' reads the field(s) ['idd'] of its input 'input'" in text
+    assert "did you mean 'id'?" in text
+    assert "operator 'join' reads the field(s) ['id'] of its input 'right', which stream " in text
+    assert "'top'" not in text

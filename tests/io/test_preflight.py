@@ -205,3 +205,36 @@ def test_validate_connect_lists_what_it_found_and_exits_3_when_not_ready(
     assert pg.password not in bad.output
     plain = CliRunner().invoke(cli, ["validate", str(app)], catch_exceptions=False)
     assert plain.exit_code == 0 and "connections" not in plain.output
+
+
+# -- review: nothing created, the timeout holds, settings first ---------------------------------
+def test_a_sqlite_database_that_is_not_there_is_not_created(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'nowhere.db'}"
+    for operator in (
+        JdbcOutputOperator(url, table="t", key_columns=["k"]),
+        JdbcPollInputOperator(url, table="t", key_column="k"),
+    ):
+        check = _one(operator)
+        assert not check.ok and "the SQLite database" in check.problem, check
+        assert check.problem.startswith("operator 'op': "), check
+    assert not (tmp_path / "nowhere.db").exists()
+
+
+def test_an_hdfs_that_does_not_answer_is_a_problem_within_the_timeout() -> None:
+    address = f"webhdfs://127.0.0.1:{closed_port()}"
+    for operator in (
+        CsvFileInput(f"{address}/in"),
+        ParquetFileOutput(f"{address}/out", schema="x bigint"),
+    ):
+        began = time.monotonic()
+        check = _one(operator, timeout=2.0)
+        assert not check.ok and "did not answer after 1 attempts" in check.problem, check
+        assert time.monotonic() - began < 5
+
+
+def test_a_kafka_input_without_topics_says_so() -> None:
+    check = _one(KafkaTextInputOperator(bootstrap_servers="127.0.0.1:1"))
+    assert (
+        not check.ok
+        and check.problem == "operator 'op': property 'topics' must be set (it is required)"
+    )

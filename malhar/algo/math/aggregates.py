@@ -61,6 +61,8 @@ class _Aggregate(AlgoOperator):
     data = InputPort()
     error = OutputPort(error=True)
 
+    FIELDS_READ = {"data": ("key", "value")}
+
     key = Property(
         FIELD_TYPES, default=None, doc="key field (dict key or tuple index); None: global"
     )

@@ -40,6 +40,8 @@ _FLOAT_INTS = 2**53  # a float64 holds every int up to it
 class _Keyed(AlgoOperator):
     PARTITIONING: ClassVar[str] = "keyed by `key` (one partition when key is None)"
 
+    FIELDS_READ = {"data": ("key", "value"), "base": ("key", "value")}
+
     key = Property(FIELD_TYPES, default=None, doc="key field; None: the whole stream")
     value = Property(FIELD_TYPES, default=None, doc="value field; None: the tuple itself")
     key_name = Property(str, default=None, pattern=_NAME, doc="key field of the output")

@@ -90,6 +90,8 @@ class _Ratio(AlgoOperator):
     denominator = InputPort()
     error = OutputPort(error=True)
 
+    FIELDS_READ = {"numerator": ("key", "value"), "denominator": ("key", "value")}
+
     key = Property(FIELD_TYPES, default=None, doc="key field; None: global")
     value = Property(FIELD_TYPES, default=None, doc="value field; None: the tuple itself")
     key_name = Property(str, default=None, pattern=_NAME, doc="key field of the output")

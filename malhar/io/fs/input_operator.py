@@ -238,7 +238,7 @@ class FileInputOperator(
         from malhar.io.fs.preflight import check_input
 
         self.check_settings()
-        return check_input(self, label)
+        return check_input(self, label, timeout)
 
     def open(self, context: OperatorContext) -> None:
         self.check_settings()

@@ -62,7 +62,7 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
         from malhar.io.fs.preflight import check_output
 
         self.check_settings()
-        return check_output(self, label)
+        return check_output(self, label, timeout)
 
     def create_store(self, context: OperatorContext) -> FileStore:
         self.check_settings()

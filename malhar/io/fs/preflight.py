@@ -16,17 +16,25 @@ from malhar.io.fs.errors import FileConfigError, FileOutputConfigError
 from malhar.io.fs.paths import resolve
 from malhar.io.fs.scanner import DirectoryScanner
 from malhar.io.fs.settings import FileInputSettings, FileOutputSettings
-from malhar.util.fs import FileStatus, FileSystem, LocalFileSystem, StorageError
+from malhar.util.fs import (
+    FileStatus,
+    FileSystem,
+    HdfsFileSystem,
+    LocalFileSystem,
+    StorageError,
+    filesystem_for,
+)
 
 __all__ = ["check_input", "check_output"]
 
 
-def check_input(settings: FileInputSettings, label: str) -> str:
+def check_input(settings: FileInputSettings, label: str, timeout: float) -> str:
     """What the input's path holds now; none is not a problem (files may come later), an
     unreachable filesystem or a ``move_to`` that cannot be a directory is."""
     scanner = DirectoryScanner(
         settings.path, recursive=settings.recursive, pattern=settings.pattern
     )
+    scanner.fs, _ = _quick(settings.path, timeout)
     where = scanner.fs.describe(scanner.literal)
     scanner.quiet()  # the result below says it, not a log line
     try:
@@ -34,7 +42,7 @@ def check_input(settings: FileInputSettings, label: str) -> str:
     except StorageError as exc:
         raise FileConfigError(f"{label}: cannot list the input path {where}: {exc}") from None
     if settings.post_action == "move" and settings.move_to:
-        fs, path = resolve(settings.move_to)
+        fs, path = _quick(settings.move_to, timeout)
         _directory_or_creatable(fs, path, label, "move_to", FileConfigError)
     if not files:
         return f"{where}: no file to read yet (nothing is read until files come)"
@@ -42,12 +50,21 @@ def check_input(settings: FileInputSettings, label: str) -> str:
     return f"{where}: {len(files)} file(s) to read now, {size:,} bytes"
 
 
-def check_output(settings: FileOutputSettings, label: str) -> str:
+def check_output(settings: FileOutputSettings, label: str, timeout: float) -> str:
     """The output's path is a directory, or a path that can be created as one."""
-    fs, root = resolve(settings.path)
+    fs, root = _quick(settings.path, timeout)
     exists = _directory_or_creatable(fs, root, label, "the output path", FileOutputConfigError)
     where = fs.describe(root)
     return f"{where}: a directory" if exists else f"{where}: created at the first window"
+
+
+def _quick(url: str, timeout: float) -> tuple[FileSystem, str]:
+    """The filesystem of ``url`` for a check: an HDFS that does not answer within
+    ``timeout`` is the finding (one attempt), not something to wait out."""
+    fs, path = resolve(url)
+    if isinstance(fs, HdfsFileSystem):
+        fs, path = filesystem_for(url, retries=0, timeout=(timeout, timeout))
+    return fs, path
 
 
 def _directory_or_creatable(

@@ -95,8 +95,12 @@ class _Core(JdbcPollInputOperator):
         self._conn: Any = None
         self._raw = False
         self._cursor = None
-        self._retrying("connecting", self._connect)
-        self._setup_query()
+        try:
+            self._retrying("connecting", self._connect)
+            self._setup_query()
+        except BaseException:
+            self.close()  # the engine and its connection go with the failure
+            raise
         self._typed = None
 
     def nth_key(self, low: Any, high: Any, offset: int) -> Any:

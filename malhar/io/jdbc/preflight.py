@@ -9,12 +9,13 @@ launch.
 from __future__ import annotations
 
 import math
+import os
 from typing import TypeVar
 
 from malhar.io.base.output import RetryPolicy, WindowKey
 from malhar.io.jdbc.config import JdbcConnectionSettings, JdbcSettings
 from malhar.io.jdbc.connection import create_engine
-from malhar.io.jdbc.errors import JdbcConnectionError, db_message
+from malhar.io.jdbc.errors import JdbcConfigError, JdbcConnectionError, db_message
 from malhar.io.jdbc.poll_settings import JdbcPollSettings
 from malhar.io.jdbc.store import JdbcStore
 from malhar.properties import properties_of
@@ -31,7 +32,9 @@ def check_poll_input(settings: JdbcPollSettings, label: str, timeout: float) -> 
     """The source's columns and key (read from a query that returns no row)."""
     from malhar.io.jdbc.poll_source import _Core
 
-    core = _Core(_waiting(settings, JdbcPollSettings, timeout), label, retry=ONCE)
+    waiting = _waiting(settings, JdbcPollSettings, timeout)
+    _no_new_database(waiting, label)
+    core = _Core(waiting, label, retry=ONCE)
     try:
         names = list(core._names)
     finally:
@@ -42,6 +45,7 @@ def check_poll_input(settings: JdbcPollSettings, label: str, timeout: float) -> 
 def check_output(settings: JdbcSettings, label: str, timeout: float) -> str:
     """The target table and its columns (or the statement's target and binds)."""
     s = _waiting(settings, JdbcSettings, timeout)
+    _no_new_database(s, label)
     engine = create_engine(s)
     try:
         try:
@@ -51,13 +55,28 @@ def check_output(settings: JdbcSettings, label: str, timeout: float) -> str:
                 f"{label}: cannot connect to {s.redacted_url}: {db_message(exc)}"
             ) from None
         with conn:
-            info = JdbcStore(s, WindowKey("preflight", label, 0)).inspect(conn)
+            try:
+                info = JdbcStore(s, WindowKey("preflight", label, 0)).inspect(conn)
+            except JdbcConfigError as exc:
+                raise JdbcConfigError(f"{label}: {exc}") from None
     finally:
         engine.dispose()
     if s.statement:
         return f"{s.redacted_url}: statement into {info.target_id}, binds {list(info.binds)}"
     key = f", key {list(s.keys)} unique" if s.keys else ""
     return f"{s.redacted_url}: table {info.target_id}, columns {list(info.columns)}{key}"
+
+
+def _no_new_database(settings: JdbcConnectionSettings, label: str) -> None:
+    """A SQLite file that is not there would be created by the connection: say so."""
+    url = settings.sqlalchemy_url()
+    database = url.database or ""
+    on_disk = database not in ("", ":memory:") and not database.startswith("file:")
+    if url.get_backend_name() == "sqlite" and on_disk and not os.path.exists(database):
+        raise JdbcConfigError(
+            f"{label}: the SQLite database {database} does not exist (a connection would "
+            "create it empty): give the path of the database the application uses"
+        )
 
 
 def _waiting(settings: S, cls: type[S], timeout: float) -> S:

@@ -187,6 +187,9 @@ class KafkaInputOperator(DealtPositions, EventTimeInput, ReplayableInput[Ranges]
         """The topics and their partition counts (see :mod:`malhar.io.kafka.preflight`)."""
         from malhar.io.kafka.preflight import check_input
 
+        problems = self.property_problems()
+        if problems:
+            raise KafkaConfigError(f"{label}: " + "; ".join(problems))
         return check_input(self, self.group_id or "malhar-preflight", label, timeout)
 
     # -- ReplayableInput ---------------------------------------------------------------------
