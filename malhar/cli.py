@@ -524,6 +524,10 @@ def _run(
         except KeyboardInterrupt:
             click.echo(f"{dag.name}: interrupted again; stopping now")
             app.abort()
+            click.echo(
+                f"{dag.name}: not a clean stop (as after a crash): the next launch replays "
+                "the window in flight, and refuses other PARTITIONS until a run stops cleanly"
+            )
         except Exception as exc:
             _runtime_failure(dag.name, exc, scrub)
     last = app.last_window

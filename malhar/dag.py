@@ -99,9 +99,7 @@ class DAG:
     """
 
     def __init__(self, name: str | None = None, **attributes: Any) -> None:
-        #: the application's name; outputs key their exactly-once records by it, so keep it
-        #: stable across restarts. Without one, ``launch`` derives one from the checkpoint.
-        self.name = name or "app"
+        self._name = name or "app"
         self.operators: dict[str, OperatorMeta] = {}
         self.streams: dict[str, Stream] = {}
         self.attributes: dict[str, Any] = {}
@@ -110,6 +108,18 @@ class DAG:
         for key, value in attributes.items():
             self.set_attribute(key, value)
         self._problems: list[str] = []
+
+    @property
+    def name(self) -> str:
+        """The application's name; outputs key their exactly-once records by it, so keep it
+        stable across restarts. Without one, ``launch`` derives one from the checkpoint.
+        Setting it names the application (APPLICATION_NAME), as ``DAG(name)`` does."""
+        return self._name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
+        self.set_attribute(A.APPLICATION_NAME, value)
 
     @property
     def named(self) -> bool:
@@ -176,7 +186,7 @@ class DAG:
         attribute = A.lookup(A.APPLICATION, key, "application")
         self.attributes[attribute.name] = attribute.coerce(value)
         if attribute is A.APPLICATION_NAME:
-            self.name = value
+            self._name = value
 
     def set_operator_attribute(self, operator: str, key: A.Attribute | str, value: Any) -> None:
         """Set an operator attribute (``A.PARTITIONS`` or its name)."""

@@ -80,6 +80,9 @@ class OutputPort(Port):
             across partitions: an instance (configured), or a class built without
             arguments. ``Operator.get_unifier(port)`` may build it from the operator's
             properties instead.
+        warn_unread: when no stream reads the port, its first tuple per partition is
+            logged (WARNING) before being dropped, as an error port's: for tuples left
+            out of the main output (a dedup's ``expired``). Always on for error ports.
     """
 
     def __init__(
@@ -90,10 +93,14 @@ class OutputPort(Port):
         error: bool = False,
         control_aware: bool = False,
         unifier: Any = None,
+        warn_unread: bool = False,
     ) -> None:
         super().__init__(schema, optional=optional, control_aware=control_aware)
         self.error = error
         self.unifier = unifier
+        #: unconnected, its first tuple is logged (as an error port's) rather than dropped
+        #: without a word: for tuples the operator leaves out of its main output
+        self.warn_unread = warn_unread or error
 
     @overload
     def __get__(self, instance: None, owner: type) -> OutputPort: ...

@@ -176,8 +176,9 @@ Int, str and bytes keys are now kept as sorted runs per time bucket
 
 - A batch's membership test is a `searchsorted` over the bucket's runs, and its new keys
   are one new run, both in NumPy.
-- The runs are ordinary managed-state entries, so checkpoints, restore, expiry and
-  repartitioning stay exactly-once.
+- The runs are ordinary managed-state entries, so checkpoints, restore and expiry stay
+  exactly-once. (Neither dedup can change its partition count on a checkpoint: each
+  partition's horizon, or its oldest keys, cannot be split by key; see `cannot_repartition`.)
 - The 1M-row window with int ids now takes ~0.1 s to decide and ~0.05 s to checkpoint (it
   was ~2.2 s).
 - The per-tuple path got faster too (143k -> 250k rows/s).

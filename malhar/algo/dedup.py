@@ -223,7 +223,7 @@ class TimeBasedDedup(_Dedup):
         >>> h.teardown()
     """
 
-    expired = OutputPort()
+    expired = OutputPort(warn_unread=True)  # older than the horizon: not silently gone
 
     FIELDS_READ = {"input": ("key", "time")}
 

@@ -432,8 +432,10 @@ def _repartition_one(
     is_input = isinstance(meta.operator, InputOperator)
     if group.operators[0] != name:
         raise ConfigError(
-            f"operator {name!r} runs fused with {group.operators[0]!r} (PARALLEL_PARTITION): "
-            "repartition the first operator of the chain"
+            f"operator {name!r} runs fused with {group.operators[0]!r} (PARALLEL_PARTITION, "
+            "or the same partition count): repartition the first operator of the chain, or "
+            f"give {name!r} a PARTITIONS of its own at a launch after a clean stop (without "
+            "PARALLEL_PARTITION it then runs in a stage of its own)"
         )
     old_keys = (
         old_gen.operators[name].partition_keys() if name in old_gen.operators else None

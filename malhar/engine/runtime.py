@@ -163,9 +163,11 @@ class PartitionRuntime:
                 bound = getattr(op, pname)
                 if targets:
                     bound.emitter = targets[0] if len(targets) == 1 else FanOut(targets)
-                elif bound.port.error:
+                elif bound.port.warn_unread:
                     run = f"{self.plan.dag.name}@{self.plan.checkpoint}"
-                    bound.emitter = FirstErrorLogged(name, pname, self.partition, run)
+                    bound.emitter = FirstErrorLogged(
+                        name, pname, self.partition, run, error=bound.port.error
+                    )
         for rid, u in self.unifiers.items():
             route = self.plan.routes[rid]
             output = _bound_outputs(u)[0]

@@ -1,4 +1,5 @@
-"""An error port that no stream reads: its tuples are counted (metrics, the CLI's last line)
+"""An error port that no stream reads (or a port that says ``warn_unread``, such as a
+dedup's ``expired``): its tuples are counted (metrics, the CLI's last line; error ports)
 and dropped, and the first one of each operator partition is logged, once per worker
 process, with its reason (the row's ``error`` field, as connectors emit it, or ``reason``,
 as the catalogue's and the windowed operators do; else only its field names, never the
@@ -30,10 +31,14 @@ _SAID: set[tuple[str, str, str, int]] = set()
 class FirstErrorLogged(Emitter):
     """Drops what an unconnected error port emits; logs the first tuple (WARNING)."""
 
-    def __init__(self, operator: str, port: str, partition: int, run: str = "") -> None:
+    def __init__(
+        self, operator: str, port: str, partition: int, run: str = "", *, error: bool = True
+    ) -> None:
         """``run``: what tells this application's run from others in the same process
-        (its name and checkpoint)."""
+        (its name and checkpoint); ``error``: an error port (its tuples are counted),
+        else a port that says ``warn_unread``."""
         self.operator, self.port, self.partition = operator, port, partition
+        self.error = error
         self._key = (run, operator, port, partition)
         self.said = self._key in _SAID
 
@@ -63,12 +68,13 @@ class FirstErrorLogged(Emitter):
         if len(shown) > SHOWN:
             shown = shown[:SHOWN] + "..."
         log.warning(
-            "operator %r partition %d: a tuple went to its error port %r, which no stream "
-            "reads (counted in the metrics and dropped; add a stream from %s.%s to keep "
-            "them); the first: %s",
+            "operator %r partition %d: a tuple went to its %s %r, which no stream "
+            "reads (dropped%s; add a stream from %s.%s to keep them); the first: %s",
             self.operator,
             self.partition,
+            "error port" if self.error else "port",
             self.port,
+            ", counted in the metrics" if self.error else "",
             self.operator,
             self.port,
             shown,

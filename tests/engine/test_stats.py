@@ -283,3 +283,17 @@ def test_without_progress_a_log_gets_a_line_per_new_window_only(
     watch.update(app)
     watch.stop(app)
     assert capsys.readouterr().out == "clicks: window 5 complete\n"
+
+
+def test_a_dedups_unread_expired_port_says_what_it_drops(caplog: Any) -> None:
+    # late tuples vanished without a word when nothing read `expired` (walkthrough)
+    from malhar.algo import TimeBasedDedup
+    from malhar.engine.unread_errors import FirstErrorLogged
+
+    assert TimeBasedDedup.expired.warn_unread and not TimeBasedDedup.unique.warn_unread
+    assert TimeBasedDedup.error.warn_unread  # every error port
+    with caplog.at_level("WARNING", logger="malhar.engine"):
+        FirstErrorLogged("dedup-late", "expired", 0, "x@/ck", error=False).tuple({"id": 7, "ts": 1})
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "a tuple went to its port 'expired', which no stream reads (dropped; add" in said
+    assert said.endswith("the first: a row with the fields ['id', 'ts']")

@@ -597,3 +597,14 @@ def test_fields_the_catalogue_operators_read_must_be_in_a_typed_stream() -> None
     assert "did you mean 'id'?" in text
     assert "operator 'join' reads the field(s) ['id'] of its input 'right', which stream " in text
     assert "'top'" not in text
+
+
+def test_setting_the_name_names_the_application() -> None:
+    # an application that set dag.name in its populate function was still "unnamed", and
+    # its exactly-once outputs refused it (walkthrough)
+    dag = DAG()
+    assert dag.name == "app" and not dag.named
+    dag.name = "clicks"
+    assert dag.named and dag.attributes["APPLICATION_NAME"] == "clicks"
+    dag.set_attribute("APPLICATION_NAME", "orders")
+    assert dag.name == "orders"
