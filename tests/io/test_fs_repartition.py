@@ -200,6 +200,20 @@ def test_a_changed_partitions_attribute_between_runs_is_refused_with_the_way_to_
 
 
 # -- on Spark -----------------------------------------------------------------------------------
+def _read_to_the_end(app: Any, place: Place, checkpoint: str, sent: list[str]) -> None:
+    """Run ``app`` until every line is collected and every file deleted, stop it, and
+    check that each line was collected once."""
+    try:
+        run_until(
+            app,
+            lambda: len(_got(checkpoint)) >= len(sent) and not place.files("in"),
+            "every line read and every file deleted",
+        )
+    finally:
+        app.stop()
+    assert Counter(_got(checkpoint)) == Counter(sent)  # each line once
+
+
 @pytest.mark.slow
 def test_a_running_file_input_goes_from_one_to_three_to_two_partitions_exactly(
     spark: Any, tmp_path: Path
@@ -215,14 +229,10 @@ def test_a_running_file_input_goes_from_one_to_three_to_two_partitions_exactly(
         run_until(app, lambda: len(_got(checkpoint)) >= 200, "lines read by 3 partitions")
         assert app.repartition({"src": 2}).operators["src"].partitions == 2
         sent += _files(place, "fg", 60)
-        run_until(
-            app,
-            lambda: len(_got(checkpoint)) >= len(sent) and not place.files("in"),
-            "every line read and every file deleted",
-        )
-    finally:
+    except BaseException:
         app.stop()
-    assert Counter(_got(checkpoint)) == Counter(sent)  # each line once
+        raise
+    _read_to_the_end(app, place, checkpoint, sent)
 
 
 @pytest.mark.slow
@@ -248,15 +258,7 @@ def test_a_file_input_restarted_with_another_partitions_moves_its_positions(
         if more:
             sent += _files(place, more, 60)
     app = launch(_app(place.url("in"), 2), spark=spark, checkpoint=checkpoint, window_ms=100)
-    try:
-        run_until(
-            app,
-            lambda: len(_got(checkpoint)) >= len(sent) and not place.files("in"),
-            "every line read and every file deleted",
-        )
-    finally:
-        app.stop()
-    assert Counter(_got(checkpoint)) == Counter(sent)  # each line once
+    _read_to_the_end(app, place, checkpoint, sent)
     assert generations.load(checkpoint).counts["src"] == 2
 
 
