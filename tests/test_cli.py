@@ -803,7 +803,7 @@ def test_the_first_tuple_of_an_error_port_no_stream_reads_is_logged_with_its_rea
     assert done.returncode == 0, done.stdout + done.stderr
     said = (
         "operator 'picky' partition 0: a tuple went to its error port 'error', which no "
-        "stream reads (counted in the metrics and dropped; add a stream from picky.error "
+        "stream reads (dropped, counted in the metrics; add a stream from picky.error "
         "to keep them); the first: 1 is odd"
     )
     assert done.stderr.count(said) == 1, done.stderr  # once: not "3 is odd" too
