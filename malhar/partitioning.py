@@ -11,7 +11,8 @@ The partitioning guide's protocol (Apex's ``Partitioner``), in Python:
   ``repartition_required`` (or ``RunningApplication.repartition`` is called);
 - the new partition set takes over at the next window after the current one is
   checkpointed: keyed state moves to the partition that owns its key
-  (``malhar/engine/repartition.py``, ``docs/partitioning.md``).
+  (``malhar/engine/repartition.py``, ``malhar/engine/state_moves.py``,
+  ``docs/partitioning.md``).
 
 Built-ins: :class:`StatelessPartitioner` (a fixed count) and
 :class:`StatelessThroughputBasedPartitioner` (split a partition above a tuples/s

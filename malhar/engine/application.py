@@ -60,7 +60,7 @@ class RunningApplication:
     def start(self) -> None:
         """Start (or, after a repartitioning, start again) the application's query."""
         if self._first < 0:
-            from malhar.engine.repartition import reconcile
+            from malhar.engine.reconcile import reconcile
 
             # PARTITIONS changed since the checkpoint's last run: move the state first
             last = self.last_window

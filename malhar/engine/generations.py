@@ -66,7 +66,7 @@ class Generation:
     managed_roots: dict[str, str] = field(default_factory=dict)
     #: operator -> the partition count it last ran with from this checkpoint (every
     #: operator; written at launch). A launch whose DAG gives an operator outside
-    #: ``operators`` another count moves its state first (``repartition.reconcile``)
+    #: ``operators`` another count moves its state first (``malhar.engine.reconcile``)
     counts: dict[str, int] = field(default_factory=dict)
     #: operator -> the partition count its DAG declared at the last launch (its
     #: ``PARTITIONS``, or the count it follows): a launch that declares another one for an

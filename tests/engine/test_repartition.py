@@ -61,7 +61,7 @@ def _stats(rates: dict[int, float]) -> OperatorStats:
 
 def test_a_keyed_field_holding_a_key_in_two_partitions_is_refused() -> None:
     # the pooled dict kept one partition's value and dropped the other's without a word
-    from malhar.engine.repartition import _redistribute
+    from malhar.engine.state_moves import _redistribute
     from malhar.errors import StateError
 
     old = [KeyedRunningCount(), KeyedRunningCount()]

@@ -114,7 +114,7 @@ def test_a_stateless_operator_changes_its_count_between_runs(spark, tmp_path: Pa
 
 
 def test_a_static_count_the_manifest_overrides_is_said(tmp_path: Path, caplog) -> None:
-    from malhar.engine.repartition import reconcile
+    from malhar.engine.reconcile import reconcile
 
     checkpoint = str(tmp_path / "ckpt")
     # the state a running repartition left: 'count' on 4 partitions
@@ -142,7 +142,7 @@ def test_a_static_count_the_manifest_overrides_is_said(tmp_path: Path, caplog) -
 def test_counts_of_an_old_checkpoint_ignore_folders_of_an_earlier_larger_count(
     tmp_path: Path,
 ) -> None:
-    from malhar.engine.repartition import _counts_in_folders
+    from malhar.engine.reconcile import _counts_in_folders
     from malhar.util.fs.names import encode_segment
 
     # an old checkpoint ran 'count' with 8 partitions, later with 4: folders 4..7 stayed

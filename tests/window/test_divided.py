@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from malhar.control import ControlSender
-from malhar.engine.repartition import _redistribute
+from malhar.engine.state_moves import _redistribute
 from malhar.errors import StateError
 from malhar.operator import OperatorContext
 from malhar.partitioning import Partition, routing_table, spread
