@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,7 +165,9 @@ class Operator(Configurable):
         ``DAG.validate()`` checks the fields read downstream against it; None: none."""
         return None
 
-    def preflight(self, label: str, timeout: float) -> str | None:
+    def preflight(
+        self, label: str, timeout: float, inputs: Mapping[str, Sequence[str]] | None = None
+    ) -> str | None:
         """Check the external systems this operator reads or writes, from the driver, and
         change nothing in them (``malhar validate --connect``,
         :func:`malhar.check_connections`).
@@ -173,7 +175,10 @@ class Operator(Configurable):
         Return one line saying what was found (None: the operator touches no external
         system); raise a :class:`~malhar.errors.MalharError` saying what is wrong and how
         to fix it, starting with ``label`` (``operator 'name'``). Wait at most about
-        ``timeout`` seconds for a system that does not answer.
+        ``timeout`` seconds for a system that does not answer. ``inputs`` holds the field
+        names of each input port whose stream has a declared schema (an untyped stream is
+        not in it), for a check that compares them with the system (a table's columns);
+        an override may leave the parameter out.
         """
         return None
 

@@ -21,8 +21,10 @@ Example:
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from malhar.errors import MalharError
 
@@ -54,12 +56,20 @@ def check_connections(dag: DAG, timeout: float = DEFAULT_TIMEOUT_S) -> list[Conn
     ``timeout`` seconds for a system that does not answer, so a whole run takes at most
     about that per connector. Secret references (``${env:X}``, ``${file:...}``) are read
     here, in this process."""
+    from malhar.validation import typed_inputs
+
+    typed = typed_inputs(dag)
     out: list[ConnectionCheck] = []
     for name in dag.topological_order():
-        operator = dag.operators[name].operator
+        meta = dag.operators[name]
+        operator = meta.operator
         label = f"operator {name!r}"
+        inputs = {p: typed[f"{name}.{p}"][0] for p in meta.inputs if f"{name}.{p}" in typed}
         try:
-            found = operator.preflight(label, timeout)
+            if _takes_inputs(operator.preflight):
+                found = operator.preflight(label, timeout, inputs=inputs)
+            else:  # an override written without the parameter
+                found = operator.preflight(label, timeout)
         except MalharError as exc:
             out.append(ConnectionCheck(name, problem=str(exc)))
             continue
@@ -74,3 +84,12 @@ def check_connections(dag: DAG, timeout: float = DEFAULT_TIMEOUT_S) -> list[Conn
         if found is not None:
             out.append(ConnectionCheck(name, found=found))
     return out
+
+
+def _takes_inputs(check: Callable[..., Any]) -> bool:
+    """Whether a ``preflight`` (perhaps a user's override) has the ``inputs`` parameter."""
+    try:
+        parameters = inspect.signature(check).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "inputs" or p.kind is p.VAR_KEYWORD for p in parameters)

@@ -172,11 +172,11 @@ def _ports(dag: DAG) -> list[str]:
     return out
 
 
-def _fields_read(dag: DAG) -> list[str]:
-    """Every field an operator reads by name (``Operator.fields_read``) is in the schema
-    of the stream into that port: declared by the writing port, or carried through a
-    pass-through (``Operator.schema_follows``) from further up. An untyped stream is not
-    checked. Needs an acyclic DAG."""
+def typed_inputs(dag: DAG) -> dict[str, tuple[list[str], str]]:
+    """The field names of the stream into each input port (``"op.port"``) whose schema is
+    known, and the output port that declared it: the writing port's own schema, or one
+    carried through a pass-through (``Operator.schema_follows``) from further up. An
+    untyped stream is left out. Needs an acyclic DAG."""
     into: dict[str, Any] = {}  # "op.port" -> the stream into it
     for stream in dag.streams.values():
         for sink in stream.sinks:
@@ -199,19 +199,25 @@ def _fields_read(dag: DAG) -> list[str]:
             return None
         return schema_of(upstream.source)
 
+    out: dict[str, tuple[list[str], str]] = {}
+    for sink, stream in into.items():
+        found = schema_of(stream.source) if stream.source is not None else None
+        if found is not None:
+            out[sink] = (list(found[0].fieldNames()), found[1])
+    return out
+
+
+def _fields_read(dag: DAG) -> list[str]:
+    """Every field an operator reads by name (``Operator.fields_read``) is in the schema
+    of the stream into that port (:func:`typed_inputs`). Needs an acyclic DAG."""
+    typed = typed_inputs(dag)
     out = []
     for stream in dag.streams.values():
-        if stream.source is None:
-            continue
-        found = schema_of(stream.source)
-        if found is None:
-            continue
-        schema, declared = found
-        names = schema.fieldNames()
         for sink in stream.sinks:
             meta = dag.operators.get(sink.operator)
-            if meta is None:
+            if meta is None or str(sink) not in typed:
                 continue
+            names, declared = typed[str(sink)]
             missing = [f for f in meta.operator.fields_read(sink.port) if f not in names]
             if missing:
                 via = "" if declared == str(stream.source) else f" (as declared by {declared})"

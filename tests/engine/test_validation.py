@@ -599,6 +599,39 @@ def test_fields_the_catalogue_operators_read_must_be_in_a_typed_stream() -> None
     assert "'top'" not in text
 
 
+def test_fields_the_outputs_write_by_name_must_be_in_a_typed_stream() -> None:
+    # a misspelled key column of an output sent every row to its error port at run time
+    from malhar.io.fs import JsonLinesFileOutput
+    from malhar.io.jdbc import JdbcOutputOperator
+    from malhar.io.kafka import KafkaOutputOperator
+
+    class Counts(ListInput):
+        output = OutputPort("word string, n bigint, day string")
+
+    dag = DAG("output-fields")
+    src = dag.add_operator("counts", Counts([]))
+    outputs = {
+        "db": JdbcOutputOperator(
+            "sqlite:///never-opened.db", table="t", mode="upsert", key_columns="wrd"
+        ),
+        "topic": KafkaOutputOperator(
+            bootstrap_servers="b:9092", topic="t", key_column="word", value_column="count"
+        ),
+        "files": JsonLinesFileOutput(
+            path="/tmp/never-written", partition_by="date", schema="date string, n bigint"
+        ),
+    }
+    sinks = [dag.add_operator(name, op).input for name, op in outputs.items()]
+    dag.add_stream("s", src.output, *sinks)
+    with pytest.raises(ValidationError) as info:
+        dag.validate()
+    text = str(info.value)
+    assert "operator 'db' reads the field(s) ['wrd'] of its input 'input'" in text
+    assert "did you mean 'word'?" in text
+    assert "operator 'topic' reads the field(s) ['count']" in text  # the key is there
+    assert "operator 'files' reads the field(s) ['date']" in text
+
+
 def test_setting_the_name_names_the_application() -> None:
     # an application that set dag.name in its populate function was still "unnamed", and
     # its exactly-once outputs refused it (walkthrough)

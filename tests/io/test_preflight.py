@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from malhar import DAG
+from malhar import DAG, OutputPort
 from malhar.cli import EXIT_NOT_READY, cli
 from malhar.io.fs import CsvFileInput, ParquetFileOutput
 from malhar.io.jdbc import JdbcOutputOperator, JdbcPollInputOperator
 from malhar.io.kafka import KafkaOutputOperator, KafkaTextInputOperator
 from malhar.preflight import check_connections
+from malhar.testing.operators import ListInput
 from tests.io.conftest import kafka_unique
 from tests.io.fs_support import Place, place_fixture  # noqa: F401 - the fixture
 from tests.io.jdbc_support import new_table, run_sql, unique_name
@@ -127,6 +128,66 @@ def test_jdbc_output_checks_table_columns_and_key(postgres_service: Any) -> None
     assert not column.ok and "columns ['count'] not in table" in column.problem, column
     tables = run_sql(pg, "SELECT tablename FROM pg_tables WHERE tablename LIKE 'malhar%'")
     assert not [t for (t,) in tables if table in t]  # no meta table made for it
+
+
+def test_jdbc_output_compares_a_typed_stream_with_its_table(postgres_service: Any) -> None:
+    # a misspelled field upstream passed the check; the run then refused every row to an
+    # unread error port and exited 0 (walkthrough)
+    pg = postgres_service
+    table = new_table(pg, "pf_fields", "word text PRIMARY KEY, n bigint")
+
+    def check(ddl: str, **settings: Any) -> Any:
+        class Counts(ListInput):
+            output = OutputPort(ddl)
+
+        dag = DAG("preflight-fields")
+        src = dag.add_operator("counts", Counts([]))
+        out = dag.add_operator("db", JdbcOutputOperator(pg.sqlalchemy_url, **settings))
+        dag.add_stream("s", src.output, out.input)
+        checks = {c.operator: c for c in check_connections(dag, 5.0)}
+        assert set(checks) == {"db"}, checks
+        return checks["db"]
+
+    upsert = {"table": table, "mode": "upsert", "key_columns": ["word"]}
+    assert check("word string, n bigint", **upsert).ok
+    assert check("word string", **upsert).ok  # n is left to its default
+    bad = check("word string, count bigint", **upsert)
+    assert (
+        not bad.ok
+        and (
+            "the input stream's fields ['word', 'count'] include ['count'], which are not columns "
+            f"of public.{table} (its columns: ['word', 'n']): every row would be refused"
+        )
+        in bad.problem
+    ), bad
+    chosen = check("word string, count bigint", columns=["word"], **upsert)
+    assert chosen.ok, chosen  # columns says which fields are written
+    lacking = check("wrd string, n bigint", columns=["word", "n"], **upsert)
+    assert not lacking.ok and "columns ['word'] are not among the input stream's fields" in (
+        lacking.problem
+    ), lacking
+    binds = check(
+        "word string, count bigint",
+        statement=f"INSERT INTO {table} (word, n) VALUES (:word, :n)",
+    )
+    assert not binds.ok and "the statement binds ['n'], which the input stream's fields" in (
+        binds.problem
+    ), binds
+
+
+def test_a_preflight_override_without_inputs_is_still_called() -> None:
+    from malhar import Operator
+
+    class Old(Operator):  # written before preflight had the inputs parameter
+        def preflight(self, label: str, timeout: float) -> str:
+            return f"{label} checked within {timeout}"
+
+    class New(Operator):
+        def preflight(self, label: str, timeout: float, **context: Any) -> str:
+            return f"{label} got {sorted(context)}"
+
+    assert _one(Old()).found == "operator 'op' checked within 5.0"
+    assert _one(New()).found == "operator 'op' got ['inputs']"
 
 
 def test_jdbc_poll_input_checks_source_and_key(postgres_service: Any) -> None:

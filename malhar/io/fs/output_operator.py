@@ -64,6 +64,10 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
         self.check_settings()
         return check_output(self, label, timeout)
 
+    def fields_read(self, port: str) -> list[str]:
+        """The ``partition_by`` columns: a typed stream must have them."""
+        return list(self.partition_columns) if port == "input" else []
+
     def create_store(self, context: OperatorContext) -> FileStore:
         self.check_settings()
         return FileStore(

@@ -5,6 +5,7 @@ and ``JdbcPOJOInsertOutputOperator``, with upsert and merge-add modes), on
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -68,12 +69,21 @@ class JdbcOutputOperator(TransactionalOutputOperator, JdbcSettings):
         """This operator's configuration as the plain :class:`JdbcSettings` its store takes."""
         return self.settings_of(JdbcSettings)
 
-    def preflight(self, label: str, timeout: float) -> str:
-        """The table and its columns (see :mod:`malhar.io.jdbc.preflight`)."""
+    def preflight(
+        self, label: str, timeout: float, inputs: Mapping[str, Sequence[str]] | None = None
+    ) -> str:
+        """The table and its columns, and that a typed input's rows fit them (see
+        :mod:`malhar.io.jdbc.preflight`)."""
         from malhar.io.jdbc.preflight import check_output
 
         self.check_settings()
-        return check_output(self.settings(), label, timeout)
+        return check_output(self.settings(), label, timeout, (inputs or {}).get("input"))
+
+    def fields_read(self, port: str) -> list[str]:
+        """The conflict key and the configured ``columns``: a typed stream must have them."""
+        if port != "input":
+            return []
+        return list(dict.fromkeys([*self.keys, *self.column_names]))
 
     # -- TransactionalOutputOperator --------------------------------------------------------
     def create_store(self, context: OperatorContext) -> JdbcStore:

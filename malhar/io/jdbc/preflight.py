@@ -2,7 +2,8 @@
 connection with the connector's URL and credentials, waiting at most the check's timeout;
 the poll input's table or query answers with its key column and the port's fields, the
 output's table has the configured columns and a unique constraint on its key (or a
-statement compiles against the database). Nothing is created: the meta tables come at
+statement compiles against the database), and a typed input stream's rows could be written
+there (its fields are columns; the key, the configured columns and the binds are fields). Nothing is created: the meta tables come at
 launch.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from typing import TypeVar
 
 from malhar.io.base.output import RetryPolicy, WindowKey
@@ -17,8 +19,9 @@ from malhar.io.jdbc.config import JdbcConnectionSettings, JdbcSettings
 from malhar.io.jdbc.connection import create_engine
 from malhar.io.jdbc.errors import JdbcConfigError, JdbcConnectionError, db_message
 from malhar.io.jdbc.poll_settings import JdbcPollSettings
-from malhar.io.jdbc.store import JdbcStore
+from malhar.io.jdbc.store import JdbcStore, TargetInfo
 from malhar.properties import properties_of
+from malhar.suggest import did_you_mean
 
 __all__ = ["check_output", "check_poll_input"]
 
@@ -42,8 +45,11 @@ def check_poll_input(settings: JdbcPollSettings, label: str, timeout: float) -> 
     return f"{settings.source}: columns {names}, key {settings.key_column!r}"
 
 
-def check_output(settings: JdbcSettings, label: str, timeout: float) -> str:
-    """The target table and its columns (or the statement's target and binds)."""
+def check_output(
+    settings: JdbcSettings, label: str, timeout: float, fields: Sequence[str] | None = None
+) -> str:
+    """The target table and its columns (or the statement's target and binds); with the
+    ``fields`` of a typed input stream, that its rows can be written at all."""
     s = _waiting(settings, JdbcSettings, timeout)
     _no_new_database(s, label)
     engine = create_engine(s)
@@ -61,10 +67,52 @@ def check_output(settings: JdbcSettings, label: str, timeout: float) -> str:
                 raise JdbcConfigError(f"{label}: {exc}") from None
     finally:
         engine.dispose()
+    if fields is not None:
+        problems = _unwritable(s, info, list(fields))
+        if problems:
+            raise JdbcConfigError(f"{label}: " + "; ".join(problems))
     if s.statement:
         return f"{s.redacted_url}: statement into {info.target_id}, binds {list(info.binds)}"
     key = f", key {list(s.keys)} unique" if s.keys else ""
     return f"{s.redacted_url}: table {info.target_id}, columns {list(info.columns)}{key}"
+
+
+def _unwritable(s: JdbcSettings, info: TargetInfo, fields: list[str]) -> list[str]:
+    """Why no row of a stream with these fields could be written (each would go to the
+    error port): a field that is not a column, a key or bind it lacks, a configured
+    column it never carries."""
+    stream = f"the input stream's fields {fields}"
+    out = []
+    if s.statement:
+        lacking = [b for b in info.binds if b not in fields]
+        if lacking:
+            out.append(
+                f"the statement binds {lacking}, which {stream} lack: every row would be "
+                "refused; rename the binds or the fields" + did_you_mean(lacking[0], fields)
+            )
+        return out
+    if s.column_names:
+        lacking = [c for c in s.column_names if c not in fields]
+        if lacking:
+            out.append(
+                f"columns {lacking} are not among {stream}: rename them in columns or "
+                "upstream" + did_you_mean(lacking[0], fields)
+            )
+        return out
+    unknown = [f for f in fields if f not in info.columns]
+    if unknown:
+        out.append(
+            f"{stream} include {unknown}, which are not columns of {info.target_id} (its "
+            f"columns: {list(info.columns)}): every row would be refused; rename them "
+            "upstream, or set columns to the ones to write" + did_you_mean(unknown[0], info.columns)
+        )
+    lacking = [k for k in s.keys if k not in fields]
+    if lacking:
+        out.append(
+            f"key_columns {lacking} are not among {stream}: every row would be refused"
+            + did_you_mean(lacking[0], fields)
+        )
+    return out
 
 
 def _no_new_database(settings: JdbcConnectionSettings, label: str) -> None:

@@ -81,6 +81,14 @@ class KafkaOutputOperator(TransactionalOutputOperator, KafkaOutputSettings):
         self.check_settings()
         return check_output(self, label, timeout)
 
+    def fields_read(self, port: str) -> list[str]:
+        """The key, value and partition columns: a typed stream must have them."""
+        if port != "input":
+            return []
+        partition = self.partition_column if self.partitioner != "key" else None
+        named = (self.key_column, self.value_source, partition)
+        return list(dict.fromkeys(c for c in named if c))
+
     def create_store(self, context: OperatorContext) -> KafkaOutputStore:
         key = WindowKey(context.application, context.name, context.partition)
         rejected = (
