@@ -265,12 +265,11 @@ def _leads_as_input(dag: DAG, plan: Plan, name: str) -> bool:
     group = plan.groups[plan.group_of[name]]
     if not isinstance(operator, InputOperator) or group.operators[0] != name:
         return False
-    if isinstance(operator, Partitioner):
-        return True
-    why = operator.cannot_repartition()
+    why = operator.cannot_repartition()  # asked of a Partitioner too: it may say no
     if why:
         raise ConfigError(f"{type(operator).__name__} cannot be repartitioned: {why}")
-    return False  # an input without positions: its snapshots stay by partition number
+    # an input without positions keeps its snapshots by partition number
+    return isinstance(operator, Partitioner)
 
 
 def _moved_by_count(

@@ -139,6 +139,35 @@ def test_a_static_count_the_manifest_overrides_is_said(tmp_path: Path, caplog) -
     )
 
 
+def test_an_input_partitioner_that_says_it_cannot_repartition_is_refused(tmp_path: Path) -> None:
+    # a Partitioner input was dealt at launch without asking it (review)
+    from malhar.engine.reconcile import _leads_as_input
+    from malhar.engine.repartition import planned
+    from malhar.errors import ConfigError
+
+    class Dealt(RatedKeys):
+        reason: str | None = None
+
+        def define_partitions(self, existing: list, context: Any) -> list:
+            return existing
+
+        def partitioned(self, partitions: dict) -> None:
+            pass
+
+        def cannot_repartition(self) -> str | None:
+            return self.reason
+
+    dag = DAG("dealt")
+    source = Dealt()
+    src = dag.add_operator("src", source, PARTITIONS=2)
+    dag.add_stream("items", src.output, dag.add_operator("out", Collector()).input)
+    plan = planned(dag, str(tmp_path / "ck"), generations.Generation())
+    assert _leads_as_input(dag, plan, "src")
+    source.reason = "its positions are tied to the partition numbers"
+    with pytest.raises(ConfigError, match="Dealt cannot be repartitioned: its positions are tied"):
+        _leads_as_input(dag, plan, "src")
+
+
 def test_counts_of_an_old_checkpoint_ignore_folders_of_an_earlier_larger_count(
     tmp_path: Path,
 ) -> None:
