@@ -160,6 +160,11 @@ def test_jdbc_output_compares_a_typed_stream_with_its_table(postgres_service: An
         )
         in bad.problem
     ), bad
+    key = check("wrd string, n bigint", **upsert)
+    assert not key.ok and "key_columns ['word'] are not among the input stream's fields" in (
+        key.problem
+    ), key
+    assert "did you mean 'wrd'?" in key.problem
     chosen = check("word string, count bigint", columns=["word"], **upsert)
     assert chosen.ok, chosen  # columns says which fields are written
     lacking = check("wrd string, n bigint", columns=["word", "n"], **upsert)
@@ -170,8 +175,9 @@ def test_jdbc_output_compares_a_typed_stream_with_its_table(postgres_service: An
         "word string, count bigint",
         statement=f"INSERT INTO {table} (word, n) VALUES (:word, :n)",
     )
-    assert not binds.ok and "the statement binds ['n'], which the input stream's fields" in (
-        binds.problem
+    assert (
+        not binds.ok
+        and "the statement's binds ['n'] are not among the input stream's fields" in (binds.problem)
     ), binds
 
 

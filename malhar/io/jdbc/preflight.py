@@ -82,23 +82,18 @@ def _unwritable(s: JdbcSettings, info: TargetInfo, fields: list[str]) -> list[st
     error port): a field that is not a column, a key or bind it lacks, a configured
     column it never carries."""
     stream = f"the input stream's fields {fields}"
-    out = []
+
+    def lacking(what: str, names: Sequence[str], fix: str) -> list[str]:
+        gone = [n for n in names if n not in fields]
+        if not gone:
+            return []
+        return [f"{what} {gone} are not among {stream}: {fix}" + did_you_mean(gone[0], fields)]
+
     if s.statement:
-        lacking = [b for b in info.binds if b not in fields]
-        if lacking:
-            out.append(
-                f"the statement binds {lacking}, which {stream} lack: every row would be "
-                "refused; rename the binds or the fields" + did_you_mean(lacking[0], fields)
-            )
-        return out
+        return lacking("the statement's binds", info.binds, "every row would be refused")
     if s.column_names:
-        lacking = [c for c in s.column_names if c not in fields]
-        if lacking:
-            out.append(
-                f"columns {lacking} are not among {stream}: rename them in columns or "
-                "upstream" + did_you_mean(lacking[0], fields)
-            )
-        return out
+        return lacking("columns", s.column_names, "rename them in columns or upstream")
+    out = []
     unknown = [f for f in fields if f not in info.columns]
     if unknown:
         out.append(
@@ -106,13 +101,7 @@ def _unwritable(s: JdbcSettings, info: TargetInfo, fields: list[str]) -> list[st
             f"columns: {list(info.columns)}): every row would be refused; rename them "
             "upstream, or set columns to the ones to write" + did_you_mean(unknown[0], info.columns)
         )
-    lacking = [k for k in s.keys if k not in fields]
-    if lacking:
-        out.append(
-            f"key_columns {lacking} are not among {stream}: every row would be refused"
-            + did_you_mean(lacking[0], fields)
-        )
-    return out
+    return out + lacking("key_columns", s.keys, "every row would be refused")
 
 
 def _no_new_database(settings: JdbcConnectionSettings, label: str) -> None:
