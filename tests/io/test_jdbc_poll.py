@@ -259,6 +259,44 @@ def test_rows_committed_late_are_read_with_the_commit_lag_and_counted_without(
     assert got == [1, 2] and late == 0.0
 
 
+@pytest.mark.integration
+def test_a_transaction_still_open_when_its_range_is_committed_is_reported_later(
+    postgres_service: Any, tmp_path: Path, caplog: Any
+) -> None:
+    # the range was counted again a moment after the read, while the slow transaction was
+    # still open: its row was lost without a word (walkthrough, 5 s transactions)
+    pg = postgres_service
+    table = _orders(pg, 0)
+    op = JdbcPollInputOperator(
+        pg.sqlalchemy_url, table=table, key_column="id", poll_interval_ms=0,
+        late_rows_recheck_ms=300,
+    )  # fmt: skip
+    h = _harness(op, tmp_path / "ck")
+    h.setup()
+    slow = pg.connect()
+    with slow.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} (item, qty) VALUES ('slow', 1)")
+    _insert(pg, table, 1, start=7)
+    assert _ids(kafka_run_window(h, 0)) == [2]
+    h.committed(0)
+    assert op.metrics().get("late_rows", 0.0) == 0.0  # still open: nothing to count yet
+    slow.commit()
+    slow.close()
+    late, window, deadline = 0.0, 1, time.monotonic() + 20
+    with caplog.at_level("WARNING", logger="malhar.io.jdbc.poll"):
+        while late == 0.0 and time.monotonic() < deadline:  # due 300 ms after the commit
+            kafka_run_window(h, window)
+            h.committed(window)
+            late = op.metrics().get("late_rows", 0.0)
+            window += 1
+    h.teardown()
+    assert late == 1.0
+    said = [r.getMessage() for r in caplog.records if "were committed" in r.getMessage()]
+    assert (
+        said and "1 row(s) were committed with id in (-∞, 2] more than 300 ms after" in (said[0])
+    ), said
+
+
 # -- types, errors ---------------------------------------------------------------------------------
 class TypedPoll(JdbcPollInputOperator):
     output = OutputPort("id bigint, amount decimal(6,2), note string")

@@ -29,8 +29,11 @@ the table ``commit_lag_ms`` ago (the partition looks at ``max(key)`` at every po
 the observations), so any transaction shorter than ``commit_lag_ms`` has committed its rows
 before their range is read. With the default 0, rows must be committed in key order (one
 writer, or keys assigned at commit). When windows are committed, their ranges are counted
-again (``check_late_rows``): rows that arrived in a range after it was read are reported (a
-warning and the metric ``late_rows``): raise ``commit_lag_ms``.
+again (``check_late_rows``), and once more ``late_rows_recheck_ms`` later (a transaction
+longer than ``commit_lag_ms`` may still be open when the window is committed, a fraction of
+a second after the read): rows that arrived in a range after it was read are reported (a
+warning and the metric ``late_rows``): raise ``commit_lag_ms``. The second count is kept in
+memory only: a partition that restarts in between does not make it.
 
 **Event time.** A backfill partition (not the last, polling one) whose range is read to
 its end never reads again: from the first window in which it reads nothing and has nothing
@@ -219,6 +222,8 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
         self._last_poll = -1e18
         self._cursor: RangeReader | None = None
         self._late = 0
+        #: ranges to count again: (when, low, high, rows counted at the commit), key order
+        self._recheck: deque[tuple[float, Any, Any, int]] = deque()
         self._null_keys = 0
         self._bad_keys = 0
         self._nulls_at = -1e18
@@ -329,6 +334,9 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
 
     def end_window(self) -> None:
         super().end_window()  # the record saved (a new window) or advanced past (a replay)
+        recheck = getattr(self, "_recheck", None)
+        if recheck and recheck[0][0] <= time.monotonic():
+            self._recheck_due()  # also when no window is committed with rows
         self._say_if_idle()
         self._say_if_ended()
 
@@ -388,21 +396,49 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             except Exception as exc:  # monitoring only: never fail a window on it
                 log.info("%s: counting window %d again failed: %s", self.label, window, exc)
                 return
-            late = found - int(record["rows"])
-            if late > 0:
-                self._late += late
-                log.warning(
-                    "%s: %d row(s) were committed with %s in (%s, %s] after window %d read "
-                    "that range: they were not read. Rows reach the table out of key order: "
-                    "raise commit_lag_ms (now %d ms) above the longest inserting transaction",
-                    self.label,
-                    late,
-                    self.key_column,
-                    show_key(record["low"]),
-                    show_key(record["high"]),
-                    window,
-                    self.commit_lag_ms,
-                )
+            self._report_late(found - int(record["rows"]), record["low"], record["high"], window)
+            if self.late_rows_recheck_ms:
+                due = time.monotonic() + self.late_rows_recheck_ms / 1000
+                self._recheck.append((due, record["low"], record["high"], found))
+        self._recheck_due()
+
+    def _recheck_due(self) -> None:
+        """Count again the committed ranges whose second count is due: one query per run
+        of adjacent ranges (a window's range starts where the one before ended)."""
+        now = time.monotonic()
+        pending = getattr(self, "_recheck", ())
+        while pending and pending[0][0] <= now:
+            _, low, high, known = pending.popleft()
+            while pending and pending[0][0] <= now and pending[0][1] == high:
+                high, known = pending[0][2], known + pending.popleft()[3]
+            try:
+                found = self._count(low, high)
+            except Exception as exc:  # monitoring only: never fail a window on it
+                log.info("%s: counting (%s, %s] again failed: %s", self.label, low, high, exc)
+                return
+            self._report_late(found - known, low, high, None)
+
+    def _report_late(self, late: int, low: Any, high: Any, window: int | None) -> None:
+        if late <= 0:
+            return
+        self._late += late
+        when = (
+            f"after window {window} read that range"
+            if window is not None
+            else f"more than {self.late_rows_recheck_ms} ms after that range was read"
+        )
+        log.warning(
+            "%s: %d row(s) were committed with %s in (%s, %s] %s: they were not read. Rows "
+            "reach the table out of key order: raise commit_lag_ms (now %d ms) above the "
+            "longest inserting transaction",
+            self.label,
+            late,
+            self.key_column,
+            show_key(low),
+            show_key(high),
+            when,
+            self.commit_lag_ms,
+        )
 
     def metrics(self) -> dict[str, float]:
         late, self._late = getattr(self, "_late", 0), 0

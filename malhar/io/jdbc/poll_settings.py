@@ -93,6 +93,13 @@ class JdbcPollSettings(JdbcConnectionSettings):
         doc="count, when windows are committed, rows that arrived later in their key range "
         "(metric late_rows and a warning: raise commit_lag_ms)",
     )
+    late_rows_recheck_ms = Property(
+        int,
+        default=60_000,
+        min=0,
+        doc="check_late_rows: count a committed window's key range once more this long after "
+        "it was committed, for rows of transactions still open then (0: only at the commit)",
+    )
     bounded = Property(
         bool,
         default=False,
