@@ -164,7 +164,7 @@ def info(name: str, as_json: bool) -> None:
         cls = registry.load(name, found)
     except registry.RegistryError as exc:
         _fail(f"malhar info {name}:", [str(exc)], str, EXIT_INVALID)
-    entry = found.get(name)
+    entry = found.get(name) or next((e for e in found.values() if e.obj is cls), None)
     described = registry.describe_class(cls)
     described.update(
         name=name,
@@ -531,11 +531,9 @@ def _run(
         except Exception as exc:
             _runtime_failure(dag.name, exc, scrub)
     last = app.last_window
-    verb = "done" if finished else "stopped"
-    click.echo(
-        f"{dag.name}: {verb} in {time.monotonic() - started:.1f}s; last window {last}"
-        f"{_error_summary(app, first, last)}"
-    )
+    ran = f"{time.monotonic() - started:.1f}s"
+    said = f"done in {ran}" if finished else f"stopped after running {ran}"
+    click.echo(f"{dag.name}: {said}; last window {last}{_error_summary(app, first, last)}")
 
 
 class Watch:

@@ -300,10 +300,17 @@ def load(name: str, registered: dict[str, Entry] | None = None) -> type[Operator
             raise RegistryError(f"{name!r} is a {type(obj).__name__}, not an Operator class")
         return obj
     found = available() if registered is None else registered
-    entry = found.get(name)
+    entry = found.get(name) or _by_class_name(name, found)
     if entry is None:
         raise UnknownNameError(name, "operator or connector", close_matches(name, list(found)))
     return entry.load()
+
+
+def _by_class_name(name: str, found: dict[str, Entry]) -> Entry | None:
+    """The one entry whose class is called ``name`` (``JdbcOutputOperator`` is registered
+    as ``JdbcOutput``): users copy class names from the docs and code."""
+    same = [e for e in found.values() if e.target.rsplit(":", 1)[-1].rsplit(".", 1)[-1] == name]
+    return same[0] if len(same) == 1 else None
 
 
 def load_application_entry(name: str) -> Entry:

@@ -722,7 +722,7 @@ def test_run_until_interrupted_stops_after_a_window(site: FakeSite, tmp_path: Pa
     text = out.decode()
     assert "myapp: running until Ctrl-C on local[1]" in text
     assert "myapp: stopping after the current window ..." in text
-    assert "myapp: stopped in" in text
+    assert "myapp: stopped after running " in text
     got = collected(str(checkpoint), "out")
     windows = sorted(got)
     assert windows == list(range(len(windows)))

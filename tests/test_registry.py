@@ -114,6 +114,15 @@ def test_unknown_names_suggest_close_matches() -> None:
     assert "malhar list" in str(info.value)
 
 
+def test_a_registered_class_can_be_named_by_its_class_name() -> None:
+    # `malhar info JdbcPollInputOperator` failed: it is registered as JdbcPollInput
+    from malhar.io.jdbc import JdbcOutputOperator, JdbcPollInputOperator
+
+    assert registry.load("JdbcPollInputOperator") is JdbcPollInputOperator
+    assert registry.load("JdbcOutputOperator") is JdbcOutputOperator
+    assert registry.load("JdbcPollInput") is JdbcPollInputOperator
+
+
 def test_the_same_name_from_two_packs_is_an_error_naming_both(site: FakeSite) -> None:
     site.install({"malhar.operators": {"Collector": "acme_pack.ops:Doubler"}}, name="clash-pack")
     entry = registry.available()["Collector"]

@@ -8,6 +8,7 @@ by ``up`` point later tests or samples at them through the usual environment var
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,8 @@ def up(names: tuple[str, ...], timeout: float) -> None:
         cls = service_class(name)
         click.echo(f"{name}: up; logs: {', '.join(map(str, service.log_paths)) or '-'}")
         click.echo(f"export {cls.env_var}='{service.env_value()}'")
+    if os.environ.get("MALHAR_RUN_DIR"):  # where `status` and `down` find them again
+        click.echo(f"export MALHAR_RUN_DIR='{run_dir()}'")
 
 
 @services.command()
@@ -111,7 +114,10 @@ def status() -> None:
     """
     states = _load()
     if not states:
-        click.echo("no services up")
+        click.echo(
+            f"no services up (none recorded in {_state_file()}; services started with "
+            "another MALHAR_RUN_DIR are recorded there)"
+        )
     silent = []
     for name, state in states.items():
         alive = _answers(name, state)

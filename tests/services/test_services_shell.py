@@ -72,6 +72,8 @@ def test_up_leaves_kafka_running_after_the_command_exits_until_down(shell: Shell
     assert up.returncode == 0, up.stdout + up.stderr
     assert "kafka: up" in up.stdout
     bootstrap = _export(up.stdout, "MALHAR_KAFKA_BOOTSTRAP")
+    # a shell without it would not find the services again (walkthrough)
+    assert _export(up.stdout, "MALHAR_RUN_DIR") == str(shell.run_dir)
     (state,) = shell.states().values()
 
     # `up` has exited: its broker still answers, to this process and to `status`
@@ -93,7 +95,10 @@ def test_up_leaves_kafka_running_after_the_command_exits_until_down(shell: Shell
     wait_until(lambda: not port_in_use(broker.port or 0), timeout=30, what=f"{bootstrap} closed")
     assert not Path(state["home"]).exists()
     assert shell.states() == {}
-    assert shell("status").stdout.strip() == "no services up"
+    assert shell("status").stdout.strip() == (
+        f"no services up (none recorded in {shell.run_dir / 'services.json'}; services "
+        "started with another MALHAR_RUN_DIR are recorded there)"
+    )
 
 
 def test_up_restarts_a_recorded_service_that_does_not_answer(shell: Shell) -> None:
