@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from malhar.engine import requests
+from malhar.engine import generations, requests
 from malhar.errors import ConfigError
 from malhar.redaction import redact
 
@@ -36,6 +38,8 @@ class RequestServer:
         self.windows_run = windows_run
         self._scrub = scrub  # the run's: messages may hold configuration values
         self._looked = 0.0
+        #: tells this run's heartbeat and taken requests from another run's
+        self.run = uuid.uuid4().hex[:12]
         self._failing: set[str] = set()
         self._stopped = threading.Event()
         self._beats = threading.Thread(target=self._beat, name="malhar-requests", daemon=True)
@@ -48,7 +52,7 @@ class RequestServer:
     def _beat(self) -> None:
         name = self.app.dag.name
         while not self._stopped.is_set():
-            self._guarded("heartbeat", lambda: requests.heartbeat(self.checkpoint, name))
+            self._guarded("heartbeat", lambda: requests.heartbeat(self.checkpoint, name, self.run))
             self._stopped.wait(requests.HEARTBEAT_S)
 
     def _guarded(self, what: str, step: Callable[[], Any]) -> None:
@@ -86,7 +90,8 @@ class RequestServer:
         if time.time() > request.until:
             self._answer(request, False, "expired")
             return
-        if not requests.take(self.checkpoint, request.id):
+        by = {"application": name, "host": socket.gethostname(), "pid": os.getpid()}
+        if not requests.take(self.checkpoint, request.id, {**by, "run": self.run}):
             return  # withdrawn by its asker
         if self.windows_run:
             message = (
@@ -143,8 +148,9 @@ def repartition(checkpoint: str, timeout: float, counts: tuple[str, ...]) -> Non
 
     Exits 0 once done, 1 when the application refused (it goes on as it was; a run of
     --windows N refuses), 2 when no application serves the checkpoint, it stopped before
-    taking the request, no answer came within --timeout, or Ctrl-C (the request is
-    withdrawn unless under way).
+    taking the request, it stopped or died while repartitioning (said: the partition
+    counts the checkpoint records now), no answer came within --timeout, or Ctrl-C (the
+    request is withdrawn unless under way).
     """
     try:
         asked = requests.parse_counts(counts)
@@ -166,10 +172,11 @@ def repartition(checkpoint: str, timeout: float, counts: tuple[str, ...]) -> Non
             err=True,
         )
         raise SystemExit(2)
+    before = _generation(checkpoint)
     request = requests.submit(checkpoint, asked, timeout)
     click.echo(f"asked {who['application']} (pid {who['pid']} on {who['host']}) ...")
     try:
-        result = _await(checkpoint, request, who["application"], timeout)
+        result = _await(checkpoint, request, who, timeout, asked, before)
     except KeyboardInterrupt:
         withdrawn = requests.withdraw(checkpoint, request)
         state = "withdrawn" if withdrawn else "under way already (the application says how it ends)"
@@ -181,23 +188,53 @@ def repartition(checkpoint: str, timeout: float, counts: tuple[str, ...]) -> Non
     click.echo(f"repartitioned {result.message}")
 
 
-def _await(checkpoint: str, request: str, application: str, timeout: float) -> requests.Answer:
+def _generation(checkpoint: str) -> generations.Generation | None:
+    """The checkpoint's partitioning manifest, or None: it cannot be read now."""
+    try:
+        return generations.load(checkpoint)
+    except Exception:  # unreachable, or not a manifest: the message says where to look
+        return None
+
+
+def _await(
+    checkpoint: str,
+    request: str,
+    who: dict[str, Any],
+    timeout: float,
+    asked: dict[str, int],
+    before: generations.Generation | None,
+) -> requests.Answer:
     """The answer to ``request``; exits 2 when the application stops serving before it
-    takes it, or when none comes within ``timeout`` (withdrawn unless under way)."""
+    takes it, when the run that took it stops or dies before it answers, or when none
+    comes within ``timeout`` (withdrawn unless under way)."""
     where = redact(checkpoint)
+    application = who["application"]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = requests.await_answer(checkpoint, request, min(1.0, timeout))
         if result is not None:
             return result
+        now = requests.serving(checkpoint)
         # the application stopped (or died) before it took the request: no answer comes
-        if requests.serving(checkpoint) is None and requests.withdraw(checkpoint, request):
+        if now is None and requests.withdraw(checkpoint, request):
             click.echo(
                 f"malhar repartition: {application} stopped serving {where} before it took "
                 "the request (it stopped, or was killed); nothing changed",
                 err=True,
             )
             raise SystemExit(2)
+        taker = requests.taken(checkpoint, request)
+        if taker is None:
+            continue  # waiting to be taken (by this run or the next), or answered just now
+        taker = taker or who  # taken, by a run that has not said so yet: the one asked
+        if now is not None and requests.same_run(now, taker):
+            continue  # under way
+        # the run that took it no longer serves (heartbeat stale or gone, or another run
+        # serves the checkpoint): it stopped or died while repartitioning, so no answer comes
+        late = requests.await_answer(checkpoint, request, 0)  # unless it answered just now
+        if late is not None:
+            return late
+        _stopped_while_repartitioning(checkpoint, request, taker, now, asked, before)
     if not requests.withdraw(checkpoint, request):
         late = requests.await_answer(checkpoint, request, 0)  # answered just now
         if late is not None:
@@ -209,4 +246,68 @@ def _await(checkpoint: str, request: str, application: str, timeout: float) -> r
         )
     else:
         click.echo(f"malhar repartition: no answer within {timeout:g}s; withdrawn", err=True)
+    raise SystemExit(2)
+
+
+def _counts(generation: generations.Generation, names: list[str]) -> str:
+    """``sums 3, out 2``: the counts a manifest records for ``names`` (``?``: none)."""
+
+    def count(name: str) -> str:
+        if name in generation.operators:
+            return str(generation.operators[name].partitions)
+        return str(generation.counts.get(name, "?"))
+
+    return ", ".join(f"{name} {count(name)}" for name in names)
+
+
+def _stopped_while_repartitioning(
+    checkpoint: str,
+    request: str,
+    taker: dict[str, Any],
+    now: dict[str, Any] | None,
+    asked: dict[str, int],
+    before: generations.Generation | None,
+) -> None:
+    """Say that the run that took ``request`` ended before it answered, and which
+    partition counts the checkpoint records now (a repartitioning commits its new
+    generation at once, or not at all); exits 2."""
+    where = redact(checkpoint)
+    manifest = f"{where}/malhar/{generations.MANIFEST}"
+    try:
+        requests.forget(checkpoint, request, taker)  # no run acts on it; for tidiness
+    except Exception:  # left for the next run's sweep (an hour on)
+        pass
+    names = list(asked)
+    after = _generation(checkpoint)
+    if after is None or before is None:
+        state = f"which partition counts are in force: see {manifest}"
+    elif after.generation == before.generation:
+        state = (
+            f"it had not committed: nothing changed, the checkpoint records "
+            f"{_counts(after, names)} (generation {after.generation}, {manifest})"
+        )
+    elif all(
+        (after.operators[n].partitions if n in after.operators else after.counts.get(n)) == c
+        for n, c in asked.items()
+    ):
+        state = (
+            f"it had committed: the checkpoint records {_counts(after, names)} "
+            f"(generation {after.generation}, after window {after.window}, {manifest})"
+        )
+    else:
+        state = (
+            f"the checkpoint's partitioning changed since it was asked (generation "
+            f"{before.generation} -> {after.generation}): it records {_counts(after, names)} "
+            f"({manifest})"
+        )
+    if now is not None:
+        nxt = f"a new run (pid {now.get('pid')} on {now.get('host')}) serves it now"
+    else:
+        nxt = "the next launch runs on these counts unless its PARTITIONS changed"
+    click.echo(
+        f"malhar repartition: {taker.get('application', 'the application')} (pid "
+        f"{taker.get('pid')} on {taker.get('host')}) stopped while repartitioning, before "
+        f"it answered (it stopped, or was killed): {state}; {nxt}",
+        err=True,
+    )
     raise SystemExit(2)

@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from malhar.cli import cli
 from malhar.engine import generations, requests
 from malhar.testing.operators import collected
 from malhar.testing.services.process import wait_until
+from tests.drivers import kill_when_paused
 from tests.engine.test_repartition import _check_exact
 from tests.test_cli import malhar_command
 
@@ -213,3 +216,159 @@ def test_an_input_that_cannot_move_its_positions_is_refused_before_anything_stop
     dag.add_stream("s", src.output, dag.add_operator("out", Collector()).input)
     with pytest.raises(ConfigError, match="'src' is an input that cannot move its read positions"):
         check_requests(dag, {"src": 2})
+
+
+PAUSING_APP = (
+    APP
+    + """
+from malhar.engine import repartition
+from tests.drivers import pause_hook
+
+# the repartitioning stops at this step, writes <checkpoint>/paused and waits to be killed
+repartition.STEP_HOOK = pause_hook({checkpoint!r}, {step!r})
+"""
+)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["snapshots", "committed"])
+def test_an_application_killed_while_repartitioning_is_noticed(tmp_path: Path, step: str) -> None:
+    # malhar repartition waited out its whole --timeout for a run killed after it had
+    # taken the request, and left the taken request behind (walkthrough finding)
+    checkpoint = tmp_path / "ck"
+    checkpoint.mkdir()
+    app = tmp_path / "pausing_app.py"
+    app.write_text(PAUSING_APP.format(checkpoint=str(checkpoint), step=step))
+    command = [*malhar_command(), "run", f"{app}:app", "--master", "local[1]"]
+    command += ["--checkpoint", str(checkpoint), "--window-ms", "100"]
+    log = (tmp_path / "run.log").open("w")
+    proc = subprocess.Popen(
+        command, env=_env(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    ask = None
+    try:
+        wait_until(
+            lambda: (
+                requests.serving(str(checkpoint)) is not None
+                and len(collected(str(checkpoint), "out")) >= 2
+            ),
+            timeout=300,
+            what="the application's first windows",
+            alive=lambda: None if proc.poll() is None else (tmp_path / "run.log").read_text(),
+        )
+        before = generations.load(str(checkpoint))
+        asked = [*malhar_command(), "repartition", "--checkpoint", str(checkpoint)]
+        ask = subprocess.Popen(
+            [*asked, "--timeout", "280", "count=3"],
+            env=_env(),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        kill_when_paused(proc, checkpoint, step)  # SIGKILL while repartitioning
+        killed = time.monotonic()
+        out, err = ask.communicate(timeout=120)  # well under its --timeout of 280 s
+        assert time.monotonic() - killed < 60, err
+    finally:
+        for p in (proc, ask):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+        log.close()
+    assert "repartitioning count: 3" in (tmp_path / "run.log").read_text()
+    assert ask.returncode == 2, out + err
+    assert "stopped while repartitioning, before it answered" in err, err
+    after = generations.load(str(checkpoint))
+    if step == "committed":
+        assert after.generation == before.generation + 1
+        assert after.operators["count"].partitions == 3
+        assert "it had committed: the checkpoint records count 3" in err, err
+    else:
+        assert after.generation == before.generation
+        assert "it had not committed: nothing changed, the checkpoint records count 1" in err
+    assert "the next launch runs on these counts" in err, err
+    # what the killed run left is removed: no later run would act on it anyway
+    left = sorted(p.name for p in (checkpoint / "malhar" / "requests").iterdir())
+    assert left == [], left
+
+
+def _serve_in_thread(checkpoint: Path, serve: Callable[[str], None]) -> threading.Thread:
+    """Runs ``serve(request)`` on the first request that appears (a stand-in for a run)."""
+
+    def run() -> None:
+        wait_until(lambda: bool(requests.pending(str(checkpoint))), timeout=30, what="the request")
+        serve(requests.pending(str(checkpoint))[0].id)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _beat(checkpoint: Path, run: str, pid: int) -> dict:
+    """A heartbeat of run ``run`` (pid ``pid``) on ``checkpoint``."""
+    beat = checkpoint / "malhar" / "requests" / "serving.json"
+    requests.heartbeat(str(checkpoint), "app", run)
+    doc = {**json.loads(beat.read_text()), "pid": pid}
+    beat.write_text(json.dumps(doc))
+    return doc
+
+
+def test_a_new_run_serving_while_the_request_is_under_way_means_the_taker_died(
+    tmp_path: Path,
+) -> None:
+    # the asker waited for an answer that the killed run could not give, while a new run
+    # served the checkpoint (walkthrough finding)
+    taker = _beat(tmp_path, "run-a", 1001)
+
+    def killed_while_repartitioning(request: str) -> None:
+        assert requests.take(str(tmp_path), request, taker)
+        _beat(tmp_path, "run-b", 1002)  # run-a died; run-b started on the checkpoint
+
+    thread = _serve_in_thread(tmp_path, killed_while_repartitioning)
+    result = CliRunner().invoke(
+        cli, ["repartition", "--checkpoint", str(tmp_path), "--timeout", "60", "a=2"]
+    )
+    thread.join()
+    assert result.exit_code == 2, result.output
+    assert "app (pid 1001 on" in result.output
+    assert "stopped while repartitioning, before it answered" in result.output
+    assert "it had not committed: nothing changed, the checkpoint records a ?" in result.output
+    assert "a new run (pid 1002 on" in result.output
+    left = sorted(p.name for p in (tmp_path / "malhar" / "requests").iterdir())
+    assert left == ["serving.json"]  # the new run's heartbeat stays
+    assert requests.serving(str(tmp_path))["run"] == "run-b"
+
+
+def test_a_request_a_new_run_took_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the run asked died before taking it; the next run on the checkpoint took it: its
+    # answer is the one to wait for, not a false "stopped while repartitioning"
+    _beat(tmp_path, "run-a", 1001)
+    seen = threading.Event()  # the asker saw the request under way
+    taken = requests.taken
+
+    def watched(checkpoint: str, request: str) -> dict | None:
+        by = taken(checkpoint, request)
+        if by:
+            seen.set()
+        return by
+
+    monkeypatch.setattr(requests, "taken", watched)
+
+    def taken_by_the_next_run(request: str) -> None:
+        new = _beat(tmp_path, "run-b", 1002)
+        assert requests.take(str(tmp_path), request, new)
+        assert seen.wait(timeout=30)
+        answer = requests.Answer(True, "after window 9 (generation 1): a 2 partitions")
+        requests.answer(str(tmp_path), request, answer)
+
+    thread = _serve_in_thread(tmp_path, taken_by_the_next_run)
+    result = CliRunner().invoke(
+        cli, ["repartition", "--checkpoint", str(tmp_path), "--timeout", "60", "a=2"]
+    )
+    thread.join()
+    assert result.exit_code == 0, result.output
+    assert "repartitioned after window 9 (generation 1): a 2 partitions" in result.output

@@ -5,7 +5,10 @@
 :data:`HEARTBEAT_S` seconds, removed when it stops) and, between its progress checks,
 takes each request file ``<id>.json`` in that folder (renamed ``<id>.taken``: its asker
 can no longer withdraw it), carries it out (``RunningApplication.repartition``) and writes
-the answer ``<id>.answer.json`` before it removes the request. A request its asker
+the answer ``<id>.answer.json`` before it removes the request. The taken file names the
+run that took it (``by``: host, pid and the run's id, as its heartbeat does), so that its
+asker notices when that run stops or dies before it answers (a stale heartbeat, or another
+run serving the checkpoint). A request its asker
 stopped waiting for is answered "expired", not carried out. The files are written atomically (a rename), so a reader never sees
 half of one; they hold operator names and counts only. ``malhar repartition`` submits a
 request and waits for its answer; it refuses at once when no fresh heartbeat says that an
@@ -44,14 +47,17 @@ __all__ = [
     "Request",
     "answer",
     "await_answer",
+    "forget",
     "heartbeat",
     "parse_counts",
     "pending",
+    "same_run",
     "serving",
     "stop_serving",
     "submit",
     "sweep",
     "take",
+    "taken",
     "withdraw",
 ]
 
@@ -116,11 +122,12 @@ def _read(fs: Any, path: str) -> dict[str, Any] | None:
 
 
 # -- the serving side (malhar run) ----------------------------------------------------------------
-def heartbeat(checkpoint: str, application: str) -> None:
-    """Say (again) that this process serves ``checkpoint``'s requests."""
+def heartbeat(checkpoint: str, application: str, run: str = "") -> None:
+    """Say (again) that this process serves ``checkpoint``'s requests (``run``: an id of
+    this run, that tells it from an earlier run in a process of the same pid)."""
     fs, folder = _folder(checkpoint)
     doc = {"application": application, "host": socket.gethostname(), "pid": os.getpid()}
-    _write(fs, fs.join(folder, _SERVING), {**doc, "at": time.time()})
+    _write(fs, fs.join(folder, _SERVING), {**doc, "run": run, "at": time.time()})
 
 
 def stop_serving(checkpoint: str) -> None:
@@ -173,13 +180,19 @@ def sweep(checkpoint: str, older_than: float = 3600.0) -> None:
             fs.delete(fs.join(folder, status.name))
 
 
-def take(checkpoint: str, request: str) -> bool:
-    """Take ``request`` to carry it out (True); False: it was withdrawn meanwhile."""
+def take(checkpoint: str, request: str, by: dict[str, Any] | None = None) -> bool:
+    """Take ``request`` to carry it out (True); False: it was withdrawn meanwhile. ``by``
+    (the taker's heartbeat: application, host, pid, run) is written into the taken file,
+    for its asker to see whether the run that carries it out still serves."""
     fs, folder = _folder(checkpoint)
+    path = fs.join(folder, request + _TAKEN)
     try:
-        fs.rename(fs.join(folder, request + ".json"), fs.join(folder, request + _TAKEN))
+        fs.rename(fs.join(folder, request + ".json"), path)
     except Exception:  # gone: withdrawn by its asker
         return False
+    if by is not None:
+        doc = _read(fs, path)
+        _write(fs, path, {**(doc if isinstance(doc, dict) else {}), "by": by})
     return True
 
 
@@ -210,6 +223,41 @@ def submit(checkpoint: str, counts: dict[str, int], timeout: float = 300.0) -> s
     doc = {"counts": counts, "at": now, "until": now + timeout}
     _write(fs, fs.join(folder, request + ".json"), doc)
     return request
+
+
+def taken(checkpoint: str, request: str) -> dict[str, Any] | None:
+    """Who took ``request`` (the ``by`` of :func:`take`; ``{}`` when it is not written
+    yet, or by a run that did not say), or None: it is not taken (waiting, answered or
+    gone)."""
+    fs, folder = _folder(checkpoint)
+    path = fs.join(folder, request + _TAKEN)
+    if not fs.exists(path):
+        return None
+    doc = _read(fs, path)
+    by = doc.get("by") if isinstance(doc, dict) else None
+    return dict(by) if isinstance(by, dict) else {}
+
+
+def same_run(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Whether two heartbeats (or takers) are of the same run: the same run id when both
+    have one, else the same host and pid."""
+    if not a or not b:
+        return False
+    if a.get("run") and b.get("run"):
+        return bool(a["run"] == b["run"])
+    return (a.get("host"), a.get("pid")) == (b.get("host"), b.get("pid"))
+
+
+def forget(checkpoint: str, request: str, run: dict[str, Any]) -> None:
+    """Remove what ``run``, which stopped or died while it carried out ``request``, left
+    behind: the taken request (no run acts on a taken file: :func:`pending` skips it) and
+    its heartbeat if it is still that run's and stale (a new run's is left alone)."""
+    fs, folder = _folder(checkpoint)
+    fs.delete(fs.join(folder, request + _TAKEN))
+    path = fs.join(folder, _SERVING)
+    doc = _read(fs, path)
+    if doc is not None and same_run(doc, run) and serving(checkpoint) is None:
+        fs.delete(path)
 
 
 def withdraw(checkpoint: str, request: str) -> bool:
