@@ -137,7 +137,8 @@ class WindowOption:
 
     def assign_batch(self, timestamps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Vectorized :meth:`assign`: ``(rows, starts, ends)`` with one entry per (row,
-        window) pair; ``rows`` indexes ``timestamps``."""
+        window) pair; ``rows`` indexes ``timestamps`` and does not decrease, so the rows of
+        each window are in the order of ``timestamps``."""
         raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
@@ -207,8 +208,12 @@ class TimeWindows(WindowOption):
         rows = np.arange(len(ts), dtype=np.int64)
         if k == 1:
             return rows, last, last + self.duration
-        starts = np.concatenate([last - i * self.slide for i in range(k - 1, -1, -1)])
-        return np.tile(rows, k), starts, starts + self.duration
+        # row by row (each row's windows in start order, as assign gives them): the rows of
+        # one window stay in arrival order, which ToList and the like keep
+        offsets = np.arange((k - 1) * self.slide, -1, -self.slide, dtype=np.int64)
+        starts = np.subtract.outer(last, offsets).reshape(-1)
+        rows = np.broadcast_to(rows[:, None], (len(ts), k)).reshape(-1)
+        return rows, starts, starts + self.duration
 
     def __repr__(self) -> str:
         if self.sliding:

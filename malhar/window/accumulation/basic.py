@@ -5,14 +5,14 @@ from __future__ import annotations
 import copy
 import heapq
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from malhar.util.nan_order import highest, lowest
-from malhar.window._order import ordered
+from malhar.window.accumulation._rank import NAN, Rank, is_nan, nan_high, one_nan, sorted_nan_last
 from malhar.window.errors import AccumulationError, WindowConfigError
 from malhar.window.protocol import Accumulation
 
@@ -160,7 +160,13 @@ class Average(Accumulation[Any, tuple[Any, int], Any]):
 
 
 class TopN(Accumulation[Any, list, list]):
-    """The ``n`` largest values (``key``: what to compare by), largest first."""
+    """The ``n`` largest values (``key``: what to compare by), largest first.
+
+    Values that are None (or whose ``key`` is None) are skipped, as Min and Max skip nulls.
+    NaN ranks above every number (as Max ranks it), and equal values (or keys) are listed
+    in value order, not arrival order: every replay, partitioning and merge gives the same
+    list (``TopN(2, key=len)`` over ``"bb", "aa", "cc"`` gives ``["aa", "bb"]``).
+    """
 
     def __init__(self, n: int = 10, key: Callable[[Any], Any] | None = None) -> None:
         if n < 1:
@@ -170,14 +176,34 @@ class TopN(Accumulation[Any, list, list]):
     def default_accumulated_value(self) -> list:
         return []
 
+    def _rank(self, value: Any) -> Rank | None:
+        """The rank of ``value``, None to skip it (a null value or key)."""
+        if value is None:
+            return None
+        primary = value if self.key is None else self.key(value)
+        return None if primary is None else Rank(primary, value)
+
+    def _top(self, values: Iterable[Any]) -> list:
+        """The best ``n`` of ``values``, best first (the state: a plain list of values)."""
+        ranks = [r for r in map(self._rank, values) if r is not None]
+        return [r.value for r in heapq.nlargest(self.n, ranks)]
+
     def accumulate(self, accumulated: list, value: Any) -> list:
-        return heapq.nlargest(self.n, [*accumulated, value], key=self.key)
+        rank = self._rank(value)
+        if rank is None:
+            return accumulated
+        if len(accumulated) >= self.n:
+            # the state is best first: a value no better than the last one changes nothing
+            last = self._rank(accumulated[-1])
+            if last is not None and not last < rank:
+                return accumulated
+        return self._top([*accumulated, value])
 
     def accumulate_batch(self, accumulated: list, values: pa.Array) -> list:
-        return heapq.nlargest(self.n, [*accumulated, *values.to_pylist()], key=self.key)
+        return self._top([*accumulated, *values.drop_null().to_pylist()])
 
     def merge(self, accumulated1: list, accumulated2: list) -> list:
-        return heapq.nlargest(self.n, [*accumulated1, *accumulated2], key=self.key)
+        return self._top([*accumulated1, *accumulated2])
 
     def output(self, accumulated: list) -> list:
         return list(accumulated)
@@ -185,7 +211,8 @@ class TopN(Accumulation[Any, list, list]):
 
 class TopNByKey(Accumulation[tuple[Any, Any], dict, list]):
     """Input ``(key, value)`` pairs: each key's largest value, then the ``n`` keys with the
-    largest values as ``[(key, value), ...]``, largest first (ties by key)."""
+    largest values as ``[(key, value), ...]``, largest first (ties by key). A None value is
+    skipped; NaN ranks above every number (as in Max), and NaN keys are one key."""
 
     def __init__(self, n: int = 10) -> None:
         if n < 1:
@@ -197,9 +224,11 @@ class TopNByKey(Accumulation[tuple[Any, Any], dict, list]):
 
     def accumulate(self, accumulated: dict, value: tuple[Any, Any]) -> dict:
         k, v = value
+        if v is None:
+            return accumulated
+        k = one_nan(k)
         old = accumulated.get(k)
-        if old is None or v > old:
-            accumulated[k] = v
+        accumulated[k] = v if old is None else highest(old, v)
         return accumulated
 
     def merge(self, accumulated1: dict, accumulated2: dict) -> dict:
@@ -209,40 +238,46 @@ class TopNByKey(Accumulation[tuple[Any, Any], dict, list]):
         return out
 
     def output(self, accumulated: dict) -> list:
-        by_key = ordered(accumulated.items(), key=lambda kv: kv[0])
-        return sorted(by_key, key=lambda kv: kv[1], reverse=True)[: self.n]
+        kept = ((k, v) for k, v in accumulated.items() if v is not None)
+        by_key = sorted_nan_last(kept, key=lambda kv: kv[0])
+        return sorted(by_key, key=lambda kv: nan_high(kv[1]), reverse=True)[: self.n]
 
 
 class RemoveDuplicates(Accumulation[Any, set, list]):
-    """The distinct values, in order."""
+    """The distinct values, sorted (NaN values are one value, listed last)."""
 
     def default_accumulated_value(self) -> set:
         return set()
 
     def accumulate(self, accumulated: set, value: Any) -> set:
-        accumulated.add(value)
+        accumulated.add(one_nan(value))
         return accumulated
 
     def accumulate_batch(self, accumulated: set, values: pa.Array) -> set:
-        accumulated.update(pc.unique(values).to_pylist())
+        accumulated.update(map(one_nan, pc.unique(values).to_pylist()))
         return accumulated
 
     def merge(self, accumulated1: set, accumulated2: set) -> set:
         return accumulated1 | accumulated2
 
     def output(self, accumulated: set) -> list:
-        return ordered(accumulated)
+        # a restored state's NaN is a copy of NAN: collapse them here
+        values = [v for v in accumulated if not is_nan(v)]
+        if len(values) < len(accumulated):
+            values.append(NAN)
+        return sorted_nan_last(values)
 
 
 class SequenceCount(Accumulation[Any, Counter, dict]):
     """How many times each distinct value occurs in the window: ``{value: count}``, in
-    value order (the frequency table of the window's sequence of values)."""
+    value order (the frequency table of the window's sequence of values); NaN values are
+    one value, listed last."""
 
     def default_accumulated_value(self) -> Counter:
         return Counter()
 
     def accumulate(self, accumulated: Counter, value: Any) -> Counter:
-        accumulated[value] += 1
+        accumulated[one_nan(value)] += 1
         return accumulated
 
     def accumulate_batch(self, accumulated: Counter, values: pa.Array) -> Counter:
@@ -250,19 +285,24 @@ class SequenceCount(Accumulation[Any, Counter, dict]):
         for v, n in zip(
             counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True
         ):
-            accumulated[v] += n
+            accumulated[one_nan(v)] += n
         return accumulated
 
     def merge(self, accumulated1: Counter, accumulated2: Counter) -> Counter:
         return accumulated1 + accumulated2
 
     def output(self, accumulated: Counter) -> dict:
-        return {v: accumulated[v] for v in ordered(accumulated)}
+        # a restored state's NaN is a copy of NAN: add up every NaN's count here
+        out: dict[Any, int] = {}
+        for v in sorted_nan_last(accumulated):
+            key = NAN if is_nan(v) else v
+            out[key] = out.get(key, 0) + accumulated[v]
+        return out
 
 
 class ToList(Accumulation[Any, list, list]):
-    """All values; in arrival order, or sorted with ``sort=True`` (arrival order across
-    upstream partitions is not fixed, sorted output is the same on every replay)."""
+    """All values; in arrival order, or sorted with ``sort=True`` (NaN last; arrival order
+    across upstream partitions is not fixed, sorted output is the same on every replay)."""
 
     def __init__(self, sort: bool = False) -> None:
         self.sort = sort
@@ -282,7 +322,7 @@ class ToList(Accumulation[Any, list, list]):
         return accumulated1 + accumulated2
 
     def output(self, accumulated: list) -> list:
-        return ordered(accumulated) if self.sort else list(accumulated)
+        return sorted_nan_last(accumulated) if self.sort else list(accumulated)
 
 
 class Fold(Accumulation[Any, Any, Any]):
