@@ -65,6 +65,10 @@ _VALUE, _VALUE2, _PARTIAL, _BATCH = 0, 1, 2, 3
 _EARLY, _ON_TIME, _LATE = Timing.EARLY, Timing.ON_TIME, Timing.LATE
 #: builds a named tuple without its Python-level __new__ (panes are made per key and window)
 _tuple_new = tuple.__new__
+#: a cell field beyond the storage's (``malhar.window.storage``): tuples accumulated since
+#: the last pane, in the ACCUMULATING modes (DISCARDING ones: the accumulation is not
+#: EMPTY); a cell checkpointed before it existed has no such field (nothing is unsent)
+_UNSENT = 9
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,9 +273,16 @@ class WindowedCore(WindowedSettings):
         return self._bk.cur * self._period
 
     def horizon(self) -> int | None:
-        """Tuples with event times below this are too late (None: nothing is)."""
+        """Tuples with event times below this are too late (None: nothing is), and windows
+        ending at or before it expire. The end-of-input watermark ``MAX_TIMESTAMP`` expires
+        every window, whatever the allowed lateness (Beam's garbage-collection time of a
+        window is at most the end of the global window)."""
         wm = self._bk.watermark
-        if wm is None or self._lateness is None:
+        if wm is None:
+            return None
+        if wm == MAX_TIMESTAMP:
+            return MAX_TIMESTAMP
+        if self._lateness is None:
             return None
         return wm - self._lateness
 
@@ -368,7 +379,9 @@ class WindowedCore(WindowedSettings):
                 heapq.heappush(book.ends, (window.end, window.start))
             if self._lateness is not None and window.end != MAX_TIMESTAMP:
                 heapq.heappush(book.purge, (window.end, window.start))
-        return new_cell(self._init_state, on_time=born_late)
+        cell = new_cell(self._init_state, on_time=born_late)
+        cell.append(False)  # _UNSENT
+        return cell
 
     def _add(self, window: Window, key: Any, value: Any, kind: int, n: int) -> None:
         """Accumulate into the cell of (window, key): a value, a second-input value, a
@@ -397,6 +410,11 @@ class WindowedCore(WindowedSettings):
             else:
                 cell[ACC] = acc.accumulate_batch(current, value)
         cell[NEW] += n
+        if not self._discarding:
+            if len(cell) > _UNSENT:
+                cell[_UNSENT] = True
+            else:  # a cell checkpointed before the field existed
+                cell.append(True)
         if self._react_early:
             self._bk.dirty.add((window, key))
         else:
@@ -628,21 +646,34 @@ class WindowedCore(WindowedSettings):
         # tuples that arrived while a window was early, for a trigger that does not react
         # before the end, need no on_elements: only the cells marked dirty get it
         todo = dirty if self._react_early else set(dirty)
+        ended: set[Window] = set()  # windows whose every cell is in todo
         if wm is not None:
             while book.ends and book.ends[0][0] <= wm:
                 end, start = heapq.heappop(book.ends)
                 window = Window(start, end)
+                ended.add(window)
                 todo.update((window, k) for k in store.keys(window))
         while book.timers and book.timers[0][0] <= now:
             _, _, start, end, key = heapq.heappop(book.timers)
             todo.add((Window(start, end), key))
-        if todo:
-            ctx = TriggerContext(Window(0, 0), wm, now)
-            self._evaluate(ordered(todo), ctx, horizon, None if self._react_early else dirty)
+        # the windows that expire at this boundary: their cells with tuples in no pane yet
+        # fire a final pane first (in _evaluate), with the cells the trigger is asked about
+        expiring: list[Window] = []
         if horizon is not None:
             while book.purge and book.purge[0][0] <= horizon:
                 end, start = heapq.heappop(book.purge)
-                store.remove_window(Window(start, end))
+                expiring.append(Window(start, end))
+            if horizon == MAX_TIMESTAMP:  # the end of the input: every window expires
+                expiring = list(store.windows())
+        # (the common case, a window that ends and expires at once, adds nothing here)
+        extra = {(w, k) for w in expiring if w not in ended for k in store.keys(w)}
+        extra.difference_update(todo)
+        if todo or extra:
+            ctx = TriggerContext(Window(0, 0), wm, now)
+            cells = ordered(todo | extra) if extra else ordered(todo)
+            self._evaluate(cells, ctx, horizon, None if self._react_early else dirty, extra)
+        for window in expiring:
+            store.remove_window(window)
         self._emit_watermark()
 
     def _evaluate(
@@ -651,9 +682,14 @@ class WindowedCore(WindowedSettings):
         ctx: TriggerContext,
         horizon: int | None,
         dirty: set[tuple[Window, Any]] | None = None,
+        expiring: set[tuple[Window, Any]] | None = None,
     ) -> None:
         """Ask the trigger of every cell in ``todo`` (in that order), fire the panes;
-        ``dirty`` given: only those cells get ``on_elements``."""
+        ``dirty`` given: only those cells get ``on_elements``; those in ``expiring`` are
+        not asked, only given their final pane. A cell of a window that expires (its end
+        at or before ``horizon``: it is purged at this boundary) and holds tuples in no
+        pane yet fires a final pane (``is_last``) when its trigger does not (Beam fires
+        what is pending when a window expires, whatever the trigger)."""
         store, book = self._st, self._bk
         get, live = store.get, store.live
         trigger = self._trigger
@@ -668,21 +704,26 @@ class WindowedCore(WindowedSettings):
             if cell is None or cell[CLOSED]:
                 continue
             ctx.window = window
+            if expiring and (window, key) in expiring:
+                if self._unsent(cell):
+                    fire(window, key, cell, ctx, True)
+                    cell[CLOSED] = True
+                    if not live:
+                        store.put(window, key, cell)
+                continue
             state = cell[TRIG]
             if cell[NEW]:
                 if dirty is None or (window, key) in dirty:
                     state = on_elements(state, cell[NEW], ctx)
                 cell[NEW] = 0
+            expires = horizon is not None and window.end <= horizon
             if should_fire(state, ctx):
                 state, finished = on_fire(state, ctx)
-                fire(
-                    window,
-                    key,
-                    cell,
-                    ctx,
-                    finished or (horizon is not None and window.end <= horizon),
-                )
+                fire(window, key, cell, ctx, finished or expires)
                 cell[CLOSED] = finished
+            if expires and not cell[CLOSED] and self._unsent(cell):
+                fire(window, key, cell, ctx, True)  # the final pane
+                cell[CLOSED] = True
             cell[TRIG] = state
             due = None if cell[CLOSED] else deadline(state)
             if due is not None and due != cell[TIMER]:
@@ -691,6 +732,12 @@ class WindowedCore(WindowedSettings):
             cell[TIMER] = due
             if not live:
                 store.put(window, key, cell)
+
+    def _unsent(self, cell: Cell) -> bool:
+        """Whether ``cell`` holds tuples that are in no pane yet."""
+        if cell[ACC] is EMPTY:
+            return False
+        return self._discarding or (len(cell) > _UNSENT and cell[_UNSENT])
 
     def _fire(self, window: Window, key: Any, cell: Cell, ctx: TriggerContext, last: bool) -> None:
         wm = ctx.watermark
@@ -718,6 +765,8 @@ class WindowedCore(WindowedSettings):
             window, key, value, _tuple_new(PaneInfo, (panes, timing, panes == 0, last, False))
         )
         cell[PANES] = panes + 1
+        if len(cell) > _UNSENT:
+            cell[_UNSENT] = False
         if self._keeps_last:
             cell[LAST], cell[LAST_TIMING] = value, timing.value
         if self._discarding:
