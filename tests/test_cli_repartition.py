@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -315,6 +316,16 @@ def _beat(checkpoint: Path, run: str, pid: int) -> dict:
     return doc
 
 
+def _ask_a_2(tmp_path: Path, serve: Any) -> Any:
+    """``malhar repartition a=2`` on ``tmp_path`` while ``serve`` plays the application."""
+    thread = _serve_in_thread(tmp_path, serve)
+    result = CliRunner().invoke(
+        cli, ["repartition", "--checkpoint", str(tmp_path), "--timeout", "60", "a=2"]
+    )
+    thread.join()
+    return result
+
+
 def test_a_new_run_serving_while_the_request_is_under_way_means_the_taker_died(
     tmp_path: Path,
 ) -> None:
@@ -326,11 +337,7 @@ def test_a_new_run_serving_while_the_request_is_under_way_means_the_taker_died(
         assert requests.take(str(tmp_path), request, taker)
         _beat(tmp_path, "run-b", 1002)  # run-a died; run-b started on the checkpoint
 
-    thread = _serve_in_thread(tmp_path, killed_while_repartitioning)
-    result = CliRunner().invoke(
-        cli, ["repartition", "--checkpoint", str(tmp_path), "--timeout", "60", "a=2"]
-    )
-    thread.join()
+    result = _ask_a_2(tmp_path, killed_while_repartitioning)
     assert result.exit_code == 2, result.output
     assert "app (pid 1001 on" in result.output
     assert "stopped while repartitioning, before it answered" in result.output
@@ -365,10 +372,6 @@ def test_a_request_a_new_run_took_is_waited_for(
         answer = requests.Answer(True, "after window 9 (generation 1): a 2 partitions")
         requests.answer(str(tmp_path), request, answer)
 
-    thread = _serve_in_thread(tmp_path, taken_by_the_next_run)
-    result = CliRunner().invoke(
-        cli, ["repartition", "--checkpoint", str(tmp_path), "--timeout", "60", "a=2"]
-    )
-    thread.join()
+    result = _ask_a_2(tmp_path, taken_by_the_next_run)
     assert result.exit_code == 0, result.output
     assert "repartitioned after window 9 (generation 1): a 2 partitions" in result.output
