@@ -234,3 +234,32 @@ def test_sorted_tolist_puts_nan_last_in_any_order() -> None:
         repr(ToList(sort=True).output(list(p))) for p in itertools.permutations([2.0, nan, 1.0])
     }
     assert outs == {"[1.0, 2.0, nan]"}
+
+
+def test_topn_state_saved_before_the_total_order_is_ranked_again() -> None:
+    # the old heapq order could list NaN last: every later value then looked no better
+    # than the last one and was skipped (review)
+    top = TopN(2)
+    acc = [5.0, math.nan]
+    for v in (10.0, 20.0, 7.0):
+        acc = top.accumulate(acc, v)
+    assert acc[1] == 20.0 and math.isnan(acc[0])
+
+
+def test_topn_one_value_at_a_time_and_batches_agree_with_a_full_ranking() -> None:
+    # the value path inserts in place and the batch path keeps candidates only: both
+    # must give what ranking every value gives, ties (0.0, -0.0, 2, 2.0) and NaN included
+    rng = np.random.default_rng(5)
+    pool = [0.0, -0.0, 1.0, 2.0, math.nan, 3.5, 2]
+    for _ in range(300):
+        n = int(rng.integers(1, 6))
+        values = [pool[i] for i in rng.integers(0, len(pool), int(rng.integers(0, 40)))]
+        top = TopN(n)
+        expected = [repr(v) for v in top._top(values)]
+        acc: list = []
+        for v in values:
+            acc = top.accumulate(acc, v)
+        assert [repr(v) for v in acc] == expected, values
+        floats = [float(v) for v in values] * 3
+        batch = top.accumulate_batch([], pa.array(floats, pa.float64()))
+        assert [repr(v) for v in batch] == [repr(v) for v in top._top(floats)], floats

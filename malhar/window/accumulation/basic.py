@@ -192,15 +192,56 @@ class TopN(Accumulation[Any, list, list]):
         rank = self._rank(value)
         if rank is None:
             return accumulated
+        if accumulated and self._stale(accumulated):
+            accumulated = self._top(accumulated)
         if len(accumulated) >= self.n:
             # the state is best first: a value no better than the last one changes nothing
             last = self._rank(accumulated[-1])
             if last is not None and not last < rank:
                 return accumulated
-        return self._top([*accumulated, value])
+        # binary search for its place: O(log n) ranks, not a sort of the whole state
+        lo, hi = 0, len(accumulated)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            held = self._rank(accumulated[mid])
+            if held is None or held < rank:
+                hi = mid
+            else:
+                lo = mid + 1
+        out = [*accumulated[:lo], value, *accumulated[lo:]]
+        return out[: self.n]
+
+    def _stale(self, accumulated: list) -> bool:
+        """A state saved before the total order: a NaN listed after a number (the old
+        ``heapq.nlargest`` ranked NaN anywhere), which the new order ranks first."""
+        last = accumulated[-1] if self.key is None else self.key(accumulated[-1])
+        if not is_nan(last):
+            return False
+        first = accumulated[0] if self.key is None else self.key(accumulated[0])
+        return not is_nan(first)
 
     def accumulate_batch(self, accumulated: list, values: pa.Array) -> list:
-        return self._top([*accumulated, *values.drop_null().to_pylist()])
+        return self._top([*accumulated, *self._candidates(values)])
+
+    def _candidates(self, values: pa.Array) -> list:
+        """The values of a batch that can be among the best ``n``: for a numeric column
+        (no ``key``), its NaNs and the values from its ``n``-th largest up, ties included
+        (ranking every row in Python cost ~1 us each); else all of them."""
+        values = values.drop_null()
+        kind = values.type
+        numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
+        if self.key is not None or not numeric or len(values) <= 4 * self.n:
+            return values.to_pylist()
+        nans: list = []
+        if pa.types.is_floating(kind):
+            is_nan_row = pc.is_nan(values)
+            nans = values.filter(is_nan_row).to_pylist()
+            values = values.filter(pc.invert(is_nan_row))
+        if len(values) <= self.n:
+            return nans + values.to_pylist()
+        best = pc.select_k_unstable(values, k=self.n, sort_keys=[("value", "descending")])
+        nth = pc.min(values.take(best))
+        return nans + values.filter(pc.greater_equal(values, nth)).to_pylist()
 
     def merge(self, accumulated1: list, accumulated2: list) -> list:
         return self._top([*accumulated1, *accumulated2])

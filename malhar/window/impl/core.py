@@ -67,7 +67,8 @@ _EARLY, _ON_TIME, _LATE = Timing.EARLY, Timing.ON_TIME, Timing.LATE
 _tuple_new = tuple.__new__
 #: a cell field beyond the storage's (``malhar.window.storage``): tuples accumulated since
 #: the last pane, in the ACCUMULATING modes (DISCARDING ones: the accumulation is not
-#: EMPTY); a cell checkpointed before it existed has no such field (nothing is unsent)
+#: EMPTY); a cell checkpointed before it existed has no such field (unsent when it never
+#: fired: what fired before is not known)
 _UNSENT = 9
 
 
@@ -737,7 +738,11 @@ class WindowedCore(WindowedSettings):
         """Whether ``cell`` holds tuples that are in no pane yet."""
         if cell[ACC] is EMPTY:
             return False
-        return self._discarding or (len(cell) > _UNSENT and cell[_UNSENT])
+        if self._discarding:
+            return True
+        if len(cell) > _UNSENT:
+            return bool(cell[_UNSENT])
+        return cell[PANES] == 0  # checkpointed before the field: pending if it never fired
 
     def _fire(self, window: Window, key: Any, cell: Cell, ctx: TriggerContext, last: bool) -> None:
         wm = ctx.watermark
