@@ -229,8 +229,11 @@ def _await(
         taker = taker or who  # taken, by a run that has not said so yet: the one asked
         if now is not None and requests.same_run(now, taker):
             continue  # under way
-        # the run that took it no longer serves (heartbeat stale or gone, or another run
-        # serves the checkpoint): it stopped or died while repartitioning, so no answer comes
+        silent = requests.silent_for(checkpoint, taker)
+        if now is None and silent is not None and silent < requests.SILENT_S:
+            continue  # late to beat (moving state, a slow file system): not taken for dead
+        # the run that took it no longer serves (silent for SILENT_S, or another run serves
+        # the checkpoint): it stopped or died while repartitioning, so no answer comes
         late = requests.await_answer(checkpoint, request, 0)  # unless it answered just now
         if late is not None:
             return late
@@ -274,7 +277,7 @@ def _stopped_while_repartitioning(
     where = redact(checkpoint)
     manifest = f"{where}/malhar/{generations.MANIFEST}"
     try:
-        requests.forget(checkpoint, request, taker)  # no run acts on it; for tidiness
+        requests.forget(checkpoint, request)  # no run acts on it; for tidiness
     except Exception:  # left for the next run's sweep (an hour on)
         pass
     names = list(asked)

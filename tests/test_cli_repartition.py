@@ -290,9 +290,10 @@ def test_an_application_killed_while_repartitioning_is_noticed(tmp_path: Path, s
         assert after.generation == before.generation
         assert "it had not committed: nothing changed, the checkpoint records count 1" in err
     assert "the next launch runs on these counts" in err, err
-    # what the killed run left is removed: no later run would act on it anyway
+    # the taken request is removed (no later run would act on it anyway); the stale
+    # heartbeat stays for the next run to write over
     left = sorted(p.name for p in (checkpoint / "malhar" / "requests").iterdir())
-    assert left == [], left
+    assert left == ["serving.json"], left
 
 
 def _serve_in_thread(checkpoint: Path, serve: Callable[[str], None]) -> threading.Thread:
@@ -373,5 +374,37 @@ def test_a_request_a_new_run_took_is_waited_for(
         requests.answer(str(tmp_path), request, answer)
 
     result = _ask_a_2(tmp_path, taken_by_the_next_run)
+    assert result.exit_code == 0, result.output
+    assert "repartitioned after window 9 (generation 1): a 2 partitions" in result.output
+
+
+def test_a_run_late_to_beat_while_repartitioning_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a heartbeat a few seconds late (a run moving state, a slow checkpoint file system)
+    # was taken for a dead run: exit 2 "it had not committed", and its files deleted while
+    # it went on (review)
+    taker = _beat(tmp_path, "run-a", 1001)
+    beat = tmp_path / "malhar" / "requests" / "serving.json"
+    looked = threading.Event()  # the asker saw the silence and went on waiting
+    silent_for = requests.silent_for
+
+    def watched(checkpoint: str, run: dict) -> float | None:
+        silent = silent_for(checkpoint, run)
+        if silent is not None and silent > 3 * requests.HEARTBEAT_S:
+            looked.set()
+        return silent
+
+    monkeypatch.setattr(requests, "silent_for", watched)
+
+    def late_to_beat(request: str) -> None:
+        assert requests.take(str(tmp_path), request, taker)
+        doc = json.loads(beat.read_text())
+        beat.write_text(json.dumps({**doc, "at": doc["at"] - 7}))  # not fresh, not dead
+        assert looked.wait(timeout=30)
+        answer = requests.Answer(True, "after window 9 (generation 1): a 2 partitions")
+        requests.answer(str(tmp_path), request, answer)
+
+    result = _ask_a_2(tmp_path, late_to_beat)
     assert result.exit_code == 0, result.output
     assert "repartitioned after window 9 (generation 1): a 2 partitions" in result.output

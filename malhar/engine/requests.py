@@ -63,6 +63,10 @@ __all__ = [
 
 #: how often ``malhar run`` refreshes its heartbeat; one older than 3x that is stale
 HEARTBEAT_S = 2.0
+#: seconds without a heartbeat after which the run that took a request is taken for dead:
+#: much longer than a fresh heartbeat's 3 beats, as a run moving state (or writing to a
+#: slow file system) may beat late, and a false "it died" would send its asker away
+SILENT_S = 20.0
 _FOLDER = "malhar/requests"
 _SERVING = "serving.json"
 _ANSWER = ".answer.json"
@@ -207,11 +211,25 @@ def answer(checkpoint: str, request: str, result: Answer) -> None:
 # -- the asking side (malhar repartition) ---------------------------------------------------------
 def serving(checkpoint: str) -> dict[str, Any] | None:
     """Who serves ``checkpoint`` (application, host, pid), or None: no fresh heartbeat."""
-    fs, folder = _folder(checkpoint)
-    doc = _read(fs, fs.join(folder, _SERVING))
+    doc = last_heartbeat(checkpoint)
     if doc is None or time.time() - float(doc.get("at", 0.0)) > 3 * HEARTBEAT_S:
         return None
     return doc
+
+
+def last_heartbeat(checkpoint: str) -> dict[str, Any] | None:
+    """The last heartbeat written on ``checkpoint``, fresh or not (None: none)."""
+    fs, folder = _folder(checkpoint)
+    return _read(fs, fs.join(folder, _SERVING))
+
+
+def silent_for(checkpoint: str, run: dict[str, Any]) -> float | None:
+    """Seconds since ``run`` last beat on ``checkpoint`` (None: the heartbeat there is
+    another run's, or there is none)."""
+    doc = last_heartbeat(checkpoint)
+    if doc is None or not same_run(doc, run):
+        return None
+    return time.time() - float(doc.get("at", 0.0))
 
 
 def submit(checkpoint: str, counts: dict[str, int], timeout: float = 300.0) -> str:
@@ -248,16 +266,12 @@ def same_run(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     return (a.get("host"), a.get("pid")) == (b.get("host"), b.get("pid"))
 
 
-def forget(checkpoint: str, request: str, run: dict[str, Any]) -> None:
-    """Remove what ``run``, which stopped or died while it carried out ``request``, left
-    behind: the taken request (no run acts on a taken file: :func:`pending` skips it) and
-    its heartbeat if it is still that run's and stale (a new run's is left alone)."""
+def forget(checkpoint: str, request: str) -> None:
+    """Remove the taken ``request`` of a run that stopped or died while it carried it out
+    (no run acts on a taken file: :func:`pending` skips it). Its stale heartbeat stays:
+    the next run writes over it, and a run only slow to beat must not lose it."""
     fs, folder = _folder(checkpoint)
     fs.delete(fs.join(folder, request + _TAKEN))
-    path = fs.join(folder, _SERVING)
-    doc = _read(fs, path)
-    if doc is not None and same_run(doc, run) and serving(checkpoint) is None:
-        fs.delete(path)
 
 
 def withdraw(checkpoint: str, request: str) -> bool:
