@@ -447,6 +447,14 @@ def run(
             scrub,
             EXIT_INVALID,
         )
+    if checkpoint:
+        from malhar.engine.reconcile import refusal_before_launch
+
+        refused = refusal_before_launch(
+            dag, os.path.abspath(checkpoint) if "://" not in checkpoint else checkpoint
+        )
+        if refused:  # the launch would refuse it too, after Spark's start
+            _fail(f"{dag.name}: not started", [scrub(refused)], scrub, EXIT_INVALID)
     spark = malhar.build_session(
         master, app_name=f"malhar-{dag.name}", conf=spark_conf, log_level=log_level
     )

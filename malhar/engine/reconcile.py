@@ -61,33 +61,20 @@ def reconcile(
     other output partitions than the ones that committed them). Returns the generation
     written, or None when no state moved.
     """
-    gen = generations.load(checkpoint)
-    declared = dag.partition_counts()
-    released = _released(gen, declared)
-    kept = dataclasses.replace(
-        gen, operators={n: p for n, p in gen.operators.items() if n not in released}
-    )
-    configured = planned(dag, checkpoint, kept)
-    counts = {n: configured.groups[configured.group_of[n]].partitions for n in dag.operators}
-    old_counts = dict(gen.counts) or _counts_in_folders(checkpoint, gen, set(dag.operators))
+    c = _Changes.of(dag, checkpoint)
+    gen, kept, configured = c.gen, c.kept, c.configured
+    counts, old_counts, moved = c.counts, c.old_counts, c.moved
+    declared, released = c.declared, c.released
     _say_where_the_manifest_wins(dag, kept, gen.declared)
-    moved = _moved(dag, kept, counts, old_counts, released)
     if window < 0 or not moved:
         if gen.counts != counts or gen.declared != declared or released:
             generations.commit(
                 checkpoint, dataclasses.replace(kept, counts=counts, declared=declared)
             )
         return None
-    changes = ", ".join(f"{n}: {old_counts[n]} -> {counts[n]}" for n in moved)
+    changes = c.changes
     if not stopped:
-        raise StateError(
-            f"{changes}: the partition counts changed since the last run on {checkpoint}, "
-            f"which did not stop cleanly after window {window} (it crashed or was killed). "
-            f"Window {window + 1} may be partly committed by its outputs, and replaying it "
-            "with other counts would send its rows to other output partitions (rows written "
-            "twice). Restart with the counts it ran with, stop it (Ctrl-C, "
-            "RunningApplication.stop()), then change PARTITIONS"
-        )
+        raise StateError(_unclean(changes, checkpoint, window))
 
     old_plan = _plan_as_it_ran(dag, checkpoint, gen, moved, old_counts)
     snapshots = _Snapshots(old_plan, window)
@@ -148,6 +135,69 @@ def reconcile(
         new_gen.generation,
     )
     return new_gen
+
+
+@dataclasses.dataclass(frozen=True)
+class _Changes:
+    """What a launch of ``dag`` changes in the partitioning ``checkpoint`` records."""
+
+    gen: generations.Generation  #: the manifest as the last run left it
+    declared: dict[str, int]  #: the DAG's own counts
+    released: list[str]  #: manifest operators whose declared count changed
+    kept: generations.Generation  #: the manifest without them
+    configured: Plan  #: the plan of this launch
+    counts: dict[str, int]  #: every operator's count in it
+    old_counts: dict[str, int]  #: the counts of the last run
+    moved: list[str]  #: operators whose state goes to another partitioning
+
+    @classmethod
+    def of(cls, dag: DAG, checkpoint: str) -> _Changes:
+        gen = generations.load(checkpoint)
+        declared = dag.partition_counts()
+        released = _released(gen, declared)
+        kept = dataclasses.replace(
+            gen, operators={n: p for n, p in gen.operators.items() if n not in released}
+        )
+        configured = planned(dag, checkpoint, kept)
+        groups, group_of = configured.groups, configured.group_of
+        counts = {n: groups[group_of[n]].partitions for n in dag.operators}
+        old_counts = dict(gen.counts) or _counts_in_folders(checkpoint, gen, set(dag.operators))
+        moved = _moved(dag, kept, counts, old_counts, released)
+        return cls(gen, declared, released, kept, configured, counts, old_counts, moved)
+
+    @property
+    def changes(self) -> str:
+        """``a: 2 -> 3, b: 1 -> 2``."""
+        return ", ".join(f"{n}: {self.old_counts[n]} -> {self.counts[n]}" for n in self.moved)
+
+
+def _unclean(changes: str, checkpoint: str, window: int) -> str:
+    return (
+        f"{changes}: the partition counts changed since the last run on {checkpoint}, "
+        f"which did not stop cleanly after window {window} (it crashed or was killed). "
+        f"Window {window + 1} may be partly committed by its outputs, and replaying it "
+        "with other counts would send its rows to other output partitions (rows written "
+        "twice). Restart with the counts it ran with, stop it (Ctrl-C, "
+        "RunningApplication.stop()), then change PARTITIONS"
+    )
+
+
+def refusal_before_launch(dag: DAG, checkpoint: str) -> str | None:
+    """The refusal :func:`reconcile` gives a launch that changes partition counts after a
+    run that did not stop cleanly, found by reading ``checkpoint`` only, so that
+    ``malhar run`` says it before starting Spark; None: not refused here (the launch
+    itself checks everything, this too)."""
+    from malhar.engine.spark_io import stopped_after
+    from malhar.engine.window_log import WindowLog
+
+    try:
+        window = WindowLog(checkpoint, dag.attr(A.CHECKPOINT_INTEGRITY_KEY)).largest_completed()
+        if window < 0 or stopped_after(checkpoint, window):
+            return None
+        changes = _Changes.of(dag, checkpoint)
+    except Exception:  # a checkpoint this cannot read: the launch says what is wrong
+        return None
+    return _unclean(changes.changes, checkpoint, window) if changes.moved else None
 
 
 def _released(gen: generations.Generation, declared: Mapping[str, int]) -> list[str]:

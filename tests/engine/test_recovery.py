@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from malhar.engine.reconcile import refusal_before_launch
 from malhar.testing.operators import collected
 from malhar.testing.services.process import wait_until
 from tests.drivers import start_driver
+from tests.engine.crash_app import build
 from tests.engine.ops import window_items
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -114,11 +116,16 @@ def test_a_count_change_after_a_crash_waits_for_a_clean_stop(tmp_path: Path) -> 
         alive=lambda: None if proc.poll() is None else f"driver exited {proc.returncode}",
     )
     _kill(proc)
+    # said before Spark starts (malhar run), from the checkpoint alone
+    refused = refusal_before_launch(build(2), str(checkpoint))
+    assert refused and "journal: 1 -> 2: the partition counts changed" in refused, refused
+    assert refusal_before_launch(build(1), str(checkpoint)) is None
     changed = _start(checkpoint, windows=2, journals=2)
     assert changed.wait(timeout=300) != 0
     assert "journal: 1 -> 2: the partition counts changed" in log.read_text()
     assert "did not stop cleanly after window" in log.read_text()
     assert _start(checkpoint, windows=2).wait(timeout=300) == 0, log.read_text()[-3000:]
+    assert refusal_before_launch(build(2), str(checkpoint)) is None  # stopped cleanly
     # the clean stop's mark does not outlive the next launch: killed again, refused again
     seen = len(_journal(tmp_path))
     proc = _start(checkpoint)
