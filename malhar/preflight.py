@@ -58,9 +58,10 @@ def check_connections(dag: DAG, timeout: float = DEFAULT_TIMEOUT_S) -> list[Conn
     here, in this process."""
     from malhar.validation import typed_inputs
 
+    order = dag.topological_order()  # a cycle is said here (typed_inputs needs none)
     typed = typed_inputs(dag)
     out: list[ConnectionCheck] = []
-    for name in dag.topological_order():
+    for name in order:
         meta = dag.operators[name]
         operator = meta.operator
         label = f"operator {name!r}"

@@ -263,3 +263,11 @@ def test_topn_one_value_at_a_time_and_batches_agree_with_a_full_ranking() -> Non
         floats = [float(v) for v in values] * 3
         batch = top.accumulate_batch([], pa.array(floats, pa.float64()))
         assert [repr(v) for v in batch] == [repr(v) for v in top._top(floats)], floats
+
+
+def test_topnbykey_nan_keys_of_a_restored_state_are_one_key() -> None:
+    # a state restored from a checkpoint holds copies of NaN: each was a key of its own
+    state = pickle.loads(pickle.dumps({float("nan"): 3, "a": 2}))
+    state[float("nan")] = 5  # another NaN object
+    out = TopNByKey(3).output(state)
+    assert len(out) == 2 and math.isnan(out[0][0]) and out[0][1] == 5 and out[1] == ("a", 2)

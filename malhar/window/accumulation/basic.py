@@ -279,7 +279,8 @@ class TopNByKey(Accumulation[tuple[Any, Any], dict, list]):
         return out
 
     def output(self, accumulated: dict) -> list:
-        kept = ((k, v) for k, v in accumulated.items() if v is not None)
+        # NaN keys as one (a restored state holds copies of NaN, each a key of its own)
+        kept = list(self.merge({}, accumulated).items())
         by_key = sorted_nan_last(kept, key=lambda kv: kv[0])
         return sorted(by_key, key=lambda kv: nan_high(kv[1]), reverse=True)[: self.n]
 
