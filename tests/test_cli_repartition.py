@@ -317,6 +317,14 @@ def _beat(checkpoint: Path, run: str, pid: int) -> dict:
     return doc
 
 
+A_2_DONE = "after window 9 (generation 1): a 2 partitions"
+
+
+def _answer_a_2(checkpoint: Path, request: str) -> None:
+    """What a run that carried out ``a=2`` answers."""
+    requests.answer(str(checkpoint), request, requests.Answer(True, A_2_DONE))
+
+
 def _ask_a_2(tmp_path: Path, serve: Any) -> Any:
     """``malhar repartition a=2`` on ``tmp_path`` while ``serve`` plays the application."""
     thread = _serve_in_thread(tmp_path, serve)
@@ -370,12 +378,11 @@ def test_a_request_a_new_run_took_is_waited_for(
         new = _beat(tmp_path, "run-b", 1002)
         assert requests.take(str(tmp_path), request, new)
         assert seen.wait(timeout=30)
-        answer = requests.Answer(True, "after window 9 (generation 1): a 2 partitions")
-        requests.answer(str(tmp_path), request, answer)
+        _answer_a_2(tmp_path, request)
 
     result = _ask_a_2(tmp_path, taken_by_the_next_run)
     assert result.exit_code == 0, result.output
-    assert "repartitioned after window 9 (generation 1): a 2 partitions" in result.output
+    assert f"repartitioned {A_2_DONE}" in result.output
 
 
 def test_a_run_late_to_beat_while_repartitioning_is_waited_for(
@@ -402,9 +409,8 @@ def test_a_run_late_to_beat_while_repartitioning_is_waited_for(
         doc = json.loads(beat.read_text())
         beat.write_text(json.dumps({**doc, "at": doc["at"] - 7}))  # not fresh, not dead
         assert looked.wait(timeout=30)
-        answer = requests.Answer(True, "after window 9 (generation 1): a 2 partitions")
-        requests.answer(str(tmp_path), request, answer)
+        _answer_a_2(tmp_path, request)
 
     result = _ask_a_2(tmp_path, late_to_beat)
     assert result.exit_code == 0, result.output
-    assert "repartitioned after window 9 (generation 1): a 2 partitions" in result.output
+    assert f"repartitioned {A_2_DONE}" in result.output
