@@ -19,9 +19,7 @@ Partitioning (``Operator.partitioning()``, shown by ``malhar info`` and ``docs/o
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
-import math
 import re
 import zlib
 from collections.abc import Callable, Iterable
@@ -38,6 +36,7 @@ from malhar.errors import ConfigError
 from malhar.operator import Operator
 from malhar.ports import BoundOutput, OutputPort
 from malhar.properties import Property
+from malhar.util.total_order import order_key, sorted_items
 
 KINDS = ("stateless", "unifier", "keyed", "single")
 
@@ -335,36 +334,6 @@ class FieldCodec(StreamCodec):
 
     def __repr__(self) -> str:
         return f"FieldCodec({self.spec!r})"
-
-
-# -- a total order over tuples (deterministic tie-breaks across partitions) ----------------------
-def sorted_items(d: dict) -> list[tuple[Any, Any]]:
-    return sorted(d.items(), key=lambda kv: order_key(kv[0]))
-
-
-def order_key(value: Any) -> tuple:
-    """A key that orders any mix of values totally and the same way in every process:
-    None first, then numbers, strings, bytes, dates, sequences, dicts (by their items in
-    key order), anything else by its repr."""
-    if value is None:
-        return (0,)
-    if isinstance(value, bool | int | float | decimal.Decimal):
-        if isinstance(value, float) and math.isnan(value):
-            return (1, math.inf, 1)
-        return (1, value, 0)
-    if isinstance(value, str):
-        return (2, value)
-    if isinstance(value, bytes):
-        return (3, value)
-    if isinstance(value, dt.datetime):
-        return (4, value.timestamp() if value.tzinfo else value.replace(tzinfo=dt.UTC).timestamp())
-    if isinstance(value, dt.date):
-        return (5, value.toordinal())
-    if isinstance(value, tuple | list):
-        return (6, tuple(order_key(v) for v in value))
-    if isinstance(value, dict):
-        return (7, tuple((order_key(k), order_key(v)) for k, v in sorted_items(value)))
-    return (8, repr(value))
 
 
 # -- output ports typed by configuration ---------------------------------------------------------

@@ -6,15 +6,14 @@ output as one accumulation over all the values."""
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
-import numbers
 from collections.abc import Iterable
 from typing import Any
 
+from malhar.util.total_order import order_key
 from malhar.window._order import ordered
 
-__all__ = ["NAN", "Rank", "is_nan", "nan_high", "one_nan", "sorted_nan_last", "total_key"]
+__all__ = ["NAN", "Rank", "is_nan", "nan_high", "one_nan", "sorted_nan_last"]
 
 #: the one NaN every NaN value is replaced by (a set or a Counter finds a key by identity
 #: or equality, and NaN equals nothing: each NaN object was a value of its own)
@@ -38,40 +37,15 @@ def nan_high(value: Any) -> tuple:
     return (1, 0) if is_nan(value) else (0, value)
 
 
-def total_key(value: Any) -> tuple:
-    """A key that orders any mix of values totally and the same way in every process: None
-    first, then numbers (NaN above them), strings, bytes, dates, sequences, dicts (by their
-    items in key order), anything else by its repr."""
-    if value is None:
-        return (0,)
-    if isinstance(value, numbers.Real | decimal.Decimal):
-        return (1, 0, 1) if is_nan(value) else (1, value, 0)
-    if isinstance(value, str):
-        return (2, value)
-    if isinstance(value, bytes):
-        return (3, value)
-    if isinstance(value, dt.datetime):
-        aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-        return (4, aware.timestamp())
-    if isinstance(value, dt.date):
-        return (5, value.toordinal())
-    if isinstance(value, tuple | list):
-        return (6, tuple(total_key(v) for v in value))
-    if isinstance(value, dict):
-        items = sorted((total_key(k), total_key(v)) for k, v in value.items())
-        return (7, tuple(items))
-    return (8, repr(value))
-
-
 def _tie_key(value: Any) -> tuple:
     # equal total keys (1 and 1.0, 0.0 and -0.0): the type, then the repr
-    return (total_key(value), type(value).__qualname__, repr(value))
+    return (order_key(value), type(value).__qualname__, repr(value))
 
 
 class Rank:
     """The rank of ``value`` (compared by ``primary``) for a top-n: a larger primary ranks
     higher, NaN above every number; on equal primaries the *smaller* value by
-    :func:`total_key` ranks higher (ties listed in value order, like TopNByKey's keys)."""
+    :func:`~malhar.util.total_order.order_key` ranks higher (ties listed in value order, like TopNByKey's keys)."""
 
     __slots__ = ("_tie", "primary", "value")
 
