@@ -4,8 +4,11 @@
 (properties) common to all of them; :class:`WindowedCore` is the logic: assigning tuples
 to windows, merging sessions, dropping late tuples, and at every streaming-window boundary
 advancing the watermark, asking triggers, emitting panes and retractions, and purging
-windows past the allowed lateness. Everything it must remember is in two ``State`` fields: the storage of cells
-(:mod:`malhar.window.storage`) and a :class:`Book` of the rest.
+windows past the allowed lateness. Everything it must remember is in two ``State`` fields:
+the storage of cells (:mod:`malhar.window.storage`) and a :class:`Book` of the rest. This
+module holds the setup, the time and the tuple path; the Arrow batch path is in
+:mod:`malhar.window.impl.batches`, the boundary (watermark, triggers, panes, purges) in
+:mod:`malhar.window.impl.firing`.
 
 Partial mode: a partition of a partitioned operator whose partitions are *combined*
 (non-keyed ones by default) fires no panes itself. At each boundary it emits one
@@ -20,25 +23,19 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
-from malhar.control import ControlSender, DeliveryType
+from malhar.control import ControlSender
 from malhar.operator import OperatorContext
 from malhar.state import State
-from malhar.util.epoch_millis import epoch_millis
-from malhar.util.int_sums import may_wrap
-from malhar.util.nan_order import nan_mask
-from malhar.window._order import ordered
 from malhar.window.errors import WindowConfigError
+from malhar.window.impl.batches import _BATCH, _PARTIAL, _VALUE, _VALUE2, BatchIngest
 from malhar.window.impl.book import Book
 from malhar.window.impl.fields import tuple_millis
+from malhar.window.impl.firing import _UNSENT, Firing, Partial
 from malhar.window.impl.memory import InMemoryWindowedStorage, divisible
 from malhar.window.impl.settings import DEFAULT_STREAMING_WINDOW_MS, WindowedSettings
-from malhar.window.panes import AccumulationMode, PaneInfo, Timing, WindowedTuple
+from malhar.window.panes import AccumulationMode, PaneInfo, Timing
 from malhar.window.protocol import Accumulation, MergeAccumulation
 from malhar.window.storage import (
     ACC,
@@ -47,9 +44,7 @@ from malhar.window.storage import (
     LAST,
     LAST_TIMING,
     NEW,
-    ON_TIME,
     PANES,
-    TIMER,
     TRIG,
     Cell,
     WindowedStorage,
@@ -61,26 +56,8 @@ from malhar.window.windows import MAX_TIMESTAMP, MIN_TIMESTAMP, Window, WindowOp
 
 log = logging.getLogger("malhar.window")
 
-_VALUE, _VALUE2, _PARTIAL, _BATCH = 0, 1, 2, 3
-_EARLY, _ON_TIME, _LATE = Timing.EARLY, Timing.ON_TIME, Timing.LATE
-#: builds a named tuple without its Python-level __new__ (panes are made per key and window)
-_tuple_new = tuple.__new__
-#: a cell field beyond the storage's (``malhar.window.storage``): tuples accumulated since
-#: the last pane, in the ACCUMULATING modes (DISCARDING ones: the accumulation is not
-#: EMPTY); a cell checkpointed before it existed has no such field (unsent when it never
-#: fired: what fired before is not known)
-_UNSENT = 9
-
-
-@dataclass(frozen=True, slots=True)
-class Partial:
-    """What a partition in partial mode sends its unifier: the accumulation of ``n``
-    tuples of one window (and key) since the last boundary."""
-
-    window: Window
-    key: Any
-    acc: Any
-    n: int
+#: Partial lived here before the boundary had its module: checkpoints may name it here
+__all__ = ["Partial", "WindowedCore"]
 
 
 def _described(value: Any) -> str:
@@ -90,7 +67,7 @@ def _described(value: Any) -> str:
     return type(value).__qualname__ if " at 0x" in text else text
 
 
-class WindowedCore(WindowedSettings):
+class WindowedCore(BatchIngest, Firing, WindowedSettings):
     """The logic; see the module docstring. Subclasses call the ``_core_*`` hooks from their
     lifecycle methods and feed tuples through ``_ingest`` / ``_ingest_batch`` /
     ``_add_partial``."""
@@ -481,335 +458,3 @@ class WindowedCore(WindowedSettings):
             self._session(key, window, acc, _PARTIAL, n)
         else:
             self._add(window, key, acc, _PARTIAL, n)
-
-    # -- Arrow batches -----------------------------------------------------------------------------
-    def _timestamps(self, batch: pa.RecordBatch, column: Any) -> np.ndarray | None:
-        """Epoch milliseconds of a batch's rows; None when some row has none (a null, a
-        value that is not a time): the batch then goes row by row, and those rows to the
-        error port with their reasons."""
-        if column is None:
-            return np.full(batch.num_rows, self.now(), dtype=np.int64)
-        arr = batch.column(column)
-        if arr.null_count:
-            return None
-        try:  # floored to the millisecond, as a tuple's time is
-            return epoch_millis(arr)
-        except (ValueError, TypeError, pa.ArrowInvalid):
-            return None
-
-    def _ingest_batch(
-        self,
-        batch: pa.RecordBatch,
-        keys: Sequence[str],
-        value: str | None,
-        timestamp: str | None,
-        port: int = 0,
-    ) -> bool:
-        """A batch, vectorized: timestamps, the late filter, window assignment and one
-        Arrow hash aggregation per batch. Returns False when the batch cannot be handled
-        vectorized (the caller then goes row by row)."""
-        if not self._vectorizable(batch, keys, value, port):
-            return False
-        if batch.num_rows == 0:
-            return True
-        ts = self._timestamps(batch, timestamp)
-        if ts is None:
-            return False
-        batch, ts = self._drop_late(batch, ts)
-        if batch.num_rows:
-            self._fold(self._grouped(batch, ts, keys, value), len(keys))
-        return True
-
-    def _vectorizable(
-        self, batch: pa.RecordBatch, keys: Sequence[str], value: str | None, port: int
-    ) -> bool:
-        """Whether Arrow's kernels give what the accumulation gives value by value."""
-        acc = self._acc
-        # the second input of a merge accumulates value by value (accumulate2)
-        if port != 0:
-            return False
-        option, fast = self._option, acc.arrow_aggregations is not None
-        if option is None or option.merging or not (fast or value is not None):
-            return False
-        if any(pa.types.is_nested(batch.schema.field(k).type) for k in keys):
-            return False  # Arrow groups by no list or struct: row by row, which says why
-        return not (
-            fast
-            and value is not None
-            and batch.num_rows
-            and _arrow_differs(acc.arrow_aggregations or (), batch.column(value))
-        )
-
-    def _drop_late(self, batch: pa.RecordBatch, ts: Any) -> tuple[pa.RecordBatch, Any]:
-        """``batch`` and its times without the rows behind the horizon (each to _late)."""
-        horizon = self.horizon()
-        if horizon is None:
-            return batch, ts
-        late = ts < horizon
-        if not late.any():
-            return batch, ts
-        for row in batch.filter(pa.array(late)).to_pylist():
-            self._late(row)
-        keep = ~late
-        return batch.filter(pa.array(keep)), ts[keep]
-
-    def _grouped(
-        self, batch: pa.RecordBatch, ts: Any, keys: Sequence[str], value: str | None
-    ) -> pa.Table:
-        """One row per (window, key): its count and the accumulation's Arrow aggregates,
-        or the list of its values when the accumulation has none."""
-        rows, starts, ends = self._option.assign_batch(ts)
-        take = None if len(rows) == batch.num_rows else pa.array(rows)
-        columns: dict[str, Any] = {"__start": starts, "__end": ends}
-        for i, name in enumerate(keys):
-            col = batch.column(name)
-            columns[f"__k{i}"] = col if take is None else col.take(take)
-        if value is not None:
-            col = batch.column(value)
-            columns["__v"] = col if take is None else col.take(take)
-        group_by = ["__start", "__end", *(f"__k{i}" for i in range(len(keys)))]
-        aggregations: list[tuple[Any, str]] = [([], "count_all")]
-        functions = self._acc.arrow_aggregations
-        if functions is None:
-            aggregations.append(("__v", "list"))
-        else:
-            aggregations += [("__v", fn) for fn in functions if fn != "count_all"]
-        return pa.table(columns).group_by(group_by, use_threads=False).aggregate(aggregations)
-
-    def _fold(self, grouped: pa.Table, nk: int) -> None:
-        """Add each (window, key) row of :meth:`_grouped` to the panes."""
-        cols = [grouped.column(i).to_pylist() for i in range(2 + nk)]
-        counts = grouped.column("count_all").to_pylist()
-        acc = self._acc
-        functions = acc.arrow_aggregations
-        if functions is not None:
-            results = [
-                counts if fn == "count_all" else grouped.column(f"__v_{fn}").to_pylist()
-                for fn in functions
-            ]
-            from_aggregates = acc.from_aggregates
-            partials = (from_aggregates(*(r[i] for r in results)) for i in range(len(counts)))
-            kind = _PARTIAL
-        else:
-            lists = grouped.column("__v_list").combine_chunks()
-            offsets, flat = lists.offsets.to_numpy(), lists.values
-            partials = (
-                flat.slice(int(offsets[i]), int(offsets[i + 1] - offsets[i]))
-                for i in range(len(counts))
-            )
-            kind = _BATCH
-        add = self._local if self._partial else self._add
-        for i, (n, partial) in enumerate(zip(counts, partials, strict=True)):
-            window = Window(cols[0][i], cols[1][i])
-            key = None if nk == 0 else cols[2][i] if nk == 1 else tuple(c[i] for c in cols[2:])
-            add(window, key, partial, kind, n)
-
-    # -- the boundary --------------------------------------------------------------------------
-    def _advance_watermark(self) -> None:
-        book = self._bk
-        if self._fixed is not None:
-            candidate: int | None = self.now() - self._fixed
-        else:
-            # an input whose every sender is idle (declared, or silent past the timeout)
-            # does not hold the others back
-            live = [t for t in book.trackers if not t.all_idle(book.cur, self.idle_timeout_windows)]
-            if live:
-                values = [t.combined(book.cur, self.idle_timeout_windows) for t in live]
-                candidate = None if None in values else min(values)  # type: ignore[type-var]
-            else:
-                # every sender idle: nothing an input's senders hold can be behind the largest
-                # watermark they sent (Flink's valve flushes it when all channels go idle);
-                # across the inputs of a merge operator, the smallest of those
-                highest = [t.highest() for t in book.trackers]
-                candidate = None if None in highest else min(highest)  # type: ignore[type-var]
-        if candidate is not None and (book.watermark is None or candidate > book.watermark):
-            book.watermark = candidate
-
-    def _core_boundary(self) -> None:
-        """A streaming-window boundary (``end_window``): see the module docstring."""
-        book, store = self._bk, self._st
-        self._advance_watermark()
-        if self._partial:
-            self._flush_partials()
-            self._emit_watermark()
-            return
-        wm = book.watermark
-        now = self.now()
-        horizon = self.horizon()
-        retract = self._acc.retraction
-        if book.retractions:
-            # windows, then keys (as panes): the order of a window's tuples must not show
-            for window, key, value, info in ordered(book.retractions, key=lambda r: r[:2]):
-                self._emit(window, key, retract(value), info)
-            book.retractions = []
-        dirty = book.dirty
-        book.dirty = set()
-        # tuples that arrived while a window was early, for a trigger that does not react
-        # before the end, need no on_elements: only the cells marked dirty get it
-        todo = dirty if self._react_early else set(dirty)
-        ended: set[Window] = set()  # windows whose every cell is in todo
-        if wm is not None:
-            while book.ends and book.ends[0][0] <= wm:
-                end, start = heapq.heappop(book.ends)
-                window = Window(start, end)
-                ended.add(window)
-                todo.update((window, k) for k in store.keys(window))
-        while book.timers and book.timers[0][0] <= now:
-            _, _, start, end, key = heapq.heappop(book.timers)
-            todo.add((Window(start, end), key))
-        # the windows that expire at this boundary: their cells with tuples in no pane yet
-        # fire a final pane first (in _evaluate), with the cells the trigger is asked about
-        expiring: list[Window] = []
-        if horizon is not None:
-            while book.purge and book.purge[0][0] <= horizon:
-                end, start = heapq.heappop(book.purge)
-                expiring.append(Window(start, end))
-            if horizon == MAX_TIMESTAMP:  # the end of the input: every window expires
-                expiring = list(store.windows())
-        # (the common case, a window that ends and expires at once, adds nothing here)
-        extra = {(w, k) for w in expiring if w not in ended for k in store.keys(w)}
-        extra.difference_update(todo)
-        if todo or extra:
-            ctx = TriggerContext(Window(0, 0), wm, now)
-            cells = ordered(todo | extra) if extra else ordered(todo)
-            self._evaluate(cells, ctx, horizon, None if self._react_early else dirty, extra)
-        for window in expiring:
-            store.remove_window(window)
-        self._emit_watermark()
-
-    def _evaluate(
-        self,
-        todo: list[tuple[Window, Any]],
-        ctx: TriggerContext,
-        horizon: int | None,
-        dirty: set[tuple[Window, Any]] | None = None,
-        expiring: set[tuple[Window, Any]] | None = None,
-    ) -> None:
-        """Ask the trigger of every cell in ``todo`` (in that order), fire the panes;
-        ``dirty`` given: only those cells get ``on_elements``; those in ``expiring`` are
-        not asked, only given their final pane. A cell of a window that expires (its end
-        at or before ``horizon``: it is purged at this boundary) and holds tuples in no
-        pane yet fires a final pane (``is_last``) when its trigger does not (Beam fires
-        what is pending when a window expires, whatever the trigger)."""
-        store, book = self._st, self._bk
-        get, live = store.get, store.live
-        trigger = self._trigger
-        on_elements, should_fire, on_fire = (
-            trigger.on_elements,
-            trigger.should_fire,
-            trigger.on_fire,
-        )
-        deadline, fire = trigger.deadline, self._fire
-        for window, key in todo:
-            cell = get(window, key)
-            if cell is None or cell[CLOSED]:
-                continue
-            ctx.window = window
-            if expiring and (window, key) in expiring:
-                if self._unsent(cell):
-                    fire(window, key, cell, ctx, True)
-                    cell[CLOSED] = True
-                    if not live:
-                        store.put(window, key, cell)
-                continue
-            state = cell[TRIG]
-            if cell[NEW]:
-                if dirty is None or (window, key) in dirty:
-                    state = on_elements(state, cell[NEW], ctx)
-                cell[NEW] = 0
-            expires = horizon is not None and window.end <= horizon
-            if should_fire(state, ctx):
-                state, finished = on_fire(state, ctx)
-                fire(window, key, cell, ctx, finished or expires)
-                cell[CLOSED] = finished
-            if expires and not cell[CLOSED] and self._unsent(cell):
-                fire(window, key, cell, ctx, True)  # the final pane
-                cell[CLOSED] = True
-            cell[TRIG] = state
-            due = None if cell[CLOSED] else deadline(state)
-            if due is not None and due != cell[TIMER]:
-                book.seq += 1
-                heapq.heappush(book.timers, (due, book.seq, window.start, window.end, key))
-            cell[TIMER] = due
-            if not live:
-                store.put(window, key, cell)
-
-    def _unsent(self, cell: Cell) -> bool:
-        """Whether ``cell`` holds tuples that are in no pane yet."""
-        if cell[ACC] is EMPTY:
-            return False
-        if self._discarding:
-            return True
-        if len(cell) > _UNSENT:
-            return bool(cell[_UNSENT])
-        return cell[PANES] == 0  # checkpointed before the field: pending if it never fired
-
-    def _fire(self, window: Window, key: Any, cell: Cell, ctx: TriggerContext, last: bool) -> None:
-        wm = ctx.watermark
-        if wm is None or window.end > wm:
-            timing = _EARLY
-        elif cell[ON_TIME]:
-            timing = _LATE
-        else:
-            timing = _ON_TIME
-            cell[ON_TIME] = True
-        if cell[ACC] is EMPTY:
-            return  # nothing arrived since the last (discarding) pane
-        acc = self._acc
-        by_key = self._output_for_key
-        value = acc.output(cell[ACC]) if by_key is None else by_key(key, cell[ACC])
-        previous = cell[LAST]
-        if self._only_updated and previous is not EMPTY and value == previous:
-            return
-        panes = cell[PANES]
-        if self._retracting and previous is not EMPTY:
-            before = Timing(cell[LAST_TIMING]) if cell[LAST_TIMING] else timing
-            info = _tuple_new(PaneInfo, (panes - 1, before, panes == 1, False, True))
-            self._emit(window, key, acc.retraction(previous), info)
-        self._emit(
-            window, key, value, _tuple_new(PaneInfo, (panes, timing, panes == 0, last, False))
-        )
-        cell[PANES] = panes + 1
-        if len(cell) > _UNSENT:
-            cell[_UNSENT] = False
-        if self._keeps_last:
-            cell[LAST], cell[LAST_TIMING] = value, timing.value
-        if self._discarding:
-            cell[ACC] = EMPTY
-
-    def _emit(self, window: Window, key: Any, value: Any, info: PaneInfo) -> None:
-        t = _tuple_new(WindowedTuple, (window, value, key, info, window.end - 1))
-        self._out(t.to_row(self._row_keys, self.value_name) if self._rows else t)
-
-    def _emit_watermark(self) -> None:
-        if not self.emits_watermarks:
-            return
-        book = self._bk
-        if self._fixed is None and all(
-            t.all_idle(book.cur, self.idle_timeout_windows) for t in book.trackers
-        ):
-            # every input is idle (declared, or silent past idle_timeout_windows): so is this
-            # operator (its watermark would hold the next operator back for no data)
-            self.output.emit_control(WatermarkIdle(), DeliveryType.END_WINDOW)  # type: ignore[attr-defined]
-            return
-        wm = self._bk.watermark
-        if wm is not None:
-            self.output.emit_control(Watermark(wm), DeliveryType.END_WINDOW)  # type: ignore[attr-defined]
-
-    def _flush_partials(self) -> None:
-        partials = self._bk.partials
-        if not partials:
-            return
-        self._bk.partials = {}
-        for window, key in ordered(partials):
-            acc, n = partials[(window, key)]
-            self.output.emit(Partial(window, key, acc, n))  # type: ignore[attr-defined]
-
-
-def _arrow_differs(aggregations: Sequence[str], values: Any) -> bool:
-    """Whether Arrow's aggregation of ``values`` could differ from the tuples' (then a batch
-    goes row by row): an int64 sum that could wrap, a min or max over NaN (Arrow skips it;
-    malhar ranks it above every number, as Spark does)."""
-    if "sum" in aggregations and may_wrap(values):
-        return True
-    return ("min" in aggregations or "max" in aggregations) and nan_mask(values) is not None
