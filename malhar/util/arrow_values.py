@@ -131,12 +131,14 @@ def _integer_check(kind: pa.DataType) -> Check:
     def integer(v: Any) -> str | None:
         if isinstance(v, float | decimal.Decimal) and not isinstance(v, bool):
             try:
-                whole = v == int(v)
+                stored: int | None = int(v)
             except (ValueError, OverflowError, ArithmeticError):
-                whole = False
-            if not whole:
+                stored = None  # NaN, an infinity: no integer at all
+            if stored is None:
+                return f"{v!r} is not an integer: give None for a missing value, or declare the field double"
+            if v != stored:
                 return (
-                    f"{v!r} is not an integer (Arrow would store {int(v)}): round it, "
+                    f"{v!r} is not an integer (Arrow would store {stored}): round it, "
                     "or declare the field double or decimal"
                 )
         return None

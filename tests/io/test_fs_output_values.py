@@ -195,6 +195,9 @@ def test_values_arrow_would_alter_go_to_the_error_port(place: Place) -> None:
     bad = [
         ({"i": 2.7}, "i: 2.7 is not an integer"),
         ({"i": decimal.Decimal("2.5")}, "i: Decimal('2.5') is not an integer"),
+        ({"i": float("nan")}, "i: nan is not an integer: give None for a missing value"),
+        ({"i": float("inf")}, "i: inf is not an integer: give None for a missing value"),
+        ({"i": decimal.Decimal("NaN")}, "i: Decimal('NaN') is not an integer: give None"),
         ({"f": 1e300}, "f: 1e+300 is out of the range of float"),
         ({"d": dt.datetime(2026, 1, 1, 23, 59)}, "d: datetime.datetime(2026, 1, 1, 23, 59) is"),
         ({"s": {"x": 1, "y": 2}}, "s: unknown struct field(s) ['y']"),
@@ -227,6 +230,8 @@ def test_values_arrow_would_alter_go_to_the_error_port(place: Place) -> None:
         ),
         ("a decimal(5,0)", pa.array([1.5, 2.0]), "int or Decimal object expected"),
         ("a bigint", pa.array([True, False]), "Expected integer, got bool"),
+        ("a bigint", pa.array([float("nan"), 2.0]), "a: nan is not an integer: give None"),
+        ("a bigint", pa.array([float("-inf"), 2.0]), "a: -inf is not an integer: give None"),
     ],
 )
 def test_batches_are_refused_as_their_rows_are(ddl: str, array: pa.Array, why: str) -> None:
