@@ -93,6 +93,49 @@ def test_a_split_another_partition_could_not_read_keeps_the_file(tmp_path: Path)
     assert not list(markers.iterdir())  # the markers were cleaned up all the same
 
 
+def test_a_marker_replayed_for_a_deleted_file_does_not_count_for_a_new_one(
+    tmp_path: Path,
+) -> None:
+    # the other partition dies after its release; its restart replays committed(last) and
+    # writes its marker again, after the coordinator deleted the file and its markers. A
+    # new file at the path then took that marker for its own other half: deleted unread
+    f, first, hs = _two_blocks_two_partitions(tmp_path)
+    coord, other = hs[first], hs[1 - first]
+    last = max(drain(h) for h in hs)
+    for h in hs:
+        while h.window < last:
+            h.run_window()
+    saved = other.checkpoint()
+    other.committed(last)
+    coord.committed(last)
+    assert not f.exists()
+    props = {"block_size": 100, "scan_interval_ms": 0, "post_action": "delete"}
+    other = harness(
+        LinesFileInput(str(tmp_path / "in"), **props),
+        str(tmp_path / "ck"),
+        partition=1 - first,
+        partitions=2,
+        saved=saved,
+    )
+    other.setup()
+    other.committed(last)  # the replayed release
+    other.run_window()
+    coord.run_window()  # both list: the file is gone
+    f.write_text("".join(f"b{i:02d}\n" for i in range(40)))  # a new file, the same name
+    coord.committed(drain(coord))  # its half read and committed first
+    assert f.exists()  # the other half is not read yet
+    while other.window < coord.window:
+        other.run_window()
+    last = drain(other)
+    other.committed(last)
+    coord.run_window()
+    coord.committed(max(last, coord.window))
+    new = [v for h in (coord, other) for v in values(h) if v.startswith("b")]
+    assert sorted(new) == [f"b{i:02d}" for i in range(40)]
+    assert not f.exists()  # and deleted once both halves are committed
+    assert other.sink("error").tuples == [] and coord.sink("error").tuples == []
+
+
 def test_a_checkpoint_without_the_unread_field_still_restores(tmp_path: Path) -> None:
     assert complete_seen([70, 1.0, 1, 0], 2) == [70, 1.0, 1, 0, 2, None, None, False, False]
     assert len(complete_seen([70, 1.0, 1, 0, 2, 1, None], 2)) == 9

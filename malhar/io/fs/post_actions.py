@@ -127,13 +127,14 @@ class PostActions:
             # ".unread": a split of ours ended in an error (or the file changed after we cut
             # it): the coordinator must keep the file
             unread = _UNREAD if _kept(seen) else ""
-            marker = f"{self._mroot}/{_file_id(path)}/{name(self._me)}{unread}"
+            marker = f"{self._mroot}/{_file_id(path, seen)}/{name(self._me)}{unread}"
             try:
                 self._mfs.create(marker, b"", overwrite=True)
             except StorageNotFoundError:
-                # the coordinator removed the folder while this marker was written again
-                # (a replayed release after a restart): it had all markers, ours included,
-                # and the file is handled
+                # the coordinator removed the folder while this marker was written (a
+                # replayed release after a restart): it had all markers, ours included. A
+                # create that makes the folder again leaves it behind instead; it names
+                # this file's size and mtime, so no later file at the path counts it
                 pass
             return
         self._awaiting[path] = [name(p) for p in sorted(owners - {self._me})]
@@ -142,9 +143,10 @@ class PostActions:
         """Apply the action to every awaiting file whose markers are all there."""
         fs = self._mfs
         for path, others in list(self._awaiting.items()):
+            seen = self._seen.get(path)
             try:
                 if others:
-                    folder = f"{self._mroot}/{_file_id(path)}"
+                    folder = f"{self._mroot}/{_file_id(path, seen)}"
                     try:
                         have = {e.name for e in fs.list(folder)}
                     except StorageNotFoundError:
@@ -155,7 +157,6 @@ class PostActions:
                     unread = any(f"{p}{_UNREAD}" in have for p in others)
                 else:
                     unread = False
-                seen = self._seen.get(path)
                 keep = unread or (seen is not None and _kept(seen))
                 if keep:
                     # deleting or moving it would lose what could not be read (reported on
@@ -171,7 +172,7 @@ class PostActions:
                 else:
                     self._apply_post_action(path)
                 if others or (seen is not None and seen[DEALT] is not None):
-                    fs.delete(f"{self._mroot}/{_file_id(path)}", recursive=True)
+                    fs.delete(f"{self._mroot}/{_file_id(path, seen)}", recursive=True)
             except StorageError as exc:
                 log.warning(
                     "%s: %s of %s failed (%s); trying again later",
@@ -250,6 +251,11 @@ def _same_file(fs: FileSystem, path: str, target: str) -> bool:
         return False
 
 
-def _file_id(path: str) -> str:
-    """The marker folder's name for ``path``: fixed length, safe on every filesystem."""
-    return hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+def _file_id(path: str, seen: list[Any] | None) -> str:
+    """The marker folder's name for the file at ``path`` as listed (``seen``: its size and
+    mtime, which every partition lists alike), fixed length, safe on every filesystem. A
+    later file at the path (a drop folder reusing a name) has another folder: a marker
+    left for the earlier one (a replayed release after the coordinator removed its folder)
+    never counts as a part of it read."""
+    key = path if seen is None else f"{path}\0{seen[SIZE]}\0{seen[SEEN_MTIME]!r}"
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
