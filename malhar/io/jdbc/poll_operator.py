@@ -63,9 +63,9 @@ has ``"end": true`` (a replayed window sends the same), and it reports the metri
 ``RunningApplication.await_end_of_input()`` stop the application once every partition has
 ended. Refused, naming the fix: a checkpoint whose plan has no ``"max"`` (made by an
 unbounded run, or before it was recorded: the largest key at a restart would differ
-between partitions and take in later rows), a checkpoint that ended restarted with ``bounded=False`` (its end-of-input
-watermark has closed every event-time window downstream), and ``poll_interval_ms`` set
-along with ``bounded`` (it never polls).
+between partitions and take in later rows), a checkpoint that ended restarted with
+``bounded=False`` (its end-of-input watermark has closed every event-time window
+downstream), and ``poll_interval_ms`` set along with ``bounded`` (it never polls).
 
 **Ports.** ``output``: one dict per row on the base class (its values as the Arrow types of
 :mod:`malhar.io.jdbc.poll_reader` give them back); a subclass that declares a typed output
@@ -78,43 +78,22 @@ port): a row with a value that cannot be converted, as ``{"key": <its key as tex
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import uuid
 from collections import deque
 from typing import Any
 
-import pyarrow as pa
-import sqlalchemy as sa
-
 from malhar.io.base.input import ReplayableInput, ReplayError, WindowRecord
-from malhar.io.jdbc.config import split_table
-from malhar.io.jdbc.connection import create_engine, uses_psycopg2
-from malhar.io.jdbc.errors import (
-    JdbcConfigError,
-    JdbcConnectionError,
-    JdbcError,
-    db_message,
-    is_transient,
-)
-from malhar.io.jdbc.poll_keys import decode_key, encode_key, show_key, start_key
-from malhar.io.jdbc.poll_reader import (
-    Cursor,
-    PollQuery,
-    arrow_type_of,
-    arrow_type_of_sqlalchemy,
-    json_text,
-    lenient_time_casts,
-    params,
-    pg_key_guard,
-    rows_to_batch,
-)
+from malhar.io.jdbc.connection import create_engine
+from malhar.io.jdbc.errors import JdbcConfigError
+from malhar.io.jdbc.poll_database import PollDatabase
+from malhar.io.jdbc.poll_keys import decode_key, encode_key, show_key
+from malhar.io.jdbc.poll_reader import rows_to_batch
 from malhar.io.jdbc.poll_settings import JdbcPollSettings, describe_source, source_changes
+from malhar.io.jdbc.poll_unread_rows import NULLS_EVERY_S, UnreadRowReports
 from malhar.io.jdbc.range_reader import RangeReader
 from malhar.operator import OperatorContext
-from malhar.ports import OutputPort, ports_of
-from malhar.schema import arrow_schema, to_struct_type
+from malhar.ports import OutputPort
 from malhar.state import State
 
 __all__ = ["JdbcPollInputOperator"]
@@ -126,12 +105,10 @@ log = logging.getLogger("malhar.io.jdbc.poll")
 #: or "end": true when it sent the end-of-input watermark (bounded: the range read)
 Record = dict[str, Any]
 
-PLAN_DIR = "jdbc-poll"
-#: how often the polling partition counts the rows with a NULL key again (seconds)
-_NULLS_EVERY_S = 60.0
 
-
-class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
+class JdbcPollInputOperator(
+    PollDatabase, UnreadRowReports, ReplayableInput[Record], JdbcPollSettings
+):
     """Reads a table or a query incrementally by a growing key, exactly once.
 
     Example:
@@ -386,7 +363,7 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
     def release(self, records: list[WindowRecord[Record]]) -> None:
         if not self.check_late_rows:
             return
-        if self._last and records and time.monotonic() - self._nulls_at >= _NULLS_EVERY_S:
+        if self._last and records and time.monotonic() - self._nulls_at >= NULLS_EVERY_S:
             self._report_null_keys()  # a count of the whole table (or its index): not often
         for window, record in records:
             if not record or not record.get("rows"):
@@ -401,44 +378,6 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
                 due = time.monotonic() + self.late_rows_recheck_ms / 1000
                 self._recheck.append((due, record["low"], record["high"], found))
         self._recheck_due()
-
-    def _recheck_due(self) -> None:
-        """Count again the committed ranges whose second count is due: one query per run
-        of adjacent ranges (a window's range starts where the one before ended)."""
-        now = time.monotonic()
-        pending = getattr(self, "_recheck", ())
-        while pending and pending[0][0] <= now:
-            _, low, high, known = pending.popleft()
-            while pending and pending[0][0] <= now and pending[0][1] == high:
-                high, known = pending[0][2], known + pending.popleft()[3]
-            try:
-                found = self._count(low, high)
-            except Exception as exc:  # monitoring only: never fail a window on it
-                log.info("%s: counting (%s, %s] again failed: %s", self.label, low, high, exc)
-                return
-            self._report_late(found - known, low, high, None)
-
-    def _report_late(self, late: int, low: Any, high: Any, window: int | None) -> None:
-        if late <= 0:
-            return
-        self._late += late
-        when = (
-            f"after window {window} read that range"
-            if window is not None
-            else f"more than {self.late_rows_recheck_ms} ms after that range was read"
-        )
-        log.warning(
-            "%s: %d row(s) were committed with %s in (%s, %s] %s: they were not read. Rows "
-            "reach the table out of key order: raise commit_lag_ms (now %d ms) above the "
-            "longest inserting transaction",
-            self.label,
-            late,
-            self.key_column,
-            show_key(low),
-            show_key(high),
-            when,
-            self.commit_lag_ms,
-        )
 
     def metrics(self) -> dict[str, float]:
         late, self._late = getattr(self, "_late", 0), 0
@@ -465,56 +404,6 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             from malhar.window.windows import MAX_TIMESTAMP
 
             send_from_input(self.output, Watermark(MAX_TIMESTAMP))
-
-    def _report_null_keys(self) -> None:
-        """Warn (and keep the metrics ``null_key_rows`` / ``non_finite_key_rows``) when rows
-        have a NULL key, or a NaN or infinite one: they have no place in key order, so no
-        window reads them."""
-        self._nulls_at = time.monotonic()
-        found = self._count_unread(
-            self._query.null_keys_sql(),
-            self._null_keys,
-            "a NULL",
-            "a NULL has no place in key order): fill the key, filter them out with where=, "
-            "or make the column NOT NULL",
-        )
-        if found is None:
-            return
-        self._null_keys = found
-        bad_sql = self._query.bad_keys_sql()
-        if bad_sql is None:
-            return
-        bad = self._count_unread(
-            bad_sql,
-            self._bad_keys,
-            "a NaN or infinite",
-            "such a key has no usable place in key order: a NaN position matched nothing "
-            "after it, an infinite timestamp came back as a finite one and was read again "
-            "every window): fix the key, filter them out with where=, or add a CHECK "
-            "constraint",
-        )
-        if bad is not None:
-            self._bad_keys = bad
-
-    def _count_unread(self, sql: str, known: int, what: str, why: str) -> int | None:
-        """How many rows ``sql`` counts (None if counting failed: monitoring only, never a
-        window's failure); a warning when that count is new."""
-        try:
-            found = int(self._scalar(sql, {}) or 0)
-        except Exception as exc:
-            log.info("%s: counting rows with %s key failed: %s", self.label, what, exc)
-            return None
-        if found and found != known:
-            log.warning(
-                "%s: %d row(s) of %s have %s %s and are not read (%s",
-                self.label,
-                found,
-                self.source,
-                what,
-                self.key_column,
-                why,
-            )
-        return found
 
     # -- reading ---------------------------------------------------------------------------------
     def _upper_bound(self) -> Any:
@@ -569,316 +458,11 @@ class JdbcPollInputOperator(ReplayableInput[Record], JdbcPollSettings):
             for row in batch.to_pylist():
                 self.output.emit(row)
 
-    def _open_cursor(self, low: Any, high: Any) -> Cursor:
-        if self._conn is None:
-            self._connect()
-        sql = self._query.range_sql(low is not None, high is not None)
-        args = params(
-            None if low is None else decode_key(low), None if high is None else decode_key(high)
-        )
-        try:
-            return Cursor(self._conn, sql, args, self.fetch_size, raw=self._raw)
-        except Exception:
-            self._end_read(broken=True)
-            raise
-
     def _close_cursor(self) -> None:
         cursor, self._cursor = getattr(self, "_cursor", None), None
         if cursor is not None:
             cursor.close()
             self._end_read()
-
-    def _end_read(self, *, broken: bool = False) -> None:
-        """End the read's transaction (no snapshot is held between windows)."""
-        conn = self._conn
-        if conn is None:
-            return
-        try:
-            conn.rollback()
-        except Exception:
-            broken = True
-        if broken:
-            self._drop_connection()
-
-    def _scalar(self, sql: str, args: dict[str, Any]) -> Any:
-        if self._conn is None:
-            self._connect()
-        try:
-            if self._raw:
-                with self._conn.cursor() as cur:
-                    cur.execute(sql, args)
-                    row = cur.fetchone()
-            else:
-                row = self._conn.execute(sa.text(sql), args).fetchone()
-        except Exception:
-            self._end_read(broken=True)
-            raise
-        self._end_read()
-        return None if row is None else row[0]
-
-    def _max_key(self) -> Any:
-        value = self._scalar(self._query.max_sql(), {})
-        return None if value is None else encode_key(value)
-
-    def _count(self, low: Any, high: Any) -> int:
-        sql = self._query.count_sql(low is not None, high is not None)
-        args = params(
-            None if low is None else decode_key(low), None if high is None else decode_key(high)
-        )
-        return int(self._scalar(sql, args) or 0)
-
-    # -- setup -----------------------------------------------------------------------------------
-    def _setup_query(self) -> None:
-        """The statements, the source's columns and types, and the key's cast and guard."""
-        self._query = PollQuery(self, self._engine.dialect, raw=self._raw)
-        self._names, self._types, self._key_index = self._retrying(
-            "checking the source", self._inspect
-        )
-        sql_type, guard = self._retrying("checking the key's type", self._key_sql_type)
-        self._query.set_key_type(sql_type, guard)
-
-    def _key_sql_type(self) -> tuple[str | None, str | None]:
-        """PostgreSQL: the key column's type by name (from its type OID in the result, never
-        from user text) and the guard of its special values (see pg_key_guard)."""
-        oid = getattr(self, "_key_type_code", None)
-        dialect = self._engine.dialect
-        if dialect.name != "postgresql" or not isinstance(oid, int) or isinstance(oid, bool):
-            return None, None
-        # typmod -1, not NULL: "bpchar", not "character" (char(1): a cast truncated the key)
-        name = self._scalar(
-            f"SELECT format_type(CAST({self._query._param('oid')} AS oid), -1)", {"oid": oid}
-        )
-        if not name or name == "-" or name.startswith("???"):
-            return None, None
-        return str(name), pg_key_guard(oid, getattr(dialect, "server_version_info", None))
-
-    def _connect(self) -> None:
-        self._drop_connection()
-        try:
-            conn = self._engine.connect()
-        except Exception as exc:
-            if is_transient(exc):
-                raise
-            raise JdbcConnectionError(
-                f"{self.label}: cannot connect to {self.redacted_url}: {db_message(exc)}"
-            ) from None
-        if uses_psycopg2(conn):
-            raw = conn.connection.driver_connection
-            json_text(raw)
-            lenient_time_casts(raw)  # an unconvertible date: an error row, not a failed fetch
-            self._sa_conn, self._conn, self._raw = conn, raw, True
-        else:
-            self._sa_conn, self._conn, self._raw = conn, conn, False
-
-    def _drop_connection(self) -> None:
-        sa_conn = getattr(self, "_sa_conn", None)
-        self._sa_conn, self._conn = None, None
-        if sa_conn is not None:
-            try:
-                sa_conn.invalidate()
-            except Exception:
-                pass
-            try:
-                sa_conn.close()
-            except Exception:
-                pass
-
-    def _inspect(self) -> tuple[list[str], list[pa.DataType | None], int]:
-        """The source's columns and their Arrow types; a missing table or column fails here,
-        naming it."""
-        try:
-            cursor = Cursor(
-                self._conn, self._query.probe_sql(), {}, 1, raw=self._raw, server_side=False
-            )
-        except Exception as exc:
-            self._end_read(broken=is_transient(exc))
-            if is_transient(exc):
-                raise
-            raise JdbcConfigError(self._missing(exc)) from None
-        try:
-            description = cursor.description
-        finally:
-            cursor.close()
-            self._end_read()
-        names = [d[0] for d in description]
-        if self.key_column not in names:
-            raise JdbcConfigError(
-                f"{self.label}: key_column {self.key_column!r} is not a column of "
-                f"{self.source} (its columns: {names})"
-            )
-        self._key_type_code = description[names.index(self.key_column)][1]
-        overrides = dict(self.column_types or {})
-        unknown = [c for c in overrides if c not in names]
-        if unknown:
-            raise JdbcConfigError(
-                f"{self.label}: column_types names {unknown}, which {self.source} does not "
-                f"have (its columns: {names})"
-            )
-        typed = self._port_schema()
-        reflected = {} if self._raw or not self.table else self._reflect()
-        types: list[pa.DataType | None] = []
-        for d in description:
-            name = d[0]
-            if typed is not None and name in typed.names:
-                types.append(typed.field(name).type)
-            elif name in overrides:
-                types.append(
-                    arrow_schema(to_struct_type(f"`{name}` {overrides[name]}")).field(0).type
-                )
-            else:
-                types.append(self._db_type(d, reflected))
-        if typed is not None:
-            missing = [n for n in typed.names if n not in names]
-            if missing:
-                raise JdbcConfigError(
-                    f"{self.label}: the output port's fields {missing} are not columns of "
-                    f"{self.source} (its columns: {names})"
-                )
-        return names, types, names.index(self.key_column)
-
-    def _db_type(self, column: Any, reflected: dict[str, Any]) -> pa.DataType | None:
-        if self._raw:  # PostgreSQL: the result's type OIDs (unknown ones: text)
-            return arrow_type_of(column[1], column[4], column[5]) or pa.string()
-        return reflected.get(column[0])
-
-    def _reflect(self) -> dict[str, Any]:
-        schema, name = split_table(self.table or "")
-        table = sa.Table(name, sa.MetaData(), schema=schema, autoload_with=self._conn)
-        self._end_read()
-        return {c.name: arrow_type_of_sqlalchemy(c.type) for c in table.columns}
-
-    def _missing(self, exc: Exception) -> str:
-        text = db_message(exc)
-        if self.table:
-            return f"{self.label}: cannot read table {self.table!r} at {self.redacted_url}: {text}"
-        return f"{self.label}: cannot run the query at {self.redacted_url}: {text}"
-
-    def _port_schema(self) -> pa.Schema | None:
-        _, outputs = ports_of(type(self))
-        struct = outputs["output"].schema
-        return None if struct is None else arrow_schema(struct)
-
-    def _plan(self, context: OperatorContext) -> dict[str, Any]:
-        """The operator's key-range plan: read, or made once and kept under the checkpoint."""
-        from malhar.util.fs import StorageExistsError, filesystem_for
-
-        if context.checkpoint is None:
-            raise JdbcConfigError(f"{self.label}: a JDBC poll input needs a checkpoint location")
-        fs, root = filesystem_for(context.checkpoint)
-        path = fs.join(root, "malhar", PLAN_DIR, f"{context.name}.json")
-        existing = fs.status(path)
-        if existing is None:
-            plan = self._make_plan(context.partitions)
-            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-            fs.create(tmp, json.dumps(plan, sort_keys=True).encode())
-            try:
-                fs.rename(tmp, path, overwrite=False)
-                log.info("%s: key-range plan %s", self.label, plan)
-            except StorageExistsError:  # another partition made it first: use that one
-                fs.delete(tmp)
-        plan = json.loads(fs.read_all(path))
-        if self.bounded and "max" not in plan:
-            raise JdbcConfigError(
-                f"{self.label}: bounded=True reads the rows present when the key-range plan "
-                f"was made, but the checkpoint's plan ({path}) was made by an unbounded run "
-                "(or before that bound was recorded): it has no largest key, so no partition "
-                "can tell where the input ends (the largest key "
-                "now would take in rows added since, and differ between partitions and "
-                "restarts). Run this checkpoint with bounded=False (it polls as before), or "
-                "start the bounded run on a new checkpoint directory (start_after leaves out "
-                "the keys already read)"
-            )
-        # a partition with no state yet (a crash before its first snapshot) replays its
-        # recorded windows: the plan is then what knows the source
-        self._check_source(plan.get("source"), f"the checkpoint's key-range plan ({path})")
-        if plan["partitions"] != context.partitions or plan["key_column"] != self.key_column:
-            raise JdbcConfigError(
-                f"{self.label}: the checkpoint's key-range plan ({path}) is for "
-                f"{plan['partitions']} partitions by {plan['key_column']!r}, the operator now "
-                f"has {context.partitions} by {self.key_column!r}: keep them for the life of "
-                "the checkpoint"
-            )
-        return plan
-
-    def _start(self) -> Any:
-        """``start_after`` as an encoded key of the key column's type (None: not set)."""
-        if self.start_after is None:
-            return None
-        key_type = self._types[self._key_index]
-        return encode_key(start_key(self.start_after, key_type, self.label))
-
-    def _make_plan(self, n: int) -> dict[str, Any]:
-        start = self._start()
-        low_arg = None if start is None else decode_key(start)
-        # bounded: the largest key now is where the input ends (the ranges are cut below
-        # it, so that rows added while the plan is made fall to the last partition);
-        # unbounded plans leave it out (a key the driver cannot convert is then reported
-        # by the read that meets it, naming the row)
-        top = self._max_key() if self.bounded else None
-        high_arg = None if top is None else decode_key(top)
-        bounds: list[Any] = []
-        empty = False
-        if n > 1:
-            q = self._query
-            has_low, has_high = start is not None, top is not None
-            count = int(
-                self._scalar(q.count_sql(has_low, has_high), params(low_arg, high_arg)) or 0
-            )
-            empty = count == 0
-            for i in range(1, n):
-                if empty:
-                    bounds.append(start)
-                    continue
-                offset = max(0, (i * count) // n - 1)
-                key = self._scalar(
-                    q.nth_key_sql(has_low, has_high), params(low_arg, high_arg, offset=offset)
-                )
-                bounds.append(
-                    encode_key(key) if key is not None else (bounds[-1] if bounds else start)
-                )
-        plan = {
-            "partitions": n,
-            "key_column": self.key_column,
-            "source": self.source_identity(),
-            "start": start,
-            "bounds": bounds,
-            "empty": empty,
-            "created": time.time(),
-        }
-        if self.bounded:  # an unbounded plan has no end: a bounded restart of it is refused
-            plan["max"] = top
-        return plan
-
-    def _retrying(self, what: str, fn: Any) -> Any:
-        delays = self._retry.delays()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return fn()
-            except JdbcError:
-                raise
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise JdbcError(
-                        f"{self.label}: {what} {self.source} failed: {db_message(exc)}"
-                    ) from None
-                delay = next(delays, None)
-                if delay is None:
-                    raise JdbcConnectionError(
-                        f"{self.label}: {what} {self.source}: database still unavailable after "
-                        f"{attempt} attempts: {db_message(exc)}"
-                    ) from None
-                log.warning(
-                    "%s: %s failed (attempt %d), retrying in %.2fs: %s",
-                    self.label,
-                    what,
-                    attempt,
-                    delay,
-                    db_message(exc),
-                )
-                self._drop_connection()
-                time.sleep(delay)
 
 
 _NOTHING: Any = object()
