@@ -3,7 +3,8 @@ which of them it refuses (to the ``error`` port, as ``{**row, "error": reason}``
 
 Dicts are converted by field name; a value Arrow would store altered (2.7 into an
 integer, a float32 overflowing to infinity, a datetime with a time of day into a date, an
-unknown struct field) is refused, as is one of another type. Arrow batches whose types are
+unknown struct field) is refused, as is one of another type or a null in a NOT NULL field
+(inside a struct, list or map too: Parquet would refuse the whole window). Arrow batches whose types are
 the schema's pass without per-row work; others are cast when the cast cannot change a
 value, else converted as their rows would be. ``lines`` takes plain strings; CSV and lines
 refuse a value that holds a newline or bytes that are not UTF-8.
@@ -11,15 +12,15 @@ refuse a value that holds a newline or bytes that are not UTF-8.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from malhar.io.base.output import rejected_row
-from malhar.io.fs.encoders import json_default
+from malhar.io.fs.encoders import json_encoder
 from malhar.util.arrow_types import is_binary, is_text
 from malhar.util.arrow_values import altered_rows, field_checks, unfit_field
 
@@ -68,6 +69,9 @@ def conform(
         bad.extend(refused)
     elif fmt == "csv":
         table, refused = _refuse_bad_csv(table)
+        bad.extend(refused)
+    elif fmt == "jsonl" and schemaless is None:
+        table, refused = _refuse_bad_json(table)
         bad.extend(refused)
     return table, bad
 
@@ -144,6 +148,34 @@ def _refuse_bad_csv(table: pa.Table) -> tuple[pa.Table, list[dict[str, Any]]]:
     return _refuse_rows(table, problems)
 
 
+def _refuse_bad_json(table: pa.Table) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """A JSON-lines file's rows without bytes that are no UTF-8 text (JSON has no bytes:
+    they are written as text, never altered)."""
+    problems = []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if is_binary(column.type):
+            invalid = _as_text(column)[1]
+            if invalid is not None:
+                problems.append((invalid, f"{name!r}: bytes in JSON must be UTF-8 text"))
+        elif _holds_binary(column.type):  # in a struct, list or map: value by value
+            dumps = json_encoder()
+            invalid = pa.chunked_array([[not _encodes(dumps, v) for v in column.to_pylist()]])
+            problems.append((invalid, f"{name!r}: bytes in JSON must be UTF-8 text"))
+    return _refuse_rows(table, problems)
+
+
+def _holds_binary(kind: pa.DataType) -> bool:
+    return is_binary(kind) or any(_holds_binary(c.type) for c in _children(kind))
+
+
+def _encodes(dumps: Any, value: Any) -> bool:
+    try:
+        dumps(value)
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
 def _utf8_only(
     texts: list[str], bad: list[dict[str, Any]], tuples: list[Any] | None = None
 ) -> list[str]:
@@ -166,7 +198,67 @@ def _utf8_only(
 
 
 def _null_violations(table: pa.Table, schema: pa.Schema) -> bool:
-    return any(not f.nullable and table.column(f.name).null_count for f in schema)
+    if any(not f.nullable and table.column(f.name).null_count for f in schema):
+        return True
+    return _nested_requires(schema) and bool(_nested_nulls(table, schema))
+
+
+def _nested_requires(schema: pa.Schema) -> bool:
+    """Whether a field inside a struct, list or map of ``schema`` is declared NOT NULL
+    (Arrow builds such columns with the nulls in them; Parquet then refuses the table)."""
+
+    def inner(kind: pa.DataType) -> bool:
+        return any(not c.nullable or inner(c.type) for c in _children(kind))
+
+    return any(inner(f.type) for f in schema)
+
+
+def _children(kind: pa.DataType) -> list[pa.Field]:
+    t = pa.types
+    if t.is_struct(kind):
+        return [kind.field(i) for i in range(kind.num_fields)]
+    if t.is_map(kind):
+        return [kind.item_field]  # keys are never null in Arrow
+    if t.is_list(kind) or t.is_large_list(kind) or t.is_fixed_size_list(kind):
+        return [kind.value_field]
+    return []
+
+
+def _nested_nulls(table: pa.Table, schema: pa.Schema) -> dict[int, str]:
+    """The rows of ``table`` with a null in a NOT NULL field inside a struct, list or map
+    (of a value that is not null itself), with that field's path (``x.a``, ``l.element``)."""
+    found: dict[int, str] = {}
+
+    def walk(arr: pa.Array, fields: list[pa.Field], path: str, rows: np.ndarray) -> None:
+        # rows: the table row of each element of arr
+        kind = arr.type
+        if pa.types.is_struct(kind):
+            valid = np.asarray(arr.is_valid())
+            for i, child in enumerate(fields):
+                values = arr.field(i)
+                where = f"{path}.{child.name}"
+                if not child.nullable and values.null_count:
+                    for r in rows[valid & np.asarray(values.is_null())]:
+                        found.setdefault(int(r), where)
+                walk(values, _children(child.type), where, rows)
+        elif fields:  # a list or a map: its elements (null lists hold none)
+            (child,) = fields
+            where = f"{path}.{'value' if pa.types.is_map(kind) else 'element'}"
+            if pa.types.is_map(kind):  # as the list of its values (no kernel takes maps)
+                arr = pa.ListArray.from_arrays(arr.offsets, arr.items, mask=arr.is_null())
+            values = arr.flatten()
+            parents = rows[np.asarray(pc.list_parent_indices(arr))]
+            if not child.nullable and values.null_count:
+                for r in parents[np.asarray(values.is_null())]:
+                    found.setdefault(int(r), where)
+            walk(values, _children(child.type), where, parents)
+
+    for f in schema:
+        kids = _children(f.type)
+        if kids:
+            column = table.column(f.name).combine_chunks()
+            walk(column, kids, f.name, np.arange(len(column)))
+    return found
 
 
 def _rows(
@@ -191,12 +283,13 @@ def _rows(
         return pa.table([pa.array(lines, pa.string())], schema=schema), bad
     if schemaless == "jsonl":
         texts, written = [], []
+        dumps = json_encoder()
         for value in rows:
             if not isinstance(value, Mapping):
                 bad.append(rejected_row(value, f"expected a mapping, got {type(value).__name__}"))
                 continue
             try:
-                texts.append(json.dumps(dict(value), default=json_default, ensure_ascii=False))
+                texts.append(dumps(dict(value)))
                 written.append(value)
             except (TypeError, ValueError) as exc:
                 bad.append(rejected_row(value, f"not JSON: {exc}"))
@@ -235,13 +328,23 @@ def _rows(
             for i, value in good:  # find the rows that do not convert
                 try:
                     pa.Table.from_pylist([value], schema=schema)
-                    kept.append(value)
+                    kept.append((i, value))
                 except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
                     why = (
                         f"does not fit the schema: {unfit_field([value], schema)}{_first_line(exc)}"
                     )
                     refused.append((i, rejected_row(value, why)))
-            table = pa.Table.from_pylist(kept, schema=schema) if kept else None
+            good = kept
+            table = pa.Table.from_pylist([v for _, v in kept], schema=schema) if kept else None
+    if table is not None and _nested_requires(schema):
+        nulls = _nested_nulls(table, schema)
+        if nulls:
+            refused.extend(
+                (good[j][0], rejected_row(good[j][1], f"required field {where} is null"))
+                for j, where in nulls.items()
+            )
+            keep = [j for j in range(len(good)) if j not in nulls]
+            table = table.take(pa.array(keep, pa.int64())) if keep else None
     refused.sort(key=lambda x: x[0])
     return table, bad + [r for _, r in refused]
 

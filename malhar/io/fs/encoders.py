@@ -11,6 +11,7 @@ import decimal
 import gzip
 import io
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,18 +23,25 @@ import pyarrow.parquet as pq
 from malhar.util.arrow_types import is_text
 from malhar.util.fs import FileSystem
 
-__all__ = ["create_encoded", "encode_table", "file_extension", "json_default", "write_parquet"]
+__all__ = [
+    "create_encoded",
+    "encode_table",
+    "file_extension",
+    "json_default",
+    "json_encoder",
+    "write_parquet",
+]
 
 
 def json_default(value: Any) -> Any:
     """How a value JSON has no type for is written: ISO dates and times, decimals and
-    other values as text, bytes as UTF-8."""
+    other values as text, bytes as UTF-8 (the output refuses bytes that are not)."""
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
         return str(value)
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+        return value.decode("utf-8")  # UnicodeDecodeError, a ValueError: refused
     return str(value)
 
 
@@ -53,10 +61,44 @@ def _csv_bytes(table: pa.Table, *, header: bool, delimiter: str) -> bytes:
     return sink.getvalue()
 
 
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and the infinities as the strings Spark writes for them (JSON has
+    no such numbers; Python would write bare ``NaN`` tokens, which JSON readers refuse)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _NON_FINITE[repr(value)]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_encoder(*, compact: bool = False) -> Callable[[Any], str]:
+    """``value`` as JSON text, non-ASCII kept, NaN and the infinities as Spark writes them
+    (``"NaN"``, ``"Infinity"``, ``"-Infinity"``; Spark's reader takes them back)."""
+    separators = (",", ":") if compact else None
+    dumps = json.JSONEncoder(
+        default=json_default, ensure_ascii=False, allow_nan=False, separators=separators
+    ).encode
+
+    def encode(value: Any) -> str:
+        try:
+            return dumps(value)
+        except ValueError as exc:
+            if "Out of range float" not in str(exc):
+                raise
+            return dumps(_finite(value))  # only rows with such a number pay for the walk
+
+    return encode
+
+
 def _jsonl_bytes(table: pa.Table) -> bytes:
     if table.column_names == ["__json__"]:  # rows already JSON text (no schema)
         return _lines_bytes(table)
-    dumps = json.JSONEncoder(default=json_default, ensure_ascii=False, separators=(",", ":")).encode
+    dumps = json_encoder(compact=True)
     return "".join(dumps(row) + "\n" for row in table.to_pylist()).encode("utf-8")
 
 
