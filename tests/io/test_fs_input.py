@@ -407,6 +407,55 @@ def test_parquet_batches_schema_mismatch_and_row_groups_over_partitions(
     assert u.sink("output").tuples == [{"other": 1}]
 
 
+def test_parquet_values_or_pages_that_cannot_be_read_go_to_the_error_port(
+    place: Place, tmp_path
+) -> None:
+    # both failed the operator (a TypeError while sorting the exception), on every restart
+    place.write("in/a.parquet", _parquet([{"id": "1"}, {"id": "oops"}]), mtime=1_000)
+    data = bytearray(_parquet([{"id": i} for i in range(1000)]))
+    for i in range(20, 400):  # the footer is whole, a page is not
+        data[i] ^= 0x5A
+    place.write("in/b.parquet", bytes(data), mtime=2_000)
+    place.write("in/c.parquet", _parquet([{"id": 7}]), mtime=3_000)
+    h = harness(
+        ParquetFileInput(place.url("in"), schema="id bigint", scan_interval_ms=0),
+        str(tmp_path / "ck"),
+    )
+    drain(h)
+    assert h.sink("output").tuples == [{"id": 7}]
+    errors = [(e["file"].rsplit("/", 1)[1], e["error"]) for e in h.sink("error").tuples]
+    assert [name for name, _ in errors] == ["a.parquet", "b.parquet"]
+    assert errors[0][1].startswith("cannot read the file: its values do not fit the schema: ")
+    assert errors[1][1].startswith("cannot read the file: ")
+
+
+def test_a_parquet_file_gone_before_its_footer_is_read_goes_to_the_error_port(
+    place: Place, tmp_path
+) -> None:
+    # a file larger than block_size is cut by its row groups, read from its footer at
+    # discovery: off the local filesystem, a file gone since the listing failed the operator
+    place.write("in/a.parquet", _parquet([{"id": i} for i in range(100)], 10), mtime=1_000)
+    h = harness(
+        ParquetFileInput(place.url("in"), scan_interval_ms=0, block_size=100),
+        str(tmp_path / "ck"),
+    )
+    h.setup()
+    scan = h.operator._scanner.scan
+
+    def listed_then_gone() -> Any:
+        found = scan()
+        if place.exists("in/a.parquet"):
+            place.fs.delete(place.path("in/a.parquet"))
+        return found
+
+    h.operator._scanner.scan = listed_then_gone
+    drain(h)
+    assert h.sink("output").tuples == []
+    ((error,),) = [h.sink("error").tuples]
+    assert error["file"].endswith("/a.parquet") and error["offset"] == 0
+    assert "no such file" in error["error"].lower()  # as the filesystem says it
+
+
 def test_compressed_text(place: Place, tmp_path) -> None:
     lines = [f"line {i} é" for i in range(500)]
     data = "".join(f"{x}\n" for x in lines).encode()

@@ -61,7 +61,12 @@ class ParquetRows:
         """A file's splits: its row groups ``(group, 0, rows)`` when it is large enough to
         spread over the partitions and has several, else the whole file ``(-1, 0, -1)``."""
         if size > self.block_size or (cut > 1 and size >= cut * SPREAD_MIN_BLOCK):
-            pf = self._parquet_file(path, size)
+            try:
+                pf = self._parquet_file(path, size)
+            except UNREADABLE:
+                # gone or refused since the listing (off the local filesystem): one split,
+                # whose read says so on the error port
+                return [(-1, 0, -1)]
             if not isinstance(pf, str) and pf.metadata.num_row_groups > 1:
                 return [
                     (k, 0, pf.metadata.row_group(k).num_rows)
@@ -160,14 +165,19 @@ class ParquetRows:
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         table = table.slice(start - first, end - start)
         if self._arrow is not None:
-            table = table.select(self._arrow.names).cast(self._arrow)
+            try:
+                table = table.select(self._arrow.names).cast(self._arrow)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                # the footer's types cast (checked at discovery), a value does not: the
+                # split goes to the error port with the reason
+                raise UnreadableSplit(f"its values do not fit the schema: {exc}") from None
         return table
 
     def _emit_rows(self, path: str, index: int, start: int, end: int) -> int:
         try:
             table = self._rows(path, index, start, end)
         except (OSError, pa.ArrowException) as exc:
-            if isinstance(exc, StorageUnavailableError | UNREADABLE):
+            if isinstance(exc, (StorageUnavailableError, *UNREADABLE)):
                 raise
             raise UnreadableSplit(str(exc)) from None
         if self._arrow is not None:
