@@ -291,7 +291,7 @@ def test_a_change_report_is_replayed_with_its_window(tmp_path: Path) -> None:
     f.write_text("a\n")
 
     def make() -> LinesFileInput:
-        return LinesFileInput(str(tmp_path / "in"), scan_interval_ms=0)
+        return LinesFileInput(str(tmp_path / "in"), scan_interval_ms=0, post_action="delete")
 
     h = harness(make(), str(tmp_path / "ck"))
     h.run_window()
@@ -302,6 +302,37 @@ def test_a_change_report_is_replayed_with_its_window(tmp_path: Path) -> None:
     r = harness(make(), str(tmp_path / "ck"), saved=saved)
     r.run_window(window=1)  # replayed: the same error row
     assert r.sink("error").per_window[1] == [error]
+    # and the replay left the file known as changed: not reported again by the next
+    # scans, nor deleted with b unread when its window is committed before a scan
+    r.committed(1)
+    r.run_window(window=2)
+    r.run_window(window=3)
+    assert {w: len(e) for w, e in r.sink("error").per_window.items() if e} == {1: 1}
+    assert f.read_text() == "a\nb\n"
+
+
+def test_a_change_report_of_a_file_another_partition_reads_is_replayed_once(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "in").mkdir()
+    f = tmp_path / "in" / "a.txt"
+    f.write_text("a\n")
+    other = 1 - split_owner(str(f), 0, 2)  # a partition that reads nothing of the file
+
+    def make(saved: bytes | None = None) -> Any:
+        op = LinesFileInput(str(tmp_path / "in"), scan_interval_ms=0)
+        return harness(op, str(tmp_path / "ck"), partition=other, partitions=2, saved=saved)
+
+    h = make()
+    h.run_window()
+    saved = h.checkpoint()
+    f.write_text("a\nb\n")
+    h.run_window()
+    assert len(h.sink("error").per_window[1]) == 1
+    r = make(saved)
+    for w in (1, 2, 3):
+        r.run_window(window=w)
+    assert {w: len(e) for w, e in r.sink("error").per_window.items() if e} == {1: 1}
 
 
 # -- F: glob characters in a path ----------------------------------------------------------------

@@ -349,6 +349,9 @@ class FileInputOperator(
             if path not in self._seen:
                 self._discover(path, int(size), float(mtime))
         for entry in record["ranges"]:
+            if "chg" in entry:
+                self._replayed_change(entry["f"], *entry["chg"])
+                continue
             split = self._find(entry["f"], int(entry["i"]))
             if split is None:
                 continue  # finished already (replayed twice)
@@ -357,6 +360,15 @@ class FileInputOperator(
                 self._queue.remove(split)
             elif "e" in entry:
                 split[POS] = int(entry["e"])
+
+    def _replayed_change(self, path: str, size: int, mtime: float) -> None:
+        """A replayed window reported ``path`` changed (listed at ``size`` and ``mtime``):
+        the state its scan left, so that the next scan does not report it again."""
+        seen = self._seen.get(path)
+        if seen is not None:
+            seen[CHANGED] = True
+        else:
+            self._not_mine[path] = (int(size), float(mtime))
 
     def release(self, records: list[WindowRecord[Record]]) -> None:
         for _, record in records:
@@ -498,7 +510,9 @@ class FileInputOperator(
             "place)"
         )
         log.warning("%s: %s: %s", self.label, self._url(f.path), reason)
-        self._record({"f": f.path, "i": 0, "o": size, "err": reason, "text": None, "last": False})
+        # "chg": the listing that differed, for a replay to know the change is reported
+        entry = {"f": f.path, "i": 0, "o": size, "err": reason, "text": None, "last": False}
+        self._record({**entry, "chg": [f.size, f.mtime]})
         self.error.emit(error_row(self._url(f.path), size, reason, None))
         self._counts["errors"] += 1
         return 1
