@@ -209,3 +209,41 @@ def test_a_line_that_is_not_utf8_is_said_so_at_its_byte_or_fails_the_read() -> N
     assert _decoded(LinesDecoder(), b"ok\nb\xffd\n", 13)[1] == [
         (16, "not valid utf-8 at byte 17: in")
     ]
+
+
+def test_typed_json_lines_hold_one_object_per_line_whatever_the_chunks(tmp_path) -> None:
+    # pyarrow's reader took an object spread over two lines as one record when both lines
+    # were in one chunk, two error rows when a chunk ended between them, and a replay (one
+    # chunk for the window) then did not match the window: FileReplayError, for good
+    from malhar.io.fs import JsonLinesFileInput
+    from tests.io.fs_support import drain, harness
+
+    (tmp_path / "in").mkdir()
+    data = '{"a": 1,\n "b": 2}\n{"a": 3, "b": 4}\n  \n{"a": 5} {"a": 6}\n{"a": 7, "b": 8}\n'
+    (tmp_path / "in" / "f.jsonl").write_text(data)
+    outcomes = []
+    for i, props in enumerate(({}, {"chunk_bytes": 4}, {"max_records_per_window": 1})):
+        op = JsonLinesFileInput(
+            str(tmp_path / "in"), scan_interval_ms=0, schema="a bigint, b bigint", **props
+        )
+        h = harness(op, str(tmp_path / f"ck{i}"))
+        saved = h.checkpoint()
+        last = drain(h)
+        rows = h.sink("output").tuples
+        errors = [(e["offset"], e["error"]) for e in h.sink("error").tuples]
+        outcomes.append((rows, errors))
+        replayed = harness(
+            JsonLinesFileInput(
+                str(tmp_path / "in"), scan_interval_ms=0, schema="a bigint, b bigint", **props
+            ),
+            str(tmp_path / f"ck{i}"),
+            saved=saved,
+        )
+        for w in range(last + 1):
+            replayed.run_window(window=w)
+        assert replayed.sink("output").tuples == rows and len(replayed.sink("error").tuples) == 3
+    assert all(o == outcomes[0] for o in outcomes)  # the same for every chunking
+    rows, errors = outcomes[0]
+    assert rows == [{"a": 3, "b": 4}, {"a": 7, "b": 8}]
+    assert [o for o, _ in errors] == [0, 9, 38]  # the spread object's lines, the double one
+    assert "several on one line" in errors[2][1]

@@ -336,6 +336,31 @@ def non_blank_lines(data: bytes) -> int:
     return int(len(lengths) - np.count_nonzero(blank))
 
 
+def _one_object_per_line(data: bytes, rows: int) -> bool:
+    """Whether ``rows`` records parsed from ``data`` are one per line that holds more than
+    whitespace: every such line starts with ``{`` and ends with ``}`` (an object spread
+    over lines cannot: ``}`` is never followed by ``{`` in JSON), and there are ``rows`` of
+    them (more records: a line holds several)."""
+    if rows and data.startswith(b"{") and rows == data.count(b"\n"):
+        # the common case, three fast scans: a line ends with } where the next starts with {
+        end = b"}\n" if data.find(b"\r") < 0 else b"}\r\n"
+        if data.endswith(end) and data.count(end + b"{") == rows - 1:
+            return True
+    arr = np.frombuffer(data, dtype=np.uint8)
+    text = np.flatnonzero((arr != 32) & (arr != 9) & (arr != 13) & (arr != 10))
+    if len(text) == 0:
+        return rows == 0
+    line = np.searchsorted(np.flatnonzero(arr == 10), text)  # each text byte's line
+    new = np.flatnonzero(np.diff(line)) + 1
+    first = text[np.concatenate(([0], new))]
+    last = text[np.concatenate((new - 1, [len(text) - 1]))]
+    return (
+        len(first) == rows
+        and bool(np.all(arr[first] == ord("{")))
+        and bool(np.all(arr[last] == ord("}")))
+    )
+
+
 def _zoned(t: pa.DataType) -> bool:
     return pa.types.is_timestamp(t) and t.tz is not None
 
@@ -603,6 +628,21 @@ class JsonLinesDecoder(_TabularDecoder):
             ),
         )
         return _finish(table.select(self.schema.names), self.schema, empty_is_null=False), []
+
+    def misaligned(self, data: bytes, table: Any, bad: int, lines: int | None = None) -> str | None:
+        # pyarrow's reader takes an object spread over lines (or two on a line) as it comes:
+        # a chunk cut between those lines would read them otherwise, and a replay, which
+        # reads the window's range as one chunk, would not match. One record per line it is,
+        # as without a schema. Whitespace lines hold none (pyarrow skips them).
+        if self.schema is None:
+            return None
+        rows = table.num_rows + bad
+        if _one_object_per_line(data, rows):
+            return None
+        return (
+            "the line is not one JSON object (an object spread over lines, or several on "
+            "one line): JSON lines hold one object each"
+        )
 
     def explain(self, line: bytes, message: str) -> str | None:
         # the field: pyarrow's kind errors give its path, a value of the right kind that
