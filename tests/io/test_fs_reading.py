@@ -247,3 +247,31 @@ def test_typed_json_lines_hold_one_object_per_line_whatever_the_chunks(tmp_path)
     assert rows == [{"a": 3, "b": 4}, {"a": 7, "b": 8}]
     assert [o for o, _ in errors] == [0, 9, 38]  # the spread object's lines, the double one
     assert "several on one line" in errors[2][1]
+
+
+def test_a_byte_order_mark_is_no_text_of_the_first_line(tmp_path) -> None:
+    # lines kept it ('\ufeffone'), an untyped CSV named its first column '\ufeffa', and a
+    # typed JSON line after it was refused: Spark's readers drop it, as pyarrow's do
+    from malhar.io.fs import CsvFileInput, JsonLinesFileInput, LinesFileInput
+    from tests.io.fs_support import drain, harness
+
+    bom = "\ufeff".encode()
+    cases = [
+        (LinesFileInput, {}, b"one\n\xfftwo\n", [{"line": "one"}]),
+        (JsonLinesFileInput, {"schema": "a bigint"}, b'{"a": 1}\n{"a": 2}\n', [{"a": 1}, {"a": 2}]),
+        (CsvFileInput, {}, b"a,b\n1,x\n", [{"a": "1", "b": "x"}]),
+        (CsvFileInput, {"schema": "a bigint", "header": False}, b"1\n2\n", [{"a": 1}, {"a": 2}]),
+    ]
+    for i, (cls, props, data, rows) in enumerate(cases):
+        (tmp_path / f"in{i}").mkdir()
+        (tmp_path / f"in{i}" / "f.txt").write_bytes(bom + data)
+        h = harness(
+            cls(str(tmp_path / f"in{i}"), scan_interval_ms=0, **props), str(tmp_path / f"c{i}")
+        )
+        drain(h)
+        assert h.sink("output").tuples == rows, cls.__name__
+    errors = [e["offset"] for e in h.sink("error").tuples]
+    assert errors == []
+    first = harness(LinesFileInput(str(tmp_path / "in0"), scan_interval_ms=0), str(tmp_path / "d"))
+    drain(first)
+    assert [e["offset"] for e in first.sink("error").tuples] == [7]  # in the file, BOM included

@@ -112,6 +112,9 @@ def split_lines(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
+_BOM = "\ufeff".encode()
+
+
 class LineDecoder(ABC):
     """Decodes complete lines (see the module doc)."""
 
@@ -130,6 +133,14 @@ class LineDecoder(ABC):
     @abstractmethod
     def decode(self, data: bytes, start: int, file: str) -> Decoded:
         """Decode ``data`` (complete lines starting at byte ``start`` of ``file``)."""
+
+    def without_bom(self, data: bytes, start: int) -> tuple[bytes, int]:
+        """``data`` read at byte ``start`` without a UTF-8 file's byte order mark, and where
+        it now starts: the mark is no text of the first line (Hadoop's and so Spark's line
+        reader drop it too, as pyarrow's CSV and JSON readers do)."""
+        if start == 0 and self.utf8 and data.startswith(_BOM):
+            return data[len(_BOM) :], len(_BOM)
+        return data, start
 
     def text(self, raw: bytes) -> str:
         """One line's text under the decode_errors policy (raises UnicodeDecodeError for
@@ -154,6 +165,7 @@ class LinesDecoder(LineDecoder):
     def decode(self, data: bytes, start: int, file: str) -> Decoded:
         if not data:
             return Decoded()
+        data, start = self.without_bom(data, start)
         if data.endswith(b"\n"):
             data = data[:-1]
         try:
@@ -195,6 +207,7 @@ class _TabularDecoder(LineDecoder):
     ) -> Decoded:
         out = Decoded()
         tables: list[pa.Table] = []
+        data, start = self.without_bom(data, start)
         try:
             table, bad = self.parse(self.transcode(data), names)
             if self.misaligned(data, table, len(bad)):

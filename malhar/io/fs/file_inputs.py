@@ -101,6 +101,8 @@ class CsvFileInput(FileInputOperator):
 
         size = self._seen[path][SIZE] if path in self._seen else None
         line = self._first_line(path, size).decode(self.encoding, "replace").rstrip("\r\n")
+        if self.encoding.lower().replace("_", "-") in ("utf-8", "utf8"):
+            line = line.removeprefix("\ufeff")  # a byte order mark names no column
         reader = csv.reader([line], delimiter=self.delimiter, quotechar=self.quote_char or None)
         return safe_header(next(reader, []))
 

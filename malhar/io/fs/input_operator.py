@@ -495,6 +495,7 @@ class FileInputOperator(
             old = horizon is not None and seen[SEEN_MTIME] < horizon
             if finished and (path not in listed or old):
                 del self._seen[path]
+                self._headers.pop(path, None)
         self._sealed_by(marker)
         return reported
 
