@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
-from malhar import DAG, launch
+from malhar import DAG, OperatorContext, launch
 from malhar.control import ControlSender, DeliveryType
-from malhar.io.fs import JsonLinesFileInput, LinesFileInput
+from malhar.io.fs import JsonLinesFileInput, LinesFileInput, ParquetFileOutput
 from malhar.io.fs.errors import FileConfigError
 from malhar.io.fs.partitions import deal
 from malhar.testing import OperatorHarness
@@ -224,6 +225,60 @@ def test_every_event_time_window_of_a_finished_set_of_files_fires(
     # reading takes 2 windows per partition; the end, the fired panes and the orderly stop
     # a few more, not the dozens a busy loop of empty windows would run
     assert app.last_window < 20
+
+
+def test_the_end_of_the_input_closes_the_output_s_file(tmp_path: Path) -> None:
+    # a bounded run stopped at the end of its input, its rows staged in an open file that
+    # only roll_ms (60 s by default) would close: "done", and nothing visible
+    out = OperatorHarness(
+        ParquetFileOutput(str(tmp_path / "out"), schema="line string"),
+        OperatorContext("out", application="end", partition=0, partitions=1),
+    )
+
+    def ended_by(partitions: list[int]) -> None:
+        for p in partitions:
+            sender = ControlSender("lines", "in", p, 2)
+            out.put_control("input", Watermark(MAX_TIMESTAMP), DeliveryType.END_WINDOW, sender)
+
+    out.run_window([("input", {"line": "a"})], window=0)
+    out.begin_window(1)
+    out.put("input", {"line": "b"})
+    ended_by([0])  # one of the two reading partitions: the input goes on
+    out.end_window()
+    out.committed(1)
+    assert not list((tmp_path / "out").glob("*.parquet"))
+    out.begin_window(2)
+    ended_by([0, 1])
+    out.end_window()  # no row in this window: the file closes all the same
+    out.committed(2)
+    (written,) = (tmp_path / "out").glob("*.parquet")
+    assert pq.read_table(written).column("line").to_pylist() == ["a", "b"]
+    out.begin_window(3)
+    ended_by([0, 1])  # said again in every later window: no file without rows
+    out.end_window()
+    out.committed(3)
+    assert len(list((tmp_path / "out").glob("*.parquet"))) == 1
+
+
+@pytest.mark.slow
+def test_a_run_that_stops_at_the_end_of_its_input_publishes_every_row(
+    spark: Any, tmp_path: Path
+) -> None:
+    folder, ckpt = tmp_path / "in", str(tmp_path / "ck")
+    folder.mkdir()
+    lines = [f"line {i}" for i in range(300)]
+    for k in range(3):
+        (folder / f"f{k}.txt").write_text("".join(f"{x}\n" for x in lines[k * 100 : k * 100 + 100]))
+    (folder / "_SUCCESS").write_text("")
+    dag = DAG("bounded-to-parquet")
+    src = dag.add_operator("in", LinesFileInput(str(folder), end_marker="_SUCCESS"), PARTITIONS=2)
+    out = dag.add_operator("out", ParquetFileOutput(str(tmp_path / "out"), schema="line string"))
+    dag.add_stream("lines", src.output, out.input)
+    app = launch(dag, spark=spark, checkpoint=ckpt, window_ms=100)
+    app.await_end_of_input(timeout=300)
+    assert not app.query.isActive
+    visible = pq.read_table(str(tmp_path / "out")).column("line").to_pylist()  # skips _malhar
+    assert sorted(visible) == sorted(lines)
 
 
 @pytest.mark.slow

@@ -20,13 +20,17 @@ from typing import Any
 
 import pyarrow as pa
 
+from malhar.control import ControlSender
 from malhar.io.base.output import WindowKey
 from malhar.io.base.output_operator import TransactionalOutputOperator, WindowBuffer
 from malhar.io.fs.conform import conform
 from malhar.io.fs.settings import FileOutputSettings
 from malhar.io.fs.store import FileStore
 from malhar.operator import OperatorContext
+from malhar.ports import InputPort
 from malhar.properties import Property, properties_of
+from malhar.window.watermark import Watermark
+from malhar.window.windows import MAX_TIMESTAMP
 
 __all__ = [
     "CsvFileOutput",
@@ -51,6 +55,9 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
         >>> out.roll_windows, out.codec
         (10, 'snappy')
     """
+
+    #: control aware: the end of the input closes the open file (see process_control)
+    input = InputPort(control_aware=True)
 
     def __init__(self, path: str | None = None, **properties: Any) -> None:
         if path is not None:
@@ -87,11 +94,37 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
     def window_rows(self, buffer: WindowBuffer) -> tuple[pa.Table, list[dict[str, Any]]]:
         return conform(buffer.pieces, self._store.schema, self.format)
 
+    def begin_window(self, window_id: int) -> None:
+        super().begin_window(window_id)
+        #: stream -> (upstream partitions feeding this one, those that ended in this window)
+        self._ended: dict[str, tuple[int, set[int]]] = {}
+
+    def process_control(self, payload: Any, sender: ControlSender | None) -> bool:
+        """Take note of the end of the input (``Watermark(MAX_TIMESTAMP)``, which a bounded
+        input sends in every window once it has read everything): the file then closes
+        at the end of the window, to be published once it is committed (the orderly last
+        window of a run that stops at the end of its input delivers that), rather than
+        waiting for ``roll_ms`` in a run that does not come."""
+        if isinstance(payload, Watermark) and payload.timestamp == MAX_TIMESTAMP:
+            s = sender or ControlSender("", "", 0, 1)
+            self._ended.setdefault(s.stream, (s.partitions, set()))[1].add(s.partition)
+        return False
+
+    def _input_ended(self) -> bool:
+        ended = getattr(self, "_ended", None)
+        return bool(ended) and all(len(p) >= n for n, p in ended.values())
+
     def end_window(self) -> None:
         buffer = self._buffer
         store: FileStore = self._store
-        if not buffer.skip and not len(buffer) and store.roll_due(buffer.window):
-            # a window without rows still closes a file whose time (or window count) is up
+        ended = not buffer.skip and self._input_ended()
+        if (
+            not buffer.skip
+            and not len(buffer)
+            and (store.roll_due(buffer.window) or (ended and store.open_group is not None))
+        ):
+            # a window without rows still closes a file whose time (or window count) is up,
+            # or whose input has ended
             window = buffer.window
             try:
                 store.force_roll = True
@@ -100,7 +133,11 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
                 store.force_roll = False
                 buffer.clear()
             return
-        super().end_window()
+        try:
+            store.force_roll = bool(ended)
+            super().end_window()
+        finally:
+            store.force_roll = False
 
 
 class ParquetFileOutput(FileOutputOperator):
