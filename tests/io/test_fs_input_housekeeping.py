@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from malhar.io.fs import CsvFileInput, FileConfigError, LinesFileInput
-from malhar.io.fs.splits import complete_seen, split_owner
+from malhar.io.fs.splits import CHANGED, complete_seen, split_owner
 from malhar.util.fs import StoragePermissionError
 from tests.io.fs_support import drain, harness, values
 
@@ -333,6 +333,32 @@ def test_a_change_report_of_a_file_another_partition_reads_is_replayed_once(
     for w in (1, 2, 3):
         r.run_window(window=w)
     assert {w: len(e) for w, e in r.sink("error").per_window.items() if e} == {1: 1}
+
+
+def test_a_file_cut_anew_at_the_listing_that_reported_its_change_replays_unchanged(
+    tmp_path: Path,
+) -> None:
+    # another partition's 2-byte file grows into blocks of this one: the scan reports the
+    # change and cuts the file anew; the replay marked that new cut changed (kept from its
+    # post action, later changes unreported), unlike the window it replayed
+    (tmp_path / "in").mkdir()
+    f = tmp_path / "in" / "a.txt"
+    f.write_text("a\n")
+    other = 1 - split_owner(str(f), 0, 2)
+
+    def make(saved: bytes | None = None) -> Any:
+        op = LinesFileInput(str(tmp_path / "in"), scan_interval_ms=0, block_size=100)
+        return harness(op, str(tmp_path / "ck"), partition=other, partitions=2, saved=saved)
+
+    h = make()
+    h.run_window()
+    saved = h.checkpoint()
+    f.write_text("".join(f"x{i:03d}\n" for i in range(100)))
+    h.run_window()
+    assert len(h.sink("error").per_window[1]) == 1 and h.operator._seen[str(f)][CHANGED] is False
+    r = make(saved)
+    r.run_window(window=1)
+    assert r.operator._seen[str(f)] == h.operator._seen[str(f)]
 
 
 # -- F: glob characters in a path ----------------------------------------------------------------

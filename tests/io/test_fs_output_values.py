@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -278,6 +279,7 @@ def test_json_lines_write_nan_as_spark_does_and_refuse_bytes_that_are_no_text(
         {"id": 1, "x": nan, "l": [1.0, -inf], "b": b"ok"},
         {"id": 2, "x": inf, "l": [], "b": b"\xff"},
         {"id": 3, "x": 0.5, "l": None, "b": None},
+        {"id": 4, "x": np.float64("nan"), "l": [np.float32("inf")], "b": None},  # pandas'
     ]
     typed = "id int, x double, l array<double>, b binary"
     for folder, props in (("typed", {"schema": typed}), ("schemaless", {})):
@@ -292,6 +294,7 @@ def test_json_lines_write_nan_as_spark_does_and_refuse_bytes_that_are_no_text(
     back = spark.read.schema("id int, x double, l array<double>").json(str(tmp_path / "typed"))
     got = {r.id: (r.x, r.l) for r in back.collect()}
     assert math.isnan(got[1][0]) and got[1][1] == [1.0, -inf] and got[3] == (0.5, None)
+    assert math.isnan(got[4][0]) and got[4][1] == [inf]
     nested = "id int, s struct<b: binary>"
     h = out_harness(JsonLinesFileOutput(str(tmp_path / "nested"), schema=nested, roll_windows=1))
     h.run_window([("input", {"id": 1, "s": {"b": b"\xfe"}}), ("input", {"id": 2})], window=0)

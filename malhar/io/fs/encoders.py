@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
@@ -42,6 +43,8 @@ def json_default(value: Any) -> Any:
         return str(value)
     if isinstance(value, bytes):
         return value.decode("utf-8")  # UnicodeDecodeError, a ValueError: refused
+    if isinstance(value, np.generic):
+        return value.item()  # a numpy number (from pandas): the Python one
     return str(value)
 
 
@@ -61,14 +64,16 @@ def _csv_bytes(table: pa.Table, *, header: bool, delimiter: str) -> bytes:
     return sink.getvalue()
 
 
-_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
 def _finite(value: Any) -> Any:
     """``value`` with NaN and the infinities as the strings Spark writes for them (JSON has
-    no such numbers; Python would write bare ``NaN`` tokens, which JSON readers refuse)."""
+    no such numbers; Python would write bare ``NaN`` tokens, which JSON readers refuse).
+    numpy's numbers are taken as Python's."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if isinstance(value, float):
-        return value if math.isfinite(value) else _NON_FINITE[repr(value)]
+        if math.isfinite(value):
+            return value
+        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

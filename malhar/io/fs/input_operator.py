@@ -366,7 +366,9 @@ class FileInputOperator(
         the state its scan left, so that the next scan does not report it again."""
         seen = self._seen.get(path)
         if seen is not None:
-            seen[CHANGED] = True
+            # a file cut anew at that listing (another partition's until then) has not changed
+            if (seen[SIZE], seen[SEEN_MTIME]) != (int(size), float(mtime)):
+                seen[CHANGED] = True
         else:
             self._not_mine[path] = (int(size), float(mtime))
 
