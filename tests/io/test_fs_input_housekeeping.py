@@ -220,6 +220,33 @@ def test_move_to_inside_the_scanned_path_is_refused(
         op.check_settings()
 
 
+def test_move_to_linked_to_the_scanned_folder_is_refused_and_never_deletes(
+    tmp_path: Path,
+) -> None:
+    # the link passed the check, and the move took the file at the link's name for an
+    # earlier attempt's hard link: it deleted the file
+    (tmp_path / "in").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "in")
+    f = tmp_path / "in" / "a.txt"
+    f.write_text("a1\na2\n")
+    linked = LinesFileInput(
+        str(tmp_path / "in"), scan_interval_ms=0, post_action="move", move_to=str(tmp_path / "link")
+    )
+    with pytest.raises(FileConfigError, match=r"move_to .*the scanned path itself"):
+        linked.check_settings()
+    # linked after the partition opened: the move refuses, the file stays
+    (tmp_path / "link").unlink()
+    op = LinesFileInput(
+        str(tmp_path / "in"), scan_interval_ms=0, post_action="move", move_to=str(tmp_path / "link")
+    )
+    h = harness(op, str(tmp_path / "ck"))
+    h.run_window()
+    (tmp_path / "link").symlink_to(tmp_path / "in")
+    with pytest.raises(FileConfigError, match=r"is .*a.txt itself \(through a symbolic link\)"):
+        h.committed(0)
+    assert f.read_text() == "a1\na2\n" and values(h) == ["a1", "a2"]
+
+
 @pytest.mark.parametrize(
     ("path", "move_to", "recursive"),
     [("in/*.csv", "in/done", False), ("in", "in/done", False), ("in/*", "in/_done", True)],

@@ -242,13 +242,21 @@ def _kept(seen: list[Any]) -> bool:
 
 
 def _same_file(fs: FileSystem, path: str, target: str) -> bool:
-    """Whether ``target`` is a hard link of ``path`` (local filesystem only)."""
+    """Whether ``target`` is a hard link of ``path`` (local filesystem only). The same
+    name through a symbolic link (``move_to`` linked to the scanned folder, made after the
+    settings were checked) is refused: taken for a link, the file would be deleted."""
     if not isinstance(fs, LocalFileSystem):
         return False
     try:
-        return os.path.samefile(path, target)
+        same = os.path.samefile(path, target)
     except OSError:
         return False
+    if same and os.path.realpath(path) == os.path.realpath(target):
+        raise FileConfigError(
+            f"move_to: {target} is {path} itself (through a symbolic link): a move there "
+            "would leave the file in the scanned folder; give move_to a folder of its own"
+        )
+    return same
 
 
 def _file_id(path: str, seen: list[Any] | None) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import posixpath
 import re
 from typing import Any
@@ -99,6 +100,8 @@ def _rescanned(path: str, move_to: str, recursive: bool) -> str | None:
     there, target = location(move_to)
     if where != there:
         return None
+    if where == "local":  # through symbolic links: a link to the scanned folder is it
+        scanned, target = _real(scanned), _real(target)
     if target == scanned:
         return "the scanned path itself"
     below = [p for p in target[len(scanned) :].split("/") if p]
@@ -125,6 +128,13 @@ def _rescanned(path: str, move_to: str, recursive: bool) -> str | None:
     if len(rel) > len(globs) and recursive:
         return "inside the recursively scanned path"
     return None
+
+
+def _real(path: str) -> str:
+    """``path`` with its symbolic links resolved, glob characters kept as written."""
+    base, globs = split_glob(path)
+    real = os.path.realpath(base)
+    return posixpath.join(real, *globs) if globs else real
 
 
 def partition_columns(value: Any) -> tuple[str, ...]:
