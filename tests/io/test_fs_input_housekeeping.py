@@ -98,7 +98,9 @@ def test_a_marker_replayed_for_a_deleted_file_does_not_count_for_a_new_one(
 ) -> None:
     # the other partition dies after its release; its restart replays committed(last) and
     # writes its marker again, after the coordinator deleted the file and its markers. A
-    # new file at the path then took that marker for its own other half: deleted unread
+    # new file at the path then took that marker for its own other half: deleted unread.
+    # The marker names the file it is about: the new file is kept instead (which partition
+    # read what of it is not known then), and read whole
     f, first, hs = _two_blocks_two_partitions(tmp_path)
     coord, other = hs[first], hs[1 - first]
     last = max(drain(h) for h in hs)
@@ -124,6 +126,7 @@ def test_a_marker_replayed_for_a_deleted_file_does_not_count_for_a_new_one(
     f.write_text("".join(f"b{i:02d}\n" for i in range(40)))  # a new file, the same name
     coord.committed(drain(coord))  # its half read and committed first
     assert f.exists()  # the other half is not read yet
+    assert coord.operator._awaiting == {}  # done with: kept
     while other.window < coord.window:
         other.run_window()
     last = drain(other)
@@ -132,8 +135,29 @@ def test_a_marker_replayed_for_a_deleted_file_does_not_count_for_a_new_one(
     coord.committed(max(last, coord.window))
     new = [v for h in (coord, other) for v in values(h) if v.startswith("b")]
     assert sorted(new) == [f"b{i:02d}" for i in range(40)]
-    assert not f.exists()  # and deleted once both halves are committed
+    assert f.exists()
     assert other.sink("error").tuples == [] and coord.sink("error").tuples == []
+
+
+@pytest.mark.parametrize("coordinator_first", [True, False])
+def test_a_file_touched_between_the_partitions_listings_is_kept_not_awaited_for_ever(
+    tmp_path: Path, coordinator_first: bool
+) -> None:
+    f, first, hs = _two_blocks_two_partitions(tmp_path)
+    os.utime(f, (1000, 1000))
+    a, b = (hs[first], hs[1 - first]) if coordinator_first else (hs[1 - first], hs[first])
+    a.run_window()  # lists it at mtime 1000
+    os.utime(f, (2000, 2000))  # the same bytes, touched
+    b.run_window()  # lists it at mtime 2000
+    last = max(drain(h) for h in hs)
+    for w in range(last + 1, last + 4):
+        for h in hs:
+            while h.window < w:
+                h.run_window()
+            h.committed(w)
+    assert f.exists() and hs[first].operator._awaiting == {}
+    assert not list((tmp_path / "ck" / "malhar" / "files" / "in" / "done").iterdir())
+    assert sorted(values(hs[0]) + values(hs[1])) == [f"a{i:02d}" for i in range(40)]
 
 
 def test_a_checkpoint_without_the_unread_field_still_restores(tmp_path: Path) -> None:

@@ -127,14 +127,15 @@ class PostActions:
             # ".unread": a split of ours ended in an error (or the file changed after we cut
             # it): the coordinator must keep the file
             unread = _UNREAD if _kept(seen) else ""
-            marker = f"{self._mroot}/{_file_id(path, seen)}/{name(self._me)}{unread}"
+            marker = f"{self._mroot}/{_file_id(path)}/{name(self._me)}{unread}"
             try:
-                self._mfs.create(marker, b"", overwrite=True)
+                # it says which file it is about: the file as this partition listed it
+                self._mfs.create(marker, _identity(seen), overwrite=True)
             except StorageNotFoundError:
                 # the coordinator removed the folder while this marker was written (a
                 # replayed release after a restart): it had all markers, ours included. A
-                # create that makes the folder again leaves it behind instead; it names
-                # this file's size and mtime, so no later file at the path counts it
+                # create that makes the folder again leaves it behind instead; a later file
+                # at the path is another file than the marker names (see _post_actions)
                 pass
             return
         self._awaiting[path] = [name(p) for p in sorted(owners - {self._me})]
@@ -146,7 +147,7 @@ class PostActions:
             seen = self._seen.get(path)
             try:
                 if others:
-                    folder = f"{self._mroot}/{_file_id(path, seen)}"
+                    folder = f"{self._mroot}/{_file_id(path)}"
                     try:
                         have = {e.name for e in fs.list(folder)}
                     except StorageNotFoundError:
@@ -155,6 +156,7 @@ class PostActions:
                     if not {str(p) for p in others} <= have_ok:
                         continue
                     unread = any(f"{p}{_UNREAD}" in have for p in others)
+                    unread = unread or self._other_file(folder, have, seen)
                 else:
                     unread = False
                 keep = unread or (seen is not None and _kept(seen))
@@ -172,7 +174,7 @@ class PostActions:
                 else:
                     self._apply_post_action(path)
                 if others or (seen is not None and seen[DEALT] is not None):
-                    fs.delete(f"{self._mroot}/{_file_id(path, seen)}", recursive=True)
+                    fs.delete(f"{self._mroot}/{_file_id(path)}", recursive=True)
             except StorageError as exc:
                 log.warning(
                     "%s: %s of %s failed (%s); trying again later",
@@ -185,6 +187,24 @@ class PostActions:
             del self._awaiting[path]
             if not keep:
                 self._seen.pop(path, None)
+
+    def _other_file(self, folder: str, names: set[str], seen: list[Any] | None) -> bool:
+        """Whether a marker names another file than ``seen`` (as the coordinator listed
+        it): one left for an earlier file at the path (written again by a replayed release
+        after its folder was removed), or the file changed between the partitions'
+        listings. Either way that partition did not read this file as listed: it is kept.
+        A marker of an older release, empty, names none."""
+        if seen is None:
+            return False
+        mine = _identity(seen)
+        for n in sorted(names):
+            try:
+                said = self._mfs.read_all(f"{folder}/{n}")
+            except StorageNotFoundError:
+                continue
+            if said and said != mine:
+                return True
+        return False
 
     def _apply_post_action(self, path: str) -> None:
         fs = self._fs
@@ -259,11 +279,11 @@ def _same_file(fs: FileSystem, path: str, target: str) -> bool:
     return same
 
 
-def _file_id(path: str, seen: list[Any] | None) -> str:
-    """The marker folder's name for the file at ``path`` as listed (``seen``: its size and
-    mtime, which every partition lists alike), fixed length, safe on every filesystem. A
-    later file at the path (a drop folder reusing a name) has another folder: a marker
-    left for the earlier one (a replayed release after the coordinator removed its folder)
-    never counts as a part of it read."""
-    key = path if seen is None else f"{path}\0{seen[SIZE]}\0{seen[SEEN_MTIME]!r}"
-    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+def _file_id(path: str) -> str:
+    """The marker folder's name for ``path``: fixed length, safe on every filesystem."""
+    return hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _identity(seen: list[Any]) -> bytes:
+    """What a marker holds: the file as listed (size and mtime)."""
+    return f"{seen[SIZE]} {seen[SEEN_MTIME]!r}".encode()
