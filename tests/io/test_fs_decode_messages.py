@@ -95,7 +95,7 @@ def test_a_json_value_of_another_kind_names_the_field_expected_and_found(tmp_pat
         (text.index(lines[5]), "field 's.a' (int): expected a number, found a string (\"x\")"),
         (text.index(lines[6]), "field 's.b[]' (int): expected a number, found a string"),
         (text.index(lines[7]), "not a JSON object but an array"),
-        (text.index(lines[8]), "JSON parse error: Invalid value."),
+        (text.index(lines[8]), "JSON parse error: a line does not start with an object ({)"),
     ]
     assert not any(CHUNK_ROW.search(e["error"]) for e in errors)
 

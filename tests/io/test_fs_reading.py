@@ -275,3 +275,20 @@ def test_a_byte_order_mark_is_no_text_of_the_first_line(tmp_path) -> None:
     first = harness(LinesFileInput(str(tmp_path / "in0"), scan_interval_ms=0), str(tmp_path / "d"))
     drain(first)
     assert [e["offset"] for e in first.sink("error").tuples] == [7]  # in the file, BOM included
+
+
+def test_typed_json_lines_that_are_no_object_are_error_rows_never_a_crash() -> None:
+    # a chunk starting with a null line crashed the worker process in pyarrow's reader
+    # (exit 139), on every restart; a null line elsewhere became an all-null row
+    decoder = JsonLinesDecoder(parse_schema("id bigint, name string"))
+    for data, rows, errors in [
+        (b"null\n", [], [(0, "not a JSON object but a null")]),
+        (b'{"id": 1}\nnull\n', [1], [(10, "not a JSON object but a null")]),
+        (b'5\n{"id": 2}\n', [2], [(0, "not a JSON object but a number")]),
+        (b'  \n[1]\n{"id": 3}\n"x"\n', [3], [(3, "not a JSON object but an array"), (17, "")]),
+    ]:
+        out = decoder.decode(data, 0, "f")
+        assert (out.batch.column("id").to_pylist() if out.batch else []) == rows
+        got = [(e["offset"], e["error"]) for e in out.errors]
+        assert [o for o, _ in got] == [o for o, _ in errors]
+        assert all(why in g for (_, g), (_, why) in zip(got, errors, strict=True))
