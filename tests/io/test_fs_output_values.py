@@ -359,6 +359,15 @@ def test_required_nested_fields_are_checked_in_batches_lists_and_maps() -> None:
         ]
         assert table.to_pylist() == [rows[0]]
         pq.write_table(table, pa.BufferOutputStream())  # Parquet takes what is left
+    # sliced batches, and a table of several chunks (each its own rows)
+    chunked = pa.Table.from_batches([batch.slice(0, 2), batch.slice(3)])
+    for piece, kept, errors in (
+        (batch.slice(2), 0, ["l.element", "m.value"]),
+        (chunked, 1, ["x.a", "m.value"]),
+    ):
+        table, bad = conform([piece], schema, "parquet")
+        assert [b["error"] for b in bad] == [f"required field {e} is null" for e in errors]
+        assert table.num_rows == kept
 
 
 def _loose(kind: pa.DataType) -> pa.DataType:

@@ -206,11 +206,11 @@ def _null_violations(table: pa.Table, schema: pa.Schema) -> bool:
 def _nested_requires(schema: pa.Schema) -> bool:
     """Whether a field inside a struct, list or map of ``schema`` is declared NOT NULL
     (Arrow builds such columns with the nulls in them; Parquet then refuses the table)."""
+    return any(_requires_inside(f.type) for f in schema)
 
-    def inner(kind: pa.DataType) -> bool:
-        return any(not c.nullable or inner(c.type) for c in _children(kind))
 
-    return any(inner(f.type) for f in schema)
+def _requires_inside(kind: pa.DataType) -> bool:
+    return any(not c.nullable or _requires_inside(c.type) for c in _children(kind))
 
 
 def _children(kind: pa.DataType) -> list[pa.Field]:
@@ -229,35 +229,54 @@ def _nested_nulls(table: pa.Table, schema: pa.Schema) -> dict[int, str]:
     (of a value that is not null itself), with that field's path (``x.a``, ``l.element``)."""
     found: dict[int, str] = {}
 
-    def walk(arr: pa.Array, fields: list[pa.Field], path: str, rows: np.ndarray) -> None:
-        # rows: the table row of each element of arr
+    def note(rows: np.ndarray | int, positions: np.ndarray, where: str) -> None:
+        # rows: the table row of each element (an int: the elements are rows from there)
+        for r in rows[positions] if isinstance(rows, np.ndarray) else positions + rows:
+            found.setdefault(int(r), where)
+
+    def walk(arr: pa.Array, fields: list[pa.Field], path: str, rows: np.ndarray | int) -> None:
         kind = arr.type
+        # only where a NOT NULL field can hold a null, or one further down: the common
+        # window has none, and mapping every list element to its row costs as much as
+        # encoding the window
         if pa.types.is_struct(kind):
-            valid = np.asarray(arr.is_valid())
             for i, child in enumerate(fields):
                 values = arr.field(i)
                 where = f"{path}.{child.name}"
                 if not child.nullable and values.null_count:
-                    for r in rows[valid & np.asarray(values.is_null())]:
-                        found.setdefault(int(r), where)
-                walk(values, _children(child.type), where, rows)
+                    valid = np.asarray(arr.is_valid())
+                    note(rows, np.flatnonzero(valid & np.asarray(values.is_null())), where)
+                if _requires_inside(child.type):
+                    walk(values, _children(child.type), where, rows)
         elif fields:  # a list or a map: its elements (null lists hold none)
             (child,) = fields
             where = f"{path}.{'value' if pa.types.is_map(kind) else 'element'}"
             if pa.types.is_map(kind):  # as the list of its values (no kernel takes maps)
+                if arr.offset:  # a slice: from_arrays takes no sliced offsets with a mask
+                    arr = pa.concat_arrays([arr])
                 arr = pa.ListArray.from_arrays(arr.offsets, arr.items, mask=arr.is_null())
+            deeper = _requires_inside(child.type)
+            # the child array as a whole first: no null in it, none in the elements
+            if not deeper and (child.nullable or not arr.values.null_count):
+                return
             values = arr.flatten()
-            parents = rows[np.asarray(pc.list_parent_indices(arr))]
-            if not child.nullable and values.null_count:
-                for r in parents[np.asarray(values.is_null())]:
-                    found.setdefault(int(r), where)
-            walk(values, _children(child.type), where, parents)
+            here = not child.nullable and values.null_count
+            if not (here or deeper):
+                return
+            parents = np.asarray(pc.list_parent_indices(arr))
+            parents = rows[parents] if isinstance(rows, np.ndarray) else parents + rows
+            if here:
+                note(parents, np.flatnonzero(np.asarray(values.is_null())), where)
+            if deeper:
+                walk(values, _children(child.type), where, parents)
 
     for f in schema:
         kids = _children(f.type)
-        if kids:
-            column = table.column(f.name).combine_chunks()
-            walk(column, kids, f.name, np.arange(len(column)))
+        if kids and _requires_inside(f.type):
+            start = 0
+            for chunk in table.column(f.name).chunks:  # not combined: that copies them
+                walk(chunk, kids, f.name, start)
+                start += len(chunk)
     return found
 
 
