@@ -349,28 +349,35 @@ def non_blank_lines(data: bytes) -> int:
     return int(len(lengths) - np.count_nonzero(blank))
 
 
-def _one_object_per_line(data: bytes, rows: int) -> bool:
+def _regular_lines(data: bytes) -> int | None:
+    """How many lines ``data`` has when each starts with ``{`` and ends with ``}`` (the
+    common chunk: two fast scans), else None. No object spreads over such lines: ``}`` is
+    never followed by ``{`` in JSON."""
+    if not data.startswith(b"{"):
+        return None
+    end = b"}\n" if data.find(b"\r") < 0 else b"}\r\n"
+    if not data.endswith(end):
+        return None
+    lines = data.count(b"\n")
+    return lines if data.count(end + b"{") == lines - 1 else None
+
+
+def _one_object_per_line(data: bytes, rows: int, regular: int | None) -> bool:
     """Whether ``rows`` records parsed from ``data`` are one per line that holds more than
-    whitespace: every such line starts with ``{`` and ends with ``}`` (an object spread
-    over lines cannot: ``}`` is never followed by ``{`` in JSON), and there are ``rows`` of
-    them (more records: a line holds several)."""
-    if rows and data.startswith(b"{") and rows == data.count(b"\n"):
-        # the common case, three fast scans: a line ends with } where the next starts with {
-        end = b"}\n" if data.find(b"\r") < 0 else b"}\r\n"
-        if data.endswith(end) and data.count(end + b"{") == rows - 1:
-            return True
+    whitespace (``regular``: :func:`_regular_lines` of ``data``): every such line starts
+    with ``{`` and ends with ``}``, and there are ``rows`` of them (more records: a line
+    holds several)."""
+    if regular is not None:
+        return rows == regular
     texts = _texts(data)
     return len(texts) == rows and all(t[0] == _OPEN and t[-1] == _CLOSE for t in texts)
 
 
-def _objects_only(data: bytes) -> bool:
+def _objects_only(data: bytes, regular: int | None) -> bool:
     """Whether every line of ``data`` that holds more than whitespace starts with ``{``:
     pyarrow's JSON reader gets no other (a chunk starting with ``null`` crashes the
     process in pyarrow 26)."""
-    lines = data.count(b"\n") + (not data.endswith(b"\n"))
-    if data.startswith(b"{") and data.count(b"\n{") == lines - 1:
-        return True  # every line starts with {: one fast scan
-    return all(t[0] == _OPEN for t in _texts(data))
+    return regular is not None or all(t[0] == _OPEN for t in _texts(data))
 
 
 def _texts(data: bytes) -> list[bytes]:
@@ -638,7 +645,8 @@ class JsonLinesDecoder(_TabularDecoder):
                     raise ValueError(f"not a JSON object but a {type(value).__name__}")
                 rows.append(value)
             return _RowsTable(rows), []
-        if not _objects_only(data):
+        regular = self._regular = _regular_lines(data)  # for misaligned, next
+        if not _objects_only(data, regular):
             # each line on its own, then (explain says what a line that parses is instead)
             raise ValueError("JSON parse error: a line does not start with an object ({)")
         table = pjson.read_json(
@@ -660,7 +668,8 @@ class JsonLinesDecoder(_TabularDecoder):
         if self.schema is None:
             return None
         rows = table.num_rows + bad
-        if _one_object_per_line(data, rows):
+        regular, self._regular = getattr(self, "_regular", None), None
+        if _one_object_per_line(data, rows, regular):
             return None
         return (
             "the line is not one JSON object (an object spread over lines, or several on "
