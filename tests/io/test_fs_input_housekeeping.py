@@ -5,6 +5,8 @@ glob characters in a path, and repeated CSV header names."""
 
 from __future__ import annotations
 
+import fnmatch
+import gzip
 import logging
 import os
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 
 from malhar.io.fs import CsvFileInput, FileConfigError, LinesFileInput
+from malhar.io.fs.post_actions import _earlier_targets
 from malhar.io.fs.splits import CHANGED, complete_seen, split_owner
 from malhar.util.fs import StoragePermissionError
 from tests.io.fs_support import drain, harness, values
@@ -221,6 +224,39 @@ def test_move_never_overwrites_a_file_of_the_same_name_and_retries_are_idempoten
     op._apply_post_action(src)  # and once more: the source is gone, nothing happens
     assert not os.path.exists(src)
     assert sorted(os.listdir(done)) == sorted([*moved, "y.csv"])
+
+
+def test_a_renamed_move_keeps_the_whole_suffix_and_finishes_an_older_release_s_move(
+    tmp_path: Path,
+) -> None:
+    # x.csv.gz became x.csv.<hash>.gz, which *.csv.gz no longer matches
+    for sub in ("a", "b"):
+        (tmp_path / "in" / sub).mkdir(parents=True)
+        (tmp_path / "in" / sub / "x.csv.gz").write_bytes(gzip.compress(f"{sub}\n".encode()))
+    done = tmp_path / "done"
+    op = LinesFileInput(
+        str(tmp_path / "in"),
+        recursive=True,
+        scan_interval_ms=0,
+        post_action="move",
+        move_to=str(done),
+    )
+    h = harness(op, str(tmp_path / "ck"))
+    h.run_window()
+    h.committed(0)
+    names = sorted(os.listdir(done))
+    assert len(names) == 2 and all(fnmatch.fnmatch(n, "x.*csv.gz") for n in names)
+    # a move an older release began under its name (split at the last dot), linked there
+    (tmp_path / "in" / "a" / "y.csv.gz").write_bytes(gzip.compress(b"y\n"))
+    h.run_window()
+    src = str(tmp_path / "in" / "a" / "y.csv.gz")
+    (done / "y.csv.gz").write_bytes(b"another y")  # the plain name taken
+    older = _earlier_targets(str(done), "y.csv.gz", src, h.operator._seen[src])[1]
+    assert older.endswith(".gz") and ".csv." in older  # y.csv.<hash>.gz
+    os.link(src, older)
+    h.operator._apply_post_action(src)
+    assert not os.path.exists(src)
+    assert sorted(os.listdir(done)) == sorted([*names, "y.csv.gz", os.path.basename(older)])
 
 
 # -- C: move_to inside the scanned path ----------------------------------------------------------

@@ -215,12 +215,15 @@ class PostActions:
             return  # moved by an earlier attempt
         self._move_fs.mkdirs(self._move_dir)
         seen = self._seen.get(path, [0, 0.0])
-        for target in _move_targets(self._move_dir, fs.basename(path), path, seen):
+        targets = _move_targets(self._move_dir, fs.basename(path), path, seen)
+        earlier = _earlier_targets(self._move_dir, fs.basename(path), path, seen)
+        for target in dict.fromkeys(targets + earlier):
             if _same_file(fs, path, target):
                 # an earlier attempt linked it there and stopped before unlinking the
                 # source (the local rename without overwrite): finish that move
                 fs.delete(path)
                 return
+        for target in targets:
             try:
                 # never overwrite: another file moved under that name stays (names collide
                 # in a recursive or globbed path); the next name is tried
@@ -242,17 +245,35 @@ _MOVE_NAMES = 100
 def _move_targets(folder: str, name: str, path: str, seen: list[Any]) -> list[str]:
     """Where ``move`` puts ``path``, in the order tried: ``name``, then ``stem.<hash>.ext``
     with a hash of the source path, size and mtime (the same in a retried move, different
-    for another file of that name), then the same numbered. Deterministic, so that a move
-    retried after a crash looks for the file where an earlier attempt may have put it."""
-    stem, dot, ext = name.rpartition(".")
+    for another file of that name), then the same numbered. ``ext`` is all of the name
+    after its first dot, so a pattern on the suffix (``*.csv.gz``) still matches.
+    Deterministic, so that a move retried after a crash looks for the file where an
+    earlier attempt may have put it."""
+    return [f"{folder.rstrip('/')}/{n}" for n in _move_names(name, path, seen, _first_dot)]
+
+
+def _move_names(name: str, path: str, seen: list[Any], at: Any) -> list[str]:
+    stem, dot, ext = at(name)
     if not stem:  # no extension, or a name like ".x"
         stem, dot, ext = name, "", ""
     key = f"{path}\0{seen[SIZE]}\0{seen[SEEN_MTIME]!r}"
     tag = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
-    folder = folder.rstrip("/")
-    out = [f"{folder}/{name}", f"{folder}/{stem}.{tag}{dot}{ext}"]
-    out += [f"{folder}/{stem}.{tag}-{k}{dot}{ext}" for k in range(1, _MOVE_NAMES - 1)]
-    return out
+    out = [name, f"{stem}.{tag}{dot}{ext}"]
+    return out + [f"{stem}.{tag}-{k}{dot}{ext}" for k in range(1, _MOVE_NAMES - 1)]
+
+
+def _first_dot(name: str) -> tuple[str, str, str]:
+    return name.partition(".") if not name.startswith(".") else ("", "", name)
+
+
+def _last_dot(name: str) -> tuple[str, str, str]:
+    return name.rpartition(".")
+
+
+def _earlier_targets(folder: str, name: str, path: str, seen: list[Any]) -> list[str]:
+    """The names an earlier release tried (split at the last dot): a move it began, the
+    file linked there and not yet unlinked, is finished there."""
+    return [f"{folder.rstrip('/')}/{n}" for n in _move_names(name, path, seen, _last_dot)]
 
 
 def _kept(seen: list[Any]) -> bool:
