@@ -5,6 +5,7 @@ scanner, every format, bad input, post actions."""
 from __future__ import annotations
 
 import bz2
+import datetime as dt
 import gzip
 import io
 import json
@@ -24,6 +25,7 @@ from malhar.io.fs import (
     JsonLinesFileInput,
     LinesFileInput,
     ParquetFileInput,
+    ParquetFileOutput,
 )
 from malhar.io.fs.splits import split_owner
 from tests.io.fs_support import Place, drain, harness, place_fixture, values  # noqa: F401
@@ -454,6 +456,55 @@ def test_a_parquet_file_gone_before_its_footer_is_read_goes_to_the_error_port(
     ((error,),) = [h.sink("error").tuples]
     assert error["file"].endswith("/a.parquet") and error["offset"] == 0
     assert "no such file" in error["error"].lower()  # as the filesystem says it
+
+
+def test_parquet_folders_of_hive_partitions_give_their_columns(place: Place, tmp_path) -> None:
+    # malhar's own partition_by output read back: "the file has no column(s) ['day']"
+    from tests.io.test_fs_output import out_harness
+
+    rows = [
+        {"user": "a/b", "day": dt.date(2026, 11, 23), "n": 1},
+        {"user": None, "day": dt.date(2026, 11, 24), "n": 2},
+        {"user": "c", "day": dt.date(2026, 11, 23), "n": 3},
+    ]
+    out = out_harness(
+        ParquetFileOutput(
+            place.url("out"),
+            schema="user string, day date, n bigint",
+            partition_by=["user", "day"],
+            roll_windows=1,
+        )
+    )
+    out.run_window([("input", r) for r in rows], window=0)
+    out.committed(0)
+    typed = harness(
+        ParquetFileInput(
+            place.url("out"),
+            recursive=True,
+            scan_interval_ms=0,
+            schema="n bigint, day date, user string",
+        ),
+        str(tmp_path / "ck"),
+    )
+    drain(typed)
+    got = sorted(typed.sink("output").tuples, key=lambda r: r["n"])
+    assert got == [{"n": r["n"], "day": r["day"], "user": r["user"]} for r in rows]
+    assert typed.sink("error").tuples == []
+    untyped = harness(
+        ParquetFileInput(place.url("out"), recursive=True, scan_interval_ms=0), str(tmp_path / "c2")
+    )
+    drain(untyped)
+    texts = sorted(untyped.sink("output").tuples, key=lambda r: r["n"])
+    assert texts[0] == {"n": 1, "user": "a/b", "day": "2026-11-23"}  # as named: text
+    assert texts[1]["user"] is None
+    lacking = harness(
+        ParquetFileInput(
+            place.url("out"), recursive=True, scan_interval_ms=0, schema="n bigint, x int"
+        ),
+        str(tmp_path / "c3"),
+    )
+    drain(lacking)
+    assert {e["error"].split(":")[0] for e in lacking.sink("error").tuples} == {"schema mismatch"}
 
 
 def test_compressed_text(place: Place, tmp_path) -> None:

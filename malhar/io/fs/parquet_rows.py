@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from malhar.io.fs.decoders import error_row
 from malhar.io.fs.errors import UNREADABLE, UnreadableSplit
-from malhar.io.fs.paths import open_binary
+from malhar.io.fs.paths import hive_values, open_binary
 from malhar.io.fs.splits import END, INDEX, PATH, POS, SPREAD_MIN_BLOCK
 from malhar.ports import OutputPort
 from malhar.util.fs import FileSystem, StorageUnavailableError
@@ -93,24 +93,42 @@ class ParquetRows:
         self._parquet[path] = found
         return found
 
-    def _schema_problem(self, pf: Any) -> str | None:
+    def _hive(self, path: str) -> dict[str, str | None]:
+        """The columns the file's folders name (``day=2026-11-23/``), as Spark reads them."""
+        scanner = getattr(self, "_scanner", None)
+        return {} if scanner is None else hive_values(scanner.base, path)
+
+    def _schema_problem(self, pf: Any, path: str) -> str | None:
         if self._arrow is None:
             return None
         have = pf.schema_arrow
-        missing = [n for n in self._arrow.names if n not in have.names]
+        hive = self._hive(path)
+        missing = [n for n in self._arrow.names if n not in have.names and n not in hive]
         if missing:
             return f"schema mismatch: the file has no column(s) {missing} (it has {have.names})"
+        present = pa.schema([f for f in self._arrow if f.name in have.names])
         try:
-            have.empty_table().select(self._arrow.names).cast(self._arrow)
+            have.empty_table().select(present.names).cast(present)
         except (pa.ArrowException, ValueError) as exc:
             return f"schema mismatch: {exc}"
         return None
+
+    def _with_hive(self, table: pa.Table, path: str) -> pa.Table:
+        """``table`` with the columns its folders name that it lacks (text, cast with the
+        rest to the schema's types when it names them)."""
+        for name, value in self._hive(path).items():
+            if name not in table.column_names:
+                wanted = self._arrow is None or name in self._arrow.names
+                if wanted:
+                    column = pa.array([value] * table.num_rows, pa.string())
+                    table = table.append_column(name, column)
+        return table
 
     def _read_parquet(self, split: list[Any], size: int, budget: int) -> tuple[int, bool]:
         path, index, end = split[PATH], split[INDEX], split[END]
         pos = max(split[POS], 0)
         pf = self._parquet_file(path, size)
-        problem = pf if isinstance(pf, str) else self._schema_problem(pf)
+        problem = pf if isinstance(pf, str) else self._schema_problem(pf, path)
         if problem is not None:
             self._finish(split)
             if index > 0:  # the owner of the file's first split reports it
@@ -142,7 +160,10 @@ class ParquetRows:
         pf = self._parquet_file(path)
         if isinstance(pf, str):
             raise UnreadableSplit(pf)
-        columns = self._arrow.names if self._arrow is not None else None
+        columns = None
+        if self._arrow is not None:  # those in the file; its folders may name others
+            have = pf.schema_arrow.names
+            columns = [n for n in self._arrow.names if n in have]
         meta = pf.metadata
         if index >= 0:
             groups, first = [index], 0
@@ -163,7 +184,7 @@ class ParquetRows:
             self._rg_cache = (key, table)
             tables.append(table)
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        table = table.slice(start - first, end - start)
+        table = self._with_hive(table.slice(start - first, end - start), path)
         if self._arrow is not None:
             try:
                 table = table.select(self._arrow.names).cast(self._arrow)

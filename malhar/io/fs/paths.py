@@ -163,6 +163,26 @@ def hive_segment(column: str, value: Any) -> str:
     return f"{hive_escape(column)}={HIVE_NULL if text is None else hive_escape(text)}"
 
 
+def hive_values(base: str, path: str) -> dict[str, str | None]:
+    """The Hive partition values a file's folders below ``base`` name (``day=2026-11-23``
+    -> ``{"day": "2026-11-23"}``, unescaped; Hive's default partition -> None), as Spark
+    discovers them; outermost first, a later folder of a name winning.
+
+    Example:
+        >>> hive_values("/out", "/out/user=a%2Fb/d=__HIVE_DEFAULT_PARTITION__/part-0.parquet")
+        {'user': 'a/b', 'd': None}
+    """
+    root = base.rstrip("/") + "/"
+    if not path.startswith(root):
+        return {}
+    out: dict[str, str | None] = {}
+    for folder in path[len(root) :].split("/")[:-1]:
+        name, eq, value = folder.partition("=")
+        if eq and name:
+            out[unquote(name)] = None if value == HIVE_NULL else unquote(value)
+    return out
+
+
 def hive_segments(column: str, values: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
     """The directory name (:func:`hive_segment`) of each row's value of ``column``: a string
     column, formatted once per distinct value. Rows whose values differ but are written
