@@ -28,6 +28,7 @@ from malhar.io.fs import (
     ParquetFileOutput,
 )
 from malhar.io.fs.splits import split_owner
+from malhar.testing import OperatorHarness
 from tests.io.fs_support import Place, drain, harness, place_fixture, values  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -462,49 +463,43 @@ def test_parquet_folders_of_hive_partitions_give_their_columns(place: Place, tmp
     # malhar's own partition_by output read back: "the file has no column(s) ['day']"
     from tests.io.test_fs_output import out_harness
 
+    at = dt.datetime(2026, 1, 1, 12, 0, 0, 500000, tzinfo=dt.UTC)
     rows = [
-        {"user": "a/b", "day": dt.date(2026, 11, 23), "n": 1},
-        {"user": None, "day": dt.date(2026, 11, 24), "n": 2},
-        {"user": "c", "day": dt.date(2026, 11, 23), "n": 3},
+        {"user": "a/b", "day": dt.date(2026, 11, 23), "n": 1, "at": at},
+        {"user": None, "day": dt.date(2026, 11, 24), "n": 2, "at": at},
+        {"user": "c", "day": dt.date(2026, 11, 23), "n": 3, "at": at},
     ]
     out = out_harness(
         ParquetFileOutput(
             place.url("out"),
-            schema="user string, day date, n bigint",
-            partition_by=["user", "day"],
+            schema="user string, day date, n bigint, at timestamp",
+            partition_by=["user", "day", "at"],
             roll_windows=1,
         )
     )
     out.run_window([("input", r) for r in rows], window=0)
     out.committed(0)
-    typed = harness(
-        ParquetFileInput(
-            place.url("out"),
-            recursive=True,
-            scan_interval_ms=0,
-            schema="n bigint, day date, user string",
-        ),
-        str(tmp_path / "ck"),
-    )
-    drain(typed)
+
+    def read(name: str, schema: str | None) -> OperatorHarness:
+        op = ParquetFileInput(place.url("out"), recursive=True, scan_interval_ms=0, schema=schema)
+        h = harness(op, str(tmp_path / name))
+        drain(h)
+        return h
+
+    typed = read("ck", "n bigint, day date, user string, at timestamp")
     got = sorted(typed.sink("output").tuples, key=lambda r: r["n"])
-    assert got == [{"n": r["n"], "day": r["day"], "user": r["user"]} for r in rows]
+    assert got == [{"n": r["n"], "day": r["day"], "user": r["user"], "at": at} for r in rows]
     assert typed.sink("error").tuples == []
-    untyped = harness(
-        ParquetFileInput(place.url("out"), recursive=True, scan_interval_ms=0), str(tmp_path / "c2")
-    )
-    drain(untyped)
-    texts = sorted(untyped.sink("output").tuples, key=lambda r: r["n"])
-    assert texts[0] == {"n": 1, "user": "a/b", "day": "2026-11-23"}  # as named: text
+    texts = sorted(read("c2", None).sink("output").tuples, key=lambda r: r["n"])
+    assert texts[0] == {"n": 1, "user": "a/b", "day": "2026-11-23", "at": "2026-01-01 12:00:00.5"}
     assert texts[1]["user"] is None
-    lacking = harness(
-        ParquetFileInput(
-            place.url("out"), recursive=True, scan_interval_ms=0, schema="n bigint, x int"
-        ),
-        str(tmp_path / "c3"),
-    )
-    drain(lacking)
+    lacking = read("c3", "n bigint, x int")
     assert {e["error"].split(":")[0] for e in lacking.sink("error").tuples} == {"schema mismatch"}
+    # a NOT NULL column and Hive's default partition: an error row (it failed the worker)
+    required = read("c4", "n bigint, user string not null")
+    assert sorted(r["n"] for r in required.sink("output").tuples) == [1, 3]
+    (error,) = required.sink("error").tuples
+    assert "with null values to non-nullable" in error["error"]
 
 
 def test_compressed_text(place: Place, tmp_path) -> None:

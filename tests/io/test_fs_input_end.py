@@ -258,6 +258,13 @@ def test_the_end_of_the_input_closes_the_output_s_file(tmp_path: Path) -> None:
     out.end_window()
     out.committed(3)
     assert len(list((tmp_path / "out").glob("*.parquet"))) == 1
+    # rows of another input merged with the ended one go on into files rolled as set
+    out.begin_window(4)
+    out.put("input", {"line": "c"})
+    ended_by([0, 1])
+    out.end_window()
+    out.committed(4)
+    assert len(list((tmp_path / "out").glob("*.parquet"))) == 1
 
 
 @pytest.mark.slow

@@ -142,6 +142,40 @@ def test_a_marker_replayed_for_a_deleted_file_does_not_count_for_a_new_one(
     assert other.sink("error").tuples == [] and coord.sink("error").tuples == []
 
 
+def test_a_coordinator_restarted_after_its_post_action_forgets_the_file(tmp_path: Path) -> None:
+    # it deleted the file and the markers, then stopped before its checkpoint: the replayed
+    # release awaited the markers for ever, the path stayed known, and a new file under the
+    # name was taken for a change of the old one (its block unread)
+    f, first, hs = _two_blocks_two_partitions(tmp_path)
+    coord, other = hs[first], hs[1 - first]
+    last = max(drain(h) for h in hs)
+    for h in hs:
+        while h.window < last:
+            h.run_window()
+    saved = coord.checkpoint()
+    other.committed(last)
+    coord.committed(last)
+    assert not f.exists()
+    op = LinesFileInput(
+        str(tmp_path / "in"), block_size=100, scan_interval_ms=0, post_action="delete"
+    )
+    coord = harness(op, str(tmp_path / "ck"), partition=first, partitions=2, saved=saved)
+    coord.setup()
+    coord.committed(last)  # the replayed release
+    assert coord.operator._awaiting == {} and coord.operator._seen == {}
+    for h in (coord, other):
+        h.run_window()
+    f.write_text("".join(f"b{i:02d}\n" for i in range(40)))
+    for w in range(coord.window + 1, coord.window + 4):
+        for h in (coord, other):
+            h.run_window(window=w)
+            h.committed(w)
+    new = [v for h in (coord, other) for v in values(h) if v.startswith("b")]
+    assert sorted(new) == [f"b{i:02d}" for i in range(40)]
+    assert coord.sink("error").tuples == [] and other.sink("error").tuples == []
+    assert not f.exists()  # deleted in its turn
+
+
 @pytest.mark.parametrize("coordinator_first", [True, False])
 def test_a_file_touched_between_the_partitions_listings_is_kept_not_awaited_for_ever(
     tmp_path: Path, coordinator_first: bool

@@ -28,6 +28,7 @@ from malhar.io.fs import (
 )
 from malhar.io.fs import conform as conform_module
 from malhar.io.fs.conform import conform
+from malhar.io.fs.encoders import json_encoder
 from malhar.io.fs.settings import parse_schema
 from tests.io.fs_support import Place, place_fixture  # noqa: F401
 from tests.io.test_fs_output import DDL, out_harness, rows, visible
@@ -295,6 +296,12 @@ def test_json_lines_write_nan_as_spark_does_and_refuse_bytes_that_are_no_text(
     got = {r.id: (r.x, r.l) for r in back.collect()}
     assert math.isnan(got[1][0]) and got[1][1] == [1.0, -inf] and got[3] == (0.5, None)
     assert math.isnan(got[4][0]) and got[4][1] == [inf]
+    # numpy's other values as before: times as text, not their integers
+    dumps = json_encoder(compact=True)
+    when = np.datetime64("2026-01-01T00:00:00.123456789")
+    assert dumps({"t": when, "d": np.timedelta64(5, "s"), "b": np.True_}) == (
+        '{"t":"2026-01-01T00:00:00.123456789","d":"5 seconds","b":true}'
+    )
     nested = "id int, s struct<b: binary>"
     h = out_harness(JsonLinesFileOutput(str(tmp_path / "nested"), schema=nested, roll_windows=1))
     h.run_window([("input", {"id": 1, "s": {"b": b"\xfe"}}), ("input", {"id": 2})], window=0)

@@ -43,7 +43,7 @@ def json_default(value: Any) -> Any:
         return str(value)
     if isinstance(value, bytes):
         return value.decode("utf-8")  # UnicodeDecodeError, a ValueError: refused
-    if isinstance(value, np.generic):
+    if isinstance(value, np.number | np.bool_) and not isinstance(value, np.timedelta64):
         return value.item()  # a numpy number (from pandas): the Python one
     return str(value)
 
@@ -68,7 +68,7 @@ def _finite(value: Any) -> Any:
     """``value`` with NaN and the infinities as the strings Spark writes for them (JSON has
     no such numbers; Python would write bare ``NaN`` tokens, which JSON readers refuse).
     numpy's numbers are taken as Python's."""
-    if isinstance(value, np.generic):
+    if isinstance(value, np.floating):
         value = value.item()
     if isinstance(value, float):
         if math.isfinite(value):

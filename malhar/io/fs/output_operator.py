@@ -29,6 +29,7 @@ from malhar.io.fs.store import FileStore
 from malhar.operator import OperatorContext
 from malhar.ports import InputPort
 from malhar.properties import Property, properties_of
+from malhar.state import State
 from malhar.window.watermark import Watermark
 from malhar.window.windows import MAX_TIMESTAMP
 
@@ -58,6 +59,9 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
 
     #: control aware: the end of the input closes the open file (see process_control)
     input = InputPort(control_aware=True)
+    #: whether the input had ended at the last window: the file closes when it ends, once
+    #: (an input merged with an ended one goes on, and sends rows to later files)
+    _ended_before = State(bool)
 
     def __init__(self, path: str | None = None, **properties: Any) -> None:
         if path is not None:
@@ -117,7 +121,9 @@ class FileOutputOperator(TransactionalOutputOperator, FileOutputSettings):
     def end_window(self) -> None:
         buffer = self._buffer
         store: FileStore = self._store
-        ended = not buffer.skip and self._input_ended()
+        now_ended = self._input_ended()
+        ended = not buffer.skip and now_ended and not self._ended_before
+        self._ended_before = now_ended  # in replayed windows too: as the run that made them
         if (
             not buffer.skip
             and not len(buffer)

@@ -121,6 +121,10 @@ class ParquetRows:
                 wanted = self._arrow is None or name in self._arrow.names
                 if wanted:
                     column = pa.array([value] * table.num_rows, pa.string())
+                    kind = None if self._arrow is None else self._arrow.field(name).type
+                    if kind is not None and pa.types.is_timestamp(kind) and kind.tz:
+                        # the folder names the UTC wall clock (hive_text): read it so
+                        column = column.cast(pa.timestamp(kind.unit)).cast(kind)
                     table = table.append_column(name, column)
         return table
 
@@ -188,9 +192,9 @@ class ParquetRows:
         if self._arrow is not None:
             try:
                 table = table.select(self._arrow.names).cast(self._arrow)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                # the footer's types cast (checked at discovery), a value does not: the
-                # split goes to the error port with the reason
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+                # the footer's types cast (checked at discovery), a value does not (a null
+                # for a NOT NULL field is a ValueError): the split goes to the error port
                 raise UnreadableSplit(f"its values do not fit the schema: {exc}") from None
         return table
 

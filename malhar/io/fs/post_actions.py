@@ -153,6 +153,14 @@ class PostActions:
                     except StorageNotFoundError:
                         have = set()
                     have_ok = {n.removesuffix(_UNREAD) for n in have}
+                    if not have and self._fs.status(path) is None:
+                        # gone, with no marker: this partition removed it and its markers
+                        # and stopped before its checkpoint said so (a replayed release
+                        # awaits it again), or it vanished; either way nothing is left to do,
+                        # and the path is forgotten, so a new file there is a new file
+                        del self._awaiting[path]
+                        self._seen.pop(path, None)
+                        continue
                     if not {str(p) for p in others} <= have_ok:
                         continue
                     unread = any(f"{p}{_UNREAD}" in have for p in others)
