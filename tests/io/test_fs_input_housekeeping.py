@@ -76,6 +76,33 @@ def _two_blocks_two_partitions(tmp_path: Path) -> tuple[Path, int, list[Any]]:
     return f, first, hs
 
 
+def _deleted_by_both(tmp_path: Path, saving: str) -> tuple[Path, int, Any, Any, int, bytes]:
+    """Both partitions read the 160-byte file to one window, ``saving`` ("coordinator" or
+    "other") is checkpointed there, both release it, and the file is deleted: (file, the
+    coordinator's partition, coordinator, other, window, the saved checkpoint)."""
+    f, first, hs = _two_blocks_two_partitions(tmp_path)
+    coord, other = hs[first], hs[1 - first]
+    last = max(drain(h) for h in hs)
+    for h in hs:
+        while h.window < last:
+            h.run_window()
+    saved = (coord if saving == "coordinator" else other).checkpoint()
+    other.committed(last)
+    coord.committed(last)
+    assert not f.exists()
+    return f, first, coord, other, last, saved
+
+
+def _restarted(tmp_path: Path, partition: int, saved: bytes) -> Any:
+    """A partition (of 2) of the post_action delete input, restored from ``saved``."""
+    op = LinesFileInput(
+        str(tmp_path / "in"), block_size=100, scan_interval_ms=0, post_action="delete"
+    )
+    h = harness(op, str(tmp_path / "ck"), partition=partition, partitions=2, saved=saved)
+    h.setup()
+    return h
+
+
 def test_a_split_another_partition_could_not_read_keeps_the_file(tmp_path: Path) -> None:
     f, first, hs = _two_blocks_two_partitions(tmp_path)
     other = hs[1 - first]
@@ -104,25 +131,8 @@ def test_a_marker_replayed_for_a_deleted_file_does_not_count_for_a_new_one(
     # new file at the path then took that marker for its own other half: deleted unread.
     # The marker names the file it is about: the new file is kept instead (which partition
     # read what of it is not known then), and read whole
-    f, first, hs = _two_blocks_two_partitions(tmp_path)
-    coord, other = hs[first], hs[1 - first]
-    last = max(drain(h) for h in hs)
-    for h in hs:
-        while h.window < last:
-            h.run_window()
-    saved = other.checkpoint()
-    other.committed(last)
-    coord.committed(last)
-    assert not f.exists()
-    props = {"block_size": 100, "scan_interval_ms": 0, "post_action": "delete"}
-    other = harness(
-        LinesFileInput(str(tmp_path / "in"), **props),
-        str(tmp_path / "ck"),
-        partition=1 - first,
-        partitions=2,
-        saved=saved,
-    )
-    other.setup()
+    f, first, coord, other, last, saved = _deleted_by_both(tmp_path, "other")
+    other = _restarted(tmp_path, 1 - first, saved)
     other.committed(last)  # the replayed release
     other.run_window()
     coord.run_window()  # both list: the file is gone
@@ -146,21 +156,8 @@ def test_a_coordinator_restarted_after_its_post_action_forgets_the_file(tmp_path
     # it deleted the file and the markers, then stopped before its checkpoint: the replayed
     # release awaited the markers for ever, the path stayed known, and a new file under the
     # name was taken for a change of the old one (its block unread)
-    f, first, hs = _two_blocks_two_partitions(tmp_path)
-    coord, other = hs[first], hs[1 - first]
-    last = max(drain(h) for h in hs)
-    for h in hs:
-        while h.window < last:
-            h.run_window()
-    saved = coord.checkpoint()
-    other.committed(last)
-    coord.committed(last)
-    assert not f.exists()
-    op = LinesFileInput(
-        str(tmp_path / "in"), block_size=100, scan_interval_ms=0, post_action="delete"
-    )
-    coord = harness(op, str(tmp_path / "ck"), partition=first, partitions=2, saved=saved)
-    coord.setup()
+    f, first, coord, other, last, saved = _deleted_by_both(tmp_path, "coordinator")
+    coord = _restarted(tmp_path, first, saved)
     coord.committed(last)  # the replayed release
     assert coord.operator._awaiting == {} and coord.operator._seen == {}
     for h in (coord, other):
