@@ -64,7 +64,7 @@ class FileLookup(Configurable):
         if fmt == "csv":
             import pyarrow.csv as pacsv
 
-            return pacsv.read_csv(self.path)
+            return pacsv.read_csv(self.path, read_options=pacsv.ReadOptions(use_threads=False))
         if fmt == "json":
             import pyarrow.json as pajson
 

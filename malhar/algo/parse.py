@@ -222,7 +222,11 @@ class CsvParser(_Parser):
     def setup(self, context: Any) -> None:
         super().setup(context)
         names = self._schema.names
-        self._read = pacsv.ReadOptions(column_names=names, autogenerate_column_names=False)
+        # one thread: a task has its core, and pyarrow's thread pool can abort the process
+        # at exit when it is still tearing down (apache/arrow#34314)
+        self._read = pacsv.ReadOptions(
+            column_names=names, autogenerate_column_names=False, use_threads=False
+        )
         self._parse = pacsv.ParseOptions(
             delimiter=self.delimiter, quote_char=self.quote, ignore_empty_lines=False
         )
