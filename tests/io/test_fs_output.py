@@ -306,6 +306,46 @@ def test_an_interrupted_publication_is_finished_as_it_began_after_a_settings_cha
     assert text.splitlines()[1:] == [f'2026-11-23,"w{i}",{i}' for i in range(4, 8)]
 
 
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({"format": "csv", "file_prefix": "csv"}, {"format": "parquet"}),
+        ({"partition_by": "day"}, {}),  # the leftover is in the day's folder
+    ],
+)
+def test_leftovers_under_names_of_earlier_settings_are_swept_after_a_restart(
+    place: Place, before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    def op(**settings: Any) -> FileOutputOperator:
+        return FileOutputOperator(
+            place.url("e"), schema=DDL, roll_windows=2, retry_backoff=0, **settings
+        )
+
+    h = out_harness(op(**before))
+    h.run_window(rows(2), window=0)
+    h.run_window(rows(2, 2), window=1)
+    store: FileStore = h.operator._store
+    real = store.fs.rename
+
+    def killed_before_placing(src: str, dst: str, overwrite: bool = False) -> None:
+        if src.endswith(".inprogress"):
+            raise RuntimeError("killed before the rename into place")
+        real(src, dst, overwrite=overwrite)
+
+    store.fs.rename = killed_before_placing  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="killed"):
+        h.committed(1)  # its in-progress file is written, not renamed into place
+    store.fs.rename = real  # type: ignore[method-assign]
+    assert [f for f in place.files("e") if f.endswith(".inprogress")]
+
+    again = out_harness(op(**after))
+    again.setup()
+    again.committed(1)  # published under the new names: the old ones' leftover goes too
+    assert not [f for f in place.files("e") if f.endswith(".inprogress")]
+    assert len(visible(place)) == 1
+    assert sorted(r["count"] for r in place.parquet_rows("e")) == [0, 1, 2, 3]
+
+
 def test_a_whole_window_placed_by_an_interrupted_rename_is_not_published_again(
     place: Place,
 ) -> None:

@@ -164,14 +164,25 @@ class Publisher:
             except StorageExistsError:
                 delete_quietly(fs, tmp)  # published meanwhile by another attempt
         if self.sweep:
-            # In-progress leftovers of interrupted attempts at this very file. Groups are
-            # finalized in window order and finalized.json records each, so only the first
-            # group finalized after a load can have them: listing the folder (every file
-            # ever published there) for each file made publishing O(files published).
-            for entry in fs.list(folder):
+            # Groups are finalized in window order and finalized.json records each, so only
+            # the first group finalized after a load can have leftovers: listing the folder
+            # (every file ever published there) for each file made publishing O(files).
+            self.sweep_leftovers(self.relative(final))
+        return final
+
+    def sweep_leftovers(self, *files: str) -> None:
+        """Delete the in-progress leftovers of interrupted attempts at ``files`` (relative
+        to the root; their folders may not exist)."""
+        fs = self.fs
+        for file in files:
+            folder, _, name = f"{self.root}/{file}".rpartition("/")
+            try:
+                entries = fs.list(folder)
+            except StorageNotFoundError:
+                continue
+            for entry in entries:
                 if entry.name.startswith(f".{name}.") and entry.name.endswith(".inprogress"):
                     delete_quietly(fs, entry.path)
-        return final
 
 
 def folder_names(table: pa.Table, columns: tuple[str, ...]) -> pa.ChunkedArray:

@@ -512,12 +512,13 @@ class FileStore(TransactionalStore[_Txn]):
         file of that attempt is visible (a crash interrupted it, and settings changed since:
         names from the new ones would publish its rows twice), else the current one."""
         intent = self._intent
-        if (
-            intent is not None
-            and intent.get("window") == group.last
-            and any(self._visible(f) for f in intent.get("files", ()))
-        ):
+        if intent is None or intent.get("window") != group.last:
+            return self.publisher
+        files = intent.get("files", ())
+        if any(self._visible(f) for f in files):
             return self.publisher.resumed(intent.get("settings", {}))
+        # the attempt's in-progress files, under names the current settings may not give
+        self.publisher.sweep_leftovers(*files)
         return self.publisher
 
     def _record_intent(self, group: Group, files: list[str], publisher: Publisher) -> None:
