@@ -283,41 +283,59 @@ def _nested_nulls(table: pa.Table, schema: pa.Schema) -> dict[int, str]:
 def _rows(
     rows: list[Any], schema: pa.Schema, schemaless: str | None
 ) -> tuple[pa.Table | None, list[dict[str, Any]]]:
-    """Rows (Python objects) as a table, and the refused ones."""
-    bad: list[dict[str, Any]] = []
+    """Rows (Python objects) as a table, and the refused ones (in input order)."""
     if schemaless == "lines":
-        lines = []
-        for value in rows:
-            if isinstance(value, Mapping) and len(value) == 1:
-                value = next(iter(value.values()))
-            if not isinstance(value, str):
-                bad.append(
-                    rejected_row(value, f"expected a str (a line), got {type(value).__name__}")
-                )
-            elif "\n" in value or "\r" in value:
-                bad.append(rejected_row(value, "a line cannot hold a newline"))
-            else:
-                lines.append(value)
-        lines = _utf8_only(lines, bad)
-        return pa.table([pa.array(lines, pa.string())], schema=schema), bad
+        return _line_rows(rows, schema)
     if schemaless == "jsonl":
-        texts, written = [], []
-        dumps = json_encoder()
-        for value in rows:
-            if not isinstance(value, Mapping):
-                bad.append(rejected_row(value, f"expected a mapping, got {type(value).__name__}"))
-                continue
-            try:
-                texts.append(dumps(dict(value)))
-                written.append(value)
-            except (TypeError, ValueError) as exc:
-                bad.append(rejected_row(value, f"not JSON: {exc}"))
-        texts = _utf8_only(texts, bad, written)
-        return pa.table([pa.array(texts, pa.string())], schema=schema), bad
+        return _jsonl_rows(rows, schema)
+    refused: list[tuple[int, dict[str, Any]]] = []  # (position, error row)
+    good = _screened(rows, schema, refused)
+    table, good = _converted(good, schema, refused)
+    if table is not None and _nested_requires(schema):
+        table = _without_nested_nulls(table, good, schema, refused)
+    refused.sort(key=lambda x: x[0])
+    return table, [r for _, r in refused]
+
+
+def _line_rows(rows: list[Any], schema: pa.Schema) -> tuple[pa.Table, list[dict[str, Any]]]:
+    bad: list[dict[str, Any]] = []
+    lines = []
+    for value in rows:
+        if isinstance(value, Mapping) and len(value) == 1:
+            value = next(iter(value.values()))
+        if not isinstance(value, str):
+            bad.append(rejected_row(value, f"expected a str (a line), got {type(value).__name__}"))
+        elif "\n" in value or "\r" in value:
+            bad.append(rejected_row(value, "a line cannot hold a newline"))
+        else:
+            lines.append(value)
+    lines = _utf8_only(lines, bad)
+    return pa.table([pa.array(lines, pa.string())], schema=schema), bad
+
+
+def _jsonl_rows(rows: list[Any], schema: pa.Schema) -> tuple[pa.Table, list[dict[str, Any]]]:
+    bad: list[dict[str, Any]] = []
+    texts, written = [], []
+    dumps = json_encoder()
+    for value in rows:
+        if not isinstance(value, Mapping):
+            bad.append(rejected_row(value, f"expected a mapping, got {type(value).__name__}"))
+            continue
+        try:
+            texts.append(dumps(dict(value)))
+            written.append(value)
+        except (TypeError, ValueError) as exc:
+            bad.append(rejected_row(value, f"not JSON: {exc}"))
+    texts = _utf8_only(texts, bad, written)
+    return pa.table([pa.array(texts, pa.string())], schema=schema), bad
+
+
+def _screened(
+    rows: list[Any], schema: pa.Schema, refused: list[tuple[int, dict[str, Any]]]
+) -> list[tuple[int, Any]]:
+    """The (position, row) pairs whose fields fit the schema; the others to ``refused``."""
     names = set(schema.names)
     required = [f.name for f in schema if not f.nullable]
-    checks = field_checks(schema)
-    refused: list[tuple[int, dict[str, Any]]] = []  # (position, error row): in input order
     good: list[tuple[int, Any]] = []
     for i, value in enumerate(rows):
         if not isinstance(value, Mapping):
@@ -330,6 +348,7 @@ def _rows(
             good.append((i, value))
             continue
         refused.append((i, rejected_row(value, why)))
+    checks = field_checks(schema)
     if checks and good:
         altered = altered_rows([v for _, v in good], checks)
         if altered:
@@ -338,34 +357,49 @@ def _rows(
                 for j, (f, why) in altered.items()
             )
             good = [g for j, g in enumerate(good) if j not in altered]
-    table = None
-    if good:
+    return good
+
+
+def _converted(
+    good: list[tuple[int, Any]], schema: pa.Schema, refused: list[tuple[int, dict[str, Any]]]
+) -> tuple[pa.Table | None, list[tuple[int, Any]]]:
+    """The rows as a table, and the rows in it: one that does not convert goes to
+    ``refused`` (found one by one only when the whole list fails)."""
+    if not good:
+        return None, good
+    try:
+        return pa.Table.from_pylist([v for _, v in good], schema=schema), good
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    kept = []
+    for i, value in good:
         try:
-            table = pa.Table.from_pylist([v for _, v in good], schema=schema)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            kept = []
-            for i, value in good:  # find the rows that do not convert
-                try:
-                    pa.Table.from_pylist([value], schema=schema)
-                    kept.append((i, value))
-                except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                    why = (
-                        f"does not fit the schema: {unfit_field([value], schema)}{_first_line(exc)}"
-                    )
-                    refused.append((i, rejected_row(value, why)))
-            good = kept
-            table = pa.Table.from_pylist([v for _, v in kept], schema=schema) if kept else None
-    if table is not None and _nested_requires(schema):
-        nulls = _nested_nulls(table, schema)
-        if nulls:
-            refused.extend(
-                (good[j][0], rejected_row(good[j][1], f"required field {where} is null"))
-                for j, where in nulls.items()
-            )
-            keep = [j for j in range(len(good)) if j not in nulls]
-            table = table.take(pa.array(keep, pa.int64())) if keep else None
-    refused.sort(key=lambda x: x[0])
-    return table, bad + [r for _, r in refused]
+            pa.Table.from_pylist([value], schema=schema)
+            kept.append((i, value))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            why = f"does not fit the schema: {unfit_field([value], schema)}{_first_line(exc)}"
+            refused.append((i, rejected_row(value, why)))
+    table = pa.Table.from_pylist([v for _, v in kept], schema=schema) if kept else None
+    return table, kept
+
+
+def _without_nested_nulls(
+    table: pa.Table,
+    good: list[tuple[int, Any]],
+    schema: pa.Schema,
+    refused: list[tuple[int, dict[str, Any]]],
+) -> pa.Table | None:
+    """``table`` without its rows holding a null in a NOT NULL field inside a struct, list
+    or map (Parquet refuses the whole file); those go to ``refused``."""
+    nulls = _nested_nulls(table, schema)
+    if not nulls:
+        return table
+    refused.extend(
+        (good[j][0], rejected_row(good[j][1], f"required field {where} is null"))
+        for j, where in nulls.items()
+    )
+    keep = [j for j in range(len(good)) if j not in nulls]
+    return table.take(pa.array(keep, pa.int64())) if keep else None
 
 
 def _cast_batch(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
