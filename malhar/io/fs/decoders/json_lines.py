@@ -1,0 +1,175 @@
+"""JSON objects, one per line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.json as pjson
+
+from malhar.io.fs.decoders.base import _PARSE_EXCEPTIONS, _TabularDecoder
+from malhar.io.fs.decoders.times import _finish, _zoned
+from malhar.io.fs.refusals import (
+    json_kind_change,
+    kind_reason,
+    not_an_object,
+    value_reason,
+)
+
+
+def _regular_lines(data: bytes) -> int | None:
+    """How many lines ``data`` has when each starts with ``{`` and ends with ``}`` (the
+    common chunk: two fast scans), else None. No object spreads over such lines: ``}`` is
+    never followed by ``{`` in JSON."""
+    if not data.startswith(b"{"):
+        return None
+    end = b"}\n" if data.find(b"\r") < 0 else b"}\r\n"
+    if not data.endswith(end):
+        return None
+    lines = data.count(b"\n")
+    return lines if data.count(end + b"{") == lines - 1 else None
+
+
+def _one_object_per_line(data: bytes, rows: int, regular: int | None) -> bool:
+    """Whether ``rows`` records parsed from ``data`` are one per line that holds more than
+    whitespace (``regular``: :func:`_regular_lines` of ``data``): every such line starts
+    with ``{`` and ends with ``}``, and there are ``rows`` of them (more records: a line
+    holds several)."""
+    if regular is not None:
+        return rows == regular
+    texts = _texts(data)
+    return len(texts) == rows and all(t[0] == _OPEN and t[-1] == _CLOSE for t in texts)
+
+
+def _objects_only(data: bytes, regular: int | None) -> bool:
+    """Whether every line of ``data`` that holds more than whitespace starts with ``{``:
+    pyarrow's JSON reader gets no other (a chunk starting with ``null`` crashes the
+    process in pyarrow 26)."""
+    return regular is not None or all(t[0] == _OPEN for t in _texts(data))
+
+
+def _texts(data: bytes) -> list[bytes]:
+    """The lines of ``data`` that hold more than whitespace, without it."""
+    return [t for t in (line.strip() for line in data.split(b"\n")) if t]
+
+
+_OPEN, _CLOSE = ord("{"), ord("}")
+
+
+_CAST_AFTER_JSON = (pa.types.is_date, pa.types.is_decimal, pa.types.is_time, _zoned)
+
+
+class JsonLinesDecoder(_TabularDecoder):
+    """One JSON object per line. With a schema, typed columns (other fields ignored, dates
+    and decimals parsed from strings); without, the parsed objects as dicts."""
+
+    def __init__(
+        self, schema: pa.Schema | None, encoding: str = "utf-8", decode_errors: str = "error"
+    ) -> None:
+        super().__init__(schema, encoding, decode_errors)
+        if schema is not None:
+            self.parse_schema = pa.schema(
+                [
+                    pa.field(f.name, pa.string()) if any(t(f.type) for t in _CAST_AFTER_JSON) else f
+                    for f in schema
+                ]
+            )
+
+    def parse(
+        self, data: bytes, names: Sequence[str] | None
+    ) -> tuple[pa.Table, list[tuple[int, str]]]:
+        if self.schema is None:
+            rows = []
+            for line in data.split(b"\n"):
+                if not line.strip():
+                    continue
+                value = json.loads(line)
+                if not isinstance(value, dict):
+                    raise ValueError(f"not a JSON object but a {type(value).__name__}")
+                rows.append(value)
+            return _RowsTable(rows), []
+        regular = self._regular = _regular_lines(data)  # for misaligned, next
+        if not _objects_only(data, regular):
+            # each line on its own, then (explain says what a line that parses is instead)
+            raise ValueError("JSON parse error: a line does not start with an object ({)")
+        table = pjson.read_json(
+            pa.py_buffer(data),
+            read_options=pjson.ReadOptions(
+                use_threads=False, block_size=max(1 << 20, len(data) + 1)
+            ),
+            parse_options=pjson.ParseOptions(
+                explicit_schema=self.parse_schema, unexpected_field_behavior="ignore"
+            ),
+        )
+        return _finish(table.select(self.schema.names), self.schema, empty_is_null=False), []
+
+    def misaligned(self, data: bytes, table: Any, bad: int, lines: int | None = None) -> str | None:
+        # pyarrow's reader takes an object spread over lines (or two on a line) as it comes:
+        # a chunk cut between those lines would read them otherwise, and a replay, which
+        # reads the window's range as one chunk, would not match. One record per line it is,
+        # as without a schema. Whitespace lines hold none (pyarrow skips them).
+        if self.schema is None:
+            return None
+        rows = table.num_rows + bad
+        regular, self._regular = getattr(self, "_regular", None), None
+        if _one_object_per_line(data, rows, regular):
+            return None
+        return (
+            "the line is not one JSON object (an object spread over lines, or several on "
+            "one line): JSON lines hold one object each"
+        )
+
+    def explain(self, line: bytes, message: str) -> str | None:
+        # the field: pyarrow's kind errors give its path, a value of the right kind that
+        # does not convert is found by converting each field alone
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(record, dict):
+            return not_an_object(record)
+        changed = json_kind_change(message)
+        if changed is not None:
+            return kind_reason(self.schema, record, *changed)
+        for f in self.schema:
+            if f.name in record and not self._converts(f, record[f.name]):
+                return value_reason("field", f, json.dumps(record[f.name], ensure_ascii=False))
+        return None
+
+    def _converts(self, f: pa.Field, value: Any) -> bool:
+        """Whether ``value`` (parsed from JSON) converts to field ``f``."""
+        data = json.dumps({f.name: value}).encode() + b"\n"
+        try:
+            table = pjson.read_json(
+                pa.py_buffer(data),
+                read_options=pjson.ReadOptions(use_threads=False),
+                parse_options=pjson.ParseOptions(
+                    explicit_schema=pa.schema([self.parse_schema.field(f.name)]),
+                    unexpected_field_behavior="ignore",
+                ),
+            )
+            _finish(table, pa.schema([f]), empty_is_null=False)
+        except _PARSE_EXCEPTIONS:
+            return False
+        return True
+
+    def transcode(self, data: bytes) -> bytes:
+        if self.schema is not None and self.utf8 and self.decode_errors in ("error", "fail"):
+            # pyarrow's JSON reader, unlike its CSV reader, takes bytes that are not UTF-8
+            # into string columns: checked here (a failing chunk is bisected to its lines)
+            data.decode("utf-8")
+            return data
+        return super().transcode(data)
+
+    def untyped_rows(self, table: Any) -> list[Any]:
+        return table.rows
+
+
+class _RowsTable:
+    """Parsed JSON objects standing in for a table (untyped JSON lines)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        self.num_rows = len(rows)
