@@ -10,6 +10,7 @@ import gzip
 import io
 import json
 import random
+import re
 import time
 from typing import Any
 
@@ -667,6 +668,30 @@ def test_settings_are_checked(tmp_path) -> None:
         harness(LinesFileInput(str(tmp_path / "in")), ckpt, partitions=3, saved=saved).run_window(
             window=1
         )
+
+
+@pytest.mark.parametrize(
+    ("cls", "props", "message"),
+    [
+        (CsvFileInput, {"quote_char": "''"}, "quote_char must be one character"),
+        (CsvFileInput, {"delimiter": "\n"}, "delimiter cannot be a line break"),
+        (CsvFileInput, {"quote_char": "\r"}, "quote_char cannot be a line break"),
+        (CsvFileInput, {"delimiter": '"'}, "delimiter and quote_char are both"),
+        (JsonLinesFileInput, {"schema": "id int, m map<string,int>"}, "'m' is a map"),
+        (JsonLinesFileInput, {"schema": "s struct<a: array<map<string,int>>>"}, "'s.a\\[\\]'"),
+    ],
+)
+def test_settings_no_line_can_be_read_with_are_refused_at_setup(
+    tmp_path, cls: Any, props: dict[str, Any], message: str
+) -> None:
+    # before: a crash in the first window (quote_char), every row an error row (delimiter,
+    # maps), or a misread file (delimiter = quote)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("a,b\n1,2\n")
+    op = cls(str(tmp_path / "in"), **props)
+    assert any(re.search(message, p) for p in op.settings_problems()), op.settings_problems()
+    with pytest.raises(FileConfigError, match=message):
+        harness(op, str(tmp_path / "ck")).run_window()
 
 
 def test_the_record_is_small_and_json(place: Place, tmp_path) -> None:

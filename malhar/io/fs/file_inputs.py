@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import pyarrow as pa
+
 from malhar.io.fs.decoders import CsvDecoder, JsonLinesDecoder, LineDecoder, LinesDecoder
 from malhar.io.fs.input_operator import FileInputOperator, log
 from malhar.io.fs.settings import parse_schema
@@ -59,8 +61,16 @@ class CsvFileInput(FileInputOperator):
 
     def settings_problems(self) -> list[str]:
         out = super().settings_problems()
-        if self.delimiter is not None and len(self.delimiter) != 1:
-            out.append("delimiter must be one character")
+        delimiter, quote = self.delimiter, self.quote_char or ""
+        if delimiter is not None and len(delimiter) != 1:
+            out.append(f"delimiter must be one character, got {delimiter!r}")
+        if len(quote) > 1:
+            out.append(f"quote_char must be one character ('' for none), got {quote!r}")
+        for name, value in (("delimiter", delimiter), ("quote_char", quote)):
+            if value in ("\n", "\r"):
+                out.append(f"{name} cannot be a line break ({value!r}): records are lines")
+        if quote and delimiter == quote:
+            out.append(f"delimiter and quote_char are both {quote!r}: give them different ones")
         if not self.schema and not self.header and not self.columns:
             out.append("a CSV input without header needs schema or columns")
         if self.columns and not self.schema:
@@ -124,6 +134,24 @@ class CsvFileInput(FileInputOperator):
             )
 
 
+def _map_fields(schema: pa.Schema | None) -> list[tuple[str, pa.DataType]]:
+    """(path, type) of the map fields in ``schema``, at any depth."""
+    out: list[tuple[str, pa.DataType]] = []
+
+    def visit(path: str, kind: pa.DataType) -> None:
+        if pa.types.is_map(kind):
+            out.append((path, kind))
+        elif pa.types.is_struct(kind):
+            for f in kind:
+                visit(f"{path}.{f.name}", f.type)
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            visit(f"{path}[]", kind.value_type)
+
+    for f in schema or ():
+        visit(f.name, f.type)
+    return out
+
+
 def safe_header(names: list[str]) -> list[str]:
     """Header names made unique as Spark's CSV reader makes them (``CSVUtils.makeSafeHeader``,
     case-insensitive as Spark by default): an empty name becomes ``_c<index>``, a repeated
@@ -154,6 +182,17 @@ class JsonLinesFileInput(FileInputOperator):
 
     With ``schema``: typed Arrow batches (other fields ignored); without: the objects as
     dicts."""
+
+    def settings_problems(self) -> list[str]:
+        out = super().settings_problems()
+        schema = parse_schema(self.schema) if self.schema else None
+        for where, kind in _map_fields(schema):
+            out.append(
+                f"schema field {where!r} is a {kind}: pyarrow's JSON reader cannot read maps; "
+                "declare it as a struct of its keys, or leave schema unset to read the "
+                "objects as dicts"
+            )
+        return out
 
     def make_decoder(self) -> LineDecoder:
         return JsonLinesDecoder(
