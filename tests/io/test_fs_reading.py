@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from malhar.io.fs.decoders import CsvDecoder, JsonLinesDecoder, LinesDecoder, zone_naive
+from malhar.io.fs.encoders import json_encoder
 from malhar.io.fs.errors import FileReadError
 from malhar.io.fs.settings import parse_schema
 from malhar.io.fs.splits import SPREAD_MIN_BLOCK, block_size_for, split_owner
@@ -292,3 +293,28 @@ def test_typed_json_lines_that_are_no_object_are_error_rows_never_a_crash() -> N
         got = [(e["offset"], e["error"]) for e in out.errors]
         assert [o for o, _ in got] == [o for o, _ in errors]
         assert all(why in g for (_, g), (_, why) in zip(got, errors, strict=True))
+
+
+def test_typed_json_lines_read_back_what_spark_and_the_json_output_write() -> None:
+    # "NaN", "Infinity" and "-Infinity" as strings (Spark's writer, JsonLinesFileOutput)
+    # and decimals as numbers (Spark's writer) were error rows
+    schema = "f double, s string, st struct<f: float, s: string>, l array<double>, d decimal(5,2)"
+    dumps = json_encoder(compact=True)
+    inf = float("inf")
+    written = [
+        {"f": float("nan"), "s": "NaN", "st": {"f": -inf, "s": "Infinity"}, "l": [1.0, -inf]},
+        {"f": inf, "s": "x", "l": [float("nan")]},
+    ]
+    lines = [dumps(r).encode() for r in written]
+    lines += [b'{"f" : "-Infinity", "d": 1.25, "l": ["NaN", 2]}', b'{"d": 3}', b'{"d": "4.5"}']
+    lines += [b'{"f": "nan"}', b'{"d": 1.255}']  # refused as by Spark
+    out = JsonLinesDecoder(parse_schema(schema)).decode(b"\n".join(lines) + b"\n", 0, "f")
+    rows = out.batch.to_pylist()
+    assert [repr(r["f"]) for r in rows] == ["nan", "inf", "-inf", "None", "None"]
+    assert [r["s"] for r in rows] == ["NaN", "x", None, None, None]  # text stays text
+    assert rows[0]["st"] == {"f": -inf, "s": "Infinity"}
+    assert repr(rows[0]["l"]) == "[1.0, -inf]" and repr(rows[1]["l"]) == "[nan]"
+    assert repr(rows[2]["l"]) == "[nan, 2.0]"
+    assert [str(r["d"]) for r in rows] == ["None", "None", "1.25", "3.00", "4.50"]
+    assert [e["text"] for e in out.errors] == ['{"f": "nan"}', '{"d": 1.255}']
+    assert "expected a number" in out.errors[0]["error"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -58,7 +59,86 @@ def _texts(data: bytes) -> list[bytes]:
 _OPEN, _CLOSE = ord("{"), ord("}")
 
 
-_CAST_AFTER_JSON = (pa.types.is_date, pa.types.is_decimal, pa.types.is_time, _zoned)
+def _reads_decimals() -> bool:
+    """Whether pyarrow's JSON reader converts numbers and strings to decimal columns (else
+    decimals are read as text and cast: numbers are refused then)."""
+    try:
+        pjson.read_json(
+            pa.py_buffer(b'{"d": 1.5}\n{"d": "2.5"}\n'),
+            parse_options=pjson.ParseOptions(
+                explicit_schema=pa.schema([("d", pa.decimal128(3, 1))])
+            ),
+        )
+    except pa.ArrowException:
+        return False
+    return True
+
+
+_CAST_AFTER_JSON = (pa.types.is_date, pa.types.is_time, _zoned) + (
+    () if _reads_decimals() else (pa.types.is_decimal,)
+)
+
+
+def _fields(
+    kind: pa.DataType | pa.Schema,
+) -> Iterator[pa.Field]:
+    """Every field of a schema or a type, nested ones too (in structs, lists, maps)."""
+    children = (
+        kind if isinstance(kind, pa.Schema) else [kind.field(i) for i in range(kind.num_fields)]
+    )
+    for f in children:
+        yield f
+        yield from _fields(f.type)
+
+
+_SPECIAL = re.compile(rb'"(NaN|Infinity|-Infinity)"')
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_floating(t):
+        return "float"
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_floating(t.value_type):
+        return "floats"
+    return "other"
+
+
+class _SpecialFloats:
+    """Rewrites ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` as the bare tokens pyarrow
+    reads, in the fields that are floating point (or lists of it) wherever their name is
+    used: Spark, and malhar's JSON output, write those values as strings."""
+
+    def __init__(self, scalars: list[str], lists: list[str]) -> None:
+        def keys(names: list[str]) -> bytes:
+            return b"|".join(
+                re.escape(json.dumps(n, ensure_ascii=False)[1:-1].encode()) for n in names
+            )
+
+        self.scalar = (
+            re.compile(rb'("(?:' + keys(scalars) + rb')"\s*:\s*)"(NaN|Infinity|-Infinity)"')
+            if scalars
+            else None
+        )
+        self.list = (
+            re.compile(rb'"(?:' + keys(lists) + rb')"\s*:\s*\[[^\[\]{}]*\]') if lists else None
+        )
+
+    @classmethod
+    def of(cls, schema: pa.Schema) -> _SpecialFloats | None:
+        kinds: dict[str, set[str]] = {}
+        for f in _fields(schema):
+            kinds.setdefault(f.name, set()).add(_kind(f.type))
+        scalars = sorted(n for n, k in kinds.items() if k == {"float"})
+        lists = sorted(n for n, k in kinds.items() if k == {"floats"})
+        return cls(scalars, lists) if scalars or lists else None
+
+    def sub(self, data: bytes) -> bytes:
+        if b'"NaN"' not in data and b'Infinity"' not in data:
+            return data  # two fast scans: the common chunk
+        if self.scalar is not None:
+            data = self.scalar.sub(rb"\1\2", data)
+        if self.list is not None:
+            data = self.list.sub(lambda m: _SPECIAL.sub(rb"\1", m.group(0)), data)
+        return data
 
 
 class JsonLinesDecoder(_TabularDecoder):
@@ -76,6 +156,7 @@ class JsonLinesDecoder(_TabularDecoder):
                     for f in schema
                 ]
             )
+            self._specials = _SpecialFloats.of(schema)
 
     def parse(
         self, data: bytes, names: Sequence[str] | None
@@ -94,6 +175,7 @@ class JsonLinesDecoder(_TabularDecoder):
         if not _objects_only(data, regular):
             # each line on its own, then (explain says what a line that parses is instead)
             raise ValueError("JSON parse error: a line does not start with an object ({)")
+        data = self._bare_specials(data)
         table = pjson.read_json(
             pa.py_buffer(data),
             read_options=pjson.ReadOptions(
@@ -104,6 +186,11 @@ class JsonLinesDecoder(_TabularDecoder):
             ),
         )
         return _finish(table.select(self.schema.names), self.schema, empty_is_null=False), []
+
+    def _bare_specials(self, data: bytes) -> bytes:
+        """``data`` with the floating point fields' special values as pyarrow reads them."""
+        specials = getattr(self, "_specials", None)  # None: pickled by an older release
+        return data if specials is None else specials.sub(data)
 
     def misaligned(self, data: bytes, table: Any, bad: int, lines: int | None = None) -> str | None:
         # pyarrow's reader takes an object spread over lines (or two on a line) as it comes:
@@ -140,7 +227,7 @@ class JsonLinesDecoder(_TabularDecoder):
 
     def _converts(self, f: pa.Field, value: Any) -> bool:
         """Whether ``value`` (parsed from JSON) converts to field ``f``."""
-        data = json.dumps({f.name: value}).encode() + b"\n"
+        data = self._bare_specials(json.dumps({f.name: value}).encode() + b"\n")
         try:
             table = pjson.read_json(
                 pa.py_buffer(data),
