@@ -105,7 +105,7 @@ class KeyValueOperator(AlgoOperator):
         try:
             k, v = self._k(t), self._v(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.key))
+            self._error(t, unreadable(exc, self.key))
             return
         self._add(k, v)
 
@@ -140,11 +140,20 @@ class KeyValueOperator(AlgoOperator):
 # -- field access --------------------------------------------------------------------------------
 def getter(spec: FieldSpec) -> Callable[[Any], Any]:
     """A function reading field ``spec`` of a tuple (raises KeyError/IndexError if missing);
-    for None the tuple itself, or the value of a dict of one entry."""
+    for None the tuple itself, or the value of a dict of one entry; a position reads a
+    dict's value in that place unless the dict has that key."""
     if spec is None:
         return _identity
     if isinstance(spec, int):
-        return lambda t: t[spec]
+
+        def at(t: Any) -> Any:
+            if isinstance(t, dict) and spec not in t:
+                # a typed row (a batch's, or a typed stream's tuple): fields in column
+                # order, as column() reads the batch
+                return list(t.values())[spec]
+            return t[spec]
+
+        return at
 
     def get(t: Any) -> Any:
         if isinstance(t, dict):
@@ -180,6 +189,15 @@ def column(batch: pa.RecordBatch, spec: FieldSpec) -> pa.Array:
 
 def missing(spec: FieldSpec) -> str:
     return f"no field {spec!r}"
+
+
+def unreadable(exc: BaseException, spec: FieldSpec) -> str:
+    """Why field ``spec`` could not be read from a tuple, from its getter's exception."""
+    if isinstance(exc, KeyError):
+        return missing(exc.args[0] if exc.args else spec)  # a composite key names its part
+    if isinstance(exc, IndexError):
+        return missing(spec)
+    return f"cannot read field {spec!r}: {exc}"  # not a record at all (None, 5)
 
 
 # -- stable keys ---------------------------------------------------------------------------------

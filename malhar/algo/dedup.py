@@ -49,7 +49,7 @@ from malhar.algo._base import (
     column,
     emit_table,
     getter,
-    missing,
+    unreadable,
 )
 from malhar.ports import InputPort, OutputPort
 from malhar.properties import Property
@@ -295,11 +295,16 @@ class TimeBasedDedup(_Dedup):
 
     def _read(self, t: Any) -> tuple[Any, int] | None:
         try:
-            return self._key(t), event_millis(self._time(t))
+            k = self._key(t)
+        except (KeyError, IndexError, TypeError) as exc:
+            self._error(t, unreadable(exc, self.key))
+            return None
+        try:
+            return k, event_millis(self._time(t))
         except (KeyError, IndexError) as exc:
-            self._error(t, missing(exc.args[0]))
+            self._error(t, unreadable(exc, self.time))
         except TypeError as exc:
-            self._error(t, str(exc))
+            self._error(t, str(exc))  # a time of no time type: event_millis says which
         return None
 
     def process(self, t: Any) -> None:
@@ -574,7 +579,7 @@ class BoundedDedup(_Dedup):
         try:
             k = self._key(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.key))
+            self._error(t, unreadable(exc, self.key))
             return
         if self._null(k):
             if self.null_keys == "error":

@@ -22,9 +22,9 @@ from malhar.algo._base import (
     emit_table,
     getter,
     key_bytes,
-    missing,
     order_key,
     rows_of,
+    unreadable,
 )
 from malhar.operator import Unifier
 from malhar.ports import InputPort, OutputPort
@@ -100,7 +100,7 @@ class Distinct(AlgoOperator):
         try:
             v = self._get(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.field))
+            self._error(t, unreadable(exc, self.field))
             return
         self.seen.setdefault(key_bytes(v), v)
 
@@ -237,7 +237,7 @@ class FilterValues(TypedOutputs, AlgoOperator):
         try:
             v = self._get(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.field))
+            self._error(t, unreadable(exc, self.field))
             return
         if (key_bytes(v) in self._set) != self.inverse:
             self.filter.emit(t)
@@ -447,7 +447,7 @@ class Sampler(TypedOutputs, AlgoOperator):
         try:
             v = self._get(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.field))
+            self._error(t, unreadable(exc, self.field))
             return
         if self._keep(v):
             self.sample.emit(t)

@@ -24,12 +24,12 @@ from malhar.algo._base import (
     column,
     getter,
     key_bytes,
-    missing,
     one_nan,
     order_key,
     rekey_nan,
     require,
     rows_of,
+    unreadable,
 )
 from malhar.operator import Unifier
 from malhar.ports import InputPort, OutputPort
@@ -302,7 +302,7 @@ class TopN(AlgoOperator):
             value = rank.get_order(t)
             group = _GLOBAL if self.key is None else one_nan(rank.get_key(t))
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.order_by))
+            self._error(t, unreadable(exc, self.order_by))
             return
         if value is None:
             self._error(t, f"ranking value of field {self.order_by!r} is None")
@@ -572,7 +572,7 @@ class MostFrequentKey(AlgoOperator):
         try:
             k = self._get(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.key))
+            self._error(t, unreadable(exc, self.key))
             return
         self._count(k, 1)
 
@@ -691,7 +691,7 @@ class MergeSort(AlgoOperator):
         try:
             v = self._get(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.order_by))
+            self._error(t, unreadable(exc, self.order_by))
             return
         self.held.append(((order_key(v), TieBreak(t)), t))
 

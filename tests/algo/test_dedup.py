@@ -68,6 +68,27 @@ def test_time_based_batches_with_timestamps(tmp_path: Path) -> None:
     h.teardown()
 
 
+def test_fields_by_position_read_a_batch_as_its_rows_one_by_one(tmp_path: Path) -> None:
+    # a batch off the fast path (a float or a null time) was re-run as dict rows, which a
+    # position did not read: every row went to error as "no field 0"
+    batch = pa.RecordBatch.from_pydict({"id": [1, 1, 2], "t": [5.0, 5.0, None]})
+    h = _harness(TimeBasedDedup(key=0, time=1, expire_after=10_000), tmp_path / "t")
+    h.run_window([("input", batch)])
+    assert [r["id"] for r in h.sink("unique").tuples] == [1]
+    assert [r["id"] for r in h.sink("duplicate").tuples] == [1]
+    assert [e["reason"] for e in h.sink("error").tuples] == ["NoneType None is not an event time"]
+    h.teardown()
+    # a tuple that is no record: the reason is the exception's, not a field named by it
+    b = _harness(BoundedDedup(key=0), tmp_path / "b")
+    b.run_window([("input", None), ("input", (7,)), ("input", ())])
+    assert [r for r in b.sink("unique").tuples] == [(7,)]
+    assert [e["reason"] for e in b.sink("error").tuples] == [
+        "cannot read field 0: 'NoneType' object is not subscriptable",
+        "no field 0",
+    ]
+    b.teardown()
+
+
 def test_bounded_forgets_the_oldest_key(tmp_path: Path) -> None:
     h = _harness(BoundedDedup(key=0, max_keys=3), tmp_path)
     h.run_window([("input", (k, i)) for i, k in enumerate("abcab")])

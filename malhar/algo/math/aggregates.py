@@ -20,6 +20,7 @@ from malhar.algo._base import (
     one_nan,
     rekey_nan,
     rows_of,
+    unreadable,
 )
 from malhar.algo.math.accumulators import AGGREGATIONS, MathUnifier, MinAgg, RangeAgg, _partials
 from malhar.algo.math.common import (
@@ -118,7 +119,7 @@ class _Aggregate(AlgoOperator):
             k = GLOBAL if self.key is None else self._get_key(t)
             v = self._get_value(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.value))
+            self._error(t, unreadable(exc, self.value))
             return
         if self._agg.numeric and not is_number(v):
             self._error(t, f"value {v!r} is not a number")

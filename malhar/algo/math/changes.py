@@ -16,10 +16,10 @@ from malhar.algo._base import (
     Partitioning,
     column,
     getter,
-    missing,
     one_nan,
     rekey_nan,
     rows_of,
+    unreadable,
 )
 from malhar.algo.math.common import (
     _NAME,
@@ -70,7 +70,7 @@ class _Keyed(AlgoOperator):
             k = GLOBAL if self.key is None else one_nan(self._get_key(t))
             v = self._get_value(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.value))
+            self._error(t, unreadable(exc, self.value))
             return None
         if not is_number(v):
             self._error(t, f"value {v!r} is not a number")

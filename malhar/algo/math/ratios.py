@@ -13,10 +13,10 @@ from malhar.algo._base import (
     Partitioning,
     column,
     getter,
-    missing,
     one_nan,
     rekey_nan,
     rows_of,
+    unreadable,
 )
 from malhar.algo.math.accumulators import AGGREGATIONS, _partials
 from malhar.algo.math.common import (
@@ -126,7 +126,7 @@ class _Ratio(AlgoOperator):
             k = GLOBAL if self.key is None else self._get_key(t)
             v = self._get_value(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, missing(exc.args[0] if exc.args else self.value))
+            self._error(t, unreadable(exc, self.value))
             return
         if not is_number(v):
             self._error(t, f"value {v!r} is not a number")
