@@ -588,6 +588,18 @@ def test_a_vanished_file_is_reported_and_skipped_or_fails(place: Place, tmp_path
     assert error["file"].endswith("/in/a.txt") and error["offset"] == 30
     assert "cannot read the file" in error["error"]
 
+    # truncated below where the read goes on: the message said it ended at byte 9
+    place.write("cut/a.txt", "".join(f"l{i}\n" for i in range(10)))
+    c = harness(
+        LinesFileInput(place.url("cut"), scan_interval_ms=0, max_records_per_window=3),
+        str(tmp_path / "cut"),
+    )
+    c.run_window()
+    place.write("cut/a.txt", "l0\nl1\n")
+    drain(c)
+    errors = [e["error"] for e in c.sink("error").tuples]
+    assert any("it ends at or before byte 9, before byte 30" in e for e in errors), errors
+
     place.write("in2/a.txt", "".join(f"a{i}\n" for i in range(50)))
     f = harness(
         LinesFileInput(

@@ -318,3 +318,20 @@ def test_typed_json_lines_read_back_what_spark_and_the_json_output_write() -> No
     assert [str(r["d"]) for r in rows] == ["None", "None", "1.25", "3.00", "4.50"]
     assert [e["text"] for e in out.errors] == ['{"f": "nan"}', '{"d": 1.255}']
     assert "expected a number" in out.errors[0]["error"]
+
+
+def test_an_error_row_shows_its_line_in_the_files_encoding() -> None:
+    # the text was decoded as UTF-8 whatever the encoding: 'Jos\ufffd,one'
+    decoder = CsvDecoder(parse_schema("name string, n int"), encoding="latin-1")
+    out = decoder.decode("José,one\nAnn,2\n".encode("latin-1"), 0, "f")
+    assert out.batch.to_pylist() == [{"name": "Ann", "n": 2}]
+    assert [e["text"] for e in out.errors] == ["José,one"]
+
+
+def test_untyped_json_lines_that_are_no_object_are_said_so_in_json_terms() -> None:
+    out = JsonLinesDecoder(None).decode(b'null\n[1]\n{"a": 1}\n', 0, "f")
+    assert out.rows == [{"a": 1}]
+    assert [e["error"] for e in out.errors] == [
+        "not a JSON object but a null",
+        "not a JSON object but an array",
+    ]

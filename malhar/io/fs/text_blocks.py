@@ -85,8 +85,10 @@ class TextBlocks:
     def _read_bytes(self, path: str, offset: int, length: int) -> bytes:
         data = self._fs.read(path, offset, length)
         if len(data) < length:
+            # a read at or past the end gives nothing: where the file ends is not known
+            where = f"at byte {offset + len(data)}" if data else f"at or before byte {offset}"
             raise UnreadableSplit(
-                f"it ends at byte {offset + len(data)}, before byte {offset + length} "
+                f"it ends {where}, before byte {offset + length} "
                 "(truncated or rewritten since it was found)"
             )
         return data

@@ -46,10 +46,13 @@ def codec_for(name: str, compression: str) -> str | None:
     return next((c for s, c in SUFFIX_CODECS.items() if lower.endswith(s)), None)
 
 
-def error_row(file: str, offset: int, reason: str, text: bytes | str | None) -> dict[str, Any]:
-    """An error-port row: where (file URL, byte offset), why, and the start of the text."""
+def error_row(
+    file: str, offset: int, reason: str, text: bytes | str | None, encoding: str = "utf-8"
+) -> dict[str, Any]:
+    """An error-port row: where (file URL, byte offset), why, and the start of the text
+    (bytes decoded with the file's ``encoding``)."""
     if isinstance(text, bytes):
-        text = text[: ERROR_TEXT_CHARS * 4].decode("utf-8", "replace")
+        text = text[: ERROR_TEXT_CHARS * 4].decode(encoding, "replace")
     if text is not None and len(text) > ERROR_TEXT_CHARS:
         text = text[:ERROR_TEXT_CHARS]
     return {"file": file, "offset": int(offset), "error": reason, "text": text}
@@ -156,7 +159,13 @@ class LinesDecoder(LineDecoder):
                 good.append(self.text(raw))
             except UnicodeDecodeError as exc:
                 errors.append(
-                    error_row(file, start + off, self.bad_encoding(file, start + off, exc), raw)
+                    error_row(
+                        file,
+                        start + off,
+                        self.bad_encoding(file, start + off, exc),
+                        raw,
+                        self.encoding,
+                    )
                 )
         batch = pa.RecordBatch.from_arrays([pa.array(good, pa.string())], schema=self.schema)
         return Decoded(batch=batch, errors=errors, items=len(lines))
@@ -237,7 +246,13 @@ class _TabularDecoder(LineDecoder):
             if len(lines) == 1:
                 off, raw = lines[0]
                 errors.append(
-                    error_row(file, start + off, self.bad_encoding(file, start + off, exc), raw)
+                    error_row(
+                        file,
+                        start + off,
+                        self.bad_encoding(file, start + off, exc),
+                        raw,
+                        self.encoding,
+                    )
                 )
                 return
         except (*_PARSE_EXCEPTIONS, _Misaligned) as exc:
@@ -290,7 +305,7 @@ class _TabularDecoder(LineDecoder):
                 raw.decode(self.encoding)
             except UnicodeDecodeError as exc:
                 reason = self.bad_encoding(file, offset, exc)
-        return error_row(file, offset, reason, raw)
+        return error_row(file, offset, reason, raw, self.encoding)
 
     @abstractmethod
     def parse(

@@ -168,7 +168,7 @@ class JsonLinesDecoder(_TabularDecoder):
                     continue
                 value = json.loads(line)
                 if not isinstance(value, dict):
-                    raise ValueError(f"not a JSON object but a {type(value).__name__}")
+                    raise ValueError(not_an_object(value))
                 rows.append(value)
             return _RowsTable(rows), []
         regular = self._regular = _regular_lines(data)  # for misaligned, next
