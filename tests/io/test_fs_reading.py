@@ -335,3 +335,37 @@ def test_untyped_json_lines_that_are_no_object_are_said_so_in_json_terms() -> No
         "not a JSON object but a null",
         "not a JSON object but an array",
     ]
+
+
+def test_special_float_strings_are_read_only_where_a_float_is_and_reasons_keep_the_digits() -> None:
+    def decode(schema: str, *lines: bytes) -> tuple[list[Any], list[str]]:
+        out = JsonLinesDecoder(parse_schema(schema)).decode(b"\n".join(lines) + b"\n", 0, "f")
+        rows = out.batch.to_pylist() if out.batch is not None else []
+        return [repr(r) for r in rows], [e["error"] for e in out.errors]
+
+    # a key ending like a float field's name is another key; "element" names no list item
+    assert decode('f double, `a"f` string', rb'{"a\"f": "NaN", "f": 1}') == (
+        ["{'f': 1.0, 'a\"f': 'NaN'}"],
+        [],
+    )
+    assert decode("element double, l array<string>", b'{"element": "NaN", "l": ["NaN"]}') == (
+        ["{'element': nan, 'l': ['NaN']}"],
+        [],
+    )
+    # non-ASCII names, written or escaped; the explained field is the one that is wrong
+    rows, errors = decode(
+        "`café` double, d date", '{"café": "NaN", "d": "nope"}'.encode(), rb'{"caf\u00e9": "NaN"}'
+    )
+    assert rows == ["{'café': nan, 'd': None}"]
+    assert errors == ["field 'd' (date): cannot convert \"nope\""]
+    # lists of lists, and every form Spark's reader takes
+    forms = b'{"f": "+Infinity", "ll": [["NaN", 1], ["+INF", "-INF"]]}'
+    assert decode("f double, ll array<array<double>>", forms) == (
+        ["{'f': inf, 'll': [[nan, 1.0], [inf, -inf]]}"],
+        [],
+    )
+    # a decimal's reason shows the digits in the file and names the field
+    assert decode("d decimal(38,18)", b'{"d": 1.0000000000000000001}', b'{"d": true}')[1] == [
+        "field 'd' (decimal(38,18)): cannot convert 1.0000000000000000001",
+        "field 'd' (decimal(38,18)): expected a number or string, found a boolean (true)",
+    ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ import pyarrow as pa
 __all__ = [
     "csv_column",
     "json_kind_change",
+    "json_text",
     "kind_reason",
     "not_an_object",
     "parser_reason",
@@ -51,6 +53,14 @@ def json_kind_change(message: str) -> tuple[str, str, str] | None:
     """``(JSON pointer, expected kind, found kind)`` of pyarrow's "changed from" error."""
     found = _JSON_CHANGED.search(message)
     return (found[1], found[2], found[3]) if found and found[1] else None
+
+
+def json_text(value: Any) -> str:
+    """A value parsed from JSON (numbers with a fraction as ``Decimal``, digits kept) as
+    JSON text."""
+    if isinstance(value, Decimal):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False, default=float)
 
 
 def value_reason(what: str, f: pa.Field, value: str) -> str:
@@ -86,7 +96,8 @@ def kind_reason(schema: pa.Schema, record: Any, path: str, expected: str, found:
     typed = f" ({_type_name(kind)})" if kind is not None else ""
     shown = ""
     if known and not isinstance(value, (dict, list)):
-        shown = f" ({_shown(json.dumps(value, ensure_ascii=False))})"
+        shown = f" ({_shown(json_text(value))})"
+    expected = expected.replace("_or_", " or ")  # pyarrow's number_or_string (decimals)
     return f"field {name!r}{typed}: expected {_a(expected)}, found {_a(found)}{shown}"
 
 

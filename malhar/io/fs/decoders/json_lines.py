@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ from malhar.io.fs.decoders.base import _PARSE_EXCEPTIONS, _TabularDecoder
 from malhar.io.fs.decoders.times import _finish, _zoned
 from malhar.io.fs.refusals import (
     json_kind_change,
+    json_text,
     kind_reason,
     not_an_object,
     value_reason,
@@ -79,48 +81,58 @@ _CAST_AFTER_JSON = (pa.types.is_date, pa.types.is_time, _zoned) + (
 )
 
 
-def _fields(
-    kind: pa.DataType | pa.Schema,
-) -> Iterator[pa.Field]:
-    """Every field of a schema or a type, nested ones too (in structs, lists, maps)."""
-    children = (
-        kind if isinstance(kind, pa.Schema) else [kind.field(i) for i in range(kind.num_fields)]
-    )
-    for f in children:
-        yield f
-        yield from _fields(f.type)
-
-
-_SPECIAL = re.compile(rb'"(NaN|Infinity|-Infinity)"')
+def _fields(kind: pa.DataType | pa.Schema) -> Iterator[pa.Field]:
+    """The fields of a schema or a type that are keys of JSON objects: struct fields at any
+    depth (in lists too; a list's item field is no key)."""
+    if isinstance(kind, pa.Schema) or pa.types.is_struct(kind):
+        for f in kind if isinstance(kind, pa.Schema) else kind.fields:
+            yield f
+            yield from _fields(f.type)
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        yield from _fields(kind.value_type)
 
 
 def _kind(t: pa.DataType) -> str:
     if pa.types.is_floating(t):
         return "float"
-    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_floating(t.value_type):
-        return "floats"
-    return "other"
+    inner = t
+    while pa.types.is_list(inner) or pa.types.is_large_list(inner):
+        inner = inner.value_type
+    return "floats" if inner is not t and pa.types.is_floating(inner) else "other"
+
+
+#: the strings Spark's JSON reader takes for floating point values, as pyarrow's tokens
+_SPECIALS = {
+    b"NaN": b"NaN",
+    b"Infinity": b"Infinity",
+    b"+Infinity": b"Infinity",
+    b"+INF": b"Infinity",
+    b"-Infinity": b"-Infinity",
+    b"-INF": b"-Infinity",
+}
+_VALUE = rb'"(NaN|\+?Infinity|-Infinity|[+-]INF)"'
+#: a list (one level of lists in it), no objects
+_LIST = rb"\[(?:[^\[\]{}]|\[[^\[\]{}]*\])*\]"
 
 
 class _SpecialFloats:
-    """Rewrites ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` as the bare tokens pyarrow
-    reads, in the fields that are floating point (or lists of it) wherever their name is
-    used: Spark, and malhar's JSON output, write those values as strings."""
+    """Rewrites ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (and the other forms Spark's reader
+    takes: ``"+Infinity"``, ``"+INF"``, ``"-INF"``) as the bare tokens pyarrow reads, in the
+    fields that are floating point (or lists of it) wherever their name is used: Spark, and
+    malhar's JSON output, write those values as strings."""
 
     def __init__(self, scalars: list[str], lists: list[str]) -> None:
         def keys(names: list[str]) -> bytes:
-            return b"|".join(
-                re.escape(json.dumps(n, ensure_ascii=False)[1:-1].encode()) for n in names
-            )
+            # as written, and with non-ASCII characters escaped (\u00e9)
+            spelled = {json.dumps(n, ensure_ascii=a)[1:-1].encode() for n in names for a in (0, 1)}
+            return b"|".join(re.escape(k) for k in sorted(spelled))
 
+        # a key starts after { or , (a quote inside a string is escaped: \")
+        start = rb'([{,]\s*"(?:'
         self.scalar = (
-            re.compile(rb'("(?:' + keys(scalars) + rb')"\s*:\s*)"(NaN|Infinity|-Infinity)"')
-            if scalars
-            else None
+            re.compile(start + keys(scalars) + rb')"\s*:\s*)' + _VALUE) if scalars else None
         )
-        self.list = (
-            re.compile(rb'"(?:' + keys(lists) + rb')"\s*:\s*\[[^\[\]{}]*\]') if lists else None
-        )
+        self.list = re.compile(start + keys(lists) + rb')"\s*:\s*)' + _LIST) if lists else None
 
     @classmethod
     def of(cls, schema: pa.Schema) -> _SpecialFloats | None:
@@ -132,13 +144,23 @@ class _SpecialFloats:
         return cls(scalars, lists) if scalars or lists else None
 
     def sub(self, data: bytes) -> bytes:
-        if b'"NaN"' not in data and b'Infinity"' not in data:
-            return data  # two fast scans: the common chunk
+        if b'"NaN"' not in data and b"Inf" not in data and b"INF" not in data:
+            return data  # three fast scans: the common chunk
         if self.scalar is not None:
-            data = self.scalar.sub(rb"\1\2", data)
+            data = self.scalar.sub(lambda m: m[1] + _SPECIALS[m[2]], data)
         if self.list is not None:
-            data = self.list.sub(lambda m: _SPECIAL.sub(rb"\1", m.group(0)), data)
+            data = self.list.sub(lambda m: re.sub(_VALUE, lambda v: _SPECIALS[v[1]], m[0]), data)
         return data
+
+
+def _as_parsed(value: Any, kind: pa.DataType) -> Any:
+    """A value parsed with ``Decimal`` numbers as pyarrow would take it for ``kind``: the
+    digits as text for a decimal, else floats (JSON has no other)."""
+    if isinstance(value, Decimal):
+        return str(value) if pa.types.is_decimal(kind) else float(value)
+    if isinstance(value, dict | list):
+        return json.loads(json.dumps(value, default=float))
+    return value
 
 
 class JsonLinesDecoder(_TabularDecoder):
@@ -212,7 +234,7 @@ class JsonLinesDecoder(_TabularDecoder):
         # the field: pyarrow's kind errors give its path, a value of the right kind that
         # does not convert is found by converting each field alone
         try:
-            record = json.loads(line)
+            record = json.loads(line, parse_float=Decimal)  # the digits the file holds
         except ValueError:
             return None
         if not isinstance(record, dict):
@@ -222,12 +244,13 @@ class JsonLinesDecoder(_TabularDecoder):
             return kind_reason(self.schema, record, *changed)
         for f in self.schema:
             if f.name in record and not self._converts(f, record[f.name]):
-                return value_reason("field", f, json.dumps(record[f.name], ensure_ascii=False))
+                return value_reason("field", f, json_text(record[f.name]))
         return None
 
     def _converts(self, f: pa.Field, value: Any) -> bool:
         """Whether ``value`` (parsed from JSON) converts to field ``f``."""
-        data = self._bare_specials(json.dumps({f.name: value}).encode() + b"\n")
+        line = json.dumps({f.name: _as_parsed(value, f.type)}, ensure_ascii=False)
+        data = self._bare_specials(line.encode() + b"\n")
         try:
             table = pjson.read_json(
                 pa.py_buffer(data),
