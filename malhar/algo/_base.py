@@ -22,7 +22,8 @@ from __future__ import annotations
 import decimal
 import re
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -105,7 +106,7 @@ class KeyValueOperator(AlgoOperator):
         try:
             k, v = self._k(t), self._v(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.key))
+            self._error(t, unreadable(exc, t, self.key, self.value))
             return
         self._add(k, v)
 
@@ -140,20 +141,11 @@ class KeyValueOperator(AlgoOperator):
 # -- field access --------------------------------------------------------------------------------
 def getter(spec: FieldSpec) -> Callable[[Any], Any]:
     """A function reading field ``spec`` of a tuple (raises KeyError/IndexError if missing);
-    for None the tuple itself, or the value of a dict of one entry; a position reads a
-    dict's value in that place unless the dict has that key."""
+    for None the tuple itself, or the value of a dict of one entry."""
     if spec is None:
         return _identity
     if isinstance(spec, int):
-
-        def at(t: Any) -> Any:
-            if isinstance(t, dict) and spec not in t:
-                # a typed row (a batch's, or a typed stream's tuple): fields in column
-                # order, as column() reads the batch
-                return list(t.values())[spec]
-            return t[spec]
-
-        return at
+        return lambda t: t[spec]
 
     def get(t: Any) -> Any:
         if isinstance(t, dict):
@@ -175,6 +167,29 @@ def _identity(t: Any) -> Any:
     return t
 
 
+def batch_getter(spec: FieldSpec, batch: pa.RecordBatch) -> Callable[[Any], Any]:
+    """:func:`getter` for the dict rows of ``batch`` (``batch.to_pylist()``, a batch read
+    row by row): a position names the batch's column there, as :func:`column` reads it."""
+    if isinstance(spec, int) and -batch.num_columns <= spec < batch.num_columns:
+        return getter(batch.schema.names[spec])
+    return getter(spec)
+
+
+@contextmanager
+def batch_rows_read(op: Any, batch: pa.RecordBatch, **getters: FieldSpec) -> Iterator[None]:
+    """While a batch is processed row by row (its dict rows), ``op``'s getter attributes
+    (``_key=spec``, ...) read a position as the batch's column there (:func:`batch_getter`):
+    a batch gives the decisions of its fast path, and of its rows as tuples."""
+    saved = {name: getattr(op, name) for name in getters}
+    for name, spec in getters.items():
+        setattr(op, name, batch_getter(spec, batch))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(op, name, value)
+
+
 def column(batch: pa.RecordBatch, spec: FieldSpec) -> pa.Array:
     """The column of ``batch`` that field ``spec`` names (the first one for None)."""
     if spec is None:
@@ -191,13 +206,17 @@ def missing(spec: FieldSpec) -> str:
     return f"no field {spec!r}"
 
 
-def unreadable(exc: BaseException, spec: FieldSpec) -> str:
-    """Why field ``spec`` could not be read from a tuple, from its getter's exception."""
-    if isinstance(exc, KeyError):
-        return missing(exc.args[0] if exc.args else spec)  # a composite key names its part
+def unreadable(exc: BaseException, t: Any, *specs: Any) -> str:
+    """Why the fields ``specs`` could not be read from tuple ``t``, from the getter's
+    exception: the missing field, or what ``t`` is instead of a record."""
+    if isinstance(exc, KeyError) and exc.args:
+        return missing(exc.args[0])
     if isinstance(exc, IndexError):
-        return missing(spec)
-    return f"cannot read field {spec!r}: {exc}"  # not a record at all (None, 5)
+        size = len(t) if isinstance(t, Sequence) else 0
+        flat = [p for s in specs for p in (s if isinstance(s, list | tuple) else (s,))]
+        gone = [p for p in flat if isinstance(p, int) and not -size <= p < size]
+        return missing(gone[0] if gone else specs[0])
+    return f"cannot read {', '.join(repr(s) for s in specs)} of a {type(t).__name__}: {exc}"
 
 
 # -- stable keys ---------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from malhar.algo._base import (
     Partitioning,
     SchemaProperty,
     TypedOutputs,
+    batch_rows_read,
     column,
     emit_table,
     getter,
@@ -297,12 +298,12 @@ class TimeBasedDedup(_Dedup):
         try:
             k = self._key(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.key))
+            self._error(t, unreadable(exc, t, self.key))
             return None
         try:
             return k, event_millis(self._time(t))
         except (KeyError, IndexError) as exc:
-            self._error(t, unreadable(exc, self.time))
+            self._error(t, unreadable(exc, t, self.time))
         except TypeError as exc:
             self._error(t, str(exc))  # a time of no time type: event_millis says which
         return None
@@ -347,8 +348,9 @@ class TimeBasedDedup(_Dedup):
             # a uint64 time past 2**63 - 1 is no epoch-ms time: its row goes to error
             or (times.type == pa.uint64() and pc.max(times).as_py() > I64_MAX)
         ):
-            for row in batch.to_pylist():
-                self.process(row)
+            with batch_rows_read(self, batch, _key=self.key, _time=self.time):
+                for row in batch.to_pylist():
+                    self.process(row)
             return
         stamps = epoch_millis(times)  # floored to the millisecond, as a tuple's time is
 
@@ -579,7 +581,7 @@ class BoundedDedup(_Dedup):
         try:
             k = self._key(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.key))
+            self._error(t, unreadable(exc, t, self.key))
             return
         if self._null(k):
             if self.null_keys == "error":
@@ -605,8 +607,9 @@ class BoundedDedup(_Dedup):
             or (self.key is None and batch.num_columns > 1)
             or pa.types.is_nested(keys.type)  # lists, structs: not storable, per tuple
         ):
-            for row in batch.to_pylist():
-                self.process(row)
+            with batch_rows_read(self, batch, _key=self.key):
+                for row in batch.to_pylist():
+                    self.process(row)
             return
         unique = 0 if self.null_keys == "unique" else _NULL
         labels = self._labels(

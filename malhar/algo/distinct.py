@@ -100,7 +100,7 @@ class Distinct(AlgoOperator):
         try:
             v = self._get(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.field))
+            self._error(t, unreadable(exc, t, self.field))
             return
         self.seen.setdefault(key_bytes(v), v)
 
@@ -237,7 +237,7 @@ class FilterValues(TypedOutputs, AlgoOperator):
         try:
             v = self._get(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.field))
+            self._error(t, unreadable(exc, t, self.field))
             return
         if (key_bytes(v) in self._set) != self.inverse:
             self.filter.emit(t)
@@ -447,7 +447,7 @@ class Sampler(TypedOutputs, AlgoOperator):
         try:
             v = self._get(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.field))
+            self._error(t, unreadable(exc, t, self.field))
             return
         if self._keep(v):
             self.sample.emit(t)

@@ -302,7 +302,7 @@ class TopN(AlgoOperator):
             value = rank.get_order(t)
             group = _GLOBAL if self.key is None else one_nan(rank.get_key(t))
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.order_by))
+            self._error(t, unreadable(exc, t, self.order_by, self.key))
             return
         if value is None:
             self._error(t, f"ranking value of field {self.order_by!r} is None")
@@ -572,7 +572,7 @@ class MostFrequentKey(AlgoOperator):
         try:
             k = self._get(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.key))
+            self._error(t, unreadable(exc, t, self.key))
             return
         self._count(k, 1)
 
@@ -691,7 +691,7 @@ class MergeSort(AlgoOperator):
         try:
             v = self._get(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.order_by))
+            self._error(t, unreadable(exc, t, self.order_by))
             return
         self.held.append(((order_key(v), TieBreak(t)), t))
 

@@ -78,15 +78,30 @@ def test_fields_by_position_read_a_batch_as_its_rows_one_by_one(tmp_path: Path) 
     assert [r["id"] for r in h.sink("duplicate").tuples] == [1]
     assert [e["reason"] for e in h.sink("error").tuples] == ["NoneType None is not an event time"]
     h.teardown()
-    # a tuple that is no record: the reason is the exception's, not a field named by it
+    # a dict tuple has no positions: refused, not read in its keys' order
     b = _harness(BoundedDedup(key=0), tmp_path / "b")
-    b.run_window([("input", None), ("input", (7,)), ("input", ())])
+    b.run_window([("input", None), ("input", (7,)), ("input", ()), ("input", {"id": 1})])
     assert [r for r in b.sink("unique").tuples] == [(7,)]
+    # a tuple that is no record says so, not 'no field "<the exception's text>"'
     assert [e["reason"] for e in b.sink("error").tuples] == [
-        "cannot read field 0: 'NoneType' object is not subscriptable",
+        "cannot read 0 of a NoneType: 'NoneType' object is not subscriptable",
+        "no field 0",
         "no field 0",
     ]
     b.teardown()
+
+
+def test_a_reason_names_the_missing_field_of_those_read() -> None:
+    from malhar.algo import Sum, UniqueValueCount
+
+    for op, t, why in [
+        (Sum(key=2, value=0), (5, "k"), "no field 2"),
+        (UniqueValueCount(key=0, value=1), {"k": 1}, "no field 0"),
+        (UniqueValueCount(key="k", value="v"), {"k": 1}, "no field 'v'"),
+    ]:
+        h = OperatorHarness(op, OperatorContext(name="op"))
+        h.run_window([(sorted(h.inputs)[0], t)])
+        assert [e["reason"] for e in h.sink("error").tuples] == [why], op
 
 
 def test_bounded_forgets_the_oldest_key(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ class _Keyed(AlgoOperator):
             k = GLOBAL if self.key is None else one_nan(self._get_key(t))
             v = self._get_value(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.value))
+            self._error(t, unreadable(exc, t, self.key, self.value))
             return None
         if not is_number(v):
             self._error(t, f"value {v!r} is not a number")

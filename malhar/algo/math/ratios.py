@@ -126,7 +126,7 @@ class _Ratio(AlgoOperator):
             k = GLOBAL if self.key is None else self._get_key(t)
             v = self._get_value(t)
         except (KeyError, IndexError, TypeError) as exc:
-            self._error(t, unreadable(exc, self.value))
+            self._error(t, unreadable(exc, t, self.key, self.value))
             return
         if not is_number(v):
             self._error(t, f"value {v!r} is not a number")
