@@ -135,6 +135,13 @@ class WindowOption:
         """The windows a tuple with event time ``timestamp`` belongs to."""
         raise NotImplementedError
 
+    @property
+    def time_range(self) -> tuple[int, int]:
+        """The event times (first, last) whose windows fit between ``MIN_TIMESTAMP`` and
+        ``MAX_TIMESTAMP`` (excluded: the end of the global window); a tuple outside goes to
+        the error port."""
+        return MIN_TIMESTAMP, MAX_TIMESTAMP
+
     def assign_batch(self, timestamps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Vectorized :meth:`assign`: ``(rows, starts, ends)`` with one entry per (row,
         window) pair; ``rows`` indexes ``timestamps`` and does not decrease, so the rows of
@@ -196,6 +203,13 @@ class TimeWindows(WindowOption):
     def windows_per_tuple(self) -> int:
         return self.duration // self.slide
 
+    @property
+    def time_range(self) -> tuple[int, int]:
+        d, s = self.duration, self.slide
+        first = -((MIN_TIMESTAMP + d - s) // -s) * s  # its earliest window starts at or after
+        last = (MAX_TIMESTAMP - 1 - d) // s * s + s - 1  # its latest one ends before
+        return first, last
+
     def assign(self, timestamp: int) -> list[Window]:
         last = timestamp - timestamp % self.slide  # Python's % floors: right for negatives
         d, s = self.duration, self.slide
@@ -237,6 +251,10 @@ class SessionWindows(WindowOption):
         self.min_gap = to_millis(min_gap, what="SessionWindows min_gap")
         if self.min_gap <= 0:
             raise WindowConfigError(f"SessionWindows: min_gap must be > 0 ms, got {self.min_gap}")
+
+    @property
+    def time_range(self) -> tuple[int, int]:
+        return MIN_TIMESTAMP, MAX_TIMESTAMP - 1 - self.min_gap
 
     def proto(self, timestamp: int) -> Window:
         """The proto-session of a tuple at ``timestamp``."""

@@ -882,7 +882,45 @@ def test_a_key_that_cannot_be_one_names_the_setting_from_tuples_and_batches() ->
         assert re.search(r"\['x', 'y'\] \(list\) cannot be a key.*'key'", reasons(h)[0])
 
 
+def test_a_time_whose_windows_pass_the_last_timestamp_is_an_error_row_on_both_paths() -> None:
+    # the batch path wrapped the window's end around int64 (an inverted window), the tuple
+    # path made an end past it
+    from malhar.window.windows import MAX_TIMESTAMP, MIN_TIMESTAMP
+
+    rows = [{"k": "a", "t": MAX_TIMESTAMP - 3}, {"k": "a", "t": 5}, {"k": "a", "t": MIN_TIMESTAMP}]
+    for option, held, refused in [
+        (TimeWindows(10), [(0, 10)], [MAX_TIMESTAMP - 3, MIN_TIMESTAMP]),
+        (TimeWindows(10).slide_by(5), [(0, 10), (5, 15)], [MAX_TIMESTAMP - 3, MIN_TIMESTAMP]),
+        (SessionWindows(10), [(MIN_TIMESTAMP, MIN_TIMESTAMP + 10), (5, 15)], [MAX_TIMESTAMP - 3]),
+    ]:
+        for inputs in deliveries("input", rows):
+            h = harness(KeyedWindowedOperator(Count(), option, key="k", timestamp="t"))
+            h.run_window(inputs)
+            assert sorted((w.start, w.end) for w in h.operator._st.windows()) == held
+            assert [e["tuple"]["t"] for e in h.sink("error").tuples] == refused
+            assert all("past the first or last timestamp" in e for e in reasons(h))
+
+
 # -- restarts with other settings ------------------------------------------------------------
+def test_a_lateness_set_at_a_restart_purges_the_windows_held_before() -> None:
+    # windows made without an allowed lateness were never listed for purging: a restart
+    # that set one kept them (and their state) for ever
+    h = harness(keyed(allowed_lateness=None))
+    put(h, ("a", 1), ("a", 11), ("a", 21), window=1)
+    watermark(h, 30)
+    h.run_window(window=2)
+    assert len(list(h.operator._st.windows())) == 3  # fired ON_TIME, kept: no lateness
+    again = OperatorHarness.restored(keyed(allowed_lateness=0), h.checkpoint(), h.context)
+    watermark(again, 30)
+    again.run_window([("input", ("a", 35))], window=3)
+    assert sorted(w.start for w in again.operator._st.windows()) == [30]
+    # and once listed, a later restart does not list them again
+    assert again.operator._book.purging is True
+    later = OperatorHarness.restored(keyed(allowed_lateness=0), again.checkpoint(), h.context)
+    later.setup()
+    assert later.operator._book.purge == [(40, 30)]
+
+
 def test_a_restart_with_other_accumulation_parameters_is_refused_and_old_records_compare_by_class() -> (
     None
 ):

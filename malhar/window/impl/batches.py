@@ -17,7 +17,7 @@ import pyarrow as pa
 from malhar.util.epoch_millis import epoch_millis
 from malhar.util.int_sums import may_wrap
 from malhar.util.nan_order import nan_mask
-from malhar.window.windows import Window
+from malhar.window.windows import MAX_TIMESTAMP, MIN_TIMESTAMP, Window
 
 #: what ``WindowedCore._add`` is given: a value, a second input's value, an accumulation
 #: (a partial, or Arrow aggregates), an Arrow slice of values
@@ -38,9 +38,15 @@ class BatchIngest:
         if arr.null_count:
             return None
         try:  # floored to the millisecond, as a tuple's time is
-            return epoch_millis(arr)
+            ts = epoch_millis(arr)
         except (ValueError, TypeError, pa.ArrowInvalid):
             return None
+        first, last = self._times
+        if (first > MIN_TIMESTAMP or last < MAX_TIMESTAMP) and (
+            ts.min() < first or ts.max() > last  # windows past the last timestamp there is
+        ):
+            return None
+        return ts
 
     def _ingest_batch(
         self,

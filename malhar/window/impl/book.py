@@ -35,6 +35,8 @@ class Book:
         self.ends: list[tuple[int, int]] = []
         #: (end, start) of windows to purge once the horizon passes their end
         self.purge: list[tuple[int, int]] = []
+        #: purge lists every window held (False: made without an allowed lateness)
+        self.purging = False
         #: (due, seq, start, end, key) processing-time deadlines of triggers
         self.timers: list[tuple[int, int, int, int, Any]] = []
         self.seq = 0

@@ -31,7 +31,7 @@ from malhar.state import State
 from malhar.window.errors import WindowConfigError
 from malhar.window.impl.batches import _BATCH, _PARTIAL, _VALUE, _VALUE2, BatchIngest
 from malhar.window.impl.book import Book
-from malhar.window.impl.fields import tuple_millis
+from malhar.window.impl.fields import BadTupleError, tuple_millis
 from malhar.window.impl.firing import _UNSENT, Firing, Partial
 from malhar.window.impl.memory import InMemoryWindowedStorage, divisible
 from malhar.window.impl.settings import DEFAULT_STREAMING_WINDOW_MS, WindowedSettings
@@ -124,6 +124,12 @@ class WindowedCore(BatchIngest, Firing, WindowedSettings):
         self._react_early = trigger.reacts_before_end()
         self._option: WindowOption | None = self.window_option
         self._sessions = self._option is not None and self._option.merging
+        #: the event times whose windows fit in the timestamps there are
+        self._times = (
+            self._option.time_range
+            if isinstance(self._option, WindowOption)
+            else (MIN_TIMESTAMP, MAX_TIMESTAMP)
+        )
         self._lateness = None if self.allowed_lateness is None else to_millis(self.allowed_lateness)
         self._fixed = None if self.fixed_watermark is None else to_millis(self.fixed_watermark)
         if self._fixed is not None and getattr(self, "timestamp", None) is not None:
@@ -149,6 +155,7 @@ class WindowedCore(BatchIngest, Firing, WindowedSettings):
             self._store = template.empty()
         self._store.setup(context, sessions=self._sessions)
         self._check_shape(context.name)
+        self._list_purges()
         self._name = context.name
         self._metrics_base = (self._book.late, self._book.dropped)
         # runtime aliases of the two State fields (never reassigned after setup): the hot
@@ -187,6 +194,21 @@ class WindowedCore(BatchIngest, Firing, WindowedSettings):
                 "checkpoint (or give the operator a new name, with empty state)"
             )
         self._book.shape = shape
+
+    def _list_purges(self) -> None:
+        """With an allowed lateness set since the checkpoint (none then), the windows held
+        were never listed for purging and would stay for ever: list them, once."""
+        book = self._book
+        if self._lateness is None:
+            book.purging = False
+            return
+        if getattr(book, "purging", None):  # None: a checkpoint of an older release
+            return
+        listed = set(book.purge)
+        for window in self._store.windows():
+            if window.end != MAX_TIMESTAMP and (window.end, window.start) not in listed:
+                heapq.heappush(book.purge, (window.end, window.start))
+        book.purging = True
 
     def _key_names(self) -> Any:
         if self.key_names is not None:
@@ -315,6 +337,12 @@ class WindowedCore(BatchIngest, Firing, WindowedSettings):
         elif type(timestamp) is not int or not MIN_TIMESTAMP <= timestamp <= MAX_TIMESTAMP:
             # bool is an int; an int beyond 64 bits is no event time either
             timestamp = tuple_millis(timestamp, f"{type(self).__name__} {self._name!r}")
+        if windows is None and not self._times[0] <= timestamp <= self._times[1]:
+            raise BadTupleError(
+                f"{type(self).__name__} {self._name!r}: the tuple's timestamp {timestamp} has "
+                f"windows of {self._option!r} past the first or last timestamp there is "
+                f"({MIN_TIMESTAMP}..{MAX_TIMESTAMP}): give event times in epoch milliseconds"
+            )
         horizon = self.horizon()
         if horizon is not None and timestamp < horizon:
             self._late(original)
