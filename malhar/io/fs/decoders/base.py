@@ -128,6 +128,12 @@ class LineDecoder(ABC):
             raise FileReadError(f"{file}: {reason} (decode_errors='fail')")
         return reason
 
+    def undecodable(
+        self, file: str, offset: int, raw: bytes, exc: UnicodeDecodeError
+    ) -> dict[str, Any]:
+        """The error row of the line ``raw`` at byte ``offset`` that does not decode."""
+        return error_row(file, offset, self.bad_encoding(file, offset, exc), raw, self.encoding)
+
 
 class LinesDecoder(LineDecoder):
     """Each line is a string (without its newline), typed ``line string``."""
@@ -158,15 +164,7 @@ class LinesDecoder(LineDecoder):
             try:
                 good.append(self.text(raw))
             except UnicodeDecodeError as exc:
-                errors.append(
-                    error_row(
-                        file,
-                        start + off,
-                        self.bad_encoding(file, start + off, exc),
-                        raw,
-                        self.encoding,
-                    )
-                )
+                errors.append(self.undecodable(file, start + off, raw, exc))
         batch = pa.RecordBatch.from_arrays([pa.array(good, pa.string())], schema=self.schema)
         return Decoded(batch=batch, errors=errors, items=len(lines))
 
@@ -245,15 +243,7 @@ class _TabularDecoder(LineDecoder):
         except UnicodeDecodeError as exc:
             if len(lines) == 1:
                 off, raw = lines[0]
-                errors.append(
-                    error_row(
-                        file,
-                        start + off,
-                        self.bad_encoding(file, start + off, exc),
-                        raw,
-                        self.encoding,
-                    )
-                )
+                errors.append(self.undecodable(file, start + off, raw, exc))
                 return
         except (*_PARSE_EXCEPTIONS, _Misaligned) as exc:
             if len(lines) == 1:
