@@ -93,12 +93,13 @@ def _fields(kind: pa.DataType | pa.Schema) -> Iterator[pa.Field]:
 
 
 def _kind(t: pa.DataType) -> str:
+    """float, floats (a list of them, or of lists of them: what _LIST matches) or other."""
     if pa.types.is_floating(t):
         return "float"
-    inner = t
+    inner, depth = t, 0
     while pa.types.is_list(inner) or pa.types.is_large_list(inner):
-        inner = inner.value_type
-    return "floats" if inner is not t and pa.types.is_floating(inner) else "other"
+        inner, depth = inner.value_type, depth + 1
+    return "floats" if 1 <= depth <= 2 and pa.types.is_floating(inner) else "other"
 
 
 #: the strings Spark's JSON reader takes for floating point values, as pyarrow's tokens
@@ -112,7 +113,11 @@ _SPECIALS = {
 }
 _VALUE = rb'"(NaN|\+?Infinity|-Infinity|[+-]INF)"'
 #: a list (one level of lists in it), no objects
-_LIST = rb"\[(?:[^\[\]{}]|\[[^\[\]{}]*\])*\]"
+_LIST = rb"\[(?:[^\[\]{}]+|\[[^\[\]{}]*\])*\]"
+_LIST_RE = re.compile(_LIST)
+_VALUE_RE = re.compile(_VALUE)
+#: from a list's [ to its first string (in it, or in a list in it)
+_TO_STRING = rb'[^\[\]{}"]*(?:\[[^\[\]{}"]*\][^\[\]{}"]*)*\[?[^\[\]{}"]*"'
 
 
 class _SpecialFloats:
@@ -127,12 +132,17 @@ class _SpecialFloats:
             spelled = {json.dumps(n, ensure_ascii=a)[1:-1].encode() for n in names for a in (0, 1)}
             return b"|".join(re.escape(k) for k in sorted(spelled))
 
-        # a key starts after { or , (a quote inside a string is escaped: \")
-        start = rb'([{,]\s*"(?:'
+        # patterns that start with the key's quote, which re finds fast; that it starts a
+        # key (after { or ,: a quote inside a string is escaped) is checked per match
         self.scalar = (
-            re.compile(start + keys(scalars) + rb')"\s*:\s*)' + _VALUE) if scalars else None
+            re.compile(rb'"(?:' + keys(scalars) + rb')"\s*:\s*' + _VALUE) if scalars else None
         )
-        self.list = re.compile(start + keys(lists) + rb')"\s*:\s*)' + _LIST) if lists else None
+        # a float list's key up to the first string in the list (a special value)
+        self.list = (
+            re.compile(rb'"(?:' + keys(lists) + rb')"\s*:\s*(?P<open>\[)' + _TO_STRING)
+            if lists
+            else None
+        )
 
     @classmethod
     def of(cls, schema: pa.Schema) -> _SpecialFloats | None:
@@ -144,13 +154,74 @@ class _SpecialFloats:
         return cls(scalars, lists) if scalars or lists else None
 
     def sub(self, data: bytes) -> bytes:
-        if b'"NaN"' not in data and b"Inf" not in data and b"INF" not in data:
+        hits = [i for tail in _TAILS for i in _finds(data, tail)]
+        if not hits:
             return data  # three fast scans: the common chunk
-        if self.scalar is not None:
-            data = self.scalar.sub(lambda m: m[1] + _SPECIALS[m[2]], data)
         if self.list is not None:
-            data = self.list.sub(lambda m: re.sub(_VALUE, lambda v: _SPECIALS[v[1]], m[0]), data)
+            data = self._bare_lists(data, sorted(i for i in hits if _an_item(data, i)))
+        if self.scalar is not None:
+            data = self.scalar.sub(_bare_value, data)
         return data
+
+    def _bare_lists(self, data: bytes, items: list[int]) -> bytes:
+        """The float lists of the lines with special items (at ``items``) rewritten: the
+        pattern is tried on those lines only (on every line it took most of the time)."""
+        assert self.list is not None
+        out, last = [], 0
+        for i in items:
+            if i < last:
+                continue  # in a line done already
+            start = data.rfind(b"\n", 0, i) + 1
+            end = data.find(b"\n", i)
+            end = len(data) if end < 0 else end
+            for m in self.list.finditer(data, start, end):
+                whole = _LIST_RE.match(data, m.start("open"), end)
+                if m.start() < last or whole is None or not _starts_key(m):
+                    continue
+                out += (data[last : whole.start()], _VALUE_RE.sub(_bare, whole[0]))
+                last = whole.end()
+            last = max(last, start)
+            out.append(data[last:end])
+            last = end
+        if not out:
+            return data
+        return b"".join([*out, data[last:]])
+
+
+#: how the special values end (found by a fast scan)
+_TAILS = (b'NaN"', b'Infinity"', b'INF"')
+
+
+def _finds(data: bytes, tail: bytes) -> Iterator[int]:
+    i = data.find(tail)
+    while i >= 0:
+        yield i
+        i = data.find(tail, i + len(tail))
+
+
+def _an_item(data: bytes, tail: int) -> bool:
+    """Whether the special value ending at ``tail`` (where its _TAILS entry starts) follows
+    a ``[`` or a ``,``: an item of a list (or a key), not an object's value."""
+    j = tail - 1
+    while j >= 0 and data[j] in b"+-":
+        j -= 1
+    return data[max(0, j - 64) : j].rstrip()[-1:] in (b"[", b",")
+
+
+def _starts_key(m: re.Match[bytes]) -> bool:
+    """Whether the match starts at a key: after ``{`` or ``,`` (and whitespace)."""
+    before = m.string[max(0, m.start() - 64) : m.start()].rstrip()
+    return before[-1:] in (b"{", b",")
+
+
+def _bare_value(m: re.Match[bytes]) -> bytes:
+    if not _starts_key(m):
+        return m[0]
+    return m[0][: m.start(1) - 1 - m.start()] + _SPECIALS[m[1]]
+
+
+def _bare(m: re.Match[bytes]) -> bytes:
+    return _SPECIALS[m[1]]
 
 
 def _as_parsed(value: Any, kind: pa.DataType) -> Any:
