@@ -22,8 +22,7 @@ from __future__ import annotations
 import decimal
 import re
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -145,7 +144,13 @@ def getter(spec: FieldSpec) -> Callable[[Any], Any]:
     if spec is None:
         return _identity
     if isinstance(spec, int):
-        return lambda t: t[spec]
+
+        def at(t: Any) -> Any:
+            if type(t) is BatchRow:  # a batch's row: its fields in column order
+                return list(t.values())[spec]
+            return t[spec]
+
+        return at
 
     def get(t: Any) -> Any:
         if isinstance(t, dict):
@@ -162,32 +167,20 @@ def _identity(t: Any) -> Any:
     # a record of one field is its value, as a one-column batch's row is (rows_of): a typed
     # one-column stream's tuples are such dicts when the operator is fused behind their
     # writer and a batch when they cross a route, and the two gave different results
-    if type(t) is dict and len(t) == 1:
+    if type(t) in (dict, BatchRow) and len(t) == 1:
         return next(iter(t.values()))
     return t
 
 
-def batch_getter(spec: FieldSpec, batch: pa.RecordBatch) -> Callable[[Any], Any]:
-    """:func:`getter` for the dict rows of ``batch`` (``batch.to_pylist()``, a batch read
-    row by row): a position names the batch's column there, as :func:`column` reads it."""
-    if isinstance(spec, int) and -batch.num_columns <= spec < batch.num_columns:
-        return getter(batch.schema.names[spec])
-    return getter(spec)
+class BatchRow(dict):
+    """A row of an Arrow batch read row by row: a dict whose fields are in the batch's
+    column order, so a field given by position reads the column there, as on the batch
+    (a plain dict has no positions: its keys' order is the writer's)."""
 
 
-@contextmanager
-def batch_rows_read(op: Any, batch: pa.RecordBatch, **getters: FieldSpec) -> Iterator[None]:
-    """While a batch is processed row by row (its dict rows), ``op``'s getter attributes
-    (``_key=spec``, ...) read a position as the batch's column there (:func:`batch_getter`):
-    a batch gives the decisions of its fast path, and of its rows as tuples."""
-    saved = {name: getattr(op, name) for name in getters}
-    for name, spec in getters.items():
-        setattr(op, name, batch_getter(spec, batch))
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(op, name, value)
+def batch_rows(batch: pa.RecordBatch) -> list[BatchRow]:
+    """A batch's rows as :class:`BatchRow` dicts."""
+    return [BatchRow(row) for row in batch.to_pylist()]
 
 
 def column(batch: pa.RecordBatch, spec: FieldSpec) -> pa.Array:
@@ -518,7 +511,7 @@ def rows_of(batch: pa.RecordBatch, spec: FieldSpec = None) -> list[Any]:
     batch read with ``spec`` None, dict rows otherwise)."""
     if spec is None and batch.num_columns == 1:
         return batch.column(0).to_pylist()
-    return batch.to_pylist()
+    return batch_rows(batch)
 
 
 def check_fields(name: str, value: Any) -> str | None:

@@ -46,7 +46,7 @@ from malhar.algo._base import (
     Partitioning,
     SchemaProperty,
     TypedOutputs,
-    batch_rows_read,
+    batch_rows,
     column,
     emit_table,
     getter,
@@ -348,9 +348,8 @@ class TimeBasedDedup(_Dedup):
             # a uint64 time past 2**63 - 1 is no epoch-ms time: its row goes to error
             or (times.type == pa.uint64() and pc.max(times).as_py() > I64_MAX)
         ):
-            with batch_rows_read(self, batch, _key=self.key, _time=self.time):
-                for row in batch.to_pylist():
-                    self.process(row)
+            for row in batch_rows(batch):
+                self.process(row)
             return
         stamps = epoch_millis(times)  # floored to the millisecond, as a tuple's time is
 
@@ -607,9 +606,8 @@ class BoundedDedup(_Dedup):
             or (self.key is None and batch.num_columns > 1)
             or pa.types.is_nested(keys.type)  # lists, structs: not storable, per tuple
         ):
-            with batch_rows_read(self, batch, _key=self.key):
-                for row in batch.to_pylist():
-                    self.process(row)
+            for row in batch_rows(batch):
+                self.process(row)
             return
         unique = 0 if self.null_keys == "unique" else _NULL
         labels = self._labels(

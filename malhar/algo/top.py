@@ -21,6 +21,7 @@ from malhar.algo._base import (
     FieldSpec,
     Partitioning,
     TieBreak,
+    batch_rows,
     column,
     getter,
     key_bytes,
@@ -343,7 +344,7 @@ class TopN(AlgoOperator):
         if nan is not None:
             odd = nan if odd is None else pc.or_(odd, nan)
         if odd is not None:
-            for row in batch.filter(odd).to_pylist():
+            for row in batch_rows(batch.filter(odd)):
                 self.process(row)
             batch = batch.filter(pc.invert(odd))
             if batch.num_rows == 0:

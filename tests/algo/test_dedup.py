@@ -6,6 +6,7 @@ import datetime as dt
 import pickle
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -89,6 +90,31 @@ def test_fields_by_position_read_a_batch_as_its_rows_one_by_one(tmp_path: Path) 
         "no field 0",
     ]
     b.teardown()
+
+
+def test_a_batch_read_row_by_row_reads_a_position_as_its_column() -> None:
+    # operators whose batch path falls back to rows (a null, a NaN, an overflow, a list
+    # column, a non-string field) read a position on those rows as on the batch
+    from malhar.algo import Distinct, MergeSort, Min, Sum, TopN
+
+    def run(op: Any, batch: pa.RecordBatch) -> tuple[list[Any], list[str]]:
+        h = OperatorHarness(op, OperatorContext(name="op"))
+        h.run_window([(sorted(h.inputs)[0], batch)])
+        out = [t for n, s in sorted(h.sinks.items()) if n != "error" for t in s.tuples]
+        return out, [e["reason"] for e in h.sink("error").tuples]
+
+    scores = pa.RecordBatch.from_pydict({"name": ["a", "b", "c"], "score": [3, 1, 2]})
+    assert run(TopN(n=2, order_by=1), scores)[0] == [
+        {"name": "a", "score": 3, "rank": 1},
+        {"name": "c", "score": 2, "rank": 2},
+    ]
+    assert [r["name"] for r in run(MergeSort(order_by=1), scores)[0]] == ["b", "c", "a"]
+    lists = pa.RecordBatch.from_pydict({"l": [[1], [2], [1]], "x": [1, 2, 3]})
+    assert run(Distinct(field=0), lists) == ([[1], [2]], [])
+    big = pa.RecordBatch.from_pydict({"k": ["a", "a"], "v": [2**62, 2**62]})
+    assert run(Sum(key=0, value=1), big) == ([{"key": "a", "sum": 2**63}], [])
+    nan = pa.RecordBatch.from_pydict({"k": ["a", "a"], "v": [1.0, float("nan")]})
+    assert run(Min(key=0, value=1), nan) == ([{"key": "a", "min": 1.0}], [])
 
 
 def test_a_reason_names_the_missing_field_of_those_read() -> None:
