@@ -62,8 +62,11 @@ class Attribute:
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             names = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+            from malhar.redaction import is_secret_key
+
+            shown = "***" if is_secret_key(self.name) else repr(value)
             raise InvalidAttributeError(
-                f"attribute {self.name} must be {names}, got {type(value).__name__} {value!r}"
+                f"attribute {self.name} must be {names}, got {type(value).__name__} {shown}"
             )
         return value
 

@@ -644,8 +644,9 @@ def _wait_loop(
     if bounded:
         threading.Thread(target=drain, name="malhar-run-drain", daemon=True).start()
     while not stop.requested:
-        if app.input_ended():  # every input is bounded and has read everything
-            click.echo(f"{name}: every input ended at window {app.last_window}; stopping")
+        ended = app.input_ended_at()  # every input is bounded and has read everything
+        if ended is not None:
+            click.echo(f"{name}: every input ended at window {ended}; stopping")
             app.stop()
             return True
         server.poll()

@@ -36,6 +36,7 @@ __all__ = [
 
 _SECRET_KEY = re.compile(
     r"(pass(word|wd|phrase)?|secret|token|credential|private|jaas|key\.pem|api[_.-]?key"
+    r"|integrity[_.-]?key"
     r"|oauthbearer\.config|user\.info|auth\.info)",
     re.I,
 )
@@ -129,6 +130,8 @@ def secret_values(value: Any, key: str | None = None, *, secret: bool = False) -
             found.add(value)
         elif "//" in value and (password := url_password(value)):
             found.add(password)
+    elif secret and isinstance(value, int | float | bytes) and not isinstance(value, bool):
+        found.add(str(value))  # a password of digits given unquoted: refused, never shown
     return found
 
 

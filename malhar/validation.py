@@ -26,6 +26,12 @@ class ValidationError(MalharError, ValueError):
 
 def validate(dag: DAG) -> None:
     problems = list(dag._problems)
+    if not dag.operators:
+        # nothing to run: the plan of an empty DAG failed with a bare max() error
+        problems.append(
+            f"application {dag.name!r} has no operators: add them with dag.add_operator "
+            "(an application function fills the DAG it is given, or returns a DAG)"
+        )
     problems += _attributes(dag)
     problems += _streams(dag)
     problems += _ports(dag)

@@ -163,6 +163,14 @@ def construct(spec: Mapping[str, Any]) -> Any:
     return cls(**args) if isinstance(args, Mapping) else cls(*args)
 
 
+def _attribute_problem(kind: str, key: str, exc: Exception) -> str:
+    """``<kind>attribute KEY: ...``, the name once (the attribute's own errors name it)."""
+    text = str(exc)
+    return (
+        f"{kind}{text}" if text.startswith(f"attribute {key}") else f"{kind}attribute {key}: {text}"
+    )
+
+
 def set_app_attribute(dag: DAG, key: str, value: Any, problems: list[str], where: str) -> None:
     if key not in A.APPLICATION:
         problems.append(
@@ -173,7 +181,7 @@ def set_app_attribute(dag: DAG, key: str, value: Any, problems: list[str], where
     try:
         dag.set_attribute(key, _coerce(A.APPLICATION[key], value))
     except Exception as exc:
-        problems.append(f"{where}: application attribute {key}: {exc}")
+        problems.append(f"{where}: {_attribute_problem('application ', key, exc)}")
         return
     if key == A.APPLICATION_NAME.name:
         dag.name = str(value)
@@ -191,7 +199,7 @@ def set_operator_attribute(
     try:
         dag.set_operator_attribute(op, key, _coerce(A.OPERATOR[key], value))
     except Exception as exc:
-        problems.append(f"{where}: attribute {key}: {exc}")
+        problems.append(f"{where}: {_attribute_problem('', key, exc)}")
 
 
 def set_port_attribute(
@@ -214,7 +222,7 @@ def set_port_attribute(
     try:
         dag.set_port_attribute(op, port, key, _coerce(A.PORT[key], value))
     except Exception as exc:
-        problems.append(f"{where}: port attribute {key}: {exc}")
+        problems.append(f"{where}: {_attribute_problem('port ', key, exc)}")
 
 
 def set_property(

@@ -267,6 +267,15 @@ def load_application(
             ) from exc
         if isinstance(result, DAG):
             dag = result
+        elif result is not None and not dag.operators:
+            raise ApplicationError(
+                [
+                    f"{found.source}: returned {type(result).__name__} {result!r:.60}, not a "
+                    "DAG, and added no operator to the one it was given: return the DAG, or "
+                    "take it as the first argument and add operators to it"
+                ],
+                name or found.name,
+            )
         if name:
             dag.name = name
             dag.set_attribute(A.APPLICATION_NAME.name, name)

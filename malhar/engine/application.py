@@ -246,14 +246,21 @@ class RunningApplication:
     def input_ended(self) -> bool:
         """Whether the application is :attr:`bounded` and every partition of each input has
         reported that it ended (metric ``ended``) in its latest window."""
+        return self.input_ended_at() is not None
+
+    def input_ended_at(self) -> int | None:
+        """The window in which the last of the inputs reported its end (see
+        :meth:`input_ended`; None: not ended yet)."""
         if not self.bounded:
-            return False
+            return None
         view = self.metrics()
+        windows = []
         for name in self._inputs():
             m = view.get(name)
             if m is None or m.metrics.get("ended", 0.0) < m.partitions:
-                return False
-        return True
+                return None
+            windows.append(m.last_window)
+        return max(windows, default=None)
 
     def await_end_of_input(self, timeout: float | None = None) -> None:
         """For a :attr:`bounded` application (see :attr:`bounded`): wait until

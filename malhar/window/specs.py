@@ -236,7 +236,16 @@ def trigger_from_json(value: Any) -> Any:
     ``{"AfterWatermark": {"early": {"AfterCount": 1}}}``,
     ``{"AfterAny": [{"AfterCount": 5}, "AfterWatermark"]}`` ...; any other value is
     returned as it is."""
-    return _build("trigger", value, triggers(), trigger_from_json) if _is_json(value) else value
+    return _build("trigger", value, triggers(), _trigger_param) if _is_json(value) else value
+
+
+def _trigger_param(value: Any) -> Any:
+    """A trigger's parameter: a trigger (``early``, ``AfterAny``'s items; a name that is
+    none is refused with the names there are), or a number as given (``AfterCount``'s
+    count "3" was said to be an unknown trigger; the trigger says what it takes)."""
+    if isinstance(value, str) and value.strip().lstrip("+-").replace(".", "", 1).isdigit():
+        return value
+    return trigger_from_json(value)
 
 
 def storage_from_json(value: Any) -> Any:

@@ -641,3 +641,35 @@ def test_setting_the_name_names_the_application() -> None:
     assert dag.named and dag.attributes["APPLICATION_NAME"] == "clicks"
     dag.set_attribute("APPLICATION_NAME", "orders")
     assert dag.name == "orders"
+
+
+def test_an_empty_application_and_a_function_that_returns_no_dag_are_refused(tmp_path) -> None:
+    # the plan of an empty DAG failed with "max() arg is an empty sequence", exit 1
+    from malhar import DAG, ValidationError
+    from malhar.app.loading import ApplicationError, load_application
+
+    with pytest.raises(ValidationError, match=r"has no operators: add them with dag\.add_operator"):
+        DAG("empty").validate()
+    (tmp_path / "ret.py").write_text("def notdag():\n    return 42\n")
+    with pytest.raises(ApplicationError, match="returned int 42, not a DAG"):
+        load_application(f"{tmp_path / 'ret.py'}:notdag", name="e")
+
+
+def test_secret_settings_that_are_no_text_are_never_shown() -> None:
+    # a password of digits (an int from -c), and the checkpoint's integrity key, were
+    # printed in clear in the refusal and in the config line
+    from malhar import MalharError
+    from malhar.app.config import apply_config
+    from malhar.redaction import Scrubber, is_secret_key
+
+    assert is_secret_key("dt.attr.CHECKPOINT_INTEGRITY_KEY")
+    scrub = Scrubber()
+    scrub.add(12345678, "password")
+    assert scrub("expected str, got int 12345678") == "expected str, got int ***"
+    dag, _, _ = _simple()
+    with pytest.raises(MalharError) as err:
+        apply_config(dag, {"dt.attr.CHECKPOINT_INTEGRITY_KEY": 98765432})
+    assert "98765432" not in str(err.value) and "got int ***" in str(err.value)
+    with pytest.raises(MalharError) as err:
+        apply_config(dag, {"dt.operator.out.attr.PARTITIONS": "x"})
+    assert str(err.value).count("attribute PARTITIONS") == 1, str(err.value)

@@ -91,6 +91,8 @@ def test_window_options_triggers_and_storages() -> None:
             "TimeWindows duration: 1.5 is not a whole number of milliseconds",
         ),
         (trigger_from_json, {"AfterWatermark": {"early": "AfterCont"}}, "'AfterCount'"),
+        # a count given as text was said to be an unknown trigger '3'
+        (trigger_from_json, {"AfterCount": "3"}, "AfterCount('3'): the count must be an int"),
         (trigger_from_json, "TriggerOption", "use AfterWatermark with early/late triggers"),
         (storage_from_json, "SpillableStorage", "did you mean 'SpillableWindowedStorage'?"),
     ],
