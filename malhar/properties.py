@@ -149,7 +149,11 @@ class Property(Generic[T]):
         if not isinstance(value, self.type) or (
             isinstance(value, bool) and self.type in (int, float)
         ):
-            return f"expected {getattr(self.type, '__name__', self.type)}, got {type(value).__name__} {value!r}"
+            why = f"expected {getattr(self.type, '__name__', self.type)}, got {type(value).__name__} {value!r}"
+            if self.type is str and isinstance(value, int | float):
+                # -c values are read as JSON: a password of digits comes as a number
+                why += f" (as text: quote it; on the command line -c ...{self.name}='\"...\"')"
+            return why
         if self.min is not None and value < self.min:
             return f"{value!r} is below the minimum {self.min}"
         if self.max is not None and value > self.max:

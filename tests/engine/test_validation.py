@@ -663,6 +663,14 @@ def test_secret_settings_that_are_no_text_are_never_shown() -> None:
     from malhar.redaction import Scrubber, is_secret_key
 
     assert is_secret_key("dt.attr.CHECKPOINT_INTEGRITY_KEY")
+    from malhar.properties import Property
+
+    password = Property(str, default=None, doc="a password")
+    password.name, password.secret = "password", True
+    assert password.problem(12345678) == (
+        "expected str, got int *** (as text: quote it; on the command line "
+        "-c ...password='\"...\"')"
+    )
     scrub = Scrubber()
     scrub.add(12345678, "password")
     assert scrub("expected str, got int 12345678") == "expected str, got int ***"
