@@ -81,6 +81,7 @@ class Book:
         pool.dirty = {d for b in books for d in b.dirty}
         pool.retractions = [r for b in books for r in b.retractions]
         pool.shape = next((b.shape for b in books if b.shape is not None), None)
+        pool.purging = all(getattr(b, "purging", None) for b in books)
         for b in books:
             pool.partials.update(b.partials)
         pool.late = sum(b.late for b in books)
@@ -101,6 +102,7 @@ class Book:
             )
             part.trackers = [t.for_partition(index) for t in self.trackers]
             part.ends, part.purge = list(self.ends), list(self.purge)
+            part.purging = getattr(self, "purging", None)
             parts.append(part)
         parts[0].late, parts[0].dropped = self.late, self.dropped
 
