@@ -113,11 +113,8 @@ _SPECIALS = {
 }
 _VALUE = rb'"(NaN|\+?Infinity|-Infinity|[+-]INF)"'
 #: a list (one level of lists in it), no objects
-_LIST = rb"\[(?:[^\[\]{}]+|\[[^\[\]{}]*\])*\]"
-_LIST_RE = re.compile(_LIST)
+_LIST = rb"\[(?:[^\[\]{}]|\[[^\[\]{}]*\])*\]"  # one byte a step: no backtracking blow-up
 _VALUE_RE = re.compile(_VALUE)
-#: from a list's [ to its first string (in it, or in a list in it)
-_TO_STRING = rb'[^\[\]{}"]*(?:\[[^\[\]{}"]*\][^\[\]{}"]*)*\[?[^\[\]{}"]*"'
 
 
 class _SpecialFloats:
@@ -137,9 +134,8 @@ class _SpecialFloats:
         self.scalar = (
             re.compile(rb'"(?:' + keys(scalars) + rb')"\s*:\s*' + _VALUE) if scalars else None
         )
-        # a float list's key up to the first string in the list (a special value)
         self.list = (
-            re.compile(rb'"(?:' + keys(lists) + rb')"\s*:\s*(?P<open>\[)' + _TO_STRING)
+            re.compile(rb'"(?:' + keys(lists) + rb')"\s*:\s*(?P<open>' + _LIST + rb")")
             if lists
             else None
         )
@@ -154,38 +150,30 @@ class _SpecialFloats:
         return cls(scalars, lists) if scalars or lists else None
 
     def sub(self, data: bytes) -> bytes:
-        hits = [i for tail in _TAILS for i in _finds(data, tail)]
+        # only the lines that hold a special value, found by three fast scans (none in the
+        # common chunk), are tried: the patterns tried at every comma of a chunk took
+        # twice its parse
+        hits = sorted(i for tail in _TAILS for i in _finds(data, tail))
         if not hits:
-            return data  # three fast scans: the common chunk
-        if self.list is not None:
-            data = self._bare_lists(data, sorted(i for i in hits if _an_item(data, i)))
-        if self.scalar is not None:
-            data = self.scalar.sub(_bare_value, data)
-        return data
-
-    def _bare_lists(self, data: bytes, items: list[int]) -> bytes:
-        """The float lists of the lines with special items (at ``items``) rewritten: the
-        pattern is tried on those lines only (on every line it took most of the time)."""
-        assert self.list is not None
+            return data
         out, last = [], 0
-        for i in items:
+        for i in hits:
             if i < last:
-                continue  # in a line done already
+                continue  # in a line rewritten already
             start = data.rfind(b"\n", 0, i) + 1
             end = data.find(b"\n", i)
             end = len(data) if end < 0 else end
-            for m in self.list.finditer(data, start, end):
-                whole = _LIST_RE.match(data, m.start("open"), end)
-                if m.start() < last or whole is None or not _starts_key(m):
-                    continue
-                out += (data[last : whole.start()], _VALUE_RE.sub(_bare, whole[0]))
-                last = whole.end()
-            last = max(last, start)
-            out.append(data[last:end])
+            out += (data[last:start], self._line(data[start:end]))
             last = end
-        if not out:
-            return data
-        return b"".join([*out, data[last:]])
+        out.append(data[last:])
+        return b"".join(out)
+
+    def _line(self, line: bytes) -> bytes:
+        if self.scalar is not None:
+            line = self.scalar.sub(_bare_value, line)
+        if self.list is not None:
+            line = self.list.sub(_bare_items, line)
+        return line
 
 
 #: how the special values end (found by a fast scan)
@@ -199,25 +187,27 @@ def _finds(data: bytes, tail: bytes) -> Iterator[int]:
         i = data.find(tail, i + len(tail))
 
 
-def _an_item(data: bytes, tail: int) -> bool:
-    """Whether the special value ending at ``tail`` (where its _TAILS entry starts) follows
-    a ``[`` or a ``,``: an item of a list (or a key), not an object's value."""
-    j = tail - 1
-    while j >= 0 and data[j] in b"+-":
-        j -= 1
-    return data[max(0, j - 64) : j].rstrip()[-1:] in (b"[", b",")
-
-
 def _starts_key(m: re.Match[bytes]) -> bool:
-    """Whether the match starts at a key: after ``{`` or ``,`` (and whitespace)."""
-    before = m.string[max(0, m.start() - 64) : m.start()].rstrip()
-    return before[-1:] in (b"{", b",")
+    """Whether the match starts at a key: after ``{`` or ``,`` (and whitespace; a quote
+    inside a string is escaped)."""
+    text, j = m.string, m.start() - 1
+    while j >= 0 and text[j] in b" \t\r\n":
+        j -= 1
+    return j >= 0 and text[j] in b"{,"
 
 
 def _bare_value(m: re.Match[bytes]) -> bytes:
     if not _starts_key(m):
         return m[0]
     return m[0][: m.start(1) - 1 - m.start()] + _SPECIALS[m[1]]
+
+
+def _bare_items(m: re.Match[bytes]) -> bytes:
+    cut = m.start("open") - m.start()
+    items = m[0][cut:]
+    if b'"' not in items or not _starts_key(m):  # no special value in the list
+        return m[0]
+    return m[0][:cut] + _VALUE_RE.sub(_bare, items)
 
 
 def _bare(m: re.Match[bytes]) -> bytes:
