@@ -135,6 +135,9 @@ class Property(Generic[T]):
         return why
 
     def _problem(self, value: Any) -> str | None:
+        # a secret's value is never shown: short ones (a password "123") would stay in the
+        # text, where masking every "123" would garble it
+        shown = "***" if self.secret else repr(value)
         if value is None or value is _UNSET:
             return "must be set (it is required)" if self.not_null else None
         if not self.references and isinstance(value, str) and value.lstrip().startswith("${"):
@@ -149,19 +152,19 @@ class Property(Generic[T]):
         if not isinstance(value, self.type) or (
             isinstance(value, bool) and self.type in (int, float)
         ):
-            why = f"expected {getattr(self.type, '__name__', self.type)}, got {type(value).__name__} {value!r}"
+            why = f"expected {getattr(self.type, '__name__', self.type)}, got {type(value).__name__} {shown}"
             if self.type is str and isinstance(value, int | float):
                 # -c values are read as JSON: a password of digits comes as a number
                 why += f" (as text: quote it; on the command line -c ...{self.name}='\"...\"')"
             return why
         if self.min is not None and value < self.min:
-            return f"{value!r} is below the minimum {self.min}"
+            return f"{shown} is below the minimum {self.min}"
         if self.max is not None and value > self.max:
-            return f"{value!r} is above the maximum {self.max}"
+            return f"{shown} is above the maximum {self.max}"
         if self.pattern is not None and not self.pattern.fullmatch(str(value)):
-            return f"{value!r} does not match the pattern {self.pattern.pattern!r}"
+            return f"{shown} does not match the pattern {self.pattern.pattern!r}"
         if self.one_of is not None and value not in self.one_of:
-            return f"{value!r} is not one of {list(self.one_of)}"
+            return f"{shown} is not one of {list(self.one_of)}"
         if self.check is not None:
             return self.check(value)
         return None

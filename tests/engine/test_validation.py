@@ -671,6 +671,8 @@ def test_secret_settings_that_are_no_text_are_never_shown() -> None:
         "expected str, got int *** (as text: quote it; on the command line "
         "-c ...password='\"...\"')"
     )
+    assert password.problem(123).startswith("expected str, got int *** ")  # short ones too
+    assert password.problem({"a": 1}) == "expected str, got dict ***"
     scrub = Scrubber()
     scrub.add(12345678, "password")
     assert scrub("expected str, got int 12345678") == "expected str, got int ***"
