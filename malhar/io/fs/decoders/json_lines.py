@@ -226,7 +226,8 @@ def _as_parsed(value: Any, kind: pa.DataType) -> Any:
 
 class JsonLinesDecoder(_TabularDecoder):
     """One JSON object per line. With a schema, typed columns (other fields ignored, dates
-    and decimals parsed from strings); without, the parsed objects as dicts."""
+    and times parsed from strings, decimals from numbers or strings, Spark's "NaN" and
+    "Infinity" strings in floating point fields); without, the parsed objects as dicts."""
 
     def __init__(
         self, schema: pa.Schema | None, encoding: str = "utf-8", decode_errors: str = "error"
